@@ -1,0 +1,162 @@
+//! The disk I/O seam (ARCHITECTURE D5).
+//!
+//! Every byte the store puts on disk, and every byte it reads back, goes through a
+//! [`Disk`]. There are three backends:
+//!
+//! | backend    | writes / syncs                                   | used when                         |
+//! |------------|--------------------------------------------------|-----------------------------------|
+//! | `uring`    | io_uring SQEs, completions via the ring eventfd  | default, when io_uring can be set up |
+//! | `portable` | `pwrite` inline, `fdatasync` on a blocking thread | io_uring is disabled or forced off |
+//! | `sim`      | in memory, seeded faults and crashes             | deterministic crash and fault tests |
+//!
+//! Invariants every backend keeps:
+//! - `write_at` writes the whole buffer or fails; there are no short writes visible to callers.
+//! - `sync_data` makes durable every write to that file that *completed* before it was called.
+//! - `read_at` sees every completed write (durable or not), like the page cache does.
+//! - A backend instance belongs to one shard thread (`Rc`, not `Send`); its futures must be
+//!   polled on that thread inside a tokio `LocalSet`.
+//!
+//! Metadata operations (create, remove, list, truncate, allocate) are synchronous or
+//! cheap and rare; data writes and syncs are futures because those are what the write
+//! path overlaps.
+
+pub mod portable;
+pub mod sim;
+pub mod uring;
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+/// A future returned by a disk operation. Not `Send`: it runs on its shard's thread.
+pub type IoFuture<T> = Pin<Box<dyn Future<Output = io::Result<T>>>>;
+
+/// A file opened through a [`Disk`]. The number is only meaningful to the backend that
+/// issued it; it stays valid until [`Disk::close`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(pub u32);
+
+/// Which backend to use; `Auto` tries io_uring and falls back to portable with a logged reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    Auto,
+    Uring,
+    Portable,
+}
+
+impl std::str::FromStr for IoChoice {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(IoChoice::Auto),
+            "uring" => Ok(IoChoice::Uring),
+            "portable" => Ok(IoChoice::Portable),
+            other => Err(format!("unknown I/O backend '{other}': expected auto, uring or portable")),
+        }
+    }
+}
+
+/// Counters every backend keeps, for benchmarks and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub syncs: u64,
+}
+
+/// The one seam between the store and the disk.
+pub trait Disk {
+    /// `"uring"`, `"portable"` or `"sim"`.
+    fn backend_name(&self) -> &'static str;
+
+    /// Opens a file for reading and writing, creating it (empty) when `create` is set.
+    /// Fails with `NotFound` when it does not exist and `create` is false.
+    fn open(&self, path: &Path, create: bool) -> io::Result<FileId>;
+
+    /// Forgets a file handle. In-flight operations on it complete first or are abandoned.
+    fn close(&self, file: FileId);
+
+    /// Current length of the file in bytes.
+    fn file_len(&self, file: FileId) -> io::Result<u64>;
+
+    /// Writes all of `data` at `offset`, extending the file if needed.
+    fn write_at(&self, file: FileId, offset: u64, data: Bytes) -> IoFuture<()>;
+
+    /// `fdatasync`: makes every previously completed write to `file` durable.
+    fn sync_data(&self, file: FileId) -> IoFuture<()>;
+
+    /// Reserves space so that the file is at least `len` bytes long and writes below `len`
+    /// cannot fail for lack of space (`fallocate`). A full disk fails with `ENOSPC`.
+    fn allocate(&self, file: FileId, len: u64) -> IoFuture<()>;
+
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end of file).
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// Sets the file length, durably (metadata change followed by a sync).
+    fn truncate(&self, file: FileId, len: u64) -> io::Result<()>;
+
+    /// Removes a file by path (it must not be open).
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Creates a directory and its parents; succeeds if it exists.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+
+    /// The names (not paths) of the entries directly inside `dir`, sorted ascending.
+    /// A missing directory is `NotFound`.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+
+    /// Whether a file or directory exists at `path`.
+    fn exists(&self, path: &Path) -> bool;
+
+    /// Makes the directory's entries (created or removed files) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Counters since this backend was created.
+    fn stats(&self) -> IoStats;
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` or fails with `UnexpectedEof`.
+pub fn read_exact_at(disk: &dyn Disk, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let read = disk.read_at(file, offset + done as u64, &mut buf[done..])?;
+        if read == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short read at offset {}: wanted {} bytes", offset, buf.len()),
+            ));
+        }
+        done += read;
+    }
+    Ok(())
+}
+
+/// Opens the backend asked for. `Auto` tries io_uring and, if the ring cannot be set up
+/// (seccomp, `kernel.io_uring_disabled`, an old kernel), logs why and uses `portable`.
+/// Must be called inside a tokio `LocalSet` (the uring backend spawns its reactor task).
+pub fn open_backend(choice: IoChoice) -> io::Result<Rc<dyn Disk>> {
+    match choice {
+        IoChoice::Portable => Ok(Rc::new(portable::PortableDisk::new())),
+        IoChoice::Uring => Ok(Rc::new(uring::UringDisk::new()?)),
+        IoChoice::Auto => match uring::UringDisk::new() {
+            Ok(disk) => Ok(Rc::new(disk)),
+            Err(error) => {
+                tracing::warn!(
+                    "io_uring is unavailable ({error}); using the portable pwrite/fdatasync backend. \
+                     Likely causes: a seccomp profile that blocks io_uring_setup, or \
+                     sysctl kernel.io_uring_disabled=1 or 2"
+                );
+                Ok(Rc::new(portable::PortableDisk::new()))
+            }
+        },
+    }
+}
+
+/// Joins a directory and a file name; a small helper so call sites read as paths.
+pub fn child(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}

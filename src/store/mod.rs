@@ -1,0 +1,3 @@
+//! The embedded message store.
+pub mod properties;
+pub mod record;
