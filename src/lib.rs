@@ -1,3 +1,18 @@
 //! ringmq: a RocketMQ-compatible message storage node.
+//!
+//! The crate is laid out along the path a message takes:
+//!
+//! - [`io`]: the disk I/O seam with its `uring`, `portable` and `sim` backends (D5).
+//! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
+//!   flush, checkpoint, recovery and offline inspection (D2 to D11).
+//! - [`bench`]: the load generator (`ringmq bench store` for now).
+//! - [`config`] and [`clock`]: validated settings, and the one clock tests control.
+//!
+//! Everything in a store belongs to one thread (thread-per-core, D3): handles are `Rc`,
+//! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.
+
+pub mod bench;
+pub mod clock;
+pub mod config;
 pub mod io;
 pub mod store;

@@ -1,1 +1,224 @@
-fn main() {}
+//! The `ringmq` command: parses the command line and dispatches to the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ringmq::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
+use ringmq::config::FlushMode;
+use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
+use ringmq::store::inspect;
+
+#[derive(Parser)]
+#[command(
+    name = "ringmq",
+    version,
+    about = "A RocketMQ-compatible message storage node"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load generators.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Offline tools for a store directory (the store must not be running).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Drive the embedded store in-process, with no network.
+    Store(StoreBenchArgs),
+}
+
+#[derive(Args)]
+struct StoreBenchArgs {
+    /// Store directory [default: a temporary directory, removed afterwards].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// sync (ack after fdatasync, group commit) or async (ack after the page-cache write).
+    #[arg(long, default_value = "async")]
+    flush: FlushMode,
+    /// Concurrent producers, each waiting for its acknowledgement before its next send.
+    #[arg(long, default_value_t = 16)]
+    producers: usize,
+    /// Message body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Stop after this many messages [default: 200000 unless --duration is given].
+    #[arg(long)]
+    messages: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Number of topics.
+    #[arg(long, default_value_t = 1)]
+    topics: usize,
+    /// Queues per topic.
+    #[arg(long, default_value_t = 8)]
+    queues: usize,
+    /// Disk backend: auto (io_uring, else portable), uring, or portable.
+    #[arg(long, default_value = "auto")]
+    io: IoChoice,
+    /// Append one JSON line per acknowledged message to this file.
+    #[arg(long)]
+    ack_log: Option<PathBuf>,
+    /// CommitLog segment size in bytes [default: 1 GiB].
+    #[arg(long)]
+    segment_size: Option<u64>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Check every record and ConsumeQueue entry; exits 1 on damage.
+    Verify {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one JSON line per valid record, in log order.
+    Dump {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RINGMQ_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Bench(BenchCommand::Store(args)) => bench_store(args),
+        Command::Store(StoreCommand::Verify { dir, json }) => verify(&dir, json),
+        Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("ringmq: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
+    let duration = match args.duration {
+        Some(seconds) if !(seconds > 0.0 && seconds.is_finite()) => {
+            anyhow::bail!("--duration {seconds}: must be a positive number of seconds")
+        }
+        other => other.map(Duration::from_secs_f64),
+    };
+    let messages = args.messages.or(if duration.is_none() {
+        Some(200_000)
+    } else {
+        None
+    });
+    let summary = run_store_bench(StoreBenchOptions {
+        dir: args.dir,
+        flush: args.flush,
+        producers: args.producers,
+        size: args.size,
+        messages,
+        duration,
+        topics: args.topics,
+        queues: args.queues,
+        io: args.io,
+        ack_log: args.ack_log,
+        segment_size: args.segment_size,
+        progress: !args.quiet,
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(if summary.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn offline_disk() -> Rc<dyn Disk> {
+    Rc::new(PortableDisk::new())
+}
+
+fn verify(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    let report = inspect::verify(offline_disk(), dir)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{}: {} segments, {} records ({} bytes), log end {}, durable point {}{}",
+            dir.display(),
+            report.segments,
+            report.records,
+            report.record_bytes,
+            report.log_end,
+            report.durable_point,
+            if report.crashed {
+                " (not cleanly stopped)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "{} consume queues, {} entries",
+            report.queues, report.queue_entries
+        );
+        if let Some(tail) = &report.unrecovered_tail {
+            println!("unrecovered tail (the next start cuts it): {tail}");
+        }
+        for damage in &report.damage {
+            println!("DAMAGE: {damage}");
+        }
+        println!(
+            "{}",
+            if report.damage.is_empty() {
+                "OK"
+            } else {
+                "DAMAGED"
+            }
+        );
+    }
+    Ok(if report.damage.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn dump(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let (end, invalid) = inspect::dump(offline_disk(), dir, |record| {
+        serde_json::to_writer(&mut out, &record)?;
+        out.write_all(b"\n")
+    })?;
+    out.flush()?;
+    if let Some(reason) = invalid {
+        eprintln!("dump stopped at {end}: {reason}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -55,7 +55,9 @@ impl std::str::FromStr for IoChoice {
             "auto" => Ok(IoChoice::Auto),
             "uring" => Ok(IoChoice::Uring),
             "portable" => Ok(IoChoice::Portable),
-            other => Err(format!("unknown I/O backend '{other}': expected auto, uring or portable")),
+            other => Err(format!(
+                "unknown I/O backend '{other}': expected auto, uring or portable"
+            )),
         }
     }
 }
@@ -127,7 +129,11 @@ pub fn read_exact_at(disk: &dyn Disk, file: FileId, offset: u64, buf: &mut [u8])
         if read == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("short read at offset {}: wanted {} bytes", offset, buf.len()),
+                format!(
+                    "short read at offset {}: wanted {} bytes",
+                    offset,
+                    buf.len()
+                ),
             ));
         }
         done += read;

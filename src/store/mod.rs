@@ -1,3 +1,578 @@
-//! The embedded message store.
+//! The embedded message store of one shard: CommitLog, ConsumeQueues, flush, checkpoint
+//! and recovery (ARCHITECTURE D2 to D11).
+//!
+//! ```text
+//!   <dir>/
+//!     commitlog/00000000000000000000 ...      records, all topics mixed   (commit_log.rs)
+//!     consumequeue/<topic>/<queueId>/000...   20-byte entries per queue   (consume_queue.rs)
+//!     checkpoint                              safe offset, two slots      (checkpoint.rs)
+//!     abort                                   present while the store is open
+//!     lock                                    flock'd while the store is open
+//! ```
+//!
+//! The write path: [`Store::put`] validates and queues the message; the appender task
+//! (`append.rs`) takes everything queued as one batch, encodes it (assigning queue offset,
+//! physical offset and store time), writes it with one write and, under SYNC_FLUSH, one
+//! fdatasync; then it dispatches the batch to the ConsumeQueues (making it visible) and
+//! answers every put of the batch. Under ASYNC_FLUSH the answer follows the write and the
+//! flusher task syncs in the background. The checkpointer task periodically writes the
+//! ConsumeQueues out, syncs them and records the safe offset recovery starts from.
+//!
+//! A store and everything in it belongs to one thread: run it inside a tokio `LocalSet`.
+
+mod append;
+pub mod checkpoint;
+pub mod commit_log;
+pub mod consume_queue;
+mod flush;
+pub mod inspect;
 pub mod properties;
 pub mod record;
+mod recovery;
+pub mod scan;
+pub mod segment;
+pub mod topic;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use tokio::sync::{oneshot, Notify};
+use tokio::task::JoinHandle;
+
+use crate::clock::Clock;
+use crate::config::{FlushMode, StoreConfig};
+use crate::io::{Disk, IoStats};
+use checkpoint::CheckpointFile;
+use commit_log::CommitLog;
+use consume_queue::{ConsumeQueue, CqEntry};
+use record::{Decoded, RecordInput, Verify};
+
+pub const COMMIT_LOG_DIR: &str = "commitlog";
+pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
+pub const ABORT_FILE: &str = "abort";
+pub const LOCK_FILE: &str = "lock";
+
+/// Why the store refused or failed an operation. Every variant names its cause.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("the store refuses writes since a disk write or sync failed: {0}")]
+    Poisoned(String),
+    #[error("disk full: {0}")]
+    DiskFull(String),
+    #[error("message illegal: {0}")]
+    MessageIllegal(String),
+    #[error("store busy: {0} puts are already waiting")]
+    Busy(usize),
+    #[error("the store is shutting down")]
+    ShuttingDown,
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("invalid store config: {0}")]
+    Config(String),
+    #[error("store data is inconsistent: {0}")]
+    Corrupt(String),
+    #[error("store directory {0} is in use by another process")]
+    Locked(String),
+}
+
+impl StoreError {
+    pub(crate) fn from_io(context: &str, error: &std::io::Error) -> StoreError {
+        if error.raw_os_error() == Some(libc::ENOSPC) {
+            StoreError::DiskFull(format!("{context}: {error}"))
+        } else {
+            StoreError::Io(format!("{context}: {error}"))
+        }
+    }
+}
+
+/// How a stored message was acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutStatus {
+    /// Durable as the flush mode requires.
+    Ok,
+    /// Written, but its flush did not finish within `syncFlushTimeout`; it will be visible
+    /// once it does (RocketMQ's FLUSH_DISK_TIMEOUT).
+    FlushDiskTimeout,
+}
+
+/// Where a message was stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub phys_offset: u64,
+    pub queue_offset: u64,
+    pub size: u32,
+    pub store_timestamp: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutResult {
+    pub status: PutStatus,
+    /// `None` only for a FlushDiskTimeout that came before the message was even encoded.
+    pub placement: Option<Placement>,
+}
+
+/// RocketMQ's GetMessageStatus.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetStatus {
+    Found,
+    NoMatchedMessage,
+    NoMessageInQueue,
+    OffsetTooSmall,
+    OffsetOverflowOne,
+    OffsetOverflowBadly,
+}
+
+/// A stored record as read back: its exact bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub phys_offset: u64,
+    pub queue_offset: u64,
+    pub bytes: bytes::Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetResult {
+    pub status: GetStatus,
+    pub next_begin_offset: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+    pub messages: Vec<StoredMessage>,
+}
+
+/// How the store found its directory when it opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenKind {
+    /// Nothing there yet.
+    Fresh,
+    /// A clean stop: appends resumed at the checkpointed end without scanning.
+    Clean,
+    /// A crash (or a log without a checkpoint): the log was scanned from `from` and cut at `to`.
+    Recovered { from: u64, to: u64 },
+}
+
+/// Counters for benchmarks and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub puts: u64,
+    pub put_bytes: u64,
+    pub batches: u64,
+    pub log_syncs: u64,
+    pub put_errors: u64,
+}
+
+pub(crate) struct PendingPut {
+    pub input: RecordInput,
+    pub encoded_len: u32,
+    pub tags_code: i64,
+    pub placed: Rc<Cell<Option<Placement>>>,
+    pub reply: oneshot::Sender<Result<Placement, StoreError>>,
+}
+
+pub(crate) type QueueKey = (String, i32);
+
+pub(crate) struct Shared {
+    pub config: StoreConfig,
+    pub disk: Rc<dyn Disk>,
+    pub clock: Clock,
+    pub log: CommitLog,
+    pub queues: RefCell<HashMap<QueueKey, Rc<ConsumeQueue>>>,
+    /// Next queue offset per queue, reserved by the appender ahead of visibility.
+    pub next_queue_offsets: RefCell<HashMap<QueueKey, u64>>,
+    pub pending: RefCell<VecDeque<PendingPut>>,
+    pub appender_wake: Notify,
+    pub flusher_wake: Notify,
+    /// Woken whenever messages become visible (long polling waits on it).
+    pub arrivals: Notify,
+    pub poison: RefCell<Option<String>>,
+    pub closing: Cell<bool>,
+    pub dispatched_pos: Cell<u64>,
+    pub checkpoint: RefCell<Option<CheckpointFile>>,
+    pub stats: Cell<StoreStats>,
+    pub tasks: RefCell<Vec<JoinHandle<()>>>,
+    pub appender_idle: Notify,
+    pub appender_busy: Cell<bool>,
+    pub lock_file: RefCell<Option<std::fs::File>>,
+    pub opened: Cell<OpenKind>,
+}
+
+impl Shared {
+    pub fn poison(&self, cause: String) {
+        let mut poison = self.poison.borrow_mut();
+        if poison.is_none() {
+            tracing::error!("store {} poisoned: {cause}", self.config.dir.display());
+            *poison = Some(cause);
+        }
+    }
+
+    pub fn poisoned(&self) -> Option<StoreError> {
+        self.poison
+            .borrow()
+            .as_ref()
+            .map(|cause| StoreError::Poisoned(cause.clone()))
+    }
+
+    pub fn update_stats(&self, change: impl FnOnce(&mut StoreStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
+    pub fn queue(&self, topic: &str, queue_id: i32) -> Option<Rc<ConsumeQueue>> {
+        self.queues
+            .borrow()
+            .get(&(topic.to_string(), queue_id))
+            .cloned()
+    }
+}
+
+/// A handle to an open store; clones share it. Not `Send`: it lives on its shard's thread.
+#[derive(Clone)]
+pub struct Store {
+    shared: Rc<Shared>,
+}
+
+impl Store {
+    /// Opens (creating, or recovering after a crash) the store in `config.dir`.
+    /// Must run inside a tokio `LocalSet`.
+    pub async fn open(
+        config: StoreConfig,
+        disk: Rc<dyn Disk>,
+        clock: Clock,
+    ) -> Result<Store, StoreError> {
+        let shared = recovery::open(config, disk, clock).await?;
+        let store = Store { shared };
+        store.start_tasks();
+        Ok(store)
+    }
+
+    fn start_tasks(&self) {
+        let mut tasks = self.shared.tasks.borrow_mut();
+        tasks.push(tokio::task::spawn_local(append::run_appender(
+            self.shared.clone(),
+        )));
+        if self.shared.config.flush_mode == FlushMode::Async {
+            tasks.push(tokio::task::spawn_local(flush::run_async_flusher(
+                self.shared.clone(),
+            )));
+        }
+        tasks.push(tokio::task::spawn_local(flush::run_checkpointer(
+            self.shared.clone(),
+        )));
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.shared.config
+    }
+
+    /// Stores one message and waits until it is as durable as the flush mode requires.
+    pub async fn put(&self, input: RecordInput) -> Result<PutResult, StoreError> {
+        let shared = &self.shared;
+        let outcome = self.enqueue(input);
+        let (placed, receiver) = match outcome {
+            Ok(waiting) => waiting,
+            Err(error) => {
+                shared.update_stats(|stats| stats.put_errors += 1);
+                return Err(error);
+            }
+        };
+        match tokio::time::timeout(shared.config.sync_flush_timeout, receiver).await {
+            Ok(Ok(Ok(placement))) => Ok(PutResult {
+                status: PutStatus::Ok,
+                placement: Some(placement),
+            }),
+            Ok(Ok(Err(error))) => {
+                shared.update_stats(|stats| stats.put_errors += 1);
+                Err(error)
+            }
+            Ok(Err(_dropped)) => Err(StoreError::ShuttingDown),
+            Err(_elapsed) => Ok(PutResult {
+                status: PutStatus::FlushDiskTimeout,
+                placement: placed.get(),
+            }),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn enqueue(
+        &self,
+        input: RecordInput,
+    ) -> Result<
+        (
+            Rc<Cell<Option<Placement>>>,
+            oneshot::Receiver<Result<Placement, StoreError>>,
+        ),
+        StoreError,
+    > {
+        let shared = &self.shared;
+        if let Some(error) = shared.poisoned() {
+            return Err(error);
+        }
+        if shared.closing.get() {
+            return Err(StoreError::ShuttingDown);
+        }
+        topic::validate_topic(&input.topic).map_err(StoreError::MessageIllegal)?;
+        if input.queue_id < 0 {
+            return Err(StoreError::MessageIllegal(format!(
+                "queue id {} is negative",
+                input.queue_id
+            )));
+        }
+        if input.body.len() > shared.config.max_message_size {
+            return Err(StoreError::MessageIllegal(format!(
+                "body is {} bytes; maxMessageSize is {}",
+                input.body.len(),
+                shared.config.max_message_size
+            )));
+        }
+        let encoded_len = record::encoded_len(&input)
+            .map_err(|error| StoreError::MessageIllegal(error.to_string()))?;
+        if encoded_len as u64 + record::BLANK_RECORD_LEN as u64 > shared.log.segment_size() {
+            return Err(StoreError::MessageIllegal(format!(
+                "record of {encoded_len} bytes does not fit a CommitLog segment of {}",
+                shared.log.segment_size()
+            )));
+        }
+        let waiting = shared.pending.borrow().len();
+        if waiting >= shared.config.max_pending_puts {
+            return Err(StoreError::Busy(waiting));
+        }
+        let tags_code = properties::get(&input.properties, properties::TAGS)
+            .map(|tags| properties::java_string_hash(tags) as i64)
+            .unwrap_or(0);
+        let placed = Rc::new(Cell::new(None));
+        let (reply, receiver) = oneshot::channel();
+        shared.pending.borrow_mut().push_back(PendingPut {
+            input,
+            encoded_len: encoded_len as u32,
+            tags_code,
+            placed: placed.clone(),
+            reply,
+        });
+        shared.appender_wake.notify_one();
+        Ok((placed, receiver))
+    }
+
+    /// Reads up to `max_count` visible messages of a queue from `offset`, keeping only those
+    /// whose tag hash is in `tag_codes` when it is given (RocketMQ's `codeSet` filter).
+    pub fn get_messages(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: u64,
+        max_count: u32,
+        tag_codes: Option<&[i32]>,
+    ) -> Result<GetResult, StoreError> {
+        let config = &self.shared.config;
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(GetResult {
+                status: GetStatus::NoMessageInQueue,
+                next_begin_offset: 0,
+                min_offset: 0,
+                max_offset: 0,
+                messages: Vec::new(),
+            });
+        };
+        let (min_offset, max_offset) = (queue.min_offset(), queue.max_offset());
+        let empty = |status, next| GetResult {
+            status,
+            next_begin_offset: next,
+            min_offset,
+            max_offset,
+            messages: Vec::new(),
+        };
+        if max_offset == min_offset {
+            return Ok(empty(GetStatus::NoMessageInQueue, min_offset));
+        }
+        if offset < min_offset {
+            return Ok(empty(GetStatus::OffsetTooSmall, min_offset));
+        }
+        if offset == max_offset {
+            return Ok(empty(GetStatus::OffsetOverflowOne, offset));
+        }
+        if offset > max_offset {
+            return Ok(empty(GetStatus::OffsetOverflowBadly, max_offset));
+        }
+        let max_count = max_count.clamp(1, config.max_transfer_count) as usize;
+        // Filtering may skip entries; scan a bounded window so one read stays cheap.
+        const SCAN_WINDOW: usize = 800;
+        let window = if tag_codes.is_some() {
+            SCAN_WINDOW.max(max_count)
+        } else {
+            max_count
+        };
+        let entries = queue
+            .read_entries(offset, window)
+            .map_err(|error| StoreError::from_io("reading a consume queue", &error))?;
+        let mut messages = Vec::new();
+        let mut bytes_total = 0usize;
+        let mut next = offset;
+        for (index, entry) in entries.iter().enumerate() {
+            let queue_offset = offset + index as u64;
+            if messages.len() >= max_count {
+                break;
+            }
+            if !messages.is_empty() && bytes_total + entry.size as usize > config.max_transfer_bytes
+            {
+                break;
+            }
+            next = queue_offset + 1;
+            if let Some(codes) = tag_codes {
+                if !codes.contains(&(entry.tags_code as i32)) {
+                    continue;
+                }
+            }
+            let bytes = self
+                .shared
+                .log
+                .read(entry.phys_offset as u64, entry.size as usize)
+                .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
+            bytes_total += bytes.len();
+            messages.push(StoredMessage {
+                phys_offset: entry.phys_offset as u64,
+                queue_offset,
+                bytes,
+            });
+        }
+        let status = if messages.is_empty() {
+            GetStatus::NoMatchedMessage
+        } else {
+            GetStatus::Found
+        };
+        Ok(GetResult {
+            status,
+            next_begin_offset: next,
+            min_offset,
+            max_offset,
+            messages,
+        })
+    }
+
+    /// The smallest queue offset still stored (0 for an unknown queue).
+    pub fn min_offset(&self, topic: &str, queue_id: i32) -> u64 {
+        self.shared
+            .queue(topic, queue_id)
+            .map(|queue| queue.min_offset())
+            .unwrap_or(0)
+    }
+
+    /// One past the newest visible message's queue offset (0 for an unknown queue).
+    pub fn max_offset(&self, topic: &str, queue_id: i32) -> u64 {
+        self.shared
+            .queue(topic, queue_id)
+            .map(|queue| queue.max_offset())
+            .unwrap_or(0)
+    }
+
+    /// The first queue offset whose message was stored at or after `timestamp_ms`;
+    /// `max_offset` when every message is older.
+    pub fn offset_by_timestamp(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        timestamp_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(0);
+        };
+        let (mut low, mut high) = (queue.min_offset(), queue.max_offset());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.store_timestamp_at(&queue, middle)? < timestamp_ms {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(low)
+    }
+
+    /// Store time of the oldest message of a queue, if it has one.
+    pub fn earliest_store_time(
+        &self,
+        topic: &str,
+        queue_id: i32,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(None);
+        };
+        if queue.max_offset() == queue.min_offset() {
+            return Ok(None);
+        }
+        self.store_timestamp_at(&queue, queue.min_offset())
+            .map(Some)
+    }
+
+    fn store_timestamp_at(
+        &self,
+        queue: &ConsumeQueue,
+        queue_offset: u64,
+    ) -> Result<i64, StoreError> {
+        let entry: CqEntry = *queue
+            .read_entries(queue_offset, 1)
+            .map_err(|error| StoreError::from_io("reading a consume queue", &error))?
+            .first()
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("queue offset {queue_offset} has no entry"))
+            })?;
+        let bytes = self
+            .shared
+            .log
+            .read(entry.phys_offset as u64, entry.size as usize)
+            .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
+        match record::decode(&bytes, Verify::Structure) {
+            Ok(Decoded::Record(view)) => Ok(view.store_timestamp),
+            other => Err(StoreError::Corrupt(format!(
+                "consume queue entry {queue_offset} points at phys {} which holds no record: {other:?}",
+                entry.phys_offset
+            ))),
+        }
+    }
+
+    /// Every (topic, queue id) with a ConsumeQueue.
+    pub fn queues(&self) -> Vec<(String, i32)> {
+        let mut keys: Vec<_> = self.shared.queues.borrow().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Resolves when messages become visible after this call (long polling hook).
+    pub fn arrivals(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.arrivals.notified()
+    }
+
+    /// Physical offsets: (durable, written, next append).
+    pub fn log_positions(&self) -> (u64, u64, u64) {
+        let log = &self.shared.log;
+        (log.flushed_pos(), log.written_pos(), log.write_pos())
+    }
+
+    /// How this store found its directory.
+    pub fn opened(&self) -> OpenKind {
+        self.shared.opened.get()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        self.shared.stats.get()
+    }
+
+    pub fn io_stats(&self) -> IoStats {
+        self.shared.disk.stats()
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.shared.disk.backend_name()
+    }
+
+    /// Why the store refuses writes, if it does.
+    pub fn poison_cause(&self) -> Option<String> {
+        self.shared.poison.borrow().clone()
+    }
+
+    /// Refuses new puts, lets every queued one finish, flushes everything, writes a clean
+    /// checkpoint and removes the abort marker. A poisoned store keeps its abort marker so
+    /// the next start recovers by scanning.
+    pub async fn shutdown(&self) -> Result<(), StoreError> {
+        flush::shutdown(&self.shared).await
+    }
+}

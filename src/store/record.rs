@@ -105,7 +105,9 @@ pub struct RecordView<'a> {
 pub enum Decoded<'a> {
     Record(RecordView<'a>),
     /// The end-of-segment marker; `len` is the rest of the segment including the 8 bytes.
-    Blank { len: u32 },
+    Blank {
+        len: u32,
+    },
 }
 
 /// How much of a record `decode` checks.

@@ -1,0 +1,38 @@
+//! Latency recording and the summary line every benchmark prints.
+
+use hdrhistogram::Histogram;
+
+/// An HDR histogram of microseconds, 1 µs to 60 s at 3 significant digits.
+pub struct Latencies {
+    histogram: Histogram<u64>,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies {
+            histogram: Histogram::new_with_bounds(1, 60_000_000, 3)
+                .expect("valid histogram bounds"),
+        }
+    }
+}
+
+impl Latencies {
+    pub fn record_us(&mut self, micros: u64) {
+        self.histogram.saturating_record(micros.max(1));
+    }
+
+    pub fn count(&self) -> u64 {
+        self.histogram.len()
+    }
+
+    pub fn percentile_us(&self, percentile: f64) -> u64 {
+        if self.histogram.is_empty() {
+            return 0;
+        }
+        self.histogram.value_at_quantile(percentile / 100.0)
+    }
+
+    pub fn max_us(&self) -> u64 {
+        self.histogram.max()
+    }
+}

@@ -1,0 +1,333 @@
+//! `ringmq bench store`: producers appending to the embedded store in-process, no network.
+//!
+//! The store runs on one thread (a shard) in a tokio current-thread runtime; each producer
+//! is a task on it that sends a message, waits for its acknowledgement, records the
+//! latency and sends the next. With `--ack-log` every acknowledgement is written to the
+//! log as one JSON line, with one `write` per line, before the next send, so a process
+//! killed at any moment leaves in the log only messages that were acknowledged.
+
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::latency::Latencies;
+use crate::clock::Clock;
+use crate::config::{FlushMode, StoreConfig};
+use crate::io::{open_backend, IoChoice};
+use crate::store::record::{body_crc, RecordInput};
+use crate::store::{properties, PutStatus, Store};
+
+/// Options of `ringmq bench store`.
+#[derive(Clone, Debug)]
+pub struct StoreBenchOptions {
+    /// The store directory; a temporary one (removed afterwards) when `None`.
+    pub dir: Option<PathBuf>,
+    pub flush: FlushMode,
+    pub producers: usize,
+    pub size: usize,
+    pub messages: Option<u64>,
+    pub duration: Option<Duration>,
+    pub topics: usize,
+    pub queues: usize,
+    pub io: IoChoice,
+    pub ack_log: Option<PathBuf>,
+    pub segment_size: Option<u64>,
+    pub progress: bool,
+}
+
+/// The figures a run ends with (`--json` prints this).
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreBenchSummary {
+    pub io_backend: String,
+    pub flush: String,
+    pub producers: usize,
+    pub size: usize,
+    pub messages: u64,
+    pub errors: u64,
+    pub flush_timeouts: u64,
+    pub elapsed_s: f64,
+    pub msgs_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub fsyncs_per_msg: f64,
+    pub batches: u64,
+}
+
+#[derive(Serialize)]
+struct AckLine<'a> {
+    topic: &'a str,
+    queue_id: i32,
+    queue_offset: u64,
+    phys_offset: u64,
+    body_crc: i32,
+    store_timestamp: i64,
+}
+
+struct Run {
+    options: StoreBenchOptions,
+    store: Store,
+    latencies: RefCell<Latencies>,
+    sent: Cell<u64>,
+    acked: Cell<u64>,
+    errors: Cell<u64>,
+    flush_timeouts: Cell<u64>,
+    first_error: RefCell<Option<String>>,
+    ack_log: RefCell<Option<File>>,
+    deadline: Option<Instant>,
+}
+
+impl Run {
+    /// Claims the next message number, or `None` once the run is over.
+    fn claim(&self) -> Option<u64> {
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            return None;
+        }
+        let next = self.sent.get();
+        if self.options.messages.is_some_and(|limit| next >= limit) {
+            return None;
+        }
+        self.sent.set(next + 1);
+        Some(next)
+    }
+}
+
+/// Runs the benchmark on a dedicated thread and returns its summary.
+pub fn run_store_bench(options: StoreBenchOptions) -> anyhow::Result<StoreBenchSummary> {
+    if options.producers == 0 || options.topics == 0 || options.queues == 0 {
+        anyhow::bail!("--producers, --topics and --queues must each be at least 1");
+    }
+    if options.messages.is_none() && options.duration.is_none() {
+        anyhow::bail!("give --messages or --duration");
+    }
+    let (dir, _temporary) = match &options.dir {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temporary = tempfile::Builder::new().prefix("ringmq-bench-").tempdir()?;
+            (temporary.path().to_path_buf(), Some(temporary))
+        }
+    };
+    let thread = std::thread::Builder::new()
+        .name("ringmq-shard-0".into())
+        .spawn(move || -> anyhow::Result<StoreBenchSummary> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, bench_on_shard(options, dir))
+        })?;
+    thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the benchmark thread panicked"))?
+}
+
+async fn bench_on_shard(
+    options: StoreBenchOptions,
+    dir: PathBuf,
+) -> anyhow::Result<StoreBenchSummary> {
+    let mut config = StoreConfig::new(&dir);
+    config.flush_mode = options.flush;
+    if let Some(size) = options.segment_size {
+        config.commit_log_segment_size = size;
+    }
+    config.max_message_size = config
+        .max_message_size
+        .min(
+            config
+                .commit_log_segment_size
+                .saturating_sub(crate::config::RECORD_OVERHEAD_MAX + 8) as usize,
+        )
+        .max(1);
+    let disk = open_backend(options.io)?;
+    let store = Store::open(config, disk, Clock::system()).await?;
+    let ack_log = match &options.ack_log {
+        Some(path) => Some(File::create(path)?),
+        None => None,
+    };
+    let started = Instant::now();
+    let run = Rc::new(Run {
+        deadline: options.duration.map(|duration| started + duration),
+        options: options.clone(),
+        store: store.clone(),
+        latencies: RefCell::new(Latencies::default()),
+        sent: Cell::new(0),
+        acked: Cell::new(0),
+        errors: Cell::new(0),
+        flush_timeouts: Cell::new(0),
+        first_error: RefCell::new(None),
+        ack_log: RefCell::new(ack_log),
+    });
+    let progress = options
+        .progress
+        .then(|| tokio::task::spawn_local(report_progress(run.clone())));
+    let producers: Vec<_> = (0..options.producers)
+        .map(|producer| tokio::task::spawn_local(produce(run.clone(), producer)))
+        .collect();
+    for producer in producers {
+        producer.await?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if let Some(progress) = progress {
+        progress.abort();
+    }
+    let stats = store.stats();
+    store.shutdown().await?;
+    if let Some(error) = run.first_error.borrow().as_ref() {
+        eprintln!("first error: {error}");
+    }
+    let latencies = run.latencies.borrow();
+    let acked = run.acked.get();
+    let per_second = |count: f64| if elapsed > 0.0 { count / elapsed } else { 0.0 };
+    Ok(StoreBenchSummary {
+        io_backend: store.backend_name().to_string(),
+        flush: options.flush.as_str().to_string(),
+        producers: options.producers,
+        size: options.size,
+        messages: acked,
+        errors: run.errors.get(),
+        flush_timeouts: run.flush_timeouts.get(),
+        elapsed_s: elapsed,
+        msgs_per_sec: per_second(acked as f64),
+        mb_per_sec: per_second(acked as f64 * options.size as f64) / 1e6,
+        p50_us: latencies.percentile_us(50.0),
+        p99_us: latencies.percentile_us(99.0),
+        p999_us: latencies.percentile_us(99.9),
+        max_us: latencies.max_us(),
+        fsyncs_per_msg: if acked > 0 {
+            stats.log_syncs as f64 / acked as f64
+        } else {
+            0.0
+        },
+        batches: stats.batches,
+    })
+}
+
+async fn produce(run: Rc<Run>, producer: usize) {
+    let options = &run.options;
+    let topics: Vec<String> = (0..options.topics)
+        .map(|topic| format!("BenchTopic{topic}"))
+        .collect();
+    let born_host = SocketAddr::from(([127, 0, 0, 1], 40000 + (producer % 20000) as u16));
+    let store_host = run.store.config().store_host;
+    let mut body = vec![b'x'; options.size];
+    let clock = Clock::system();
+    while let Some(number) = run.claim() {
+        // A distinct body per message, so every acknowledged body CRC is checkable.
+        let stamp = format!("p{producer}-m{number}-");
+        let stamped = stamp.len().min(body.len());
+        body[..stamped].copy_from_slice(&stamp.as_bytes()[..stamped]);
+        let body = Bytes::copy_from_slice(&body);
+        let topic = &topics[number as usize % topics.len()];
+        let queue_id = ((number / topics.len() as u64) % options.queues as u64) as i32;
+        let key = format!("k{number}");
+        let input = RecordInput {
+            topic: topic.clone(),
+            queue_id,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp: clock.now_ms(),
+            born_host,
+            store_host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body_crc: body_crc(&body),
+            body,
+            properties: properties::encode([
+                (properties::KEYS, key.as_str()),
+                (properties::TAGS, "TagA"),
+            ]),
+        };
+        let crc = input.body_crc;
+        let sent_at = Instant::now();
+        let outcome = run.store.put(input).await;
+        let micros = sent_at.elapsed().as_micros() as u64;
+        match outcome {
+            Ok(result) => {
+                run.latencies.borrow_mut().record_us(micros);
+                run.acked.set(run.acked.get() + 1);
+                if result.status == PutStatus::FlushDiskTimeout {
+                    run.flush_timeouts.set(run.flush_timeouts.get() + 1);
+                }
+                if let (Some(placement), Some(log)) =
+                    (result.placement, run.ack_log.borrow_mut().as_mut())
+                {
+                    let line = AckLine {
+                        topic,
+                        queue_id,
+                        queue_offset: placement.queue_offset,
+                        phys_offset: placement.phys_offset,
+                        body_crc: crc,
+                        store_timestamp: placement.store_timestamp,
+                    };
+                    let mut text = serde_json::to_string(&line).expect("plain fields serialize");
+                    text.push('\n');
+                    if let Err(error) = log.write_all(text.as_bytes()) {
+                        run.first_error
+                            .borrow_mut()
+                            .get_or_insert(format!("writing the ack log: {error}"));
+                    }
+                }
+            }
+            Err(error) => {
+                run.errors.set(run.errors.get() + 1);
+                run.first_error
+                    .borrow_mut()
+                    .get_or_insert(error.to_string());
+                if run.store.poison_cause().is_some() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn report_progress(run: Rc<Run>) {
+    let started = Instant::now();
+    let mut previous = 0u64;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let acked = run.acked.get();
+        let latencies = run.latencies.borrow();
+        eprintln!(
+            "[{:>4.0}s] {acked:>10} acked  {:>9} msgs/s  p99 {:>6} us  errors {}",
+            started.elapsed().as_secs_f64(),
+            acked - previous,
+            latencies.percentile_us(99.0),
+            run.errors.get()
+        );
+        previous = acked;
+    }
+}
+
+/// The human-readable summary.
+pub fn print_summary(summary: &StoreBenchSummary) {
+    println!(
+        "ringmq bench store: {} producers, {} B messages, {}, io {}",
+        summary.producers, summary.size, summary.flush, summary.io_backend
+    );
+    println!(
+        "  {} messages in {:.2} s: {:.0} msgs/s, {:.1} MB/s",
+        summary.messages, summary.elapsed_s, summary.msgs_per_sec, summary.mb_per_sec
+    );
+    println!(
+        "  ack latency us: p50 {}  p99 {}  p99.9 {}  max {}",
+        summary.p50_us, summary.p99_us, summary.p999_us, summary.max_us
+    );
+    println!(
+        "  fsyncs per message {:.4}  ({} batches)  errors {}  flush timeouts {}",
+        summary.fsyncs_per_msg, summary.batches, summary.errors, summary.flush_timeouts
+    );
+}

@@ -1,0 +1,201 @@
+//! Store settings: defaults, validation and the RocketMQ names of the keys they share.
+//!
+//! Every limit the store enforces is a named field here with a checked default; a bad
+//! value is refused by [`StoreConfig::validate`] with a message that names the key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `flushDiskType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FlushMode {
+    /// Acknowledge after the batch's `fdatasync` (group commit).
+    #[serde(rename = "SYNC_FLUSH")]
+    Sync,
+    /// Acknowledge once the batch is in the page cache; flush in the background.
+    #[serde(rename = "ASYNC_FLUSH")]
+    Async,
+}
+
+impl std::str::FromStr for FlushMode {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "sync" | "SYNC_FLUSH" => Ok(FlushMode::Sync),
+            "async" | "ASYNC_FLUSH" => Ok(FlushMode::Async),
+            other => Err(format!(
+                "flushDiskType: '{other}' is not one of SYNC_FLUSH, ASYNC_FLUSH (or sync, async)"
+            )),
+        }
+    }
+}
+
+impl FlushMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlushMode::Sync => "SYNC_FLUSH",
+            FlushMode::Async => "ASYNC_FLUSH",
+        }
+    }
+}
+
+/// One shard's store settings.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// The store's directory (`storePathRootDir` for a single shard).
+    pub dir: PathBuf,
+    /// Shard id, carried in the top 8 bits of every physical offset (D4).
+    pub shard_id: u8,
+    /// `flushDiskType`.
+    pub flush_mode: FlushMode,
+    /// `mapedFileSizeCommitLog`: CommitLog segment size in bytes.
+    pub commit_log_segment_size: u64,
+    /// ConsumeQueue entries per file (`mappedFileSizeConsumeQueue / 20`).
+    pub consume_queue_entries_per_file: u64,
+    /// `flushIntervalCommitLog`: async flush period.
+    pub flush_interval: Duration,
+    /// `flushCommitLogLeastPages`: async flush only once this many 4 KiB pages are dirty...
+    pub flush_least_pages: u64,
+    /// `flushCommitLogThoroughInterval`: ...unless this long has passed since the last flush.
+    pub flush_thorough_interval: Duration,
+    /// `syncFlushTimeout`: a put waiting longer for its flush gets FLUSH_DISK_TIMEOUT.
+    pub sync_flush_timeout: Duration,
+    /// `flushIntervalConsumeQueue`: ConsumeQueue write-out and checkpoint period.
+    pub checkpoint_interval: Duration,
+    /// `maxMessageSize`: largest body accepted.
+    pub max_message_size: usize,
+    /// Most bytes encoded into one CommitLog write (one group commit).
+    pub max_batch_bytes: usize,
+    /// Most puts waiting for the appender before `put` pushes back with StoreBusy.
+    pub max_pending_puts: usize,
+    /// Address written as STOREHOST (the broker's reachable `ip:port`).
+    pub store_host: SocketAddr,
+    /// `maxTransferCountOnMessageInDisk`: most messages one read returns.
+    pub max_transfer_count: u32,
+    /// `maxTransferBytesOnMessageInDisk`: most bytes one read returns.
+    pub max_transfer_bytes: usize,
+}
+
+pub const MIB: u64 = 1024 * 1024;
+pub const GIB: u64 = 1024 * MIB;
+/// Bytes a record may take beyond its body (headers, topic, properties).
+pub const RECORD_OVERHEAD_MAX: u64 = 64 * 1024;
+
+impl StoreConfig {
+    /// Production defaults, as RocketMQ's.
+    pub fn new(dir: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            dir: dir.into(),
+            shard_id: 0,
+            flush_mode: FlushMode::Async,
+            commit_log_segment_size: GIB,
+            consume_queue_entries_per_file: 300_000,
+            flush_interval: Duration::from_millis(500),
+            flush_least_pages: 4,
+            flush_thorough_interval: Duration::from_secs(10),
+            sync_flush_timeout: Duration::from_secs(5),
+            checkpoint_interval: Duration::from_millis(1000),
+            max_message_size: 4 * MIB as usize,
+            max_batch_bytes: 4 * MIB as usize,
+            max_pending_puts: 65_536,
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            max_transfer_count: 32,
+            max_transfer_bytes: 256 * 1024,
+        }
+    }
+
+    /// Tiny files, so tests roll segments and ConsumeQueue files within a few messages.
+    pub fn test_min(dir: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            commit_log_segment_size: 64 * 1024,
+            consume_queue_entries_per_file: 64,
+            max_message_size: 8 * 1024,
+            max_batch_bytes: 16 * 1024,
+            ..StoreConfig::new(dir)
+        }
+    }
+
+    /// Checks every value and the relationships between them.
+    pub fn validate(&self) -> Result<(), String> {
+        let segment = self.commit_log_segment_size;
+        if segment < 4096 || !segment.is_multiple_of(4096) {
+            return Err(format!(
+                "mapedFileSizeCommitLog: {segment} must be a multiple of 4096 and at least 4096"
+            ));
+        }
+        if segment > (1u64 << 56) {
+            return Err(format!(
+                "mapedFileSizeCommitLog: {segment} exceeds the 56-bit offset space"
+            ));
+        }
+        if self.max_message_size == 0 {
+            return Err("maxMessageSize: must be at least 1".into());
+        }
+        if self.max_message_size as u64 + RECORD_OVERHEAD_MAX + 8 > segment {
+            return Err(format!(
+                "maxMessageSize: {} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a \
+                 {segment}-byte CommitLog segment (mapedFileSizeCommitLog)",
+                self.max_message_size
+            ));
+        }
+        if self.consume_queue_entries_per_file == 0 {
+            return Err("mappedFileSizeConsumeQueue: must hold at least one 20-byte entry".into());
+        }
+        if self.flush_interval.is_zero() {
+            return Err("flushIntervalCommitLog: must be at least 1 ms".into());
+        }
+        if self.checkpoint_interval.is_zero() {
+            return Err("flushIntervalConsumeQueue: must be at least 1 ms".into());
+        }
+        if self.sync_flush_timeout.is_zero() {
+            return Err("syncFlushTimeout: must be at least 1 ms".into());
+        }
+        if self.max_batch_bytes < 4096 {
+            return Err(format!(
+                "maxBatchBytes: {} must be at least 4096",
+                self.max_batch_bytes
+            ));
+        }
+        if self.max_pending_puts == 0 {
+            return Err("maxPendingPuts: must be at least 1".into());
+        }
+        if self.max_transfer_count == 0 || self.max_transfer_bytes == 0 {
+            return Err("maxTransferCountOnMessageInDisk / maxTransferBytesOnMessageInDisk: must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The first physical offset of this shard's log (D4).
+    pub fn offset_base(&self) -> u64 {
+        (self.shard_id as u64) << 56
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        StoreConfig::new("/tmp/x").validate().unwrap();
+        StoreConfig::test_min("/tmp/x").validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut config = StoreConfig::new("/tmp/x");
+        config.commit_log_segment_size = 1000;
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .starts_with("mapedFileSizeCommitLog"));
+        let mut config = StoreConfig::test_min("/tmp/x");
+        config.max_message_size = 1 << 20;
+        assert!(config.validate().unwrap_err().starts_with("maxMessageSize"));
+        assert!("fast"
+            .parse::<FlushMode>()
+            .unwrap_err()
+            .starts_with("flushDiskType"));
+    }
+}

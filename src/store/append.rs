@@ -1,0 +1,299 @@
+//! The appender: the one task that writes the CommitLog (group commit, ARCHITECTURE D6).
+//!
+//! Each turn takes every queued put (up to `max_batch_bytes`) as one batch, encodes it
+//! into one buffer per touched segment, issues the write, and under SYNC_FLUSH the
+//! fdatasync, before taking the next batch; puts that arrive meanwhile wait and ride the
+//! next turn, so one fsync serves every producer that was waiting for it. Only then is the
+//! batch dispatched to the ConsumeQueues (visible, D7) and answered.
+//!
+//! A failed write or sync poisons the store (D11): the batch is answered with the cause
+//! and every later put is refused. A full disk met while creating the next segment fails
+//! only the puts that needed it, without poisoning: nothing was written.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::consume_queue::{AppendOutcome, CqEntry};
+use super::record::{self, BLANK_RECORD_LEN};
+use super::{PendingPut, Placement, QueueKey, Shared, StoreError};
+use crate::config::FlushMode;
+use crate::io::FileId;
+
+/// The bytes of one batch bound for one segment.
+struct Chunk {
+    segment_start: u64,
+    file: FileId,
+    position: u64,
+    bytes: Vec<u8>,
+}
+
+struct Encoded {
+    put: PendingPut,
+    placement: Placement,
+}
+
+pub(crate) async fn run_appender(shared: Rc<Shared>) {
+    loop {
+        let batch = take_batch(&shared);
+        if batch.is_empty() {
+            shared.appender_idle.notify_waiters();
+            if shared.closing.get() && shared.pending.borrow().is_empty() {
+                return;
+            }
+            shared.appender_wake.notified().await;
+            continue;
+        }
+        shared.appender_busy.set(true);
+        append_batch(&shared, batch).await;
+        shared.appender_busy.set(false);
+    }
+}
+
+fn take_batch(shared: &Shared) -> Vec<PendingPut> {
+    let mut pending = shared.pending.borrow_mut();
+    let mut batch = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(put) = pending.front() {
+        if !batch.is_empty() && bytes + put.encoded_len as usize > shared.config.max_batch_bytes {
+            break;
+        }
+        bytes += put.encoded_len as usize;
+        batch.push(pending.pop_front().expect("front exists"));
+    }
+    batch
+}
+
+async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
+    if let Some(error) = shared.poisoned() {
+        for put in batch {
+            let _ = put.reply.send(Err(error.clone()));
+        }
+        return;
+    }
+    let log = &shared.log;
+    let segment_size = log.segment_size();
+    let now = shared.clock.now_ms();
+    let start_pos = log.write_pos();
+    let mut pos = start_pos;
+    let mut chunks: Vec<Chunk> = Vec::new();
+    let mut encoded: Vec<Encoded> = Vec::with_capacity(batch.len());
+    let mut refused: Option<StoreError> = None;
+
+    let mut current = match open_chunk(shared, pos).await {
+        Ok(chunk) => chunk,
+        Err(error) => {
+            for put in batch {
+                let _ = put.reply.send(Err(error.clone()));
+            }
+            return;
+        }
+    };
+    let total_bytes: usize = batch.iter().map(|put| put.encoded_len as usize).sum();
+    current
+        .bytes
+        .reserve(total_bytes.min(shared.config.max_batch_bytes));
+
+    for put in batch {
+        if let Some(error) = &refused {
+            let _ = put.reply.send(Err(error.clone()));
+            continue;
+        }
+        let len = put.encoded_len as u64;
+        let within = pos - current.segment_start;
+        if within + len + BLANK_RECORD_LEN as u64 > segment_size {
+            // The next segment must exist before the blank that points at it is written.
+            let next = current.segment_start + segment_size;
+            match log.segment_file(next).await {
+                Ok(file) => {
+                    record::encode_blank((segment_size - within) as u32, &mut current.bytes);
+                    let full = std::mem::replace(
+                        &mut current,
+                        Chunk {
+                            segment_start: next,
+                            file,
+                            position: 0,
+                            bytes: Vec::with_capacity(
+                                total_bytes.min(shared.config.max_batch_bytes),
+                            ),
+                        },
+                    );
+                    chunks.push(full);
+                    pos = next;
+                }
+                Err(error) => {
+                    let error =
+                        StoreError::from_io(&format!("creating CommitLog segment {next}"), &error);
+                    let _ = put.reply.send(Err(error.clone()));
+                    refused = Some(error);
+                    continue;
+                }
+            }
+        }
+        let key: QueueKey = (put.input.topic.clone(), put.input.queue_id);
+        let queue_offset = {
+            let mut offsets = shared.next_queue_offsets.borrow_mut();
+            let next = offsets.entry(key).or_insert(0);
+            let assigned = *next;
+            *next += 1;
+            assigned
+        };
+        let before = current.bytes.len();
+        if let Err(error) = record::encode_into(
+            &put.input,
+            queue_offset as i64,
+            pos as i64,
+            now,
+            &mut current.bytes,
+        ) {
+            // encoded_len succeeded at enqueue, so this is a codec bug; refuse, don't write.
+            current.bytes.truncate(before);
+            let _ = put
+                .reply
+                .send(Err(StoreError::MessageIllegal(error.to_string())));
+            continue;
+        }
+        debug_assert_eq!(current.bytes.len() - before, len as usize);
+        let placement = Placement {
+            phys_offset: pos,
+            queue_offset,
+            size: len as u32,
+            store_timestamp: now,
+        };
+        put.placed.set(Some(placement));
+        encoded.push(Encoded { put, placement });
+        pos += len;
+    }
+    if !current.bytes.is_empty() {
+        chunks.push(current);
+    }
+    if chunks.is_empty() {
+        return;
+    }
+    log.set_write_pos(pos);
+
+    if let Err(error) = write_chunks(shared, &mut chunks).await {
+        return fail(shared, encoded, error);
+    }
+    log.set_written_pos(pos);
+    match shared.config.flush_mode {
+        FlushMode::Sync => {
+            for chunk in &chunks {
+                if let Err(error) = shared.disk.sync_data(chunk.file).await {
+                    let cause = format!(
+                        "fdatasync of CommitLog segment {} failed: {error}",
+                        chunk.segment_start
+                    );
+                    return fail(shared, encoded, cause);
+                }
+                shared.update_stats(|stats| stats.log_syncs += 1);
+            }
+            log.set_flushed_pos(pos);
+        }
+        FlushMode::Async => {
+            let dirty = pos - log.flushed_pos();
+            if dirty >= shared.config.flush_least_pages * 4096 {
+                shared.flusher_wake.notify_one();
+            }
+        }
+    }
+    if pos - log.segment_start(start_pos) > segment_size / 2
+        || log.segment_start(pos) != log.segment_start(start_pos)
+    {
+        log.preallocate_after(pos);
+    }
+    dispatch(shared, encoded, pos);
+}
+
+async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {
+    let segment_start = shared.log.segment_start(pos);
+    let file = shared
+        .log
+        .segment_file(segment_start)
+        .await
+        .map_err(|error| {
+            StoreError::from_io(
+                &format!("creating CommitLog segment {segment_start}"),
+                &error,
+            )
+        })?;
+    Ok(Chunk {
+        segment_start,
+        file,
+        position: pos - segment_start,
+        bytes: Vec::new(),
+    })
+}
+
+async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), String> {
+    for chunk in chunks {
+        let bytes = Bytes::from(std::mem::take(&mut chunk.bytes));
+        let len = bytes.len();
+        if let Err(error) = shared
+            .disk
+            .write_at(chunk.file, chunk.position, bytes)
+            .await
+        {
+            return Err(format!(
+                "write of {len} bytes to CommitLog segment {} at {} failed: {error}",
+                chunk.segment_start, chunk.position
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn fail(shared: &Shared, encoded: Vec<Encoded>, cause: String) {
+    shared.poison(cause.clone());
+    for item in encoded {
+        let _ = item
+            .put
+            .reply
+            .send(Err(StoreError::Poisoned(cause.clone())));
+    }
+}
+
+/// Makes the batch visible: ConsumeQueue entries, then the answers, then the wake-up.
+fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
+    let mut bytes = 0u64;
+    let count = encoded.len() as u64;
+    for item in encoded {
+        let input = &item.put.input;
+        let queue = super::recovery::queue_for(shared, &input.topic, input.queue_id);
+        let entry = CqEntry {
+            phys_offset: item.placement.phys_offset as i64,
+            size: item.placement.size as i32,
+            tags_code: item.put.tags_code,
+        };
+        let outcome = queue.and_then(|queue| {
+            queue
+                .append(item.placement.queue_offset, entry)
+                .map_err(StoreError::Corrupt)
+        });
+        match outcome {
+            Ok(AppendOutcome::Appended) => {
+                bytes += item.placement.size as u64;
+                let _ = item.put.reply.send(Ok(item.placement));
+            }
+            Ok(AppendOutcome::Duplicate) => {
+                let cause = format!(
+                    "dispatch found a duplicate entry for phys {}",
+                    entry.phys_offset
+                );
+                shared.poison(cause.clone());
+                let _ = item.put.reply.send(Err(StoreError::Corrupt(cause)));
+            }
+            Err(error) => {
+                shared.poison(error.to_string());
+                let _ = item.put.reply.send(Err(error));
+            }
+        }
+    }
+    shared.dispatched_pos.set(end);
+    shared.update_stats(|stats| {
+        stats.puts += count;
+        stats.put_bytes += bytes;
+        stats.batches += 1;
+    });
+    shared.arrivals.notify_waiters();
+}

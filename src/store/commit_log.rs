@@ -1,0 +1,160 @@
+//! The CommitLog: every message of the shard, all topics mixed, appended in one sequence
+//! of segment files (ARCHITECTURE D2, D4, D6).
+//!
+//! ```text
+//!   commitlog/<20-digit start offset>        (segment size S, default 1 GiB)
+//!
+//!   | record | record | ... | record | blank: [remaining i32][0xCBD43194] zeros... |
+//!   ^ start                                                          start + S ^
+//! ```
+//!
+//! Positions, all physical offsets with the shard id in the top 8 bits, in this order:
+//!
+//! ```text
+//!   flushed_pos  <=  written_pos  <=  write_pos
+//!   (durable)        (in page cache)  (encoded, write in flight)
+//! ```
+//!
+//! Invariants:
+//! - Only the shard's appender task writes here, and it has at most one write (plus, in
+//!   SYNC_FLUSH, its fdatasync) in flight; every position only grows while the store runs.
+//! - A record never spans two segments: when a record plus the 8-byte blank header does not
+//!   fit in what is left, the blank record fills the rest and the record goes to the next
+//!   segment, which must exist before the blank is written.
+//! - Every position above is a record boundary (or a segment start after a blank).
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::rc::Rc;
+
+use tokio::task::JoinHandle;
+
+use super::segment::SegmentSet;
+use crate::io::FileId;
+
+pub struct CommitLog {
+    pub segments: Rc<RefCell<SegmentSet>>,
+    segment_size: u64,
+    write_pos: Cell<u64>,
+    written_pos: Cell<u64>,
+    flushed_pos: Cell<u64>,
+    /// The next segment being preallocated in the background, so a roll rarely waits.
+    preallocating: RefCell<Option<(u64, JoinHandle<io::Result<FileId>>)>>,
+}
+
+impl CommitLog {
+    /// A log whose appends resume at `end` (everything below it is durable).
+    pub fn new(segments: SegmentSet, end: u64) -> CommitLog {
+        let segment_size = segments.size();
+        CommitLog {
+            segments: Rc::new(RefCell::new(segments)),
+            segment_size,
+            write_pos: Cell::new(end),
+            written_pos: Cell::new(end),
+            flushed_pos: Cell::new(end),
+            preallocating: RefCell::new(None),
+        }
+    }
+
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+
+    pub fn write_pos(&self) -> u64 {
+        self.write_pos.get()
+    }
+
+    pub fn written_pos(&self) -> u64 {
+        self.written_pos.get()
+    }
+
+    pub fn flushed_pos(&self) -> u64 {
+        self.flushed_pos.get()
+    }
+
+    /// Where appends resume after recovery; everything below is durable.
+    pub fn reset_positions(&self, end: u64) {
+        self.write_pos.set(end);
+        self.written_pos.set(end);
+        self.flushed_pos.set(end);
+    }
+
+    pub fn set_write_pos(&self, pos: u64) {
+        debug_assert!(pos >= self.write_pos.get());
+        self.write_pos.set(pos);
+    }
+
+    pub fn set_written_pos(&self, pos: u64) {
+        debug_assert!(pos >= self.written_pos.get() && pos <= self.write_pos.get());
+        self.written_pos.set(pos);
+    }
+
+    pub fn set_flushed_pos(&self, pos: u64) {
+        debug_assert!(pos >= self.flushed_pos.get() && pos <= self.written_pos.get());
+        self.flushed_pos.set(pos);
+    }
+
+    /// Start of the segment holding `pos`.
+    pub fn segment_start(&self, pos: u64) -> u64 {
+        self.segments.borrow().start_of(pos)
+    }
+
+    /// The file of the segment starting at `start`, creating and preallocating it if
+    /// needed (waiting for the background preallocation when it is that segment's).
+    pub async fn segment_file(&self, start: u64) -> io::Result<FileId> {
+        if let Some(file) = self.segments.borrow().file(start) {
+            return Ok(file);
+        }
+        let pending = {
+            let mut slot = self.preallocating.borrow_mut();
+            match slot.take() {
+                Some((pending_start, handle)) if pending_start == start => Some(handle),
+                other => {
+                    *slot = other;
+                    None
+                }
+            }
+        };
+        if let Some(handle) = pending {
+            // Its error (a full disk, say) is retried below, and reported from there.
+            let _ = handle.await;
+        }
+        SegmentSet::ensure(&self.segments, start).await
+    }
+
+    /// Starts preallocating the segment after the one holding `pos`, unless that is done
+    /// or under way.
+    pub fn preallocate_after(&self, pos: u64) {
+        let next = self.segment_start(pos) + self.segment_size;
+        if self.segments.borrow().file(next).is_some() {
+            return;
+        }
+        let mut slot = self.preallocating.borrow_mut();
+        if slot.as_ref().is_some_and(|(start, _)| *start == next) {
+            return;
+        }
+        let segments = self.segments.clone();
+        let handle = tokio::task::spawn_local(async move {
+            let result = SegmentSet::ensure(&segments, next).await;
+            if let Err(error) = &result {
+                tracing::warn!("preallocating CommitLog segment {next} failed: {error}");
+            }
+            result
+        });
+        if let Some((_, previous)) = slot.replace((next, handle)) {
+            previous.abort();
+        }
+    }
+
+    /// Reads `len` bytes of the record at `phys`.
+    pub fn read(&self, phys: u64, len: usize) -> io::Result<bytes::Bytes> {
+        self.segments.borrow().read_bytes(phys, len)
+    }
+
+    pub fn close(&self) {
+        if let Some((_, handle)) = self.preallocating.borrow_mut().take() {
+            handle.abort();
+        }
+        self.segments.borrow_mut().close_all();
+    }
+}

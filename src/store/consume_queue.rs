@@ -1,0 +1,306 @@
+//! One ConsumeQueue: the index of one (topic, queueId) into the CommitLog.
+//!
+//! ```text
+//!   consumequeue/<topic>/<queueId>/00000000000000000000   entries [0, N)
+//!                                  00000000000006000000   entries [N, 2N)   (N = 300 000)
+//!
+//!   entry k at logical byte offset k*20:
+//!   +----------------------+-------------+----------------------+
+//!   | phys offset  i64 (8) | size i32 (4)| tags code  i64 (8)   |
+//!   +----------------------+-------------+----------------------+
+//! ```
+//!
+//! Invariants:
+//! - The queue offset of a message is the index of its entry; entries are contiguous from
+//!   `min_offset` to `max_offset` and their physical offsets strictly increase.
+//! - Entries `[written, max_offset)` live only in memory (`tail`) until the checkpointer
+//!   writes them out; readers see both, so visibility never waits on ConsumeQueue I/O.
+//! - An entry is appended only once its record is visible under the flush policy (D7):
+//!   the dispatcher calls [`ConsumeQueue::append`] after the CommitLog write (and fsync).
+//! - Bytes past the end on disk are zero; recovery zeroes them after a cut.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::io;
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::segment::SegmentSet;
+use crate::io::Disk;
+
+pub const CQ_ENTRY_LEN: u64 = 20;
+
+/// One 20-byte ConsumeQueue entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqEntry {
+    pub phys_offset: i64,
+    pub size: i32,
+    /// Java `String.hashCode` of the TAGS property, sign-extended; 0 without a tag.
+    pub tags_code: i64,
+}
+
+impl CqEntry {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.phys_offset.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        out.extend_from_slice(&self.tags_code.to_be_bytes());
+    }
+
+    /// Decodes the first 20 bytes of `bytes` (which must hold them).
+    pub fn decode(bytes: &[u8]) -> CqEntry {
+        CqEntry {
+            phys_offset: i64::from_be_bytes(bytes[0..8].try_into().expect("8 bytes")),
+            size: i32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
+            tags_code: i64::from_be_bytes(bytes[12..20].try_into().expect("8 bytes")),
+        }
+    }
+
+    /// What RocketMQ's ConsumeQueue recovery accepts as a written entry.
+    pub fn is_written(&self) -> bool {
+        self.phys_offset >= 0 && self.size > 0
+    }
+
+    pub fn end(&self) -> u64 {
+        self.phys_offset as u64 + self.size as u64
+    }
+}
+
+struct QueueState {
+    min_offset: u64,
+    /// Entries below this are written to the files (maybe not yet synced).
+    written: u64,
+    /// Entries `[written, written + tail.len())`.
+    tail: Vec<CqEntry>,
+    /// Segment starts written since the last sync.
+    dirty: BTreeSet<u64>,
+    /// End (offset + size) of the last entry's record: the idempotence check of re-dispatch.
+    last_record_end: u64,
+}
+
+/// Why an entry could not be appended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AppendOutcome {
+    Appended,
+    /// Already present (re-dispatch after recovery).
+    Duplicate,
+}
+
+pub struct ConsumeQueue {
+    pub topic: String,
+    pub queue_id: i32,
+    files: RefCell<SegmentSet>,
+    state: RefCell<QueueState>,
+}
+
+impl ConsumeQueue {
+    /// Opens the queue in `dir`, finding its end: the first entry that is not written, or
+    /// (when `cut_at` is given, after a crash) whose record starts at or past `cut_at`.
+    /// Entries past the end are zeroed and wholly-dead files removed.
+    pub async fn load(
+        disk: Rc<dyn Disk>,
+        dir: &Path,
+        topic: &str,
+        queue_id: i32,
+        entries_per_file: u64,
+        cut_at: Option<u64>,
+    ) -> io::Result<ConsumeQueue> {
+        let file_size = entries_per_file * CQ_ENTRY_LEN;
+        let files = RefCell::new(SegmentSet::load(disk, dir, file_size, 0)?);
+        let starts = files.borrow().starts();
+        let mut end_entry = 0;
+        let mut last_record_end = 0;
+        for (index, &start) in starts.iter().enumerate().rev() {
+            let bytes = files.borrow().read_bytes(start, file_size as usize)?;
+            let mut valid = 0u64;
+            for chunk in bytes.chunks_exact(CQ_ENTRY_LEN as usize) {
+                let entry = CqEntry::decode(chunk);
+                let past_cut = cut_at.is_some_and(|cut| entry.phys_offset as u64 >= cut);
+                let out_of_order = valid > 0 && (entry.phys_offset as u64) < last_record_end;
+                if !entry.is_written() || past_cut || out_of_order {
+                    break;
+                }
+                last_record_end = entry.end();
+                valid += 1;
+            }
+            if valid == 0 && index > 0 {
+                files.borrow_mut().remove_from(start)?;
+                last_record_end = 0;
+                continue;
+            }
+            end_entry = start / CQ_ENTRY_LEN + valid;
+            if valid < entries_per_file {
+                SegmentSet::zero_tail(&files, end_entry * CQ_ENTRY_LEN).await?;
+            }
+            if index + 1 < starts.len() {
+                files.borrow_mut().remove_from(starts[index + 1])?;
+            }
+            break;
+        }
+        let min_offset = starts
+            .first()
+            .map(|start| start / CQ_ENTRY_LEN)
+            .unwrap_or(0);
+        Ok(ConsumeQueue {
+            topic: topic.to_string(),
+            queue_id,
+            files,
+            state: RefCell::new(QueueState {
+                min_offset: min_offset.min(end_entry),
+                written: end_entry,
+                tail: Vec::new(),
+                dirty: BTreeSet::new(),
+                last_record_end,
+            }),
+        })
+    }
+
+    /// A queue with no entries yet; its directory (and the parents' entries) made durable.
+    pub fn new_empty(
+        disk: Rc<dyn Disk>,
+        dir: &Path,
+        topic: &str,
+        queue_id: i32,
+        entries_per_file: u64,
+    ) -> io::Result<ConsumeQueue> {
+        let files = SegmentSet::load(disk.clone(), dir, entries_per_file * CQ_ENTRY_LEN, 0)?;
+        let mut ancestor = dir.parent();
+        for _ in 0..2 {
+            if let Some(parent) = ancestor {
+                disk.sync_dir(parent)?;
+                ancestor = parent.parent();
+            }
+        }
+        Ok(ConsumeQueue {
+            topic: topic.to_string(),
+            queue_id,
+            files: RefCell::new(files),
+            state: RefCell::new(QueueState {
+                min_offset: 0,
+                written: 0,
+                tail: Vec::new(),
+                dirty: BTreeSet::new(),
+                last_record_end: 0,
+            }),
+        })
+    }
+
+    pub fn min_offset(&self) -> u64 {
+        self.state.borrow().min_offset
+    }
+
+    /// One past the last entry.
+    pub fn max_offset(&self) -> u64 {
+        let state = self.state.borrow();
+        state.written + state.tail.len() as u64
+    }
+
+    /// Appends the entry for the message at queue offset `queue_offset`.
+    pub fn append(&self, queue_offset: u64, entry: CqEntry) -> Result<AppendOutcome, String> {
+        let mut state = self.state.borrow_mut();
+        let max = state.written + state.tail.len() as u64;
+        if queue_offset < max {
+            if entry.end() <= state.last_record_end {
+                return Ok(AppendOutcome::Duplicate);
+            }
+            return Err(format!(
+                "consume queue {}/{}: entry for queue offset {queue_offset} (phys {}) arrives \
+                 after offset {max} was written for an earlier record",
+                self.topic, self.queue_id, entry.phys_offset
+            ));
+        }
+        if queue_offset > max {
+            return Err(format!(
+                "consume queue {}/{}: entries [{max}, {queue_offset}) are missing before phys {} \
+                 (delete the store's checkpoint file to rebuild every queue from the CommitLog)",
+                self.topic, self.queue_id, entry.phys_offset
+            ));
+        }
+        state.last_record_end = entry.end();
+        state.tail.push(entry);
+        Ok(AppendOutcome::Appended)
+    }
+
+    /// Up to `max` entries starting at `from` (fewer at the end of the queue).
+    pub fn read_entries(&self, from: u64, max: usize) -> io::Result<Vec<CqEntry>> {
+        let state = self.state.borrow();
+        let end = (state.written + state.tail.len() as u64).min(from.saturating_add(max as u64));
+        if from >= end || from < state.min_offset {
+            return Ok(Vec::new());
+        }
+        let mut entries = Vec::with_capacity((end - from) as usize);
+        let mut next = from;
+        let files = self.files.borrow();
+        while next < end.min(state.written) {
+            let address = next * CQ_ENTRY_LEN;
+            let segment_end_entry = (files.start_of(address) + files.size()) / CQ_ENTRY_LEN;
+            let count = end.min(state.written).min(segment_end_entry) - next;
+            let bytes = files.read_bytes(address, (count * CQ_ENTRY_LEN) as usize)?;
+            entries.extend(
+                bytes
+                    .chunks_exact(CQ_ENTRY_LEN as usize)
+                    .map(CqEntry::decode),
+            );
+            next += count;
+        }
+        while next < end {
+            entries.push(state.tail[(next - state.written) as usize]);
+            next += 1;
+        }
+        Ok(entries)
+    }
+
+    /// Writes the in-memory tail out to the files (page cache; see [`ConsumeQueue::sync`]).
+    pub async fn write_out(&self) -> io::Result<()> {
+        let (first, bytes) = {
+            let state = self.state.borrow();
+            if state.tail.is_empty() {
+                return Ok(());
+            }
+            let mut bytes = Vec::with_capacity(state.tail.len() * CQ_ENTRY_LEN as usize);
+            for entry in &state.tail {
+                entry.encode(&mut bytes);
+            }
+            (state.written, Bytes::from(bytes))
+        };
+        let count = bytes.len() as u64 / CQ_ENTRY_LEN;
+        let (disk, file_size) = {
+            let files = self.files.borrow();
+            (files.disk_handle(), files.size())
+        };
+        let mut address = first * CQ_ENTRY_LEN;
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let start = address - address % file_size;
+            let len = ((start + file_size - address) as usize).min(bytes.len() - done);
+            let file = SegmentSet::ensure(&self.files, start).await?;
+            disk.write_at(file, address - start, bytes.slice(done..done + len))
+                .await?;
+            self.state.borrow_mut().dirty.insert(start);
+            done += len;
+            address += len as u64;
+        }
+        let mut state = self.state.borrow_mut();
+        state.written += count;
+        state.tail.drain(..count as usize);
+        Ok(())
+    }
+
+    /// Syncs every file written since the last sync.
+    pub async fn sync(&self) -> io::Result<()> {
+        let dirty = std::mem::take(&mut self.state.borrow_mut().dirty);
+        let disk = self.files.borrow().disk_handle();
+        for start in dirty {
+            let file = self.files.borrow().file(start);
+            if let Some(file) = file {
+                disk.sync_data(file).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn close(&self) {
+        self.files.borrow_mut().close_all();
+    }
+}

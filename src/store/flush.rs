@@ -1,0 +1,168 @@
+//! Background durability: the ASYNC_FLUSH flusher, the checkpointer, and clean shutdown.
+//!
+//! The flusher (ASYNC_FLUSH only) wakes every `flushIntervalCommitLog` and syncs the
+//! CommitLog once at least `flushCommitLogLeastPages` 4 KiB pages are dirty, or anything
+//! at all is dirty and `flushCommitLogThoroughInterval` has passed since the last sync
+//! (RocketMQ's timed flush). The appender also wakes it early once that many pages are
+//! dirty, so a busy store never has more than one interval's worth at risk.
+//!
+//! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, and
+//! records `safe = min(dispatched, flushed)`: below it both the CommitLog and the queue
+//! entries pointing into it are durable, which is what recovery relies on.
+
+use std::rc::Rc;
+
+use tokio::time::Instant;
+
+use super::consume_queue::ConsumeQueue;
+use super::segment::SegmentSet;
+use super::{Shared, StoreError, ABORT_FILE};
+
+pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
+    let config = &shared.config;
+    let mut last_sync = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(config.flush_interval) => {}
+            _ = shared.flusher_wake.notified() => {}
+        }
+        if shared.closing.get() || shared.poisoned().is_some() {
+            return;
+        }
+        let (flushed, written) = (shared.log.flushed_pos(), shared.log.written_pos());
+        if written == flushed {
+            continue;
+        }
+        let enough_pages = written - flushed >= config.flush_least_pages * 4096;
+        if !enough_pages && last_sync.elapsed() < config.flush_thorough_interval {
+            continue;
+        }
+        if let Err(cause) = sync_log(&shared, flushed, written).await {
+            shared.poison(cause);
+            return;
+        }
+        last_sync = Instant::now();
+    }
+}
+
+/// Syncs the CommitLog segments holding `[from, to)` and advances the flushed position.
+async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
+    let segments = shared.log.segments.clone();
+    let first = segments.borrow().start_of(from);
+    let last = segments.borrow().start_of(to.max(from + 1) - 1);
+    SegmentSet::sync_range(&segments, from, to)
+        .await
+        .map_err(|error| format!("fdatasync of the CommitLog in [{from}, {to}) failed: {error}"))?;
+    let synced = (last - first) / shared.log.segment_size() + 1;
+    shared.update_stats(|stats| stats.log_syncs += synced);
+    shared.log.set_flushed_pos(to);
+    Ok(())
+}
+
+/// How `std::io::Error` renders ENOSPC; checkpoint errors are strings with that inside.
+const DISK_FULL_TEXT: &str = "No space left on device";
+
+pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
+    loop {
+        tokio::time::sleep(shared.config.checkpoint_interval).await;
+        if shared.closing.get() || shared.poisoned().is_some() {
+            return;
+        }
+        match checkpoint(&shared, false).await {
+            Ok(()) => {}
+            // Queue entries stay in memory and the old checkpoint stays valid, so a full
+            // disk only delays the checkpoint; the next round tries again.
+            Err(cause) if cause.contains(DISK_FULL_TEXT) => {
+                tracing::warn!("checkpoint postponed: {cause}");
+            }
+            Err(cause) => {
+                shared.poison(cause);
+                return;
+            }
+        }
+    }
+}
+
+/// Writes out and syncs every ConsumeQueue, then records the safe offset.
+pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), String> {
+    let dispatched = shared.dispatched_pos.get();
+    let queues: Vec<Rc<ConsumeQueue>> = shared.queues.borrow().values().cloned().collect();
+    for queue in &queues {
+        queue.write_out().await.map_err(|error| {
+            format!(
+                "writing consume queue {}/{}: {error}",
+                queue.topic, queue.queue_id
+            )
+        })?;
+    }
+    for queue in &queues {
+        queue.sync().await.map_err(|error| {
+            format!(
+                "syncing consume queue {}/{}: {error}",
+                queue.topic, queue.queue_id
+            )
+        })?;
+    }
+    let safe = dispatched.min(shared.log.flushed_pos());
+    let Some(mut file) = shared.checkpoint.borrow_mut().take() else {
+        return Ok(());
+    };
+    let unchanged = file
+        .last()
+        .is_some_and(|last| last.safe_offset == safe && last.clean == clean);
+    let result = if unchanged {
+        Ok(())
+    } else {
+        let log_end = if clean { safe } else { 0 };
+        file.write(safe, log_end, clean, shared.clock.now_ms())
+            .await
+            .map_err(|error| format!("writing the checkpoint: {error}"))
+    };
+    *shared.checkpoint.borrow_mut() = Some(file);
+    result
+}
+
+pub(crate) async fn shutdown(shared: &Rc<Shared>) -> Result<(), StoreError> {
+    if shared.closing.replace(true) {
+        return Ok(());
+    }
+    // Let the appender finish what was queued before the refusal began.
+    shared.appender_wake.notify_one();
+    while !shared.pending.borrow().is_empty() || shared.appender_busy.get() {
+        let idle = shared.appender_idle.notified();
+        shared.appender_wake.notify_one();
+        idle.await;
+    }
+    for task in shared.tasks.borrow_mut().drain(..) {
+        task.abort();
+    }
+    let result = finish(shared).await;
+    shared.log.close();
+    for queue in shared.queues.borrow().values() {
+        queue.close();
+    }
+    if let Some(file) = shared.checkpoint.borrow_mut().take() {
+        file.close();
+    }
+    shared.lock_file.borrow_mut().take();
+    result
+}
+
+async fn finish(shared: &Shared) -> Result<(), StoreError> {
+    if let Some(error) = shared.poisoned() {
+        return Err(error);
+    }
+    let (flushed, written) = (shared.log.flushed_pos(), shared.log.written_pos());
+    sync_log(shared, flushed, written)
+        .await
+        .map_err(StoreError::Poisoned)?;
+    checkpoint(shared, true)
+        .await
+        .map_err(StoreError::Poisoned)?;
+    let abort = shared.config.dir.join(ABORT_FILE);
+    shared
+        .disk
+        .remove_file(&abort)
+        .and_then(|()| shared.disk.sync_dir(&shared.config.dir))
+        .map_err(|error| StoreError::from_io("removing the abort marker", &error))
+}

@@ -1,0 +1,290 @@
+//! Offline inspection of a store directory: `ringmq store verify` and `ringmq store dump`.
+//! Neither writes anything; both work on a store that is not open (or was killed).
+//!
+//! `verify` judges damage against what the store promised: every CommitLog byte below the
+//! durable point (the clean log end, or the checkpoint's safe offset after a crash) must
+//! be valid records, and every ConsumeQueue entry below it must point at the matching
+//! record. Invalid bytes *past* the durable point of a crashed store are its unrecovered
+//! tail, which the next start cuts; they are reported, not counted as damage.
+
+use std::io;
+use std::path::Path;
+use std::rc::Rc;
+
+use serde::Serialize;
+
+use super::checkpoint::read_checkpoint;
+use super::consume_queue::{CqEntry, CQ_ENTRY_LEN};
+use super::properties;
+use super::record::{self, Decoded, RecordView, Verify};
+use super::scan::scan;
+use super::segment::{parse_segment_name, SegmentSet};
+use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR};
+use crate::io::Disk;
+
+const WINDOW: usize = 8 << 20;
+
+/// What `verify` found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerifyReport {
+    pub segments: u64,
+    pub records: u64,
+    pub record_bytes: u64,
+    pub log_end: u64,
+    pub durable_point: u64,
+    pub crashed: bool,
+    pub queues: u64,
+    pub queue_entries: u64,
+    /// Invalid data past the durable point that the next start will cut.
+    pub unrecovered_tail: Option<String>,
+    /// Everything wrong below the durable point. Empty means the store is sound.
+    pub damage: Vec<String>,
+}
+
+/// One line of `store dump`.
+#[derive(Clone, Debug, Serialize)]
+pub struct DumpedRecord<'a> {
+    pub phys_offset: u64,
+    pub total_size: u32,
+    pub topic: &'a str,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub store_timestamp: i64,
+    pub born_timestamp: i64,
+    pub sys_flag: i32,
+    pub flag: i32,
+    pub reconsume_times: i32,
+    pub keys: Option<&'a str>,
+    pub tags: Option<&'a str>,
+    pub uniq_key: Option<&'a str>,
+    pub body_size: usize,
+    pub body_crc: i32,
+}
+
+impl<'a> DumpedRecord<'a> {
+    pub fn new(phys: u64, view: &RecordView<'a>) -> DumpedRecord<'a> {
+        DumpedRecord {
+            phys_offset: phys,
+            total_size: view.total_size,
+            topic: view.topic,
+            queue_id: view.queue_id,
+            queue_offset: view.queue_offset,
+            store_timestamp: view.store_timestamp,
+            born_timestamp: view.born_timestamp,
+            sys_flag: view.sys_flag,
+            flag: view.flag,
+            reconsume_times: view.reconsume_times,
+            keys: properties::get(view.properties, properties::KEYS),
+            tags: properties::get(view.properties, properties::TAGS),
+            uniq_key: properties::get(view.properties, properties::UNIQ_KEY),
+            body_size: view.body.len(),
+            body_crc: view.body_crc,
+        }
+    }
+}
+
+/// Opens a store's CommitLog segments for reading, inferring segment size and shard base
+/// from the files themselves.
+pub fn open_log(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<Option<SegmentSet>> {
+    let log_dir = dir.join(COMMIT_LOG_DIR);
+    if !disk.exists(&log_dir) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{} does not exist: is {} a ringmq store?",
+                log_dir.display(),
+                dir.display()
+            ),
+        ));
+    }
+    let names: Vec<u64> = disk
+        .list_dir(&log_dir)?
+        .iter()
+        .filter_map(|name| parse_segment_name(name))
+        .collect();
+    let Some(&first) = names.first() else {
+        return Ok(None);
+    };
+    let probe = disk.open(&log_dir.join(super::segment::segment_name(first)), false)?;
+    let size = disk.file_len(probe)?;
+    disk.close(probe);
+    if size == 0 {
+        return Ok(None);
+    }
+    let base = (first >> 56) << 56;
+    SegmentSet::load(disk, &log_dir, size, base).map(Some)
+}
+
+/// Checks every record and every ConsumeQueue entry of the store in `dir`.
+pub fn verify(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<VerifyReport> {
+    let mut report = VerifyReport {
+        crashed: disk.exists(&dir.join(ABORT_FILE)),
+        ..VerifyReport::default()
+    };
+    let checkpoint = read_checkpoint(disk.as_ref(), dir)?;
+    let Some(segments) = open_log(disk.clone(), dir)? else {
+        return Ok(report);
+    };
+    report.segments = segments.starts().len() as u64;
+    let first = segments.first_start().unwrap_or(segments.base());
+    report.durable_point = match checkpoint {
+        Some(checkpoint) if checkpoint.clean && !report.crashed => checkpoint.log_end,
+        Some(checkpoint) => checkpoint.safe_offset,
+        None => first,
+    };
+    let end = scan(&segments, first, Verify::Full, WINDOW, |_, view| {
+        report.records += 1;
+        report.record_bytes += view.total_size as u64;
+        Ok(())
+    })?;
+    report.log_end = end.end;
+    if end.end < report.durable_point {
+        report.damage.push(format!(
+            "the log's valid records end at {} but the checkpoint promises {} durable: {}",
+            end.end,
+            report.durable_point,
+            end.invalid
+                .as_deref()
+                .unwrap_or("the data after it is missing")
+        ));
+    } else if let Some(reason) = end.invalid {
+        report.unrecovered_tail = Some(format!("at {}: {reason}", end.end));
+    }
+    verify_queues(disk.as_ref(), dir, &segments, &mut report)?;
+    Ok(report)
+}
+
+fn verify_queues(
+    disk: &dyn Disk,
+    dir: &Path,
+    segments: &SegmentSet,
+    report: &mut VerifyReport,
+) -> io::Result<()> {
+    let root = dir.join(CONSUME_QUEUE_DIR);
+    if !disk.exists(&root) {
+        return Ok(());
+    }
+    for topic in disk.list_dir(&root)? {
+        for queue in disk.list_dir(&root.join(&topic))? {
+            report.queues += 1;
+            let queue_dir = root.join(&topic).join(&queue);
+            let queue_id: i32 = queue.parse().unwrap_or(-1);
+            let mut expected_index = None;
+            let mut previous_end = 0u64;
+            for name in disk.list_dir(&queue_dir)? {
+                let Some(start) = parse_segment_name(&name) else {
+                    continue;
+                };
+                let file = disk.open(&queue_dir.join(&name), false)?;
+                let len = disk.file_len(file)?;
+                let mut bytes = vec![0u8; len as usize];
+                crate::io::read_exact_at(disk, file, 0, &mut bytes)?;
+                disk.close(file);
+                for (slot, chunk) in bytes.chunks_exact(CQ_ENTRY_LEN as usize).enumerate() {
+                    let entry = CqEntry::decode(chunk);
+                    if !entry.is_written() {
+                        break;
+                    }
+                    let index = start / CQ_ENTRY_LEN + slot as u64;
+                    if expected_index.is_some_and(|expected| expected != index) {
+                        report
+                            .damage
+                            .push(format!("{topic}/{queue}: entries jump to {index}"));
+                    }
+                    expected_index = Some(index + 1);
+                    report.queue_entries += 1;
+                    let problem = check_entry(
+                        segments,
+                        report.log_end,
+                        &topic,
+                        queue_id,
+                        index,
+                        &entry,
+                        previous_end,
+                    );
+                    previous_end = entry.end();
+                    if let Some(problem) = problem {
+                        if (entry.phys_offset as u64) < report.durable_point {
+                            report
+                                .damage
+                                .push(format!("{topic}/{queue} entry {index}: {problem}"));
+                        } else if report.unrecovered_tail.is_none() {
+                            report.unrecovered_tail =
+                                Some(format!("{topic}/{queue} entry {index}: {problem}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_entry(
+    segments: &SegmentSet,
+    log_end: u64,
+    topic: &str,
+    queue_id: i32,
+    index: u64,
+    entry: &CqEntry,
+    previous_end: u64,
+) -> Option<String> {
+    let phys = entry.phys_offset as u64;
+    if phys < previous_end {
+        return Some(format!("phys {phys} overlaps the previous entry's record"));
+    }
+    if phys + entry.size as u64 > log_end {
+        return Some(format!(
+            "points at {phys}, past the log's valid end {log_end}"
+        ));
+    }
+    let bytes = match segments.read_bytes(phys, entry.size as usize) {
+        Ok(bytes) => bytes,
+        Err(error) => return Some(format!("cannot read its record at {phys}: {error}")),
+    };
+    match record::decode(&bytes, Verify::Structure) {
+        Ok(Decoded::Record(view)) => {
+            if view.topic != topic || view.queue_id != queue_id || view.queue_offset as u64 != index
+            {
+                Some(format!(
+                    "points at a record of {}/{} offset {}",
+                    view.topic, view.queue_id, view.queue_offset
+                ))
+            } else if view.total_size != entry.size as u32 {
+                Some(format!(
+                    "size {} but the record is {}",
+                    entry.size, view.total_size
+                ))
+            } else {
+                None
+            }
+        }
+        Ok(Decoded::Blank { .. }) => Some(format!("points at a blank record at {phys}")),
+        Err(error) => Some(format!("points at an invalid record at {phys}: {error}")),
+    }
+}
+
+/// Calls `emit` for each valid record from the start of the log, in order, and returns
+/// where and why the walk stopped (`None` reason: a clean end of data).
+pub fn dump(
+    disk: Rc<dyn Disk>,
+    dir: &Path,
+    mut emit: impl FnMut(DumpedRecord<'_>) -> io::Result<()>,
+) -> io::Result<(u64, Option<String>)> {
+    let Some(segments) = open_log(disk, dir)? else {
+        return Ok((0, None));
+    };
+    let first = segments.first_start().unwrap_or(segments.base());
+    let mut failure: Option<io::Error> = None;
+    let end = scan(&segments, first, Verify::Full, WINDOW, |phys, view| {
+        emit(DumpedRecord::new(phys, view)).map_err(|error| {
+            let text = error.to_string();
+            failure = Some(error);
+            text
+        })
+    })?;
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    Ok((end.end, end.invalid))
+}

@@ -1,0 +1,293 @@
+//! Opening a store: clean start or crash recovery (ARCHITECTURE D9, D10).
+//!
+//! | abort marker | checkpoint      | what happens                                             |
+//! |--------------|-----------------|----------------------------------------------------------|
+//! | absent       | valid, CLEAN    | clean stop: appends resume at its log end, no scan        |
+//! | absent       | missing         | new store if the log is empty, else treated as a crash    |
+//! | present      | any             | crash: scan from the safe offset (the log's base if none) |
+//!
+//! Crash recovery, in order:
+//! 1. Each ConsumeQueue is cut before its first entry that is unwritten or points at or
+//!    past the safe offset (entries below it were synced before the checkpoint said so).
+//! 2. The CommitLog is scanned from the safe offset, checking magic, size, body CRC and
+//!    the whole-record CRC32C; every valid record is dispatched to its queue again.
+//! 3. The first invalid record ends the log: the rest of its segment is zeroed and later
+//!    segments are removed, so nothing half-written can ever be read or served.
+//! 4. The recovered range is synced, the queues are written and synced, and a checkpoint
+//!    at the recovered end is written before the abort marker is (re)created.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::rc::Rc;
+
+use tokio::sync::Notify;
+
+use super::checkpoint::CheckpointFile;
+use super::commit_log::CommitLog;
+use super::consume_queue::{ConsumeQueue, CqEntry};
+use super::record::Verify;
+use super::scan::scan;
+use super::segment::SegmentSet;
+use super::{properties, topic, OpenKind, QueueKey, Shared, StoreError, StoreStats};
+use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
+use crate::clock::Clock;
+use crate::config::StoreConfig;
+use crate::io::Disk;
+
+/// Bytes read at a time while scanning.
+const SCAN_WINDOW: usize = 8 << 20;
+
+pub(crate) async fn open(
+    config: StoreConfig,
+    disk: Rc<dyn Disk>,
+    clock: Clock,
+) -> Result<Rc<Shared>, StoreError> {
+    config.validate().map_err(StoreError::Config)?;
+    let dir = config.dir.clone();
+    let io_error = |context: &str| {
+        let context = context.to_string();
+        move |error: std::io::Error| StoreError::from_io(&context, &error)
+    };
+    disk.create_dir_all(&dir)
+        .map_err(io_error("creating the store directory"))?;
+    let lock_file = if disk.backend_name() == "sim" {
+        None
+    } else {
+        Some(lock_directory(&dir)?)
+    };
+    let crashed = disk.exists(&dir.join(ABORT_FILE));
+    let checkpoint =
+        CheckpointFile::open(disk.clone(), &dir).map_err(io_error("opening the checkpoint"))?;
+    let base = config.offset_base();
+    let segments = SegmentSet::load(
+        disk.clone(),
+        &dir.join(COMMIT_LOG_DIR),
+        config.commit_log_segment_size,
+        base,
+    )
+    .map_err(|error| StoreError::Corrupt(format!("loading the CommitLog: {error}")))?;
+    let last = checkpoint.last();
+    let clean = !crashed && last.is_some_and(|last| last.clean);
+    let safe = last.map(|last| last.safe_offset).unwrap_or(base);
+    if safe < base || (safe > base && segments.is_empty()) {
+        return Err(StoreError::Corrupt(format!(
+            "the checkpoint says the log is durable up to {safe}, but {} holds no segment for it",
+            dir.join(COMMIT_LOG_DIR).display()
+        )));
+    }
+    let fresh = segments.is_empty() && last.is_none();
+    let cut = if clean { None } else { Some(safe) };
+    let queues = load_queues(&disk, &dir.join(CONSUME_QUEUE_DIR), &config, cut).await?;
+    let next_queue_offsets = queues
+        .iter()
+        .map(|(key, queue)| (key.clone(), queue.max_offset()))
+        .collect();
+
+    let shared = Rc::new(Shared {
+        log: CommitLog::new(segments, safe),
+        queues: RefCell::new(queues),
+        next_queue_offsets: RefCell::new(next_queue_offsets),
+        pending: RefCell::new(VecDeque::new()),
+        appender_wake: Notify::new(),
+        flusher_wake: Notify::new(),
+        arrivals: Notify::new(),
+        poison: RefCell::new(None),
+        closing: Cell::new(false),
+        dispatched_pos: Cell::new(safe),
+        checkpoint: RefCell::new(Some(checkpoint)),
+        stats: Cell::new(StoreStats::default()),
+        tasks: RefCell::new(Vec::new()),
+        appender_idle: Notify::new(),
+        appender_busy: Cell::new(false),
+        lock_file: RefCell::new(lock_file),
+        opened: Cell::new(OpenKind::Fresh),
+        config,
+        disk,
+        clock,
+    });
+
+    let end = if clean {
+        last.map(|last| last.log_end).unwrap_or(base)
+    } else {
+        recover_log(&shared, safe).await?
+    };
+    shared.opened.set(match (clean, fresh) {
+        (true, _) => OpenKind::Clean,
+        (false, true) => OpenKind::Fresh,
+        (false, false) => OpenKind::Recovered {
+            from: safe,
+            to: end,
+        },
+    });
+    shared.log.reset_positions(end);
+    shared.dispatched_pos.set(end);
+    super::flush::checkpoint(&shared, false)
+        .await
+        .map_err(StoreError::Io)?;
+    let abort = dir.join(ABORT_FILE);
+    let marker = shared
+        .disk
+        .open(&abort, true)
+        .map_err(io_error("creating the abort marker"))?;
+    shared.disk.close(marker);
+    shared
+        .disk
+        .sync_dir(&dir)
+        .map_err(io_error("syncing the store directory"))?;
+    tracing::info!(
+        "store {} opened after a {} stop: log ends at {end}, {} queues",
+        dir.display(),
+        if clean { "clean" } else { "crash or first" },
+        shared.queues.borrow().len()
+    );
+    Ok(shared)
+}
+
+/// Scans from `safe`, re-dispatching every valid record, and cuts the log after the last.
+async fn recover_log(shared: &Shared, safe: u64) -> Result<u64, StoreError> {
+    let mut recovered = 0u64;
+    let result = {
+        let segments = shared.log.segments.borrow();
+        scan(&segments, safe, Verify::Full, SCAN_WINDOW, |phys, view| {
+            let Some(queue) = queue_for(shared, view.topic, view.queue_id).ok() else {
+                return Err(format!("record at {phys} has an invalid topic or queue id"));
+            };
+            let tags_code = properties::get(view.properties, properties::TAGS)
+                .map(|tags| properties::java_string_hash(tags) as i64)
+                .unwrap_or(0);
+            let entry = CqEntry {
+                phys_offset: phys as i64,
+                size: view.total_size as i32,
+                tags_code,
+            };
+            recovered += 1;
+            queue.append(view.queue_offset as u64, entry).map(|_| ())
+        })
+    };
+    let scan_end = result.map_err(|error| StoreError::from_io("scanning the CommitLog", &error))?;
+    let end = scan_end.end;
+    if let Some(reason) = &scan_end.invalid {
+        if reason.starts_with("consume queue") {
+            return Err(StoreError::Corrupt(reason.clone()));
+        }
+        tracing::warn!(
+            "CommitLog ends at {end}: {reason}; the rest is discarded as never acknowledged"
+        );
+    }
+    let segments = shared.log.segments.clone();
+    let size = shared.log.segment_size();
+    let end_segment = segments.borrow().start_of(end);
+    let io_error =
+        |error: std::io::Error| StoreError::from_io("cutting the CommitLog tail", &error);
+    segments
+        .borrow_mut()
+        .remove_from(end_segment + size)
+        .map_err(io_error)?;
+    SegmentSet::zero_tail(&segments, end)
+        .await
+        .map_err(io_error)?;
+    SegmentSet::sync_range(&segments, safe, end)
+        .await
+        .map_err(io_error)?;
+    tracing::info!("recovery re-dispatched {recovered} records from {safe} to {end}");
+    Ok(end)
+}
+
+/// Loads every `consumequeue/<topic>/<queueId>` directory.
+async fn load_queues(
+    disk: &Rc<dyn Disk>,
+    root: &Path,
+    config: &StoreConfig,
+    cut: Option<u64>,
+) -> Result<HashMap<QueueKey, Rc<ConsumeQueue>>, StoreError> {
+    let io_error = |error: std::io::Error| StoreError::from_io("loading consume queues", &error);
+    disk.create_dir_all(root).map_err(io_error)?;
+    let mut queues = HashMap::new();
+    for topic_name in disk.list_dir(root).map_err(io_error)? {
+        if topic::validate_topic(&topic_name).is_err() {
+            tracing::warn!(
+                "ignoring {}: not a topic name",
+                root.join(&topic_name).display()
+            );
+            continue;
+        }
+        let topic_dir = root.join(&topic_name);
+        for queue_name in disk.list_dir(&topic_dir).map_err(io_error)? {
+            let Ok(queue_id) = queue_name.parse::<i32>() else {
+                tracing::warn!(
+                    "ignoring {}: not a queue id",
+                    topic_dir.join(&queue_name).display()
+                );
+                continue;
+            };
+            let queue = ConsumeQueue::load(
+                disk.clone(),
+                &topic_dir.join(&queue_name),
+                &topic_name,
+                queue_id,
+                config.consume_queue_entries_per_file,
+                cut,
+            )
+            .await
+            .map_err(io_error)?;
+            queues.insert((topic_name.clone(), queue_id), Rc::new(queue));
+        }
+    }
+    Ok(queues)
+}
+
+/// The queue of (topic, queue id), created empty on first use.
+pub(crate) fn queue_for(
+    shared: &Shared,
+    topic_name: &str,
+    queue_id: i32,
+) -> Result<Rc<ConsumeQueue>, StoreError> {
+    if let Some(queue) = shared.queue(topic_name, queue_id) {
+        return Ok(queue);
+    }
+    topic::validate_topic(topic_name).map_err(StoreError::MessageIllegal)?;
+    if queue_id < 0 {
+        return Err(StoreError::MessageIllegal(format!(
+            "queue id {queue_id} is negative"
+        )));
+    }
+    let dir = shared
+        .config
+        .dir
+        .join(CONSUME_QUEUE_DIR)
+        .join(topic_name)
+        .join(queue_id.to_string());
+    let queue = ConsumeQueue::new_empty(
+        shared.disk.clone(),
+        &dir,
+        topic_name,
+        queue_id,
+        shared.config.consume_queue_entries_per_file,
+    )
+    .map_err(|error| StoreError::from_io("creating a consume queue", &error))?;
+    let queue = Rc::new(queue);
+    shared
+        .queues
+        .borrow_mut()
+        .insert((topic_name.to_string(), queue_id), queue.clone());
+    Ok(queue)
+}
+
+/// Takes an exclusive `flock` on `<dir>/lock` for as long as the returned file lives.
+fn lock_directory(dir: &Path) -> Result<std::fs::File, StoreError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| StoreError::from_io("opening the lock file", &error))?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked != 0 {
+        return Err(StoreError::Locked(dir.display().to_string()));
+    }
+    Ok(file)
+}

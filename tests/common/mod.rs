@@ -1,0 +1,114 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ringmq::io::sim::{SimConfig, SimDisk};
+use ringmq::io::Disk;
+use ringmq::store::properties;
+use ringmq::store::record::{body_crc, RecordInput};
+
+/// Runs `future` on a current-thread runtime inside a `LocalSet`, as a shard does.
+/// With `paused` time, timers advance only when every task is idle, so runs repeat exactly.
+pub fn run_local<F: Future>(paused: bool, future: F) -> F::Output {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if paused {
+        builder.start_paused(true);
+    }
+    let runtime = builder.build().expect("runtime");
+    tokio::task::LocalSet::new().block_on(&runtime, future)
+}
+
+pub fn sim_disk(seed: u64) -> SimDisk {
+    SimDisk::new(SimConfig::with_seed(seed))
+}
+
+pub fn as_disk(sim: &SimDisk) -> Rc<dyn Disk> {
+    Rc::new(sim.clone())
+}
+
+/// A message with the given body and optional tag and keys.
+pub fn message(
+    topic: &str,
+    queue_id: i32,
+    body: &[u8],
+    tags: Option<&str>,
+    keys: Option<&str>,
+) -> RecordInput {
+    let mut pairs = Vec::new();
+    if let Some(tags) = tags {
+        pairs.push((properties::TAGS, tags));
+    }
+    if let Some(keys) = keys {
+        pairs.push((properties::KEYS, keys));
+    }
+    RecordInput {
+        topic: topic.to_string(),
+        queue_id,
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp: 1_700_000_000_000,
+        born_host: SocketAddr::from(([10, 0, 0, 7], 50000)),
+        store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+        body_crc: body_crc(body),
+        body: Bytes::copy_from_slice(body),
+        properties: properties::encode(pairs),
+    }
+}
+
+/// Waits until `condition` holds, checking every few milliseconds, for at most `limit`.
+pub fn wait_for(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A tiny deterministic PRNG (splitmix64) for seeded workloads.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[low, high)`.
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next_u64() % (high - low)
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.range(0, 100) < percent
+    }
+}
+
+/// The seeds a simulation sweeps: `RINGMQ_SIM_SEEDS=START..END`, else `default`.
+pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    match std::env::var("RINGMQ_SIM_SEEDS") {
+        Ok(text) => {
+            let (start, end) = text
+                .split_once("..")
+                .unwrap_or_else(|| panic!("RINGMQ_SIM_SEEDS={text}: expected START..END"));
+            let start: u64 = start.trim().parse().expect("RINGMQ_SIM_SEEDS start");
+            let end: u64 = end.trim().parse().expect("RINGMQ_SIM_SEEDS end");
+            start..end
+        }
+        Err(_) => default,
+    }
+}

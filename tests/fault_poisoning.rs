@@ -1,0 +1,166 @@
+//! The failure policy (ARCHITECTURE D11): a failed CommitLog write or fsync poisons the
+//! store, which then refuses every write naming the cause; a full disk is a clear error
+//! that poisons nothing. In every case, what was acknowledged before stays readable.
+
+mod common;
+
+use common::{as_disk, message, run_local, sim_disk};
+use ringmq::clock::Clock;
+use ringmq::config::{FlushMode, StoreConfig};
+use ringmq::store::{GetStatus, OpenKind, Store, StoreError};
+
+fn config() -> StoreConfig {
+    let mut config = StoreConfig::test_min("/store");
+    config.flush_mode = FlushMode::Sync;
+    config
+}
+
+/// Puts `count` messages to T/0 and returns how many were acknowledged.
+async fn put_many(store: &Store, count: usize) -> usize {
+    let mut acked = 0;
+    for index in 0..count {
+        if store
+            .put(message("T", 0, format!("m{index}").as_bytes(), None, None))
+            .await
+            .is_ok()
+        {
+            acked += 1;
+        }
+    }
+    acked
+}
+
+fn assert_poisoned_with(error: &StoreError, cause: &str) {
+    match error {
+        StoreError::Poisoned(text) => assert!(
+            text.contains(cause),
+            "cause '{text}' should mention '{cause}'"
+        ),
+        other => panic!("expected Poisoned, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_store_and_every_later_put_names_the_cause() {
+    let sim = sim_disk(11);
+    run_local(true, async {
+        let store = Store::open(config(), as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert_eq!(put_many(&store, 5).await, 5);
+        sim.fail_next_sync(libc::EIO);
+        let error = store
+            .put(message("T", 0, b"doomed", None, None))
+            .await
+            .unwrap_err();
+        assert_poisoned_with(&error, "fdatasync");
+        let later = store
+            .put(message("T", 0, b"later", None, None))
+            .await
+            .unwrap_err();
+        assert_poisoned_with(&later, "fdatasync");
+        assert!(store.poison_cause().unwrap().contains("Input/output error"));
+        assert_eq!(
+            store.max_offset("T", 0),
+            5,
+            "the failed batch never became visible"
+        );
+        assert!(
+            store.shutdown().await.is_err(),
+            "a poisoned store does not claim a clean stop"
+        );
+    });
+    // The process dies; what was acknowledged is still there after recovery.
+    sim.crash_now();
+    sim.restart();
+    run_local(true, async {
+        let store = Store::open(config(), as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert!(matches!(store.opened(), OpenKind::Recovered { .. }));
+        let got = store.get_messages("T", 0, 0, 32, None).unwrap();
+        assert!(
+            got.messages.len() >= 5,
+            "acknowledged messages lost: {} left",
+            got.messages.len()
+        );
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn a_failed_write_poisons_the_store() {
+    let sim = sim_disk(12);
+    run_local(true, async {
+        let store = Store::open(config(), as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert_eq!(put_many(&store, 3).await, 3);
+        sim.fail_next_write(libc::EIO);
+        let error = store
+            .put(message("T", 0, b"doomed", None, None))
+            .await
+            .unwrap_err();
+        assert_poisoned_with(&error, "write of");
+        assert_poisoned_with(
+            &store
+                .put(message("T", 0, b"x", None, None))
+                .await
+                .unwrap_err(),
+            "write of",
+        );
+        let got = store.get_messages("T", 0, 0, 32, None).unwrap();
+        assert_eq!(
+            got.messages.len(),
+            3,
+            "reads still serve what was acknowledged"
+        );
+    });
+}
+
+#[test]
+fn a_full_disk_refuses_puts_clearly_without_poisoning_and_recovers_when_space_returns() {
+    let sim = sim_disk(13);
+    run_local(true, async {
+        let config = config();
+        let segment = config.commit_log_segment_size;
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert_eq!(put_many(&store, 1).await, 1);
+        // Room for the first segment, queue files and the checkpoint, not a second segment.
+        sim.set_capacity(Some(segment + 16 * 1024));
+        let body = vec![1u8; 2000];
+        let mut acked = 1u64;
+        let refusal = loop {
+            match store.put(message("T", 0, &body, None, None)).await {
+                Ok(_) => acked += 1,
+                Err(error) => break error,
+            }
+            assert!(acked < 1000, "the disk never filled up");
+        };
+        match &refusal {
+            StoreError::DiskFull(text) => assert!(text.contains("No space left"), "{text}"),
+            other => panic!("expected DiskFull, got {other:?}"),
+        }
+        assert!(
+            store.poison_cause().is_none(),
+            "a full disk must not poison the store"
+        );
+        assert_eq!(store.max_offset("T", 0), acked);
+        let got = store.get_messages("T", 0, 0, 1, None).unwrap();
+        assert_eq!(got.status, GetStatus::Found);
+        sim.set_capacity(None);
+        let next = store.put(message("T", 0, &body, None, None)).await.unwrap();
+        assert_eq!(
+            next.placement.unwrap().queue_offset,
+            acked,
+            "no offset was burned by the refusal"
+        );
+        assert!(
+            next.placement.unwrap().phys_offset >= segment,
+            "it went to the new segment"
+        );
+        store.shutdown().await.unwrap();
+    });
+}

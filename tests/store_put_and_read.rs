@@ -1,0 +1,294 @@
+//! Putting messages and reading them back: offsets, visibility, tag filtering, timestamps,
+//! segment rolls with blank records, and a clean restart that needs no scan.
+
+mod common;
+
+use common::{as_disk, message, run_local, sim_disk};
+use ringmq::clock::Clock;
+use ringmq::config::{FlushMode, StoreConfig};
+use ringmq::store::properties::java_string_hash;
+use ringmq::store::record::{decode, Decoded, Verify};
+use ringmq::store::{GetStatus, OpenKind, PutStatus, Store, StoreError};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn config(flush: FlushMode) -> StoreConfig {
+    let mut config = StoreConfig::test_min("/store");
+    config.flush_mode = flush;
+    config
+}
+
+#[test]
+fn put_assigns_consecutive_offsets_and_reads_return_the_stored_bytes() {
+    for flush in [FlushMode::Sync, FlushMode::Async] {
+        let sim = sim_disk(1);
+        run_local(true, async {
+            let store = Store::open(config(flush), as_disk(&sim), Clock::starting_at(T0))
+                .await
+                .unwrap();
+            assert_eq!(store.opened(), OpenKind::Fresh);
+            let mut previous_end = 0;
+            for index in 0..10u64 {
+                let body = format!("body-{index}");
+                let result = store
+                    .put(message(
+                        "TopicA",
+                        2,
+                        body.as_bytes(),
+                        Some("TagA"),
+                        Some("k"),
+                    ))
+                    .await
+                    .unwrap();
+                assert_eq!(result.status, PutStatus::Ok);
+                let placement = result.placement.unwrap();
+                assert_eq!(placement.queue_offset, index);
+                assert_eq!(
+                    placement.phys_offset, previous_end,
+                    "records are contiguous"
+                );
+                previous_end = placement.phys_offset + placement.size as u64;
+            }
+            assert_eq!(store.max_offset("TopicA", 2), 10);
+            assert_eq!(store.min_offset("TopicA", 2), 0);
+            let got = store.get_messages("TopicA", 2, 3, 4, None).unwrap();
+            assert_eq!(got.status, GetStatus::Found);
+            assert_eq!(got.messages.len(), 4);
+            assert_eq!(got.next_begin_offset, 7);
+            for (index, stored) in got.messages.iter().enumerate() {
+                let Ok(Decoded::Record(view)) = decode(&stored.bytes, Verify::Full) else {
+                    panic!("stored bytes do not decode");
+                };
+                assert_eq!(view.body, format!("body-{}", index + 3).as_bytes());
+                assert_eq!(view.queue_offset as u64, stored.queue_offset);
+                assert_eq!(view.phys_offset as u64, stored.phys_offset);
+                assert_eq!(view.store_host.port(), 10911);
+            }
+            assert_eq!(
+                store.get_messages("TopicA", 2, 10, 4, None).unwrap().status,
+                GetStatus::OffsetOverflowOne
+            );
+            assert_eq!(
+                store.get_messages("TopicA", 2, 11, 4, None).unwrap().status,
+                GetStatus::OffsetOverflowBadly
+            );
+            assert_eq!(
+                store.get_messages("TopicA", 9, 0, 4, None).unwrap().status,
+                GetStatus::NoMessageInQueue
+            );
+            store.shutdown().await.unwrap();
+        });
+    }
+}
+
+#[test]
+fn tag_filter_skips_entries_whose_tag_hash_is_not_subscribed() {
+    let sim = sim_disk(2);
+    run_local(true, async {
+        let store = Store::open(
+            config(FlushMode::Sync),
+            as_disk(&sim),
+            Clock::starting_at(T0),
+        )
+        .await
+        .unwrap();
+        for index in 0..12 {
+            let tag = if index % 3 == 0 { "TagA" } else { "TagB" };
+            store
+                .put(message("T", 0, b"x", Some(tag), None))
+                .await
+                .unwrap();
+        }
+        let codes = [java_string_hash("TagA")];
+        let got = store.get_messages("T", 0, 0, 32, Some(&codes)).unwrap();
+        let offsets: Vec<u64> = got
+            .messages
+            .iter()
+            .map(|message| message.queue_offset)
+            .collect();
+        assert_eq!(offsets, vec![0, 3, 6, 9]);
+        assert_eq!(got.next_begin_offset, 12);
+        let none = store
+            .get_messages("T", 0, 0, 32, Some(&[java_string_hash("TagC")]))
+            .unwrap();
+        assert_eq!(none.status, GetStatus::NoMatchedMessage);
+        assert_eq!(
+            none.next_begin_offset, 12,
+            "a filtered-out range is skipped, not re-read"
+        );
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn offset_by_timestamp_finds_the_first_message_stored_at_or_after_it() {
+    let sim = sim_disk(3);
+    run_local(true, async {
+        let store = Store::open(
+            config(FlushMode::Sync),
+            as_disk(&sim),
+            Clock::starting_at(T0),
+        )
+        .await
+        .unwrap();
+        for _ in 0..5 {
+            store.put(message("T", 1, b"x", None, None)).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(store.earliest_store_time("T", 1).unwrap(), Some(T0));
+        assert_eq!(store.offset_by_timestamp("T", 1, T0).unwrap(), 0);
+        assert_eq!(store.offset_by_timestamp("T", 1, T0 + 150).unwrap(), 2);
+        assert_eq!(store.offset_by_timestamp("T", 1, T0 + 200).unwrap(), 2);
+        assert_eq!(store.offset_by_timestamp("T", 1, T0 + 10_000).unwrap(), 5);
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn segments_roll_with_a_blank_record_and_no_record_spans_two_files() {
+    let sim = sim_disk(4);
+    run_local(true, async {
+        let config = config(FlushMode::Async);
+        let segment = config.commit_log_segment_size;
+        let store = Store::open(config.clone(), as_disk(&sim), Clock::starting_at(T0))
+            .await
+            .unwrap();
+        let body = vec![7u8; 3000];
+        let mut placements = Vec::new();
+        for _ in 0..100 {
+            placements.push(
+                store
+                    .put(message("Roll", 0, &body, None, None))
+                    .await
+                    .unwrap()
+                    .placement
+                    .unwrap(),
+            );
+        }
+        assert!(
+            placements.last().unwrap().phys_offset > 2 * segment,
+            "the log spans several segments"
+        );
+        for placement in &placements {
+            let start = placement.phys_offset / segment;
+            let end = (placement.phys_offset + placement.size as u64 - 1) / segment;
+            assert_eq!(
+                start, end,
+                "record at {} spans a segment boundary",
+                placement.phys_offset
+            );
+        }
+        let got = store.get_messages("Roll", 0, 0, 32, None).unwrap();
+        assert_eq!(
+            got.messages.len(),
+            21,
+            "256 KiB transfer limit: 21 records of 3118 bytes... or count limit"
+        );
+        store.shutdown().await.unwrap();
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(T0))
+            .await
+            .unwrap();
+        assert_eq!(store.opened(), OpenKind::Clean);
+        let mut offset = 0;
+        while offset < 100 {
+            let got = store.get_messages("Roll", 0, offset, 32, None).unwrap();
+            for message in &got.messages {
+                assert_eq!(
+                    message.phys_offset,
+                    placements[message.queue_offset as usize].phys_offset
+                );
+            }
+            offset = got.next_begin_offset;
+        }
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn clean_restart_resumes_without_a_scan_and_keeps_queue_offsets() {
+    let sim = sim_disk(5);
+    run_local(true, async {
+        let store = Store::open(
+            config(FlushMode::Sync),
+            as_disk(&sim),
+            Clock::starting_at(T0),
+        )
+        .await
+        .unwrap();
+        for _ in 0..70 {
+            store
+                .put(message("Q", 0, b"abc", None, None))
+                .await
+                .unwrap();
+        }
+        let (_, _, end) = store.log_positions();
+        store.shutdown().await.unwrap();
+        let store = Store::open(
+            config(FlushMode::Sync),
+            as_disk(&sim),
+            Clock::starting_at(T0),
+        )
+        .await
+        .unwrap();
+        assert_eq!(store.opened(), OpenKind::Clean);
+        assert_eq!(store.log_positions(), (end, end, end));
+        assert_eq!(
+            store.max_offset("Q", 0),
+            70,
+            "70 entries span two 64-entry queue files"
+        );
+        let next = store
+            .put(message("Q", 0, b"abc", None, None))
+            .await
+            .unwrap()
+            .placement
+            .unwrap();
+        assert_eq!(next.queue_offset, 70);
+        assert_eq!(next.phys_offset, end);
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn bad_messages_get_clear_errors_and_nothing_is_written() {
+    let sim = sim_disk(6);
+    run_local(true, async {
+        let config = config(FlushMode::Sync);
+        let store = Store::open(config.clone(), as_disk(&sim), Clock::starting_at(T0))
+            .await
+            .unwrap();
+        let too_big = vec![0u8; config.max_message_size + 1];
+        let cases = [
+            (message("T", 0, &too_big, None, None), "maxMessageSize"),
+            (message("bad/topic", 0, b"x", None, None), "character"),
+            (
+                message(&"t".repeat(128), 0, b"x", None, None),
+                "at most 127",
+            ),
+            (message("T", -1, b"x", None, None), "negative"),
+        ];
+        for (input, expected) in cases {
+            match store.put(input).await {
+                Err(StoreError::MessageIllegal(text)) => assert!(text.contains(expected), "{text}"),
+                other => panic!("expected MessageIllegal({expected}), got {other:?}"),
+            }
+        }
+        assert_eq!(store.log_positions(), (0, 0, 0));
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn invalid_config_is_refused_naming_the_key() {
+    let sim = sim_disk(7);
+    run_local(true, async {
+        let mut config = config(FlushMode::Sync);
+        config.commit_log_segment_size = 1000;
+        match Store::open(config, as_disk(&sim), Clock::starting_at(T0)).await {
+            Err(StoreError::Config(text)) => {
+                assert!(text.contains("mapedFileSizeCommitLog"), "{text}")
+            }
+            other => panic!("expected a config error, got {:?}", other.err()),
+        }
+    });
+}
