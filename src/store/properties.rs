@@ -1,5 +1,15 @@
-//! RocketMQ message properties: `key\x01value\x02` pairs, and Java's `String.hashCode`.
-//! Pure: no I/O.
+//! RocketMQ message properties and Java's `String.hashCode`. Pure: no I/O.
+//!
+//! Properties travel and are stored as one string of `key\x01value\x02` pairs; every
+//! pair, the last included, ends with `\x02`. Parsing follows the Java broker
+//! (`MessageDecoder.string2messageProperties`) so that a string written by either side
+//! means the same thing to both: malformed segments are skipped rather than rejected,
+//! because a broker must not refuse a message over a property it does not understand.
+//!
+//! Order carries no meaning in RocketMQ (Java writes `HashMap` order); [`encode`] keeps
+//! the caller's order so output is deterministic.
+
+use std::collections::HashMap;
 
 pub const NAME_VALUE_SEPARATOR: char = '\u{1}';
 pub const PROPERTY_SEPARATOR: char = '\u{2}';
@@ -9,24 +19,135 @@ pub const TAGS: &str = "TAGS";
 pub const UNIQ_KEY: &str = "UNIQ_KEY";
 pub const WAIT: &str = "WAIT";
 
+/// Past this many pairs `parse` deduplicates through a map instead of a linear scan, so a
+/// hostile 32 KiB properties string cannot make it quadratic.
+const LINEAR_DEDUP_MAX: usize = 16;
+
 /// Encodes pairs in the given order; pairs with an empty key or value are skipped.
+///
+/// Separators inside keys or values are not escaped (RocketMQ has no escaping); such a
+/// pair will not parse back as written.
 pub fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    let _ = pairs.into_iter();
-    todo!()
+    let mut out = String::new();
+    for (key, value) in pairs {
+        if key.is_empty() || value.is_empty() {
+            continue;
+        }
+        out.push_str(key);
+        out.push(NAME_VALUE_SEPARATOR);
+        out.push_str(value);
+        out.push(PROPERTY_SEPARATOR);
+    }
+    out
+}
+
+/// One `\x02`-separated segment as a pair, or `None` where the Java parser drops it.
+///
+/// Java also skips segments shorter than 3 UTF-16 units; any such segment lacks a
+/// non-empty key, separator and non-empty value, so the separator checks cover it.
+fn split_pair(segment: &str) -> Option<(&str, &str)> {
+    let (key, value) = segment.split_once(NAME_VALUE_SEPARATOR)?;
+    if key.is_empty() || value.is_empty() {
+        return None;
+    }
+    Some((key, value))
+}
+
+fn pairs(properties: &str) -> impl Iterator<Item = (&str, &str)> {
+    properties.split(PROPERTY_SEPARATOR).filter_map(split_pair)
 }
 
 /// Parses as RocketMQ does: split on `\x02`, skip segments shorter than 3 chars, key and
 /// value must be non-empty; later duplicates win (the returned order keeps the first position).
 pub fn parse(properties: &str) -> Vec<(&str, &str)> {
-    todo!("{properties}")
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    let mut index: Option<HashMap<&str, usize>> = None;
+    for (key, value) in pairs(properties) {
+        let found = match &mut index {
+            Some(map) => map.get(key).copied(),
+            None => out.iter().position(|(k, _)| *k == key),
+        };
+        match found {
+            Some(i) => out[i].1 = value,
+            None => {
+                out.push((key, value));
+                if let Some(map) = &mut index {
+                    map.insert(key, out.len() - 1);
+                } else if out.len() > LINEAR_DEDUP_MAX {
+                    index = Some(out.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The value of `key`, as `parse` would give it.
 pub fn get<'a>(properties: &'a str, key: &str) -> Option<&'a str> {
-    todo!("{properties}{key}")
+    pairs(properties)
+        .filter(|(k, _)| *k == key)
+        .last()
+        .map(|(_, v)| v)
 }
 
 /// Java `String.hashCode()`: `h = 31*h + c` over UTF-16 code units, wrapping i32.
 pub fn java_string_hash(text: &str) -> i32 {
-    todo!("{text}")
+    text.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_terminates_every_pair_and_skips_empty_parts() {
+        assert_eq!(
+            encode([("A", "1"), ("", "x"), ("B", ""), ("C", "3")]),
+            "A\u{1}1\u{2}C\u{1}3\u{2}"
+        );
+        assert_eq!(encode([]), "");
+    }
+
+    #[test]
+    fn parse_follows_the_java_rules() {
+        // Empty value, empty key, no separator, too short, empty segments: all dropped.
+        let s = "k\u{1}\u{2}\u{1}v\u{2}ab\u{2}x\u{2}\u{2}good\u{1}v\u{1}w\u{2}";
+        assert_eq!(parse(s), vec![("good", "v\u{1}w")]);
+        // Missing trailing separator still yields the last pair.
+        assert_eq!(parse("a\u{1}b"), vec![("a", "b")]);
+        // Later duplicates win but keep the first position.
+        let s = "a\u{1}1\u{2}b\u{1}2\u{2}a\u{1}3\u{2}";
+        assert_eq!(parse(s), vec![("a", "3"), ("b", "2")]);
+        assert_eq!(get(s, "a"), Some("3"));
+        assert_eq!(get(s, "b"), Some("2"));
+        assert_eq!(get(s, "c"), None);
+        assert_eq!(get("k\u{1}\u{2}", "k"), None);
+    }
+
+    #[test]
+    fn parse_dedups_many_pairs_through_the_map() {
+        let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+        let mut s = encode(keys.iter().map(|k| (k.as_str(), "old")));
+        s.push_str(&encode(keys.iter().rev().map(|k| (k.as_str(), "new"))));
+        let parsed = parse(&s);
+        assert_eq!(parsed.len(), 50);
+        for (i, (k, v)) in parsed.iter().enumerate() {
+            assert_eq!(*k, keys[i]);
+            assert_eq!(*v, "new");
+        }
+    }
+
+    #[test]
+    fn java_hash_known_values() {
+        assert_eq!(java_string_hash(""), 0);
+        // T=84, a=97, g=103, A=65: ((84*31+97)*31+103)*31+65 = 2598919.
+        assert_eq!(java_string_hash("TagA"), 2_598_919);
+        assert_eq!(java_string_hash("hello"), 99_162_322);
+        // Non-BMP: one char, two UTF-16 units 0xD83D 0xDE00: 55357*31 + 56832.
+        assert_eq!(java_string_hash("\u{1F600}"), 1_772_899);
+        // Wraps like Java int arithmetic ("polygenelubricants".hashCode() == i32::MIN).
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+    }
 }
