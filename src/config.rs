@@ -79,8 +79,9 @@ pub struct StoreConfig {
 
 pub const MIB: u64 = 1024 * 1024;
 pub const GIB: u64 = 1024 * MIB;
-/// Bytes a record may take beyond its body (headers, topic, properties).
-pub const RECORD_OVERHEAD_MAX: u64 = 64 * 1024;
+/// Room a segment must leave beyond the largest body, for the record's headers, topic and
+/// properties. A record whose properties push it past a whole segment is refused at put.
+pub const RECORD_OVERHEAD_MAX: u64 = 4096;
 
 impl StoreConfig {
     /// Production defaults, as RocketMQ's.

@@ -105,7 +105,7 @@ fn acknowledged_messages_survive_sigkill_and_the_store_verifies() {
             .stderr(Stdio::null())
             .spawn()
             .expect("start ringmq bench store");
-        let target = rng.range(20, 1500) as usize;
+        let target = rng.range(20, 20_000) as usize;
         wait_for(
             Duration::from_secs(60),
             "acknowledgements to accumulate",

@@ -47,9 +47,12 @@ pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
 
 /// Syncs the CommitLog segments holding `[from, to)` and advances the flushed position.
 async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
+    if from >= to {
+        return Ok(());
+    }
     let segments = shared.log.segments.clone();
     let first = segments.borrow().start_of(from);
-    let last = segments.borrow().start_of(to.max(from + 1) - 1);
+    let last = segments.borrow().start_of(to - 1);
     SegmentSet::sync_range(&segments, from, to)
         .await
         .map_err(|error| format!("fdatasync of the CommitLog in [{from}, {to}) failed: {error}"))?;

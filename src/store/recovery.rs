@@ -79,15 +79,11 @@ pub(crate) async fn open(
     let fresh = segments.is_empty() && last.is_none();
     let cut = if clean { None } else { Some(safe) };
     let queues = load_queues(&disk, &dir.join(CONSUME_QUEUE_DIR), &config, cut).await?;
-    let next_queue_offsets = queues
-        .iter()
-        .map(|(key, queue)| (key.clone(), queue.max_offset()))
-        .collect();
 
     let shared = Rc::new(Shared {
         log: CommitLog::new(segments, safe),
         queues: RefCell::new(queues),
-        next_queue_offsets: RefCell::new(next_queue_offsets),
+        next_queue_offsets: RefCell::new(HashMap::new()),
         pending: RefCell::new(VecDeque::new()),
         appender_wake: Notify::new(),
         flusher_wake: Notify::new(),
@@ -121,6 +117,13 @@ pub(crate) async fn open(
         },
     });
     shared.log.reset_positions(end);
+    // Only now, with every recovered record re-dispatched, do the queues know their ends.
+    *shared.next_queue_offsets.borrow_mut() = shared
+        .queues
+        .borrow()
+        .iter()
+        .map(|(key, queue)| (key.clone(), queue.max_offset()))
+        .collect();
     shared.dispatched_pos.set(end);
     super::flush::checkpoint(&shared, false)
         .await
