@@ -1,17 +1,213 @@
 //! The portable backend: `pwrite` inline, `fdatasync` on tokio's blocking pool.
+//!
+//! This module also owns the pieces of real-filesystem logic that the io_uring backend
+//! shares with it, so the two cannot drift apart:
+//! - [`FileTable`]: the map from [`FileId`] to open `std::fs::File`s. Ids come from a
+//!   counter and are never reused, so a closed id can never silently alias a newer file;
+//!   using it fails with `EBADF`.
+//! - [`StatsCell`]: the `IoStats` counters, shared with futures that finish later.
+//! - the synchronous operations both backends perform with plain syscalls (`read_at`,
+//!   `truncate`, the directory operations) and the `fallocate` fallback.
+//!
+//! Invariants:
+//! - `write_at` writes the whole buffer or fails (`write_all_at` loops on short writes).
+//! - A file stays open while any operation on it is in flight: the table hands out
+//!   `Arc<File>` clones, so `close` only drops the table's reference.
+//! - Counters only count operations that succeeded.
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::{Disk, FileId, IoFuture, IoStats};
 
-pub struct PortableDisk {}
+/// Open files of one backend instance, keyed by a never-reused [`FileId`].
+#[derive(Default)]
+pub(crate) struct FileTable {
+    files: RefCell<HashMap<u32, Arc<File>>>,
+    next_id: Cell<u32>,
+}
+
+impl FileTable {
+    pub(crate) fn new() -> FileTable {
+        FileTable::default()
+    }
+
+    pub(crate) fn open(&self, path: &Path, create: bool) -> io::Result<FileId> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .open(path)?;
+        let id = self.next_id.get();
+        // Wrapping would let an id alias a file opened 4 billion opens ago; refuse instead.
+        let next = id
+            .checked_add(1)
+            .ok_or_else(|| io::Error::other("file id space exhausted"))?;
+        self.next_id.set(next);
+        self.files.borrow_mut().insert(id, Arc::new(file));
+        Ok(FileId(id))
+    }
+
+    pub(crate) fn close(&self, file: FileId) {
+        self.files.borrow_mut().remove(&file.0);
+    }
+
+    /// The open file behind `file`, or `EBADF` if it was never opened or is closed.
+    pub(crate) fn get(&self, file: FileId) -> io::Result<Arc<File>> {
+        self.files
+            .borrow()
+            .get(&file.0)
+            .cloned()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+    }
+
+    pub(crate) fn file_len(&self, file: FileId) -> io::Result<u64> {
+        Ok(self.get(file)?.metadata()?.len())
+    }
+
+    pub(crate) fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let file = self.get(file)?;
+        loop {
+            match file.read_at(buf, offset) {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// `ftruncate` + `fsync`: the new length must survive a crash, and fsync (not
+    /// fdatasync) is what guarantees the size change in metadata is flushed.
+    pub(crate) fn truncate(&self, file: FileId, len: u64) -> io::Result<()> {
+        let file = self.get(file)?;
+        file.set_len(len)?;
+        file.sync_all()
+    }
+}
+
+/// `IoStats` behind `Cell`s so completion code can bump them through a shared `Rc`.
+#[derive(Default)]
+pub(crate) struct StatsCell {
+    writes: Cell<u64>,
+    bytes_written: Cell<u64>,
+    syncs: Cell<u64>,
+}
+
+impl StatsCell {
+    pub(crate) fn record_write(&self, bytes: usize) {
+        self.writes.set(self.writes.get() + 1);
+        self.bytes_written
+            .set(self.bytes_written.get() + bytes as u64);
+    }
+    pub(crate) fn record_sync(&self) {
+        self.syncs.set(self.syncs.get() + 1);
+    }
+    pub(crate) fn snapshot(&self) -> IoStats {
+        IoStats {
+            writes: self.writes.get(),
+            bytes_written: self.bytes_written.get(),
+            syncs: self.syncs.get(),
+        }
+    }
+}
+
+/// Set once we've warned that the filesystem lacks `fallocate`, so the log isn't flooded.
+static FALLOCATE_FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// `fallocate(fd, 0, 0, len)`, falling back to growing the file with `ftruncate` on
+/// filesystems without fallocate (tmpfs on old kernels, some FUSE/NFS). The fallback
+/// grows the size but does not reserve blocks, so a later write can still hit ENOSPC.
+pub(crate) fn allocate_blocking(file: &File, len: u64) -> io::Result<()> {
+    let len_arg =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: plain syscall on a descriptor that `file` keeps open.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len_arg) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => return extend_fallback(file, len),
+            _ => return Err(error),
+        }
+    }
+}
+
+/// The `fallocate` fallback: grow (never shrink) the file to `len` with `ftruncate`.
+pub(crate) fn extend_fallback(file: &File, len: u64) -> io::Result<()> {
+    if !FALLOCATE_FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "fallocate is not supported by this filesystem; extending files with ftruncate \
+             instead (space is not reserved in advance)"
+        );
+    }
+    if file.metadata()?.len() < len {
+        file.set_len(len)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
+    std::fs::remove_file(path)
+}
+
+pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(path)
+}
+
+pub(crate) fn list_dir(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+pub(crate) fn exists(path: &Path) -> bool {
+    path.exists()
+}
+
+/// Opening a directory read-only and fsyncing it is how Linux persists its entries.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Turns a failed `spawn_blocking` join (the closure panicked or the runtime is shutting
+/// down) into an I/O error, since callers only handle `io::Error`.
+fn join_error(error: tokio::task::JoinError) -> io::Error {
+    io::Error::other(format!("blocking disk task failed: {error}"))
+}
+
+/// The fallback backend: no kernel features beyond POSIX plus `fallocate`.
+pub struct PortableDisk {
+    files: FileTable,
+    stats: Rc<StatsCell>,
+}
 
 impl PortableDisk {
     pub fn new() -> PortableDisk {
-        todo!()
+        PortableDisk {
+            files: FileTable::new(),
+            stats: Rc::new(StatsCell::default()),
+        }
+    }
+}
+
+impl Default for PortableDisk {
+    fn default() -> Self {
+        PortableDisk::new()
     }
 }
 
@@ -20,45 +216,66 @@ impl Disk for PortableDisk {
         "portable"
     }
     fn open(&self, path: &Path, create: bool) -> io::Result<FileId> {
-        todo!("{path:?}{create}")
+        self.files.open(path, create)
     }
     fn close(&self, file: FileId) {
-        todo!("{file:?}")
+        self.files.close(file)
     }
     fn file_len(&self, file: FileId) -> io::Result<u64> {
-        todo!("{file:?}")
+        self.files.file_len(file)
     }
     fn write_at(&self, file: FileId, offset: u64, data: Bytes) -> IoFuture<()> {
-        todo!("{file:?}{offset}{data:?}")
+        // pwrite into the page cache is fast enough to do inline; only the sync blocks.
+        let result = self.files.get(file).and_then(|file| {
+            file.write_all_at(&data, offset)?;
+            self.stats.record_write(data.len());
+            Ok(())
+        });
+        Box::pin(std::future::ready(result))
     }
     fn sync_data(&self, file: FileId) -> IoFuture<()> {
-        todo!("{file:?}")
+        let file = self.files.get(file);
+        let stats = Rc::clone(&self.stats);
+        // The blocking task is spawned on first poll, so building the future needs no
+        // runtime; writes completed before this call are still covered by the fdatasync.
+        Box::pin(async move {
+            let file = file?;
+            tokio::task::spawn_blocking(move || file.sync_data())
+                .await
+                .map_err(join_error)??;
+            stats.record_sync();
+            Ok(())
+        })
     }
     fn allocate(&self, file: FileId, len: u64) -> IoFuture<()> {
-        todo!("{file:?}{len}")
+        let result = self
+            .files
+            .get(file)
+            .and_then(|file| allocate_blocking(&file, len));
+        Box::pin(std::future::ready(result))
     }
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        todo!("{file:?}{offset}{buf:?}")
+        self.files.read_at(file, offset, buf)
     }
     fn truncate(&self, file: FileId, len: u64) -> io::Result<()> {
-        todo!("{file:?}{len}")
+        self.files.truncate(file, len)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        todo!("{path:?}")
+        remove_file(path)
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        todo!("{path:?}")
+        create_dir_all(path)
     }
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        todo!("{dir:?}")
+        list_dir(dir)
     }
     fn exists(&self, path: &Path) -> bool {
-        todo!("{path:?}")
+        exists(path)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        todo!("{dir:?}")
+        sync_dir(dir)
     }
     fn stats(&self) -> IoStats {
-        todo!()
+        self.stats.snapshot()
     }
 }
