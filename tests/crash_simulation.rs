@@ -38,8 +38,11 @@ struct Acked {
     tag: Option<String>,
 }
 
-/// Acknowledged messages by (topic, queue, queue offset).
-type Model = BTreeMap<(String, i32, u64), Acked>;
+/// (topic, queue id, queue offset).
+type MessageKey = (String, i32, u64);
+
+/// Acknowledged messages by where they are.
+type Model = BTreeMap<MessageKey, Acked>;
 
 #[test]
 fn acknowledged_messages_survive_random_crashes() {
@@ -126,7 +129,7 @@ fn run_life(
         );
         sim.crash_after_ops(crash_after);
         // Acks under ASYNC_FLUSH count once the flusher has synced past them.
-        let async_acks: Rc<RefCell<Vec<((String, i32, u64), Acked)>>> = Rc::default();
+        let async_acks: Rc<RefCell<Vec<(MessageKey, Acked)>>> = Rc::default();
         let mut tasks = Vec::new();
         for worker in 0..4u64 {
             let store = store.clone();
@@ -288,10 +291,18 @@ fn check_store(store: &Store, model: &Model, when: &str) {
             offset = got.next_begin_offset;
         }
         let past = store.get_messages(&topic, queue_id, max, 1, None).unwrap();
-        assert_eq!(
-            past.status,
-            GetStatus::OffsetOverflowOne,
+        assert!(
+            past.messages.is_empty(),
             "{when}: something is served past the end"
+        );
+        let expected = if max == store.min_offset(&topic, queue_id) {
+            GetStatus::NoMessageInQueue
+        } else {
+            GetStatus::OffsetOverflowOne
+        };
+        assert_eq!(
+            past.status, expected,
+            "{when}: wrong status at the end of {topic}/{queue_id}"
         );
     }
 }
