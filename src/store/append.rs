@@ -14,9 +14,9 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use super::consume_queue::{AppendOutcome, CqEntry};
+use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
 use super::record::{self, BLANK_RECORD_LEN};
-use super::{PendingPut, Placement, QueueKey, Shared, StoreError};
+use super::{PendingPut, Placement, Shared, StoreError};
 use crate::config::FlushMode;
 use crate::io::FileId;
 
@@ -30,6 +30,7 @@ struct Chunk {
 
 struct Encoded {
     put: PendingPut,
+    queue: Rc<ConsumeQueue>,
     placement: Placement,
 }
 
@@ -130,14 +131,14 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
                 }
             }
         }
-        let key: QueueKey = (put.input.topic.clone(), put.input.queue_id);
-        let queue_offset = {
-            let mut offsets = shared.next_queue_offsets.borrow_mut();
-            let next = offsets.entry(key).or_insert(0);
-            let assigned = *next;
-            *next += 1;
-            assigned
+        let queue = match super::recovery::queue_for(shared, &put.input.topic, put.input.queue_id) {
+            Ok(queue) => queue,
+            Err(error) => {
+                let _ = put.reply.send(Err(error));
+                continue;
+            }
         };
+        let queue_offset = queue.reserve_offset();
         let before = current.bytes.len();
         if let Err(error) = record::encode_into(
             &put.input,
@@ -161,7 +162,11 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
             store_timestamp: now,
         };
         put.placed.set(Some(placement));
-        encoded.push(Encoded { put, placement });
+        encoded.push(Encoded {
+            put,
+            queue,
+            placement,
+        });
         pos += len;
     }
     if !current.bytes.is_empty() {
@@ -258,18 +263,15 @@ fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
     let mut bytes = 0u64;
     let count = encoded.len() as u64;
     for item in encoded {
-        let input = &item.put.input;
-        let queue = super::recovery::queue_for(shared, &input.topic, input.queue_id);
         let entry = CqEntry {
             phys_offset: item.placement.phys_offset as i64,
             size: item.placement.size as i32,
             tags_code: item.put.tags_code,
         };
-        let outcome = queue.and_then(|queue| {
-            queue
-                .append(item.placement.queue_offset, entry)
-                .map_err(StoreError::Corrupt)
-        });
+        let outcome = item
+            .queue
+            .append(item.placement.queue_offset, entry)
+            .map_err(StoreError::Corrupt);
         match outcome {
             Ok(AppendOutcome::Appended) => {
                 bytes += item.placement.size as u64;

@@ -19,7 +19,7 @@
 //!   the dispatcher calls [`ConsumeQueue::append`] after the CommitLog write (and fsync).
 //! - Bytes past the end on disk are zero; recovery zeroes them after a cut.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::Path;
@@ -92,9 +92,20 @@ pub struct ConsumeQueue {
     pub queue_id: i32,
     files: RefCell<SegmentSet>,
     state: RefCell<QueueState>,
+    /// The next queue offset the appender hands out; ahead of `max_offset` by the messages
+    /// encoded but not yet visible.
+    reserved: Cell<u64>,
 }
 
 impl ConsumeQueue {
+    /// Hands out the next queue offset for a message being appended.
+    pub fn reserve_offset(&self) -> u64 {
+        // After recovery re-dispatched records, max_offset has moved past `reserved`.
+        let next = self.reserved.get().max(self.max_offset());
+        self.reserved.set(next + 1);
+        next
+    }
+
     /// Opens the queue in `dir`, finding its end: the first entry that is not written, or
     /// (when `cut_at` is given, after a crash) whose record starts at or past `cut_at`.
     /// Entries past the end are zeroed and wholly-dead files removed.
@@ -153,6 +164,7 @@ impl ConsumeQueue {
                 dirty: BTreeSet::new(),
                 last_record_end,
             }),
+            reserved: Cell::new(0),
         })
     }
 
@@ -183,6 +195,7 @@ impl ConsumeQueue {
                 dirty: BTreeSet::new(),
                 last_record_end: 0,
             }),
+            reserved: Cell::new(0),
         })
     }
 

@@ -89,7 +89,7 @@ pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
 /// Writes out and syncs every ConsumeQueue, then records the safe offset.
 pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), String> {
     let dispatched = shared.dispatched_pos.get();
-    let queues: Vec<Rc<ConsumeQueue>> = shared.queues.borrow().values().cloned().collect();
+    let queues: Vec<Rc<ConsumeQueue>> = shared.all_queues();
     for queue in &queues {
         queue.write_out().await.map_err(|error| {
             format!(
@@ -141,7 +141,7 @@ pub(crate) async fn shutdown(shared: &Rc<Shared>) -> Result<(), StoreError> {
     }
     let result = finish(shared).await;
     shared.log.close();
-    for queue in shared.queues.borrow().values() {
+    for queue in shared.all_queues() {
         queue.close();
     }
     if let Some(file) = shared.checkpoint.borrow_mut().take() {

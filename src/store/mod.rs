@@ -169,16 +169,15 @@ pub(crate) struct PendingPut {
     pub reply: oneshot::Sender<Result<Placement, StoreError>>,
 }
 
-pub(crate) type QueueKey = (String, i32);
+/// ConsumeQueues by topic, then queue id: looked up by `&str` without allocating.
+pub(crate) type QueueMap = HashMap<String, HashMap<i32, Rc<ConsumeQueue>>>;
 
 pub(crate) struct Shared {
     pub config: StoreConfig,
     pub disk: Rc<dyn Disk>,
     pub clock: Clock,
     pub log: CommitLog,
-    pub queues: RefCell<HashMap<QueueKey, Rc<ConsumeQueue>>>,
-    /// Next queue offset per queue, reserved by the appender ahead of visibility.
-    pub next_queue_offsets: RefCell<HashMap<QueueKey, u64>>,
+    pub queues: RefCell<QueueMap>,
     pub pending: RefCell<VecDeque<PendingPut>>,
     pub appender_wake: Notify,
     pub flusher_wake: Notify,
@@ -219,10 +218,16 @@ impl Shared {
     }
 
     pub fn queue(&self, topic: &str, queue_id: i32) -> Option<Rc<ConsumeQueue>> {
+        self.queues.borrow().get(topic)?.get(&queue_id).cloned()
+    }
+
+    /// Every ConsumeQueue.
+    pub fn all_queues(&self) -> Vec<Rc<ConsumeQueue>> {
         self.queues
             .borrow()
-            .get(&(topic.to_string(), queue_id))
-            .cloned()
+            .values()
+            .flat_map(|queues| queues.values().cloned())
+            .collect()
     }
 }
 
@@ -531,7 +536,12 @@ impl Store {
 
     /// Every (topic, queue id) with a ConsumeQueue.
     pub fn queues(&self) -> Vec<(String, i32)> {
-        let mut keys: Vec<_> = self.shared.queues.borrow().keys().cloned().collect();
+        let mut keys: Vec<_> = self
+            .shared
+            .all_queues()
+            .iter()
+            .map(|queue| (queue.topic.clone(), queue.queue_id))
+            .collect();
         keys.sort();
         keys
     }

@@ -17,7 +17,7 @@
 //!    at the recovered end is written before the abort marker is (re)created.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -29,7 +29,7 @@ use super::consume_queue::{ConsumeQueue, CqEntry};
 use super::record::Verify;
 use super::scan::scan;
 use super::segment::SegmentSet;
-use super::{properties, topic, OpenKind, QueueKey, Shared, StoreError, StoreStats};
+use super::{properties, topic, OpenKind, QueueMap, Shared, StoreError, StoreStats};
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
 use crate::clock::Clock;
 use crate::config::StoreConfig;
@@ -83,7 +83,6 @@ pub(crate) async fn open(
     let shared = Rc::new(Shared {
         log: CommitLog::new(segments, safe),
         queues: RefCell::new(queues),
-        next_queue_offsets: RefCell::new(HashMap::new()),
         pending: RefCell::new(VecDeque::new()),
         appender_wake: Notify::new(),
         flusher_wake: Notify::new(),
@@ -117,13 +116,6 @@ pub(crate) async fn open(
         },
     });
     shared.log.reset_positions(end);
-    // Only now, with every recovered record re-dispatched, do the queues know their ends.
-    *shared.next_queue_offsets.borrow_mut() = shared
-        .queues
-        .borrow()
-        .iter()
-        .map(|(key, queue)| (key.clone(), queue.max_offset()))
-        .collect();
     shared.dispatched_pos.set(end);
     super::flush::checkpoint(&shared, false)
         .await
@@ -142,7 +134,7 @@ pub(crate) async fn open(
         "store {} opened after a {} stop: log ends at {end}, {} queues",
         dir.display(),
         if clean { "clean" } else { "crash or first" },
-        shared.queues.borrow().len()
+        shared.all_queues().len()
     );
     Ok(shared)
 }
@@ -203,10 +195,10 @@ async fn load_queues(
     root: &Path,
     config: &StoreConfig,
     cut: Option<u64>,
-) -> Result<HashMap<QueueKey, Rc<ConsumeQueue>>, StoreError> {
+) -> Result<QueueMap, StoreError> {
     let io_error = |error: std::io::Error| StoreError::from_io("loading consume queues", &error);
     disk.create_dir_all(root).map_err(io_error)?;
-    let mut queues = HashMap::new();
+    let mut queues = QueueMap::new();
     for topic_name in disk.list_dir(root).map_err(io_error)? {
         if topic::validate_topic(&topic_name).is_err() {
             tracing::warn!(
@@ -234,7 +226,10 @@ async fn load_queues(
             )
             .await
             .map_err(io_error)?;
-            queues.insert((topic_name.clone(), queue_id), Rc::new(queue));
+            queues
+                .entry(topic_name.clone())
+                .or_default()
+                .insert(queue_id, Rc::new(queue));
         }
     }
     Ok(queues)
@@ -273,7 +268,9 @@ pub(crate) fn queue_for(
     shared
         .queues
         .borrow_mut()
-        .insert((topic_name.to_string(), queue_id), queue.clone());
+        .entry(topic_name.to_string())
+        .or_default()
+        .insert(queue_id, queue.clone());
     Ok(queue)
 }
 
