@@ -164,3 +164,48 @@ fn a_full_disk_refuses_puts_clearly_without_poisoning_and_recovers_when_space_re
         store.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_flush_slower_than_the_timeout_answers_flush_disk_timeout_and_the_message_still_lands() {
+    let sim = sim_disk(14);
+    run_local(true, async {
+        let mut config = config();
+        config.sync_flush_timeout = std::time::Duration::from_millis(200);
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert_eq!(put_many(&store, 2).await, 2);
+        sim.set_sync_latency(Some(std::time::Duration::from_secs(2)));
+        let started = tokio::time::Instant::now();
+        let result = store
+            .put(message("T", 0, b"slow", None, None))
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        assert_eq!(result.status, ringmq::store::PutStatus::FlushDiskTimeout);
+        assert!(
+            waited >= std::time::Duration::from_millis(200)
+                && waited < std::time::Duration::from_millis(400),
+            "answered after {waited:?}; the timeout is 200 ms"
+        );
+        let placement = result
+            .placement
+            .expect("the message was encoded before the timeout");
+        assert_eq!(placement.queue_offset, 2);
+        assert_eq!(
+            store.max_offset("T", 0),
+            2,
+            "not visible before its fsync completes (D7)"
+        );
+        sim.set_sync_latency(None);
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        assert_eq!(
+            store.max_offset("T", 0),
+            3,
+            "visible once the slow fsync completed"
+        );
+        let got = store.get_messages("T", 0, 2, 1, None).unwrap();
+        assert_eq!(got.messages[0].phys_offset, placement.phys_offset);
+        store.shutdown().await.unwrap();
+    });
+}

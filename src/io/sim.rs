@@ -58,6 +58,10 @@
 //! already complete: an operation takes effect when it is called, not when its future is
 //! polled. The same seed and the same sequence of calls therefore give the same disk image.
 //!
+//! **Latency.** [`SimDisk::set_sync_latency`] makes every `sync_data` future wait that
+//! long (on tokio's clock, so paused-time tests stay deterministic) *before* it takes
+//! effect, to exercise flush timeouts. With no latency set, the above holds.
+//!
 //! Counters: [`SimDisk::data_ops`] counts every data operation attempted (including ones
 //! that fail); [`Disk::stats`] counts successful writes, bytes written and `sync_data`s.
 
@@ -182,6 +186,7 @@ struct SimState {
     fail_sync: Option<i32>,
     fail_write: Option<i32>,
     capacity: Option<u64>,
+    sync_latency: Option<std::time::Duration>,
     data_ops: u64,
     stats: IoStats,
     last_restart: Vec<RestartedWrite>,
@@ -380,12 +385,19 @@ impl SimDisk {
                 fail_sync: None,
                 fail_write: None,
                 capacity: None,
+                sync_latency: None,
                 data_ops: 0,
                 stats: IoStats::default(),
                 last_restart: Vec::new(),
             })),
         }
     }
+    /// Every later `sync_data` waits `latency` (tokio time) before taking effect; `None`
+    /// makes syncs immediate again.
+    pub fn set_sync_latency(&self, latency: Option<std::time::Duration>) {
+        self.state.borrow_mut().sync_latency = latency;
+    }
+
     /// The disk "loses power" after `ops` more data operations (write, sync, allocate):
     /// that operation and every later one fail with an error and change nothing.
     /// `ops` of 0 or 1 both mean the very next data operation.
@@ -494,7 +506,18 @@ impl Disk for SimDisk {
         ))
     }
     fn sync_data(&self, file: FileId) -> IoFuture<()> {
-        Box::pin(std::future::ready(self.state.borrow_mut().sync_data(file)))
+        let latency = self.state.borrow().sync_latency;
+        match latency {
+            None => Box::pin(std::future::ready(self.state.borrow_mut().sync_data(file))),
+            Some(latency) => {
+                let state = self.state.clone();
+                Box::pin(async move {
+                    tokio::time::sleep(latency).await;
+                    let result = state.borrow_mut().sync_data(file);
+                    result
+                })
+            }
+        }
     }
     fn allocate(&self, file: FileId, len: u64) -> IoFuture<()> {
         Box::pin(std::future::ready(

@@ -46,7 +46,9 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
             continue;
         }
         shared.appender_busy.set(true);
+        *shared.in_flight.borrow_mut() = batch.iter().map(|put| put.slot.clone()).collect();
         append_batch(&shared, batch).await;
+        shared.in_flight.borrow_mut().clear();
         shared.appender_busy.set(false);
     }
 }
@@ -68,7 +70,7 @@ fn take_batch(shared: &Shared) -> Vec<PendingPut> {
 async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     if let Some(error) = shared.poisoned() {
         for put in batch {
-            let _ = put.reply.send(Err(error.clone()));
+            put.slot.answer(Err(error.clone()));
         }
         return;
     }
@@ -85,7 +87,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         Ok(chunk) => chunk,
         Err(error) => {
             for put in batch {
-                let _ = put.reply.send(Err(error.clone()));
+                put.slot.answer(Err(error.clone()));
             }
             return;
         }
@@ -97,7 +99,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
 
     for put in batch {
         if let Some(error) = &refused {
-            let _ = put.reply.send(Err(error.clone()));
+            put.slot.answer(Err(error.clone()));
             continue;
         }
         let len = put.encoded_len as u64;
@@ -125,7 +127,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
                 Err(error) => {
                     let error =
                         StoreError::from_io(&format!("creating CommitLog segment {next}"), &error);
-                    let _ = put.reply.send(Err(error.clone()));
+                    put.slot.answer(Err(error.clone()));
                     refused = Some(error);
                     continue;
                 }
@@ -134,7 +136,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         let queue = match super::recovery::queue_for(shared, &put.input.topic, put.input.queue_id) {
             Ok(queue) => queue,
             Err(error) => {
-                let _ = put.reply.send(Err(error));
+                put.slot.answer(Err(error));
                 continue;
             }
         };
@@ -149,9 +151,8 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         ) {
             // encoded_len succeeded at enqueue, so this is a codec bug; refuse, don't write.
             current.bytes.truncate(before);
-            let _ = put
-                .reply
-                .send(Err(StoreError::MessageIllegal(error.to_string())));
+            put.slot
+                .answer(Err(StoreError::MessageIllegal(error.to_string())));
             continue;
         }
         debug_assert_eq!(current.bytes.len() - before, len as usize);
@@ -161,7 +162,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
             size: len as u32,
             store_timestamp: now,
         };
-        put.placed.set(Some(placement));
+        put.slot.set_placed(placement);
         encoded.push(Encoded {
             put,
             queue,
@@ -251,10 +252,9 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
 fn fail(shared: &Shared, encoded: Vec<Encoded>, cause: String) {
     shared.poison(cause.clone());
     for item in encoded {
-        let _ = item
-            .put
-            .reply
-            .send(Err(StoreError::Poisoned(cause.clone())));
+        item.put
+            .slot
+            .answer(Err(StoreError::Poisoned(cause.clone())));
     }
 }
 
@@ -275,7 +275,7 @@ fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
         match outcome {
             Ok(AppendOutcome::Appended) => {
                 bytes += item.placement.size as u64;
-                let _ = item.put.reply.send(Ok(item.placement));
+                item.put.slot.answer(Ok(item.placement));
             }
             Ok(AppendOutcome::Duplicate) => {
                 let cause = format!(
@@ -283,11 +283,11 @@ fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
                     entry.phys_offset
                 );
                 shared.poison(cause.clone());
-                let _ = item.put.reply.send(Err(StoreError::Corrupt(cause)));
+                item.put.slot.answer(Err(StoreError::Corrupt(cause)));
             }
             Err(error) => {
                 shared.poison(error.to_string());
-                let _ = item.put.reply.send(Err(error));
+                item.put.slot.answer(Err(error));
             }
         }
     }

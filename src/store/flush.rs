@@ -6,6 +6,12 @@
 //! (RocketMQ's timed flush). The appender also wakes it early once that many pages are
 //! dirty, so a busy store never has more than one interval's worth at risk.
 //!
+//! The flush watchdog answers FLUSH_DISK_TIMEOUT to every put that has waited longer than
+//! `syncFlushTimeout`, queued or in the batch being written: the message stays stored and
+//! becomes visible when its flush completes, but its producer is not left hanging. It
+//! counts time in ticks of a quarter of the timeout, so a put is answered between 1 and
+//! 1.25 timeouts after it was queued, and putting costs no timer at all.
+//!
 //! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, and
 //! records `safe = min(dispatched, flushed)`: below it both the CommitLog and the queue
 //! entries pointing into it are durable, which is what recovery relies on.
@@ -60,6 +66,32 @@ async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
     shared.update_stats(|stats| stats.log_syncs += synced);
     shared.log.set_flushed_pos(to);
     Ok(())
+}
+
+/// Watchdog ticks per `syncFlushTimeout`.
+pub(crate) const TIMEOUT_TICKS: u64 = 4;
+
+pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
+    let period = (shared.config.sync_flush_timeout / TIMEOUT_TICKS as u32)
+        .max(std::time::Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
+        let tick = shared.watchdog_tick.get() + 1;
+        shared.watchdog_tick.set(tick);
+        let overdue = |enqueued: u64| tick - enqueued >= TIMEOUT_TICKS;
+        for slot in shared.in_flight.borrow().iter() {
+            if overdue(slot.enqueued_tick) {
+                slot.time_out();
+            }
+        }
+        // The queue is in arrival order, so the overdue puts are at its front.
+        for put in shared.pending.borrow().iter() {
+            if !overdue(put.slot.enqueued_tick) {
+                break;
+            }
+            put.slot.time_out();
+        }
+    }
 }
 
 /// How `std::io::Error` renders ENOSPC; checkpoint errors are strings with that inside.

@@ -27,6 +27,7 @@ pub mod consume_queue;
 mod flush;
 pub mod inspect;
 pub mod properties;
+mod put_slot;
 pub mod record;
 mod recovery;
 pub mod scan;
@@ -37,7 +38,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::clock::Clock;
@@ -165,8 +166,7 @@ pub(crate) struct PendingPut {
     pub input: RecordInput,
     pub encoded_len: u32,
     pub tags_code: i64,
-    pub placed: Rc<Cell<Option<Placement>>>,
-    pub reply: oneshot::Sender<Result<Placement, StoreError>>,
+    pub slot: Rc<put_slot::PutSlot>,
 }
 
 /// ConsumeQueues by topic, then queue id: looked up by `&str` without allocating.
@@ -190,6 +190,10 @@ pub(crate) struct Shared {
     pub stats: Cell<StoreStats>,
     pub tasks: RefCell<Vec<JoinHandle<()>>>,
     pub appender_idle: Notify,
+    /// The flush watchdog's clock, in ticks of `sync_flush_timeout / TIMEOUT_TICKS`.
+    pub watchdog_tick: Cell<u64>,
+    /// Answer slots of the batch the appender is writing.
+    pub in_flight: RefCell<Vec<Rc<put_slot::PutSlot>>>,
     pub appender_busy: Cell<bool>,
     pub lock_file: RefCell<Option<std::fs::File>>,
     pub opened: Cell<OpenKind>,
@@ -264,6 +268,9 @@ impl Store {
         tasks.push(tokio::task::spawn_local(flush::run_checkpointer(
             self.shared.clone(),
         )));
+        tasks.push(tokio::task::spawn_local(flush::run_flush_watchdog(
+            self.shared.clone(),
+        )));
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -272,43 +279,17 @@ impl Store {
 
     /// Stores one message and waits until it is as durable as the flush mode requires.
     pub async fn put(&self, input: RecordInput) -> Result<PutResult, StoreError> {
-        let shared = &self.shared;
-        let outcome = self.enqueue(input);
-        let (placed, receiver) = match outcome {
-            Ok(waiting) => waiting,
-            Err(error) => {
-                shared.update_stats(|stats| stats.put_errors += 1);
-                return Err(error);
-            }
+        let outcome = match self.enqueue(input) {
+            Ok(slot) => put_slot::PutWait(slot).await,
+            Err(error) => Err(error),
         };
-        match tokio::time::timeout(shared.config.sync_flush_timeout, receiver).await {
-            Ok(Ok(Ok(placement))) => Ok(PutResult {
-                status: PutStatus::Ok,
-                placement: Some(placement),
-            }),
-            Ok(Ok(Err(error))) => {
-                shared.update_stats(|stats| stats.put_errors += 1);
-                Err(error)
-            }
-            Ok(Err(_dropped)) => Err(StoreError::ShuttingDown),
-            Err(_elapsed) => Ok(PutResult {
-                status: PutStatus::FlushDiskTimeout,
-                placement: placed.get(),
-            }),
+        if outcome.is_err() {
+            self.shared.update_stats(|stats| stats.put_errors += 1);
         }
+        outcome
     }
 
-    #[allow(clippy::type_complexity)]
-    fn enqueue(
-        &self,
-        input: RecordInput,
-    ) -> Result<
-        (
-            Rc<Cell<Option<Placement>>>,
-            oneshot::Receiver<Result<Placement, StoreError>>,
-        ),
-        StoreError,
-    > {
+    fn enqueue(&self, input: RecordInput) -> Result<Rc<put_slot::PutSlot>, StoreError> {
         let shared = &self.shared;
         if let Some(error) = shared.poisoned() {
             return Err(error);
@@ -345,17 +326,15 @@ impl Store {
         let tags_code = properties::get(&input.properties, properties::TAGS)
             .map(|tags| properties::java_string_hash(tags) as i64)
             .unwrap_or(0);
-        let placed = Rc::new(Cell::new(None));
-        let (reply, receiver) = oneshot::channel();
+        let slot = put_slot::PutSlot::new(shared.watchdog_tick.get());
         shared.pending.borrow_mut().push_back(PendingPut {
             input,
             encoded_len: encoded_len as u32,
             tags_code,
-            placed: placed.clone(),
-            reply,
+            slot: slot.clone(),
         });
         shared.appender_wake.notify_one();
-        Ok((placed, receiver))
+        Ok(slot)
     }
 
     /// Reads up to `max_count` visible messages of a queue from `offset`, keeping only those

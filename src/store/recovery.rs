@@ -95,6 +95,8 @@ pub(crate) async fn open(
         tasks: RefCell::new(Vec::new()),
         appender_idle: Notify::new(),
         appender_busy: Cell::new(false),
+        watchdog_tick: Cell::new(0),
+        in_flight: RefCell::new(Vec::new()),
         lock_file: RefCell::new(lock_file),
         opened: Cell::new(OpenKind::Fresh),
         config,
