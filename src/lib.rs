@@ -15,4 +15,5 @@ pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod io;
+pub mod remoting;
 pub mod store;
