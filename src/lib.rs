@@ -16,4 +16,5 @@ pub mod clock;
 pub mod config;
 pub mod io;
 pub mod remoting;
+pub mod rng;
 pub mod store;

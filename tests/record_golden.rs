@@ -1,5 +1,9 @@
 //! Golden bytes, round trips, damage detection and seeded fuzzing of the record codec.
 
+mod common;
+
+use common::{fuzz_iters, fuzz_seed, Rng};
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::Bytes;
@@ -513,37 +517,6 @@ fn every_single_byte_flip_is_detected() {
     }
 }
 
-/// splitmix64: tiny, seedable, good enough to drive a fuzz loop.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn fuzz_iters() -> usize {
-    std::env::var("RINGMQ_FUZZ_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
-}
-
-fn fuzz_seed(default: u64) -> u64 {
-    std::env::var("RINGMQ_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Decodes in both modes, failing with the seed and iteration on a panic or a bad result.
 fn check(buf: &[u8], seed: u64, iter: usize) {
     for verify in [Verify::Structure, Verify::Full] {
@@ -601,16 +574,16 @@ fn check(buf: &[u8], seed: u64, iter: usize) {
 #[test]
 fn fuzz_random_buffers() {
     let seed = fuzz_seed(0x5EED_0001);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let magics = [MAGIC_V1, MAGIC_V2, MAGIC_BLANK];
     for iter in 0..fuzz_iters() {
         let len = rng.below(400);
-        let mut buf: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let mut buf: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         // Most random bytes die at the magic; plant plausible headers most of the time.
         if len >= 8 && rng.below(4) != 0 {
             buf[4..8].copy_from_slice(&magics[rng.below(3)].to_be_bytes());
             let total = match rng.below(3) {
-                0 => rng.next() as i32,
+                0 => rng.next_u64() as i32,
                 _ => rng.below(len + 1) as i32,
             };
             buf[0..4].copy_from_slice(&total.to_be_bytes());
@@ -622,7 +595,7 @@ fn fuzz_random_buffers() {
 #[test]
 fn fuzz_mutated_records() {
     let seed = fuzz_seed(0x5EED_0002);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let records = sample_records();
     for iter in 0..fuzz_iters() {
         let mut buf = records[rng.below(records.len())].clone();
@@ -634,7 +607,7 @@ fn fuzz_mutated_records() {
                 }
                 1 if !buf.is_empty() => {
                     let pos = rng.below(buf.len());
-                    buf[pos] = rng.next() as u8;
+                    buf[pos] = rng.next_u64() as u8;
                 }
                 2 => {
                     // Overwrite a likely length field with an extreme value.
@@ -646,7 +619,7 @@ fn fuzz_mutated_records() {
                 }
                 3 => {
                     let extra = rng.below(64);
-                    buf.extend((0..extra).map(|_| rng.next() as u8));
+                    buf.extend((0..extra).map(|_| rng.next_u64() as u8));
                 }
                 _ => {}
             }

@@ -73,6 +73,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use crate::rng::SplitMix64;
+
 use super::{Disk, FileId, IoFuture, IoStats};
 
 /// Tunables of the crash model.
@@ -117,23 +119,6 @@ pub struct RestartedWrite {
     pub offset: u64,
     pub len: usize,
     pub fate: WriteFate,
-}
-
-/// splitmix64: tiny, fast, and good enough to drive fault choices reproducibly.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1): the top 53 bits as a float mantissa.
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 #[derive(Default)]
@@ -370,7 +355,7 @@ pub struct SimDisk {
 
 impl SimDisk {
     pub fn new(config: SimConfig) -> SimDisk {
-        let rng = SplitMix64(config.seed);
+        let rng = SplitMix64::new(config.seed);
         SimDisk {
             state: Rc::new(RefCell::new(SimState {
                 config,

@@ -75,27 +75,24 @@ pub fn wait_for(limit: Duration, what: &str, mut condition: impl FnMut() -> bool
     }
 }
 
-/// A tiny deterministic PRNG (splitmix64) for seeded workloads.
-pub struct Rng(u64);
+/// The project's seeded PRNG, under the name the tests use.
+#[allow(unused_imports)]
+pub use ringmq::rng::SplitMix64 as Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[low, high)`.
-    pub fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next_u64() % (high - low)
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.range(0, 100) < percent
-    }
+/// Iterations of a fuzz loop: `RINGMQ_FUZZ_ITERS`, else 20,000.
+pub fn fuzz_iters() -> usize {
+    std::env::var("RINGMQ_FUZZ_ITERS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(20_000)
+}
+
+/// The seed of a fuzz loop: `RINGMQ_FUZZ_SEED`, else `default`.
+pub fn fuzz_seed(default: u64) -> u64 {
+    std::env::var("RINGMQ_FUZZ_SEED")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The seeds a simulation sweeps: `RINGMQ_SIM_SEEDS=START..END`, else `default`.
