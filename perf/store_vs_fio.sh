@@ -8,15 +8,19 @@
 # and the medians over ROUNDS rounds go to perf/results/store-vs-fio.md (plus raw JSON).
 #
 # Usage: perf/store_vs_fio.sh [ROUNDS]      env: DIR (scratch dir, default under /var/tmp),
-#        SECONDS_PER_RUN (default 5). Run nothing else meanwhile: the disk is shared.
+#        SECONDS_PER_RUN (default 5), IO (auto, uring or portable; default auto).
+# Results go to perf/results/store-vs-fio[-IO].md. Run nothing else meanwhile: the disk
+# is shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-${ROUNDS:-3}}
 RUN_SECONDS=${SECONDS_PER_RUN:-5}
 DIR=${DIR:-/var/tmp/ringmq-perf}
+IO=${IO:-auto}
 OUT=perf/results
+SUFFIX=$([ "$IO" = auto ] && echo "" || echo "-$IO")
 mkdir -p "$OUT" "$DIR"
-RAW="$OUT/store-vs-fio.raw.jsonl"
+RAW="$OUT/store-vs-fio$SUFFIX.raw.jsonl"
 : > "$RAW"
 
 if ! command -v fio >/dev/null; then
@@ -59,14 +63,14 @@ for round in $(seq 1 "$ROUNDS"); do
     for producers in 1 16 64; do
       rm -rf "$DIR/store"
       json=$($BIN bench store --dir "$DIR/store" --flush $flush --producers $producers --size 1024 \
-        --duration "$RUN_SECONDS" --quiet --json)
+        --duration "$RUN_SECONDS" --io "$IO" --quiet --json)
       record "store_${flush}_p${producers}" "$json"
     done
   done
 done
 rm -rf "$DIR/store"
 
-python3 - "$RAW" "$OUT/store-vs-fio.md" "$ROUNDS" <<'PY'
+python3 - "$RAW" "$OUT/store-vs-fio$SUFFIX.md" "$ROUNDS" <<'PY'
 import json, statistics, sys
 raw, out, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
 runs = {}
