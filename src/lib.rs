@@ -6,7 +6,9 @@
 //! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
 //!   flush, checkpoint, recovery and offline inspection (D2 to D11).
 //! - [`bench`]: the load generator (`ringmq bench store` for now).
-//! - [`config`] and [`clock`]: validated settings, and the one clock tests control.
+//! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
+//! - [`node_config`]: the node's settings (TOML, RocketMQ `broker.conf`, overrides) and
+//!   the per-shard store settings derived from them (D13).
 //!
 //! Everything in a store belongs to one thread (thread-per-core, D3): handles are `Rc`,
 //! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.
@@ -15,6 +17,7 @@ pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod io;
+pub mod node_config;
 pub mod remoting;
 pub mod rng;
 pub mod store;

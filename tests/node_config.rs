@@ -1,0 +1,592 @@
+//! Node configuration: the three sources, their precedence, and every way a value is refused.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ringmq::config::{FlushMode, GIB};
+use ringmq::io::IoChoice;
+use ringmq::node_config::{BrokerRole, ConfigError, ConfigLoader, NodeConfig};
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Defaults with a fixed root and shard count, so expectations do not depend on the machine.
+fn base() -> NodeConfig {
+    NodeConfig {
+        store_path_root_dir: "/srv/ringmq".into(),
+        shards: 4,
+        ..NodeConfig::default()
+    }
+}
+
+fn loader() -> ConfigLoader {
+    ConfigLoader::from_config(base())
+}
+
+const BROKER_CONF: &str = r#"
+# A broker.conf as RocketMQ operators write them.
+brokerClusterName = ProdCluster
+brokerName=broker-b
+brokerId = 0
+! Java properties also take '!' comments
+
+listenPort=20911
+brokerIP1 = 10.1.2.3
+namesrvAddr=10.1.2.10:9876;10.1.2.11:9876
+storePathRootDir=/data/rocketmq/store
+flushDiskType = SYNC_FLUSH
+brokerRole=ASYNC_MASTER
+mapedFileSizeCommitLog=268435456
+mappedFileSizeConsumeQueue=600000
+flushIntervalCommitLog=250
+flushCommitLogLeastPages=8
+flushCommitLogThoroughInterval=20000
+syncFlushTimeout=3000
+flushIntervalConsumeQueue=2000
+maxMessageSize=1048576
+autoCreateTopicEnable=false
+defaultTopicQueueNums=16
+fileReservedTime=48
+deleteWhen=03;04
+diskMaxUsedSpaceRatio=80
+"#;
+
+fn broker_conf_expected() -> NodeConfig {
+    NodeConfig {
+        broker_cluster_name: "ProdCluster".into(),
+        broker_name: "broker-b".into(),
+        listen_port: 20911,
+        broker_ip: IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)),
+        namesrv_addr: Some("10.1.2.10:9876;10.1.2.11:9876".into()),
+        store_path_root_dir: "/data/rocketmq/store".into(),
+        flush_disk_type: FlushMode::Sync,
+        broker_role: BrokerRole::AsyncMaster,
+        maped_file_size_commit_log: 256 * 1024 * 1024,
+        maped_file_size_consume_queue: 600_000,
+        flush_interval_commit_log: Duration::from_millis(250),
+        flush_commit_log_least_pages: 8,
+        flush_commit_log_thorough_interval: Duration::from_secs(20),
+        sync_flush_timeout: Duration::from_secs(3),
+        flush_interval_consume_queue: Duration::from_secs(2),
+        max_message_size: 1024 * 1024,
+        auto_create_topic_enable: false,
+        default_topic_queue_nums: 16,
+        file_reserved_time: Duration::from_secs(48 * 3600),
+        delete_when: vec![3, 4],
+        disk_max_used_space_ratio: 80,
+        ..base()
+    }
+}
+
+#[test]
+fn defaults_validate() {
+    let config = base();
+    config.validate().unwrap();
+    assert_eq!(config.broker_name, "broker-a");
+    assert_eq!(config.broker_cluster_name, "DefaultCluster");
+    assert_eq!(
+        (config.listen_port, config.namesrv_port, config.metrics_port),
+        (10911, 9876, 9100)
+    );
+    assert_eq!(config.flush_disk_type, FlushMode::Async);
+    assert_eq!(config.broker_role, BrokerRole::AsyncMaster);
+    assert_eq!(config.io_backend, IoChoice::Auto);
+    assert_eq!(config.maped_file_size_commit_log, GIB);
+    assert_eq!(config.maped_file_size_consume_queue, 6_000_000);
+    assert_eq!(config.max_frame_size, 16 * 1024 * 1024);
+    assert_eq!(config.delete_when, vec![4]);
+    assert_eq!(config.file_reserved_time, Duration::from_secs(72 * 3600));
+
+    let machine = NodeConfig::default();
+    assert!(machine.shards >= 1 && machine.shards <= 64);
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        assert_eq!(machine.store_path_root_dir, Path::new(&home).join("store"));
+        assert_eq!(NodeConfig::load(None, None, &[]).unwrap(), machine);
+    }
+}
+
+#[test]
+fn broker_conf_with_rocketmq_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write(dir.path(), "broker.conf", BROKER_CONF);
+    let mut loader = loader();
+    loader.broker_conf_file(&conf).unwrap();
+    assert!(loader.warnings().is_empty());
+    assert_eq!(loader.finish().unwrap(), broker_conf_expected());
+}
+
+#[test]
+fn broker_conf_with_windows_line_ends_and_trailing_blanks() {
+    let text = BROKER_CONF.replace('\n', "  \r\n");
+    let mut loader = loader();
+    loader.broker_conf_str("broker.conf", &text).unwrap();
+    assert_eq!(loader.finish().unwrap(), broker_conf_expected());
+}
+
+#[test]
+fn toml_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "ringmq.toml",
+        r#"
+# ringmq's own format
+broker_name = "broker-t"
+broker_ip = "192.168.0.7"
+bind_address = "192.168.0.7"
+listen_port = 30911
+namesrv_port = 30876
+metrics_port = 30100
+store_path_root_dir = "/var/lib/ringmq"
+shards = 8
+io_backend = "portable"
+flush_disk_type = "SYNC_FLUSH"
+maped_file_size_commit_log = 134_217_728
+max_message_size = 65536
+auto_create_topic_enable = false
+delete_when = "01;02"
+max_connections = 500
+max_parked_pulls = 1000
+max_frame_size = 1048576
+"#,
+    );
+    let config = NodeConfig::load(Some(&path), None, &[]).unwrap();
+    let expected = NodeConfig {
+        broker_name: "broker-t".into(),
+        broker_ip: "192.168.0.7".parse().unwrap(),
+        bind_address: "192.168.0.7".parse().unwrap(),
+        listen_port: 30911,
+        namesrv_port: 30876,
+        metrics_port: 30100,
+        store_path_root_dir: "/var/lib/ringmq".into(),
+        shards: 8,
+        io_backend: IoChoice::Portable,
+        flush_disk_type: FlushMode::Sync,
+        maped_file_size_commit_log: 128 * 1024 * 1024,
+        max_message_size: 65536,
+        auto_create_topic_enable: false,
+        delete_when: vec![1, 2],
+        max_connections: 500,
+        max_parked_pulls: 1000,
+        max_frame_size: 1024 * 1024,
+        ..NodeConfig::default()
+    };
+    assert_eq!(config, expected);
+}
+
+#[test]
+fn precedence_toml_then_broker_conf_then_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write(
+        dir.path(),
+        "ringmq.toml",
+        "store_path_root_dir = \"/from/toml\"\nlisten_port = 1111\nbroker_name = \"toml\"\nshards = 2\nflush_interval_commit_log = 100\n",
+    );
+    let conf = write(
+        dir.path(),
+        "broker.conf",
+        "listenPort=2222\nbrokerName=conf\nflushIntervalCommitLog=200\n",
+    );
+    let overrides = vec![
+        "brokerName=cli".to_string(),
+        "flush_interval_commit_log = 300".to_string(),
+    ];
+    let config = NodeConfig::load(Some(&toml), Some(&conf), &overrides).unwrap();
+    assert_eq!(config.store_path_root_dir, Path::new("/from/toml"));
+    assert_eq!(config.shards, 2);
+    assert_eq!(config.listen_port, 2222);
+    assert_eq!(config.broker_name, "cli");
+    assert_eq!(config.flush_interval_commit_log, Duration::from_millis(300));
+}
+
+#[test]
+fn home_is_expanded() {
+    let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+        return;
+    };
+    let mut loader = loader();
+    loader.override_arg("storePathRootDir=~/rq").unwrap();
+    assert_eq!(
+        loader.config().store_path_root_dir,
+        Path::new(&home).join("rq")
+    );
+    loader.override_arg("store_path_root_dir=~").unwrap();
+    assert_eq!(loader.config().store_path_root_dir, Path::new(&home));
+}
+
+fn expect_error(error: ConfigError, origin: &str, key: &str, fragment: &str) {
+    assert_eq!(error.origin, origin, "{error}");
+    assert_eq!(error.key, key, "{error}");
+    assert!(error.message.contains(fragment), "{error}");
+    assert_eq!(
+        error.to_string(),
+        format!("{origin}: {key}: {}", error.message)
+    );
+}
+
+#[test]
+fn unknown_keys_name_the_key_and_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write(
+        dir.path(),
+        "node.toml",
+        "listen_port = 1\nlisten_prot = 2\n",
+    );
+    let error = NodeConfig::load(Some(&toml), None, &[]).unwrap_err();
+    expect_error(
+        error,
+        &toml.display().to_string(),
+        "listen_prot",
+        "unknown key",
+    );
+
+    let toml = write(dir.path(), "camel.toml", "listenPort = 1\n");
+    let error = NodeConfig::load(Some(&toml), None, &[]).unwrap_err();
+    expect_error(
+        error,
+        &toml.display().to_string(),
+        "listenPort",
+        "use listen_port",
+    );
+
+    let toml = write(dir.path(), "section.toml", "[broker]\nlisten_port = 1\n");
+    let error = NodeConfig::load(Some(&toml), None, &[]).unwrap_err();
+    expect_error(error, &toml.display().to_string(), "broker", "top level");
+
+    let conf = write(dir.path(), "broker.conf", "brokerName=a\nbrokerNmae=b\n");
+    let error = NodeConfig::load(None, Some(&conf), &[]).unwrap_err();
+    expect_error(
+        error,
+        &conf.display().to_string(),
+        "brokerNmae",
+        "unknown key",
+    );
+
+    let conf = write(dir.path(), "snake.conf", "listen_port=1\n");
+    let error = NodeConfig::load(None, Some(&conf), &[]).unwrap_err();
+    expect_error(
+        error,
+        &conf.display().to_string(),
+        "listen_port",
+        "use listenPort",
+    );
+
+    let error = NodeConfig::load(None, None, &["nope=1".into()]).unwrap_err();
+    expect_error(error, "command line", "nope", "unknown key");
+    let error = NodeConfig::load(None, None, &["listenPort".into()]).unwrap_err();
+    expect_error(error, "command line", "listenPort", "key=value");
+}
+
+#[test]
+fn unreadable_or_malformed_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.toml");
+    let error = NodeConfig::load(Some(&missing), None, &[]).unwrap_err();
+    assert_eq!(error.origin, missing.display().to_string());
+    assert!(error.message.contains("cannot read"), "{error}");
+
+    let bad = write(dir.path(), "bad.toml", "listen_port = = 3\n");
+    let error = NodeConfig::load(Some(&bad), None, &[]).unwrap_err();
+    assert_eq!(error.key, "");
+    assert!(error.message.contains("not valid TOML"), "{error}");
+    assert!(error
+        .to_string()
+        .starts_with(&format!("{}: not valid TOML", bad.display())));
+
+    let array = write(dir.path(), "array.toml", "delete_when = [3, 4]\n");
+    let error = NodeConfig::load(Some(&array), None, &[]).unwrap_err();
+    expect_error(
+        error,
+        &array.display().to_string(),
+        "delete_when",
+        "found array",
+    );
+}
+
+#[test]
+fn recognised_rocketmq_keys_only_warn() {
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "broker.conf",
+            "brokerIP2=10.0.0.2\nhaListenPort=10912\nenablePropertyFilter=true\n\
+             enableDLegerCommitLog=false\ntransientStorePoolEnable = false\nlistenPort=10911\n",
+        )
+        .unwrap();
+    loader.override_arg("sendMessageThreadPoolNums=4").unwrap();
+    let warnings = loader.warnings().to_vec();
+    assert_eq!(warnings.len(), 6, "{warnings:?}");
+    for key in [
+        "broker.conf: brokerIP2",
+        "broker.conf: haListenPort",
+        "broker.conf: enablePropertyFilter",
+        "broker.conf: enableDLegerCommitLog",
+        "broker.conf: transientStorePoolEnable",
+        "command line: sendMessageThreadPoolNums",
+    ] {
+        assert!(warnings.iter().any(|w| w.starts_with(key)), "{key}");
+    }
+    assert_eq!(loader.finish().unwrap(), base());
+}
+
+#[test]
+fn keys_ringmq_cannot_honour_stop_the_start() {
+    for (text, key) in [
+        ("storePathCommitLog=/data/commitlog", "storePathCommitLog"),
+        ("enableDLegerCommitLog=true", "enableDLegerCommitLog"),
+        ("enableControllerMode=true", "enableControllerMode"),
+    ] {
+        let error = loader().broker_conf_str("b.conf", text).err().unwrap();
+        expect_error(error, "b.conf", key, "not supported");
+    }
+}
+
+/// Each bad value, given through `source`, names `source` and the key as written there.
+#[test]
+fn invalid_values_name_their_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        // (broker.conf line, key as named in the error, message fragment)
+        ("listenPort=abc", "listenPort", "not a whole number"),
+        ("listenPort=0", "listenPort", "between 1 and 65535"),
+        ("listenPort=65536", "listenPort", "between 1 and 65535"),
+        ("listenPort=-1", "listenPort", "negative"),
+        ("namesrvPort=0", "namesrvPort", "between 1 and 65535"),
+        (
+            "metricsPromExporterPort=70000",
+            "metricsPromExporterPort",
+            "65535",
+        ),
+        ("brokerId=-3", "brokerId", "negative"),
+        ("brokerId=1", "brokerId", "master"),
+        ("brokerRole=SYNC_MASTER", "brokerRole", "not supported yet"),
+        ("brokerRole=SLAVE", "brokerRole", "not supported yet"),
+        ("brokerRole=MASTER", "brokerRole", "ASYNC_MASTER"),
+        ("brokerIP1=broker.example.com", "brokerIP1", "not an IP"),
+        ("brokerIP1=0.0.0.0", "brokerIP1", "cannot be advertised"),
+        ("brokerName=", "brokerName", "empty"),
+        ("brokerName=a b", "brokerName", "spaces"),
+        ("storePathRootDir=", "storePathRootDir", "empty"),
+        ("shards=0", "shards", "between 1 and 64"),
+        ("shards=65", "shards", "between 1 and 64"),
+        ("shards=1000", "shards", "too large"),
+        ("ioBackend=epoll", "ioBackend", "auto, uring or portable"),
+        (
+            "flushDiskType=SYNC",
+            "flushDiskType",
+            "SYNC_FLUSH, ASYNC_FLUSH",
+        ),
+        (
+            "mapedFileSizeCommitLog=1000",
+            "mapedFileSizeCommitLog",
+            "multiple of 4096",
+        ),
+        (
+            "mapedFileSizeCommitLog=-4096",
+            "mapedFileSizeCommitLog",
+            "negative",
+        ),
+        (
+            "mappedFileSizeCommitLog=0",
+            "mappedFileSizeCommitLog",
+            "multiple of 4096",
+        ),
+        (
+            "mapedFileSizeConsumeQueue=30",
+            "mapedFileSizeConsumeQueue",
+            "multiple of 20",
+        ),
+        (
+            "mapedFileSizeConsumeQueue=0",
+            "mapedFileSizeConsumeQueue",
+            "multiple of 20",
+        ),
+        (
+            "flushIntervalCommitLog=0",
+            "flushIntervalCommitLog",
+            "at least 1 ms",
+        ),
+        (
+            "flushIntervalCommitLog=1s",
+            "flushIntervalCommitLog",
+            "not a whole number",
+        ),
+        ("syncFlushTimeout=0", "syncFlushTimeout", "at least 1 ms"),
+        (
+            "flushIntervalConsumeQueue=0",
+            "flushIntervalConsumeQueue",
+            "at least 1 ms",
+        ),
+        ("maxMessageSize=0", "maxMessageSize", "at least 1"),
+        ("maxMessageSize=2147483648", "maxMessageSize", "must fit"),
+        (
+            "maxTransferCountOnMessageInDisk=0",
+            "maxTransferCountOnMessageInDisk",
+            "at least 1",
+        ),
+        ("maxBatchBytes=100", "maxBatchBytes", "at least 4096"),
+        ("maxConnections=0", "maxConnections", "at least 1"),
+        ("maxParkedPulls=0", "maxParkedPulls", "at least 1"),
+        ("maxFrameSize=1048576", "maxFrameSize", "max_message_size"),
+        (
+            "shardMailboxCapacity=0",
+            "shardMailboxCapacity",
+            "at least 1",
+        ),
+        (
+            "autoCreateTopicEnable=yes",
+            "autoCreateTopicEnable",
+            "true or false",
+        ),
+        (
+            "defaultTopicQueueNums=0",
+            "defaultTopicQueueNums",
+            "between 1 and 1024",
+        ),
+        ("fileReservedTime=0", "fileReservedTime", "at least 1 hour"),
+        ("deleteWhen=25", "deleteWhen", "hour of the day"),
+        ("deleteWhen=04;x", "deleteWhen", "hour of the day"),
+        (
+            "diskMaxUsedSpaceRatio=101",
+            "diskMaxUsedSpaceRatio",
+            "at most 100",
+        ),
+        (
+            "diskMaxUsedSpaceRatio=5",
+            "diskMaxUsedSpaceRatio",
+            "between 10 and 95",
+        ),
+        ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
+        (
+            "metricsPromExporterPort=10911",
+            "metricsPromExporterPort",
+            "listen_port",
+        ),
+        ("namesrvPort=10911", "namesrvPort", "listen_port"),
+    ];
+    for (line, key, fragment) in cases {
+        let mut loader = loader();
+        let error = match loader.broker_conf_str("broker.conf", line) {
+            Err(error) => error,
+            Ok(_) => loader.finish().expect_err(line),
+        };
+        expect_error(error, "broker.conf", key, fragment);
+    }
+}
+
+#[test]
+fn invalid_values_from_toml_and_overrides() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("listen_port = \"10911\"", "listen_port", "found a string"),
+        ("listen_port = -5", "listen_port", "negative"),
+        ("listen_port = 0", "listen_port", "between 1 and 65535"),
+        ("shards = 0", "shards", "between 1 and 64"),
+        (
+            "auto_create_topic_enable = \"true\"",
+            "auto_create_topic_enable",
+            "found a string",
+        ),
+        (
+            "maped_file_size_consume_queue = 21",
+            "maped_file_size_consume_queue",
+            "multiple of 20",
+        ),
+        ("broker_name = 3", "broker_name", "found an integer"),
+        (
+            "flush_interval_commit_log = 1.5",
+            "flush_interval_commit_log",
+            "found float",
+        ),
+    ];
+    for (line, key, fragment) in cases {
+        let mut loader = loader();
+        let error = match loader.toml_str("node.toml", line) {
+            Err(error) => error,
+            Ok(_) => loader.finish().expect_err(line),
+        };
+        expect_error(error, "node.toml", key, fragment);
+    }
+
+    // A relationship error names the source that set the value last, as spelled there.
+    let mut loader = loader();
+    loader.toml_str("node.toml", "metrics_port = 9000").unwrap();
+    loader.override_arg("namesrvPort=9000").unwrap();
+    expect_error(
+        loader.finish().unwrap_err(),
+        "node.toml",
+        "metrics_port",
+        "namesrv_port",
+    );
+    // A default that an override made invalid is blamed on the defaults.
+    let mut loader = ConfigLoader::from_config(base());
+    loader.override_arg("max_message_size=16777216").unwrap();
+    expect_error(
+        loader.finish().unwrap_err(),
+        "defaults",
+        "max_frame_size",
+        "max_message_size",
+    );
+}
+
+#[test]
+fn validate_on_its_own_names_the_field() {
+    let config = NodeConfig {
+        metrics_port: 10911,
+        ..base()
+    };
+    let error = config.validate().unwrap_err();
+    expect_error(error, "config", "metrics_port", "listen_port");
+}
+
+#[test]
+fn per_shard_store_settings() {
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "broker.conf",
+            "brokerIP1=10.9.8.7\nlistenPort=12345\nflushDiskType=SYNC_FLUSH\n\
+             mapedFileSizeCommitLog=67108864\nmapedFileSizeConsumeQueue=2000\n\
+             flushIntervalCommitLog=300\nflushCommitLogLeastPages=2\n\
+             flushCommitLogThoroughInterval=7000\nsyncFlushTimeout=1500\n\
+             flushIntervalConsumeQueue=900\nmaxMessageSize=65536\n",
+        )
+        .unwrap();
+    let config = loader.finish().unwrap();
+    assert_eq!(config.shards, 4);
+    for shard in 0..config.shards {
+        let store = config.store_config_for_shard(shard);
+        store.validate().unwrap();
+        assert_eq!(
+            store.dir,
+            Path::new("/srv/ringmq").join(format!("shard-{shard}"))
+        );
+        assert_eq!(store.shard_id, shard);
+        assert_eq!(store.offset_base(), (shard as u64) << 56);
+        assert_eq!(
+            store.store_host,
+            "10.9.8.7:12345".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(store.flush_mode, FlushMode::Sync);
+        assert_eq!(store.commit_log_segment_size, 64 * 1024 * 1024);
+        assert_eq!(store.consume_queue_entries_per_file, 100);
+        assert_eq!(store.flush_interval, Duration::from_millis(300));
+        assert_eq!(store.flush_least_pages, 2);
+        assert_eq!(store.flush_thorough_interval, Duration::from_secs(7));
+        assert_eq!(store.sync_flush_timeout, Duration::from_millis(1500));
+        assert_eq!(store.checkpoint_interval, Duration::from_millis(900));
+        assert_eq!(store.max_message_size, 65536);
+        assert_eq!(store.max_batch_bytes, config.max_batch_bytes);
+        assert_eq!(store.max_pending_puts, config.max_pending_puts);
+        assert_eq!(store.max_transfer_count, 32);
+        assert_eq!(store.max_transfer_bytes, 256 * 1024);
+    }
+}
+
+#[test]
+#[should_panic(expected = "shard 4 does not exist")]
+fn shard_out_of_range_panics() {
+    base().store_config_for_shard(4);
+}
