@@ -26,7 +26,7 @@ pub mod uring;
 
 use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
 
@@ -160,9 +160,4 @@ pub fn open_backend(choice: IoChoice) -> io::Result<Rc<dyn Disk>> {
             }
         },
     }
-}
-
-/// Joins a directory and a file name; a small helper so call sites read as paths.
-pub fn child(dir: &Path, name: &str) -> PathBuf {
-    dir.join(name)
 }

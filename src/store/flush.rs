@@ -94,9 +94,6 @@ pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
     }
 }
 
-/// How `std::io::Error` renders ENOSPC; checkpoint errors are strings with that inside.
-const DISK_FULL_TEXT: &str = "No space left on device";
-
 pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
     loop {
         tokio::time::sleep(shared.config.checkpoint_interval).await;
@@ -107,11 +104,11 @@ pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
             Ok(()) => {}
             // Queue entries stay in memory and the old checkpoint stays valid, so a full
             // disk only delays the checkpoint; the next round tries again.
-            Err(cause) if cause.contains(DISK_FULL_TEXT) => {
+            Err(StoreError::DiskFull(cause)) => {
                 tracing::warn!("checkpoint postponed: {cause}");
             }
-            Err(cause) => {
-                shared.poison(cause);
+            Err(error) => {
+                shared.poison(error.to_string());
                 return;
             }
         }
@@ -119,23 +116,19 @@ pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
 }
 
 /// Writes out and syncs every ConsumeQueue, then records the safe offset.
-pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), String> {
+pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), StoreError> {
     let dispatched = shared.dispatched_pos.get();
     let queues: Vec<Rc<ConsumeQueue>> = shared.all_queues();
     for queue in &queues {
         queue.write_out().await.map_err(|error| {
-            format!(
-                "writing consume queue {}/{}: {error}",
-                queue.topic, queue.queue_id
-            )
+            let context = format!("writing consume queue {}/{}", queue.topic, queue.queue_id);
+            StoreError::from_io(&context, &error)
         })?;
     }
     for queue in &queues {
         queue.sync().await.map_err(|error| {
-            format!(
-                "syncing consume queue {}/{}: {error}",
-                queue.topic, queue.queue_id
-            )
+            let context = format!("syncing consume queue {}/{}", queue.topic, queue.queue_id);
+            StoreError::from_io(&context, &error)
         })?;
     }
     let safe = dispatched.min(shared.log.flushed_pos());
@@ -151,7 +144,7 @@ pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), Strin
         let log_end = if clean { safe } else { 0 };
         file.write(safe, log_end, clean, shared.clock.now_ms())
             .await
-            .map_err(|error| format!("writing the checkpoint: {error}"))
+            .map_err(|error| StoreError::from_io("writing the checkpoint", &error))
     };
     *shared.checkpoint.borrow_mut() = Some(file);
     result
@@ -191,9 +184,7 @@ async fn finish(shared: &Shared) -> Result<(), StoreError> {
     sync_log(shared, flushed, written)
         .await
         .map_err(StoreError::Poisoned)?;
-    checkpoint(shared, true)
-        .await
-        .map_err(StoreError::Poisoned)?;
+    checkpoint(shared, true).await?;
     let abort = shared.config.dir.join(ABORT_FILE);
     shared
         .disk

@@ -119,9 +119,7 @@ pub(crate) async fn open(
     });
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
-    super::flush::checkpoint(&shared, false)
-        .await
-        .map_err(StoreError::Io)?;
+    super::flush::checkpoint(&shared, false).await?;
     let abort = dir.join(ABORT_FILE);
     let marker = shared
         .disk
