@@ -290,3 +290,60 @@ fn invalid_config_is_refused_naming_the_key() {
         }
     });
 }
+
+#[test]
+fn physical_offsets_carry_the_shard_id_in_their_top_byte_and_name_the_segments() {
+    let sim = sim_disk(8);
+    run_local(true, async {
+        let mut config = config(FlushMode::Sync);
+        config.shard_id = 3;
+        let base = 3u64 << 56;
+        let store = Store::open(config.clone(), as_disk(&sim), Clock::starting_at(T0))
+            .await
+            .unwrap();
+        let body = vec![9u8; 3000];
+        let mut placements = Vec::new();
+        for _ in 0..40 {
+            placements.push(
+                store
+                    .put(message("S", 0, &body, None, None))
+                    .await
+                    .unwrap()
+                    .placement
+                    .unwrap(),
+            );
+        }
+        for placement in &placements {
+            assert_eq!(placement.phys_offset >> 56, 3, "shard id in the top byte");
+        }
+        assert_eq!(
+            placements[0].phys_offset, base,
+            "shard 3's log starts at 3 << 56"
+        );
+        let got = store.get_messages("S", 0, 0, 1, None).unwrap();
+        let Ok(Decoded::Record(view)) = decode(&got.messages[0].bytes, Verify::Full) else {
+            panic!("no record");
+        };
+        assert_eq!(
+            view.phys_offset as u64, base,
+            "the stored PHYSICALOFFSET field carries it too"
+        );
+        let (_, _, end) = store.log_positions();
+        drop(store);
+        // Segment files are named by their full start offset.
+        let names =
+            ringmq::io::Disk::list_dir(&sim, std::path::Path::new("/store/commitlog")).unwrap();
+        assert_eq!(names[0], format!("{base:020}"));
+        assert!(names.len() >= 2, "{names:?}");
+        // A crash (the store was dropped without a clean stop) recovers on the same shard.
+        sim.crash_now();
+        sim.restart();
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(T0))
+            .await
+            .unwrap();
+        assert!(matches!(store.opened(), OpenKind::Recovered { .. }));
+        assert_eq!(store.log_positions().2, end);
+        assert_eq!(store.max_offset("S", 0), 40);
+        store.shutdown().await.unwrap();
+    });
+}
