@@ -209,3 +209,58 @@ fn a_flush_slower_than_the_timeout_answers_flush_disk_timeout_and_the_message_st
         store.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_failed_background_fsync_under_async_flush_poisons_the_store_too() {
+    let sim = sim_disk(15);
+    run_local(true, async {
+        let mut config = config();
+        config.flush_mode = FlushMode::Async;
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert_eq!(
+            put_many(&store, 5).await,
+            5,
+            "acknowledged from the page cache"
+        );
+        sim.fail_next_sync(libc::EIO);
+        // More than flushCommitLogLeastPages (4) pages dirty: the appender wakes the flusher
+        // at once, ahead of the checkpointer's own (queue) fsync a second later.
+        let body = vec![3u8; 2048];
+        let mut acked = 5;
+        for _ in 0..10 {
+            if store.put(message("T", 0, &body, None, None)).await.is_ok() {
+                acked += 1;
+            }
+        }
+        assert!(
+            acked >= 12,
+            "the first pages were acknowledged before the flush ({acked})"
+        );
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.poison_cause().is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the failed background fsync was never noticed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(
+            store.poison_cause().unwrap().contains("fdatasync"),
+            "{:?}",
+            store.poison_cause()
+        );
+        let refused = store
+            .put(message("T", 0, b"after", None, None))
+            .await
+            .unwrap_err();
+        assert_poisoned_with(&refused, "fdatasync");
+        let readable = store
+            .get_messages("T", 0, 0, 32, None)
+            .unwrap()
+            .messages
+            .len();
+        assert_eq!(readable, acked, "everything acknowledged stays readable");
+    });
+}
