@@ -26,7 +26,9 @@ use tokio::task::JoinHandle;
 
 use crate::broker::pull::{FLAG_SUBSCRIPTION, FLAG_SUSPEND};
 use crate::remoting::codes::request as codes;
-use crate::remoting::{encode_frame, take_frame, ExtFields, RemotingCommand, DEFAULT_MAX_FRAME_LEN, ONEWAY_FLAG};
+use crate::remoting::{
+    encode_frame, take_frame, ExtFields, RemotingCommand, DEFAULT_MAX_FRAME_LEN, ONEWAY_FLAG,
+};
 use crate::store::properties;
 
 /// How long a request waits for its response unless told otherwise.
@@ -97,13 +99,15 @@ impl Client {
 
     async fn write(&self, cmd: &RemotingCommand) -> io::Result<()> {
         let mut frame = Vec::with_capacity(256 + cmd.body.len());
-        encode_frame(cmd, &mut frame).map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+        encode_frame(cmd, &mut frame)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
         self.inner.writer.lock().await.write_all(&frame).await
     }
 
     /// Sends `cmd` (its opaque is replaced) and waits for its response.
     pub async fn request(&self, cmd: RemotingCommand) -> io::Result<RemotingCommand> {
-        self.request_with_timeout(cmd, self.inner.timeout.get()).await
+        self.request_with_timeout(cmd, self.inner.timeout.get())
+            .await
     }
 
     pub async fn request_with_timeout(
@@ -112,7 +116,10 @@ impl Client {
         timeout: Duration,
     ) -> io::Result<RemotingCommand> {
         if self.is_closed() {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "the connection is closed"));
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the connection is closed",
+            ));
         }
         let opaque = self.next_opaque();
         cmd.opaque = opaque;
@@ -130,7 +137,10 @@ impl Client {
             )),
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("no response to request code {} within {timeout:?}", cmd.code),
+                format!(
+                    "no response to request code {} within {timeout:?}",
+                    cmd.code
+                ),
             )),
         };
         drop(cleanup);
@@ -153,7 +163,8 @@ impl Client {
         tags: Option<&str>,
         keys: Option<&str>,
     ) -> io::Result<RemotingCommand> {
-        self.request(send_request_v2(topic, queue_id, body, tags, keys)).await
+        self.request(send_request_v2(topic, queue_id, body, tags, keys))
+            .await
     }
 
     /// PULL_MESSAGE; see [`pull_request`]. The request timeout is stretched past the
@@ -318,7 +329,9 @@ pub fn pull_request(
     put("commitOffset", "0".into());
     put(
         "suspendTimeoutMillis",
-        suspend_timeout.map_or(0, |timeout| timeout.as_millis()).to_string(),
+        suspend_timeout
+            .map_or(0, |timeout| timeout.as_millis())
+            .to_string(),
     );
     put("subVersion", "0".into());
     if let Some(subscription) = subscription {

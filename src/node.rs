@@ -149,7 +149,11 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
 
 /// Binds a listening TCP socket with SO_REUSEADDR (restarts do not wait out TIME_WAIT) and,
 /// if asked, SO_REUSEPORT (one listener per shard on the same port).
-pub fn bind_listener(addr: SocketAddr, backlog: i32, reuse_port: bool) -> std::io::Result<TcpListener> {
+pub fn bind_listener(
+    addr: SocketAddr,
+    backlog: i32,
+    reuse_port: bool,
+) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;

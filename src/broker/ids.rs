@@ -169,6 +169,8 @@ mod tests {
         let (a, b) = (keys.next(1_710_504_000_000), keys.next(1_710_504_000_000));
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
     }
 }

@@ -83,7 +83,12 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn new(store: Store, identity: BrokerIdentity, config: BrokerConfig, clock: Clock) -> Broker {
+    pub fn new(
+        store: Store,
+        identity: BrokerIdentity,
+        config: BrokerConfig,
+        clock: Clock,
+    ) -> Broker {
         Broker {
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip()),
             store,
@@ -109,7 +114,11 @@ impl Broker {
     }
 
     /// Handles one request; `None` for requests that take no response.
-    pub async fn handle(&self, request: RemotingCommand, peer: SocketAddr) -> Option<RemotingCommand> {
+    pub async fn handle(
+        &self,
+        request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> Option<RemotingCommand> {
         let response = match request.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 => {
                 send::send_message(self, &request, peer).await
@@ -142,7 +151,10 @@ impl RequestHandler for Broker {
 
 /// The response to a request whose header cannot be used: SYSTEM_ERROR (what Java's
 /// processors answer when decoding the custom header throws), remark naming the field.
-pub(crate) fn bad_header(request: &RemotingCommand, error: impl std::fmt::Display) -> RemotingCommand {
+pub(crate) fn bad_header(
+    request: &RemotingCommand,
+    error: impl std::fmt::Display,
+) -> RemotingCommand {
     RemotingCommand::response_to(
         request,
         response::SYSTEM_ERROR,

@@ -12,7 +12,11 @@ use crate::remoting::RemotingCommand;
 
 use super::{bad_header, topic_and_queue, Broker};
 
-fn offset_response(request: &RemotingCommand, field: &str, value: impl std::fmt::Display) -> RemotingCommand {
+fn offset_response(
+    request: &RemotingCommand,
+    field: &str,
+    value: impl std::fmt::Display,
+) -> RemotingCommand {
     let mut answer = RemotingCommand::response_to(request, response::SUCCESS, None);
     answer.put_ext(field, value);
     answer
@@ -24,22 +28,25 @@ fn store_error(request: &RemotingCommand, error: crate::store::StoreError) -> Re
 
 pub fn max_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     match topic_and_queue(request) {
-        Ok((topic, queue_id)) => offset_response(request, "offset", broker.store.max_offset(topic, queue_id)),
+        Ok((topic, queue_id)) => {
+            offset_response(request, "offset", broker.store.max_offset(topic, queue_id))
+        }
         Err(error) => bad_header(request, error),
     }
 }
 
 pub fn min_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     match topic_and_queue(request) {
-        Ok((topic, queue_id)) => offset_response(request, "offset", broker.store.min_offset(topic, queue_id)),
+        Ok((topic, queue_id)) => {
+            offset_response(request, "offset", broker.store.min_offset(topic, queue_id))
+        }
         Err(error) => bad_header(request, error),
     }
 }
 
 pub fn search_by_timestamp(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    let fields = topic_and_queue(request).and_then(|(topic, queue_id)| {
-        Ok((topic, queue_id, request.get_i64("timestamp")?))
-    });
+    let fields = topic_and_queue(request)
+        .and_then(|(topic, queue_id)| Ok((topic, queue_id, request.get_i64("timestamp")?)));
     let (topic, queue_id, timestamp) = match fields {
         Ok(fields) => fields,
         Err(error) => return bad_header(request, error),

@@ -176,7 +176,13 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
     let read = || {
         broker
             .store
-            .get_messages(&header.topic, header.queue_id, offset, max, filter.as_deref())
+            .get_messages(
+                &header.topic,
+                header.queue_id,
+                offset,
+                max,
+                filter.as_deref(),
+            )
             .map(|result| classify(offset, result))
     };
     let mut outcome = match read() {
@@ -211,7 +217,8 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
 }
 
 fn store_error(request: &RemotingCommand, error: crate::store::StoreError) -> RemotingCommand {
-    let mut answer = RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(error.to_string()));
+    let mut answer =
+        RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(error.to_string()));
     // Even an error carries the fields the client unboxes; zeros send it back to offset 0
     // only if it acts on them, which it does not for SYSTEM_ERROR.
     answer.put_ext("nextBeginOffset", 0);
@@ -236,7 +243,11 @@ fn respond(request: &RemotingCommand, outcome: Outcome) -> RemotingCommand {
 
 /// The records back to back. A copy for now; the zero-copy send of D8 replaces it.
 fn concat(result: &GetResult) -> Bytes {
-    let total = result.messages.iter().map(|message| message.bytes.len()).sum();
+    let total = result
+        .messages
+        .iter()
+        .map(|message| message.bytes.len())
+        .sum();
     let mut body = BytesMut::with_capacity(total);
     for message in &result.messages {
         body.extend_from_slice(&message.bytes);

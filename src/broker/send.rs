@@ -143,7 +143,11 @@ fn status_code(status: PutStatus) -> i32 {
 }
 
 /// SEND_MESSAGE and SEND_MESSAGE_V2: one message.
-pub async fn send_message(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -> RemotingCommand {
+pub async fn send_message(
+    broker: &Broker,
+    request: &RemotingCommand,
+    peer: SocketAddr,
+) -> RemotingCommand {
     let header = match SendMessageRequestHeader::from_command(request) {
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
@@ -162,14 +166,17 @@ pub async fn send_message(broker: &Broker, request: &RemotingCommand, peer: Sock
     );
     match broker.store.put(record).await {
         Ok(result) => {
-            let mut answer = RemotingCommand::response_to(request, status_code(result.status), None);
+            let mut answer =
+                RemotingCommand::response_to(request, status_code(result.status), None);
             // A FlushDiskTimeout before encoding has no placement; the fields must still be
             // there, so they say "unknown" the way Java's defaults would.
             answer.put_ext("msgId", broker.msg_id(&result).unwrap_or_default());
             answer.put_ext("queueId", queue_id);
             answer.put_ext(
                 "queueOffset",
-                result.placement.map_or(-1, |placement| placement.queue_offset as i64),
+                result
+                    .placement
+                    .map_or(-1, |placement| placement.queue_offset as i64),
             );
             answer.put_ext("transactionId", uniq_key);
             add_region(&mut answer);
@@ -186,7 +193,11 @@ fn add_region(answer: &mut RemotingCommand) {
 }
 
 /// SEND_BATCH_MESSAGE: the messages of the batch body, in order.
-pub async fn send_batch(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -> RemotingCommand {
+pub async fn send_batch(
+    broker: &Broker,
+    request: &RemotingCommand,
+    peer: SocketAddr,
+) -> RemotingCommand {
     let header = match SendMessageRequestHeader::from_command(request) {
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
@@ -217,8 +228,14 @@ pub async fn send_batch(broker: &Broker, request: &RemotingCommand, peer: Socket
     let mut first_offset = None;
     let mut worst = PutStatus::Ok;
     for (index, item) in items.into_iter().enumerate() {
-        let (record, uniq_key) =
-            broker.record_for(&header, queue_id, peer, item.flag, item.body, &item.properties);
+        let (record, uniq_key) = broker.record_for(
+            &header,
+            queue_id,
+            peer,
+            item.flag,
+            item.body,
+            &item.properties,
+        );
         match broker.store.put(record).await {
             Ok(result) => {
                 if result.status == PutStatus::FlushDiskTimeout {
@@ -244,7 +261,10 @@ pub async fn send_batch(broker: &Broker, request: &RemotingCommand, peer: Socket
     let mut answer = RemotingCommand::response_to(request, status_code(worst), None);
     answer.put_ext("msgId", msg_ids.join(","));
     answer.put_ext("queueId", queue_id);
-    answer.put_ext("queueOffset", first_offset.map_or(-1, |offset| offset as i64));
+    answer.put_ext(
+        "queueOffset",
+        first_offset.map_or(-1, |offset| offset as i64),
+    );
     answer.put_ext("transactionId", uniq_keys.join(","));
     add_region(&mut answer);
     answer
