@@ -140,12 +140,12 @@ impl Broker {
 }
 
 impl RequestHandler for Broker {
-    fn handle(
+    async fn handle(
         self: Rc<Self>,
         request: RemotingCommand,
         peer: SocketAddr,
-    ) -> impl std::future::Future<Output = Option<RemotingCommand>> + 'static {
-        async move { Broker::handle(&self, request, peer).await }
+    ) -> Option<RemotingCommand> {
+        Broker::handle(&self, request, peer).await
     }
 }
 

@@ -49,27 +49,19 @@ fn error_response(request: &RemotingCommand, error: &StoreError) -> RemotingComm
 }
 
 impl Broker {
-    /// Checks what the header says before anything is stored; the error is the response.
-    fn check_send_header(
-        &self,
-        request: &RemotingCommand,
-        header: &SendMessageRequestHeader,
-    ) -> Result<i32, RemotingCommand> {
+    /// Checks what the header says before anything is stored: the queue id to store into,
+    /// or the refusal's code and remark.
+    fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
         if let Err(why) = topic::validate_topic(&header.topic) {
-            return Err(RemotingCommand::response_to(
-                request,
-                response::MESSAGE_ILLEGAL,
-                Some(why),
-            ));
+            return Err((response::MESSAGE_ILLEGAL, why));
         }
         if header.queue_id > self.config.max_queue_id {
-            return Err(RemotingCommand::response_to(
-                request,
+            return Err((
                 response::INVALID_PARAMETER,
-                Some(format!(
+                format!(
                     "queueId {} is above the highest queue id {}",
                     header.queue_id, self.config.max_queue_id
-                )),
+                ),
             ));
         }
         Ok(if header.queue_id < 0 {
@@ -152,9 +144,9 @@ pub async fn send_message(
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
     };
-    let queue_id = match broker.check_send_header(request, &header) {
+    let queue_id = match broker.check_send_header(&header) {
         Ok(queue_id) => queue_id,
-        Err(refusal) => return refusal,
+        Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
     };
     let (record, uniq_key) = broker.record_for(
         &header,
@@ -202,9 +194,9 @@ pub async fn send_batch(
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
     };
-    let queue_id = match broker.check_send_header(request, &header) {
+    let queue_id = match broker.check_send_header(&header) {
         Ok(queue_id) => queue_id,
-        Err(refusal) => return refusal,
+        Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
     };
     let items = match decode_batch(&request.body) {
         Ok(items) if !items.is_empty() => items,
