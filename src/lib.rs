@@ -5,6 +5,11 @@
 //! - [`io`]: the disk I/O seam with its `uring`, `portable` and `sim` backends (D5).
 //! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
 //!   flush, checkpoint, recovery and offline inspection (D2 to D11).
+//! - [`remoting`]: the wire codec, plus [`remoting::connection`], which serves one TCP
+//!   connection on its shard.
+//! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
+//! - [`node`]: the shard thread that owns the listener, the store and the connections
+//!   (`ringmq serve`); [`client`]: the in-project client.
 //! - [`bench`]: the load generator (`ringmq bench store` for now).
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
 //! - [`node_config`]: the node's settings (TOML, RocketMQ `broker.conf`, overrides) and
@@ -14,9 +19,12 @@
 //! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.
 
 pub mod bench;
+pub mod broker;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod io;
+pub mod node;
 pub mod node_config;
 pub mod remoting;
 pub mod rng;

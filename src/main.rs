@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use ringmq::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
+use ringmq::node::{self, NodeOptions};
 use ringmq::store::inspect;
 
 #[derive(Parser)]
@@ -24,12 +25,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the broker node: one shard serving the RocketMQ remoting protocol.
+    Serve(ServeArgs),
     /// Load generators.
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Offline tools for a store directory (the store must not be running).
     #[command(subcommand)]
     Store(StoreCommand),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Store directory (`storePathRootDir`).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Remoting port (`listenPort`); 0 picks a free one.
+    #[arg(long, default_value_t = 10911)]
+    port: u16,
+    /// sync (ack after fdatasync, group commit) or async (ack after the page-cache write).
+    #[arg(long, default_value = "async")]
+    flush: FlushMode,
+    /// Disk backend: auto (io_uring, else portable), uring, or portable.
+    #[arg(long, default_value = "auto")]
+    io: IoChoice,
+    /// The address clients reach this broker at (STOREHOST, msgIds).
+    #[arg(long, default_value = "127.0.0.1")]
+    broker_ip: std::net::IpAddr,
+    /// CommitLog segment size in bytes [default: 1 GiB].
+    #[arg(long)]
+    segment_size: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +133,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Serve(args) => serve(args),
         Command::Bench(BenchCommand::Store(args)) => bench_store(args),
         Command::Store(StoreCommand::Verify { dir, json }) => verify(&dir, json),
         Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
@@ -119,6 +145,52 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Runs the node until SIGINT or SIGTERM (exit 0 after a clean stop), or until the shard
+/// stops on its own (exit 1).
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut options = NodeOptions::new(&args.dir);
+    options.port = args.port;
+    options.flush = args.flush;
+    options.io = args.io;
+    options.broker_ip = args.broker_ip;
+    options.segment_size = args.segment_size;
+    let mut node = node::start(options)?;
+    eprintln!("ringmq: listening on {}", node.addr());
+    let exited = node.take_exit_signal();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let signalled = runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let exited = async {
+            match exited {
+                Some(exited) => {
+                    let _ = exited.await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        anyhow::Ok(tokio::select! {
+            _ = terminate.recv() => true,
+            _ = interrupt.recv() => true,
+            _ = exited => false,
+        })
+    })?;
+    if signalled {
+        eprintln!("ringmq: stopping");
+    }
+    node.shutdown()?;
+    Ok(if signalled {
+        eprintln!("ringmq: stopped cleanly");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("ringmq: the shard stopped on its own");
+        ExitCode::from(1)
+    })
 }
 
 fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {

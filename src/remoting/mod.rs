@@ -49,10 +49,13 @@
 //! - [`json_header`], [`binary_header`]: the two header encodings.
 //! - [`codes`]: request and response code constants with their Java names.
 //! - [`send_header`]: the send request header (V1 and V2 names) and the batch body.
+//! - [`connection`]: the one part that does I/O: serving a TCP connection on its shard,
+//!   dispatching each request to a handler (the broker) and writing the responses.
 
 pub mod binary_header;
 pub mod codes;
 pub mod command;
+pub mod connection;
 pub mod frame;
 pub mod json_header;
 pub mod send_header;

@@ -109,3 +109,13 @@ pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
         Err(_) => default,
     }
 }
+
+/// A node started in-process on an ephemeral port, with small CommitLog segments and the
+/// portable disk backend, storing into `dir`.
+pub fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
+    let mut options = ringmq::node::NodeOptions::new(dir);
+    options.port = 0;
+    options.io = ringmq::io::IoChoice::Portable;
+    options.segment_size = Some(4 * 1024 * 1024);
+    ringmq::node::start(options).expect("node starts")
+}

@@ -1,0 +1,80 @@
+//! Queue offset queries (reference §9.6): GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
+//! SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32).
+//!
+//! Invariants: SUCCESS answers always carry their one header field (`offset`, or
+//! `timestamp` for 32); an unknown queue answers 0 offsets and timestamp -1, as Java does
+//! for a queue it has no ConsumeQueue for. `committed` (30) is accepted and ignored: only
+//! durable messages are visible here anyway (D7). `boundaryType=upper` (29) is not
+//! implemented yet and is refused with INVALID_PARAMETER rather than answered wrongly.
+
+use crate::remoting::codes::response;
+use crate::remoting::RemotingCommand;
+
+use super::{bad_header, topic_and_queue, Broker};
+
+fn offset_response(
+    request: &RemotingCommand,
+    field: &str,
+    value: impl std::fmt::Display,
+) -> RemotingCommand {
+    let mut answer = RemotingCommand::response_to(request, response::SUCCESS, None);
+    answer.put_ext(field, value);
+    answer
+}
+
+fn store_error(request: &RemotingCommand, error: crate::store::StoreError) -> RemotingCommand {
+    RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(error.to_string()))
+}
+
+pub fn max_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    match topic_and_queue(request) {
+        Ok((topic, queue_id)) => {
+            offset_response(request, "offset", broker.store.max_offset(topic, queue_id))
+        }
+        Err(error) => bad_header(request, error),
+    }
+}
+
+pub fn min_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    match topic_and_queue(request) {
+        Ok((topic, queue_id)) => {
+            offset_response(request, "offset", broker.store.min_offset(topic, queue_id))
+        }
+        Err(error) => bad_header(request, error),
+    }
+}
+
+pub fn search_by_timestamp(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let fields = topic_and_queue(request)
+        .and_then(|(topic, queue_id)| Ok((topic, queue_id, request.get_i64("timestamp")?)));
+    let (topic, queue_id, timestamp) = match fields {
+        Ok(fields) => fields,
+        Err(error) => return bad_header(request, error),
+    };
+    match request.opt_str("boundaryType") {
+        None => {}
+        Some(boundary) if boundary.eq_ignore_ascii_case("lower") => {}
+        Some(other) => {
+            return RemotingCommand::response_to(
+                request,
+                response::INVALID_PARAMETER,
+                Some(format!("boundaryType {other} is not supported; only lower")),
+            )
+        }
+    }
+    match broker.store.offset_by_timestamp(topic, queue_id, timestamp) {
+        Ok(offset) => offset_response(request, "offset", offset),
+        Err(error) => store_error(request, error),
+    }
+}
+
+pub fn earliest_store_time(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let (topic, queue_id) = match topic_and_queue(request) {
+        Ok(fields) => fields,
+        Err(error) => return bad_header(request, error),
+    };
+    match broker.store.earliest_store_time(topic, queue_id) {
+        Ok(time) => offset_response(request, "timestamp", time.unwrap_or(-1)),
+        Err(error) => store_error(request, error),
+    }
+}

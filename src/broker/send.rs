@@ -1,0 +1,263 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) (reference §9.3, §6.3).
+//!
+//! A send becomes a [`RecordInput`]: born host = the connection's peer (IPv4-mapped IPv6
+//! normalised to IPv4), store host = the broker's advertised address, properties from the
+//! header plus `CLUSTER` (as Java adds) and a generated `UNIQ_KEY` when the producer sent none.
+//!
+//! Invariants:
+//! - Every send response that reports a stored message (SUCCESS, FLUSH_DISK_TIMEOUT) carries
+//!   `msgId`, `queueId`, `queueOffset` and `transactionId`: clients unbox them.
+//! - Store errors map as Java's `handlePutMessageResult`: MessageIllegal → MESSAGE_ILLEGAL,
+//!   Busy → SYSTEM_BUSY (clients retry), unavailable states → SERVICE_NOT_AVAILABLE, the rest
+//!   SYSTEM_ERROR, always with the store's text as remark.
+//!
+//! Batches are put message by message in order, each awaited before the next, so their
+//! queue offsets are consecutive within the queue but, unlike Java, a batch is neither
+//! appended under one lock nor atomic: a failure part-way leaves the earlier messages stored
+//! (the error remark says how many). One CommitLog write per batch comes with the store's
+//! multi-record put.
+
+use std::net::SocketAddr;
+
+use crate::remoting::codes::response;
+use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
+use crate::remoting::RemotingCommand;
+use crate::store::record::{body_crc, RecordInput};
+use crate::store::{properties, topic, PutResult, PutStatus, StoreError};
+
+use super::{bad_header, ids, Broker};
+
+/// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
+const CLUSTER: &str = "CLUSTER";
+/// The sysFlag bits the encoder derives from the hosts; a client's values are ignored.
+const HOST_FAMILY_BITS: i32 = 0x10 | 0x20;
+
+/// The response code for a store error, as §6.3 maps put statuses.
+fn error_code(error: &StoreError) -> i32 {
+    match error {
+        StoreError::MessageIllegal(_) => response::MESSAGE_ILLEGAL,
+        StoreError::Busy(_) => response::SYSTEM_BUSY,
+        StoreError::Poisoned(_) | StoreError::DiskFull(_) | StoreError::ShuttingDown => {
+            response::SERVICE_NOT_AVAILABLE
+        }
+        _ => response::SYSTEM_ERROR,
+    }
+}
+
+fn error_response(request: &RemotingCommand, error: &StoreError) -> RemotingCommand {
+    RemotingCommand::response_to(request, error_code(error), Some(error.to_string()))
+}
+
+impl Broker {
+    /// Checks what the header says before anything is stored: the queue id to store into,
+    /// or the refusal's code and remark.
+    fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
+        if let Err(why) = topic::validate_topic(&header.topic) {
+            return Err((response::MESSAGE_ILLEGAL, why));
+        }
+        if header.queue_id > self.config.max_queue_id {
+            return Err((
+                response::INVALID_PARAMETER,
+                format!(
+                    "queueId {} is above the highest queue id {}",
+                    header.queue_id, self.config.max_queue_id
+                ),
+            ));
+        }
+        Ok(if header.queue_id < 0 {
+            // "The broker picks": round-robin over the topic's default queue count.
+            let queues = header
+                .default_topic_queue_nums
+                .clamp(1, self.config.max_queue_id + 1) as u32;
+            let next = self.next_queue.get();
+            self.next_queue.set(next.wrapping_add(1));
+            (next % queues) as i32
+        } else {
+            header.queue_id
+        })
+    }
+
+    /// The record for one message: `properties` are the message's own, UNIQ_KEY and CLUSTER
+    /// are added here. Returns the record and its UNIQ_KEY.
+    fn record_for(
+        &self,
+        header: &SendMessageRequestHeader,
+        queue_id: i32,
+        peer: SocketAddr,
+        flag: i32,
+        body: bytes::Bytes,
+        own_properties: &str,
+    ) -> (RecordInput, String) {
+        let mut properties = own_properties.to_owned();
+        let uniq_key = match properties::get(&properties, properties::UNIQ_KEY) {
+            Some(key) => key.to_owned(),
+            None => {
+                let key = self.uniq_keys.next(self.clock.now_ms());
+                properties.push_str(&properties::encode([(properties::UNIQ_KEY, key.as_str())]));
+                key
+            }
+        };
+        if properties::get(&properties, CLUSTER).is_none() {
+            properties.push_str(&properties::encode([(
+                CLUSTER,
+                self.identity.cluster_name.as_str(),
+            )]));
+        }
+        let record = RecordInput {
+            topic: header.topic.clone(),
+            queue_id,
+            flag,
+            sys_flag: header.sys_flag & !HOST_FAMILY_BITS,
+            born_timestamp: header.born_timestamp,
+            born_host: ids::normalize(peer),
+            store_host: self.identity.store_host,
+            reconsume_times: header.reconsume_times,
+            prepared_transaction_offset: 0,
+            body_crc: body_crc(&body),
+            body,
+            properties,
+        };
+        (record, uniq_key)
+    }
+
+    fn msg_id(&self, result: &PutResult) -> Option<String> {
+        result
+            .placement
+            .map(|placement| ids::offset_msg_id(self.identity.store_host, placement.phys_offset))
+    }
+}
+
+fn status_code(status: PutStatus) -> i32 {
+    match status {
+        PutStatus::Ok => response::SUCCESS,
+        PutStatus::FlushDiskTimeout => response::FLUSH_DISK_TIMEOUT,
+    }
+}
+
+/// SEND_MESSAGE and SEND_MESSAGE_V2: one message.
+pub async fn send_message(
+    broker: &Broker,
+    request: &RemotingCommand,
+    peer: SocketAddr,
+) -> RemotingCommand {
+    let header = match SendMessageRequestHeader::from_command(request) {
+        Ok(header) => header,
+        Err(error) => return bad_header(request, error),
+    };
+    let queue_id = match broker.check_send_header(&header) {
+        Ok(queue_id) => queue_id,
+        Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
+    };
+    let (record, uniq_key) = broker.record_for(
+        &header,
+        queue_id,
+        peer,
+        header.flag,
+        request.body.clone(),
+        &header.properties,
+    );
+    match broker.store.put(record).await {
+        Ok(result) => {
+            let mut answer =
+                RemotingCommand::response_to(request, status_code(result.status), None);
+            // A FlushDiskTimeout before encoding has no placement; the fields must still be
+            // there, so they say "unknown" the way Java's defaults would.
+            answer.put_ext("msgId", broker.msg_id(&result).unwrap_or_default());
+            answer.put_ext("queueId", queue_id);
+            answer.put_ext(
+                "queueOffset",
+                result
+                    .placement
+                    .map_or(-1, |placement| placement.queue_offset as i64),
+            );
+            answer.put_ext("transactionId", uniq_key);
+            add_region(&mut answer);
+            answer
+        }
+        Err(error) => error_response(request, &error),
+    }
+}
+
+/// The extFields Java adds to every send response.
+fn add_region(answer: &mut RemotingCommand) {
+    answer.put_ext("MSG_REGION", "DefaultRegion");
+    answer.put_ext("TRACE_ON", "true");
+}
+
+/// SEND_BATCH_MESSAGE: the messages of the batch body, in order.
+pub async fn send_batch(
+    broker: &Broker,
+    request: &RemotingCommand,
+    peer: SocketAddr,
+) -> RemotingCommand {
+    let header = match SendMessageRequestHeader::from_command(request) {
+        Ok(header) => header,
+        Err(error) => return bad_header(request, error),
+    };
+    let queue_id = match broker.check_send_header(&header) {
+        Ok(queue_id) => queue_id,
+        Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
+    };
+    let items = match decode_batch(&request.body) {
+        Ok(items) if !items.is_empty() => items,
+        Ok(_) => {
+            return RemotingCommand::response_to(
+                request,
+                response::MESSAGE_ILLEGAL,
+                Some("the batch body holds no message".into()),
+            )
+        }
+        Err(error) => {
+            return RemotingCommand::response_to(
+                request,
+                response::MESSAGE_ILLEGAL,
+                Some(format!("bad batch body: {error}")),
+            )
+        }
+    };
+    let mut msg_ids = Vec::with_capacity(items.len());
+    let mut uniq_keys = Vec::with_capacity(items.len());
+    let mut first_offset = None;
+    let mut worst = PutStatus::Ok;
+    for (index, item) in items.into_iter().enumerate() {
+        let (record, uniq_key) = broker.record_for(
+            &header,
+            queue_id,
+            peer,
+            item.flag,
+            item.body,
+            &item.properties,
+        );
+        match broker.store.put(record).await {
+            Ok(result) => {
+                if result.status == PutStatus::FlushDiskTimeout {
+                    worst = PutStatus::FlushDiskTimeout;
+                }
+                if first_offset.is_none() {
+                    first_offset = result.placement.map(|placement| placement.queue_offset);
+                }
+                msg_ids.push(broker.msg_id(&result).unwrap_or_default());
+                uniq_keys.push(uniq_key);
+            }
+            Err(error) => {
+                let mut answer = error_response(request, &error);
+                if index > 0 {
+                    answer.remark = Some(format!(
+                        "{error} (the first {index} messages of the batch were stored)"
+                    ));
+                }
+                return answer;
+            }
+        }
+    }
+    let mut answer = RemotingCommand::response_to(request, status_code(worst), None);
+    answer.put_ext("msgId", msg_ids.join(","));
+    answer.put_ext("queueId", queue_id);
+    answer.put_ext(
+        "queueOffset",
+        first_offset.map_or(-1, |offset| offset as i64),
+    );
+    answer.put_ext("transactionId", uniq_keys.join(","));
+    add_region(&mut answer);
+    answer
+}

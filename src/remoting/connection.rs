@@ -1,0 +1,179 @@
+//! Serving one TCP connection on its shard: bytes in, frames out, requests dispatched.
+//!
+//! ```text
+//!   socket ──read──▶ BytesMut ──take_frame──▶ request ──spawn_local──▶ handler task
+//!                                                                        │ response
+//!   socket ◀──write_all── encode_frame ◀── writer task ◀──── mpsc ◀──────┘
+//! ```
+//!
+//! What this file owns and promises:
+//!
+//! - Every request runs in its own `spawn_local` task, so a slow one (a parked long-poll
+//!   pull, a put waiting for its fsync) never holds up the requests behind it. Responses
+//!   therefore may leave in a different order than their requests came; clients match
+//!   them by `opaque`, which [`RemotingCommand::response_to`] echoes.
+//! - One writer task owns the write half, so frames never interleave. It encodes every
+//!   response already queued into one buffer and writes it with one `write_all`.
+//! - A oneway request (flag bit 1) gets no response, whatever the handler returns.
+//! - A framing error (bad or huge length, unknown serialize type, undecodable header)
+//!   means the stream is out of step and cannot be resynchronised: it is logged at warn
+//!   with the peer address and the connection is closed. Only this connection is touched.
+//! - When the connection ends for any reason (peer closed, framing error, node shutdown)
+//!   its request tasks and its writer are aborted: nothing outlives the connection.
+//!
+//! This file knows nothing about what a request means: that is the [`RequestHandler`]'s job
+//! (the broker, in production). It is shard-local: it uses `spawn_local` and `Rc`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::command::RemotingCommand;
+use super::frame::{encode_frame, take_frame};
+
+/// What a connection needs from the code that gives requests their meaning.
+pub trait RequestHandler: 'static {
+    /// Handles one request from `peer`; `None` means no response is sent.
+    fn handle(
+        self: Rc<Self>,
+        request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Option<RemotingCommand>> + 'static;
+}
+
+/// Limits of one connection; every one is a named setting with a default.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// Largest frame accepted (Java's `frameMaxLength`, 16 MiB).
+    pub max_frame_len: usize,
+    /// Responses waiting for the writer before handler tasks wait for room.
+    pub response_queue: usize,
+    /// Initial read buffer capacity.
+    pub read_buffer: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            max_frame_len: super::frame::DEFAULT_MAX_FRAME_LEN,
+            response_queue: 1024,
+            read_buffer: 64 * 1024,
+        }
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The peer closed its side.
+    PeerClosed,
+    /// The bytes stopped making frames; the connection was closed on purpose.
+    BadFrame(String),
+    /// Reading or writing the socket failed.
+    Io(String),
+    /// The node is shutting down.
+    Shutdown,
+}
+
+/// Serves `stream` until the peer closes it, it breaks, or `shutdown` turns true.
+pub async fn serve_connection<H: RequestHandler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    mut shutdown: watch::Receiver<bool>,
+) -> Ended {
+    // Responses are small and latency-bound; do not let Nagle hold them back.
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let (responses, queued) = mpsc::channel(limits.response_queue.max(1));
+    let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued));
+    let mut requests = JoinSet::new();
+    let mut buffer = BytesMut::with_capacity(limits.read_buffer);
+    let ended = 'serve: loop {
+        loop {
+            match take_frame(&mut buffer, limits.max_frame_len) {
+                Ok(Some(request)) => {
+                    if request.is_response() {
+                        // We send no requests to clients yet, so nothing can be waiting.
+                        tracing::debug!(%peer, opaque = request.opaque, "unexpected response dropped");
+                        continue;
+                    }
+                    let handler = handler.clone();
+                    let responses = responses.clone();
+                    requests.spawn_local(async move {
+                        let oneway = request.is_oneway();
+                        let response = handler.handle(request, peer).await;
+                        if let (Some(response), false) = (response, oneway) {
+                            // A closed channel means the connection is going away.
+                            let _ = responses.send(response).await;
+                        }
+                    });
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(%peer, %error, "bad frame; closing the connection");
+                    break 'serve Ended::BadFrame(error.to_string());
+                }
+            }
+        }
+        // Reap finished request tasks so the set holds only the live ones.
+        while requests.try_join_next().is_some() {}
+        tokio::select! {
+            read = reader.read_buf(&mut buffer) => match read {
+                Ok(0) => break Ended::PeerClosed,
+                Ok(_) => {}
+                Err(error) => break Ended::Io(error.to_string()),
+            },
+            written = &mut writer_task => {
+                break match written {
+                    Ok(Err(error)) => Ended::Io(error.to_string()),
+                    _ => Ended::Io("the writer stopped".into()),
+                };
+            }
+            _ = shutdown.wait_for(|stop| *stop) => break Ended::Shutdown,
+        }
+    };
+    requests.abort_all();
+    writer_task.abort();
+    tracing::debug!(%peer, ?ended, "connection ended");
+    ended
+}
+
+/// Writes responses as they come, batching whatever is already queued into one write.
+async fn write_responses(
+    mut writer: OwnedWriteHalf,
+    mut queued: mpsc::Receiver<RemotingCommand>,
+) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(64 * 1024);
+    while let Some(first) = queued.recv().await {
+        out.clear();
+        encode_response(&first, &mut out);
+        while let Ok(next) = queued.try_recv() {
+            encode_response(&next, &mut out);
+        }
+        writer.write_all(&out).await?;
+    }
+    Ok(())
+}
+
+fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) {
+    if let Err(error) = encode_frame(response, out) {
+        // Only a header beyond the format's limits gets here; tell the client instead
+        // of leaving its request to time out.
+        tracing::error!(opaque = response.opaque, %error, "cannot encode a response");
+        let mut fallback = response.clone();
+        fallback.code = super::codes::response::SYSTEM_ERROR;
+        fallback.ext_fields.clear();
+        fallback.remark = Some(format!("the response could not be encoded: {error}"));
+        fallback.body = bytes::Bytes::new();
+        let _ = encode_frame(&fallback, out);
+    }
+}

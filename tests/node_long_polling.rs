@@ -1,0 +1,103 @@
+//! Long polling: a pull with the suspend bit on an empty queue is parked and answered as
+//! soon as a message is sent (well before its timeout), without holding up the other
+//! requests of its connection; with nothing sent it is answered at its timeout with
+//! PULL_NOT_FOUND and every header field the client unboxes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{run_local, start_node};
+use ringmq::client::Client;
+use ringmq::remoting::codes::response;
+
+const SUSPEND: Duration = Duration::from_secs(15);
+
+#[test]
+fn a_parked_pull_is_answered_when_a_message_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        let started = Instant::now();
+        let puller = client.clone();
+        let parked = tokio::task::spawn_local(async move {
+            puller.pull("Polled", 0, 0, 32, Some(SUSPEND)).await
+        });
+        // Let the pull go out first; the send then shares its connection, which proves a
+        // parked pull does not hold up the requests behind it.
+        tokio::task::yield_now().await;
+        let sent = client
+            .send_message("Polled", 0, b"wake up", None, None)
+            .await
+            .unwrap();
+        assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
+        let answer = parked.await.unwrap().unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        assert!(answer.body.windows(7).any(|w| w == b"wake up"));
+        assert_eq!(answer.ext_fields["nextBeginOffset"], "1");
+        assert!(
+            elapsed < SUSPEND / 3,
+            "the parked pull took {elapsed:?}; it should be answered on arrival"
+        );
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_parked_pull_times_out_with_pull_not_found_and_full_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        // A message on another queue wakes the pull, which must park again.
+        client
+            .send_message("Other", 0, b"x", None, None)
+            .await
+            .unwrap();
+        let suspend = Duration::from_millis(400);
+        let started = Instant::now();
+        let puller = client.clone();
+        let parked =
+            tokio::task::spawn_local(
+                async move { puller.pull("Quiet", 0, 0, 32, Some(suspend)).await },
+            );
+        tokio::task::yield_now().await;
+        client
+            .send_message("Other", 0, b"y", None, None)
+            .await
+            .unwrap();
+        let answer = parked.await.unwrap().unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(answer.code, response::PULL_NOT_FOUND, "{answer:?}");
+        for field in [
+            "nextBeginOffset",
+            "minOffset",
+            "maxOffset",
+            "suggestWhichBrokerId",
+        ] {
+            assert!(
+                answer.ext_fields.contains_key(field),
+                "{field} missing: {answer:?}"
+            );
+        }
+        assert!(
+            elapsed >= suspend,
+            "answered after {elapsed:?}, before its timeout"
+        );
+        assert!(
+            elapsed < suspend + Duration::from_secs(5),
+            "answered after {elapsed:?}"
+        );
+
+        // Without the suspend bit the same pull is answered at once.
+        let started = Instant::now();
+        let answer = client.pull("Quiet", 0, 0, 32, None).await.unwrap();
+        assert_eq!(answer.code, response::PULL_NOT_FOUND);
+        assert!(started.elapsed() < suspend);
+    });
+    node.shutdown().unwrap();
+}
