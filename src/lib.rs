@@ -24,6 +24,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod io;
+pub mod namesrv;
 pub mod node;
 pub mod node_config;
 pub mod remoting;

@@ -55,6 +55,12 @@ struct ServeArgs {
     /// CommitLog segment size in bytes [default: 1 GiB].
     #[arg(long)]
     segment_size: Option<u64>,
+    /// Port of the embedded name server (`namesrvPort`); 0 picks a free one.
+    #[arg(long, default_value_t = 9876)]
+    namesrv_port: u16,
+    /// `autoCreateTopicEnable`: create unknown topics on their first send or route query.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    auto_create_topics: bool,
 }
 
 #[derive(Subcommand)]
@@ -156,8 +162,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.io = args.io;
     options.broker_ip = args.broker_ip;
     options.segment_size = args.segment_size;
+    options.namesrv_port = args.namesrv_port;
+    options.auto_create_topics = args.auto_create_topics;
     let mut node = node::start(options)?;
     eprintln!("ringmq: listening on {}", node.addr());
+    eprintln!("ringmq: name server listening on {}", node.namesrv_addr());
     let exited = node.take_exit_signal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

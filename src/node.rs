@@ -4,7 +4,8 @@
 //!
 //! [`start`] is the one entry: `ringmq serve` calls it and so do the integration tests
 //! (with port 0). It returns once the listener is bound and the store is open, with the
-//! bound address and a [`NodeHandle`] whose [`NodeHandle::shutdown`] stops the node.
+//! bound addresses (broker port and embedded name-server port, both served on this
+//! shard) and a [`NodeHandle`] whose [`NodeHandle::shutdown`] stops the node.
 //!
 //! Shutdown order, and why: stop accepting; tell every connection to end (their request
 //! tasks, parked pulls included, are aborted with them); then `Store::shutdown`, which
@@ -26,10 +27,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity};
 use crate::clock::Clock;
 use crate::config::{FlushMode, StoreConfig, RECORD_OVERHEAD_MAX};
 use crate::io::{open_backend, IoChoice};
+use crate::namesrv::NameServer;
 use crate::remoting::connection::{serve_connection, ConnectionLimits};
 use crate::store::Store;
 
@@ -51,6 +54,12 @@ pub struct NodeOptions {
     pub backlog: i32,
     pub connection: ConnectionLimits,
     pub broker: BrokerConfig,
+    /// Port of the embedded name server (`namesrvPort`); 0 picks a free port (tests).
+    pub namesrv_port: u16,
+    /// `autoCreateTopicEnable`: a send to (or route query for) an unknown topic creates it.
+    pub auto_create_topics: bool,
+    /// `defaultTopicQueueNums`: queues of an auto-created topic.
+    pub default_topic_queue_nums: u32,
 }
 
 impl NodeOptions {
@@ -67,6 +76,9 @@ impl NodeOptions {
             backlog: 1024,
             connection: ConnectionLimits::default(),
             broker: BrokerConfig::default(),
+            namesrv_port: 9876,
+            auto_create_topics: true,
+            default_topic_queue_nums: 8,
         }
     }
 }
@@ -74,6 +86,7 @@ impl NodeOptions {
 /// A running node. Dropping it stops the node too (and waits for it).
 pub struct NodeHandle {
     addr: SocketAddr,
+    namesrv_addr: SocketAddr,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
     exited: Option<oneshot::Receiver<()>>,
@@ -83,6 +96,11 @@ impl NodeHandle {
     /// The address clients connect to: the broker IP and the bound port.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the embedded name server: the broker IP and its bound port.
+    pub fn namesrv_addr(&self) -> SocketAddr {
+        self.namesrv_addr
     }
 
     /// Resolves when the shard thread ends on its own (an error, a panic) or is stopped.
@@ -117,7 +135,7 @@ impl Drop for NodeHandle {
 
 /// Starts the node's shard thread and returns once it serves (or failed to start).
 pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<SocketAddr>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(SocketAddr, SocketAddr)>();
     let (stop, stop_rx) = watch::channel(false);
     let (exit_tx, exited) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
@@ -132,8 +150,9 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             local.block_on(&runtime, run_shard(options, stop_rx, ready_tx))
         })?;
     match ready_rx.recv() {
-        Ok(addr) => Ok(NodeHandle {
+        Ok((addr, namesrv_addr)) => Ok(NodeHandle {
             addr,
+            namesrv_addr,
             stop,
             thread: Some(thread),
             exited: Some(exited),
@@ -169,7 +188,7 @@ pub fn bind_listener(
 async fn run_shard(
     options: NodeOptions,
     mut stop: watch::Receiver<bool>,
-    ready: std::sync::mpsc::Sender<SocketAddr>,
+    ready: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
 ) -> anyhow::Result<()> {
     // Listen on every interface of the broker IP's family, as Java brokers do; advertise
     // the broker IP.
@@ -180,6 +199,24 @@ async fn run_shard(
     let listener = bind_listener(SocketAddr::new(any, options.port), options.backlog, false)
         .map_err(|error| anyhow::anyhow!("cannot listen on port {}: {error}", options.port))?;
     let advertised = SocketAddr::new(options.broker_ip, listener.local_addr()?.port());
+    let namesrv_listener = bind_listener(
+        SocketAddr::new(any, options.namesrv_port),
+        options.backlog,
+        false,
+    )
+    .map_err(|error| {
+        anyhow::anyhow!(
+            "cannot listen on the name server port {}: {error}",
+            options.namesrv_port
+        )
+    })?;
+    let namesrv_addr = SocketAddr::new(options.broker_ip, namesrv_listener.local_addr()?.port());
+    // Read the topic table before the store opens: a corrupt one stops the start early.
+    let topics = TopicTable::load(
+        &options.dir,
+        options.auto_create_topics,
+        options.default_topic_queue_nums,
+    )?;
 
     let mut config = StoreConfig::new(&options.dir);
     config.flush_mode = options.flush;
@@ -203,10 +240,12 @@ async fn run_shard(
             store_host: advertised,
         },
         options.broker.clone(),
+        topics,
         clock,
     ));
-    tracing::info!(%advertised, backend = store.backend_name(), "serving");
-    let _ = ready.send(advertised);
+    let namesrv = Rc::new(NameServer::new(broker.clone()));
+    tracing::info!(%advertised, %namesrv_addr, backend = store.backend_name(), "serving");
+    let _ = ready.send((advertised, namesrv_addr));
 
     // Connections get their own receivers; `stop` itself is borrowed by the select.
     let for_connections = stop.clone();
@@ -228,10 +267,26 @@ async fn run_shard(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
+            accepted = namesrv_listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tokio::task::spawn_local(serve_connection(
+                        stream,
+                        peer,
+                        namesrv.clone(),
+                        options.connection,
+                        for_connections.clone(),
+                    ));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "name server accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
             _ = stop.wait_for(|stop| *stop) => break,
         }
     }
     drop(listener);
+    drop(namesrv_listener);
     // Let every connection see the stop and abort its requests before the store goes.
     tokio::task::yield_now().await;
     store.shutdown().await?;

@@ -21,7 +21,15 @@ fn sigterm_stops_serve_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(BIN)
         .args([
-            "serve", "--port", "0", "--io", "portable", "--flush", "sync",
+            "serve",
+            "--port",
+            "0",
+            "--namesrv-port",
+            "0",
+            "--io",
+            "portable",
+            "--flush",
+            "sync",
         ])
         .args(["--segment-size", "4194304", "--dir"])
         .arg(dir.path())

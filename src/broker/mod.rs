@@ -6,6 +6,8 @@
 //! - [`offsets`]: GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
 //!   GET_EARLIEST_MSG_STORETIME (32).
 //! - [`ids`]: offsetMsgId and UNIQ_KEY.
+//! - [`topics`]: the topic table (`config/topics.json`); [`topic_requests`]:
+//!   UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), DELETE_TOPIC_IN_BROKER (215).
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -20,13 +22,14 @@
 //! mailbox before it reaches `send`/`pull`/`offsets`; the handlers stay as they are.
 //!
 //! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): heartbeats and subscriptions,
-//! consumer offsets (so a pull's `commitOffset` is ignored), topic config (so queue counts
-//! are not checked against one), retry/DLQ, delay levels, transactions, query/view, pop.
+//! consumer offsets (so a pull's `commitOffset` is ignored), retry/DLQ, delay levels, transactions, query/view, pop.
 
 pub mod ids;
 pub mod offsets;
 pub mod pull;
 pub mod send;
+pub mod topic_requests;
+pub mod topics;
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -56,8 +59,6 @@ pub struct BrokerConfig {
     /// Most pulls parked at once on this shard; past it a pull that would park answers
     /// PULL_NOT_FOUND at once (the client simply pulls again).
     pub max_parked_pulls: usize,
-    /// Highest queue id accepted, until topic configs give each topic its own count.
-    pub max_queue_id: i32,
 }
 
 impl Default for BrokerConfig {
@@ -66,7 +67,6 @@ impl Default for BrokerConfig {
             // The Java client times a suspended pull out after 30 s; stay inside it.
             max_suspend: Duration::from_secs(20),
             max_parked_pulls: 65_536,
-            max_queue_id: 1023,
         }
     }
 }
@@ -76,6 +76,7 @@ pub struct Broker {
     pub(crate) store: Store,
     pub(crate) identity: BrokerIdentity,
     pub(crate) config: BrokerConfig,
+    pub(crate) topics: topics::TopicTable,
     pub(crate) clock: Clock,
     pub(crate) uniq_keys: ids::UniqKeys,
     pub(crate) parked: Cell<usize>,
@@ -87,9 +88,11 @@ impl Broker {
         store: Store,
         identity: BrokerIdentity,
         config: BrokerConfig,
+        topics: topics::TopicTable,
         clock: Clock,
     ) -> Broker {
         Broker {
+            topics,
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip()),
             store,
             identity,
@@ -106,6 +109,14 @@ impl Broker {
 
     pub fn identity(&self) -> &BrokerIdentity {
         &self.identity
+    }
+
+    pub fn topics(&self) -> &topics::TopicTable {
+        &self.topics
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// Pulls parked right now (for metrics and tests).
@@ -129,6 +140,9 @@ impl Broker {
             request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
             request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),
             request::GET_EARLIEST_MSG_STORETIME => offsets::earliest_store_time(self, &request),
+            request::UPDATE_AND_CREATE_TOPIC => topic_requests::update_and_create(self, &request),
+            request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
+            request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request),
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,

@@ -25,6 +25,7 @@ use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
 use crate::store::{properties, topic, PutResult, PutStatus, StoreError};
 
+use super::topics::PERM_WRITE;
 use super::{bad_header, ids, Broker};
 
 /// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
@@ -50,25 +51,35 @@ fn error_response(request: &RemotingCommand, error: &StoreError) -> RemotingComm
 
 impl Broker {
     /// Checks what the header says before anything is stored: the queue id to store into,
-    /// or the refusal's code and remark.
+    /// or the refusal's code and remark. The topic must exist in the topic table or be
+    /// creatable (auto-create, system topics); the queue id must be below its write
+    /// queue count.
     fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
         if let Err(why) = topic::validate_topic(&header.topic) {
             return Err((response::MESSAGE_ILLEGAL, why));
         }
-        if header.queue_id > self.config.max_queue_id {
+        let config = self
+            .topics
+            .get_or_create(&header.topic, self.clock.now_ms())?;
+        if config.perm & PERM_WRITE == 0 {
             return Err((
-                response::INVALID_PARAMETER,
+                response::NO_PERMISSION,
+                format!("the topic[{}] sending message is forbidden", header.topic),
+            ));
+        }
+        let queues = config.write_queue_nums.max(1);
+        if header.queue_id >= queues as i32 {
+            // Java's `msgCheck` answers SYSTEM_ERROR for a queue id past the write queues.
+            return Err((
+                response::SYSTEM_ERROR,
                 format!(
-                    "queueId {} is above the highest queue id {}",
-                    header.queue_id, self.config.max_queue_id
+                    "request queueId[{}] is illegal: topic {} has {} write queues",
+                    header.queue_id, header.topic, queues
                 ),
             ));
         }
         Ok(if header.queue_id < 0 {
-            // "The broker picks": round-robin over the topic's default queue count.
-            let queues = header
-                .default_topic_queue_nums
-                .clamp(1, self.config.max_queue_id + 1) as u32;
+            // "The broker picks": round-robin over the topic's write queues.
             let next = self.next_queue.get();
             self.next_queue.set(next.wrapping_add(1));
             (next % queues) as i32

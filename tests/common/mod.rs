@@ -115,6 +115,7 @@ pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
 pub fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
     let mut options = ringmq::node::NodeOptions::new(dir);
     options.port = 0;
+    options.namesrv_port = 0;
     options.io = ringmq::io::IoChoice::Portable;
     options.segment_size = Some(4 * 1024 * 1024);
     ringmq::node::start(options).expect("node starts")

@@ -1,0 +1,341 @@
+//! The broker's topic table: which topics exist and how many queues each has, persisted in
+//! `<store dir>/config/topics.json` in RocketMQ's shape (reference §0, §9.14):
+//!
+//! ```json
+//! {"topicConfigTable":{"TopicTest":{"topicName":"TopicTest","readQueueNums":8,
+//!   "writeQueueNums":8,"perm":6,"topicFilterType":"SINGLE_TAG","topicSysFlag":0,
+//!   "order":false,"attributes":{}}},
+//!  "dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000}}
+//! ```
+//!
+//! Invariants:
+//! - The file on disk is always a complete table: every change is written to a temp file,
+//!   fsynced, renamed over `topics.json`, and the directory fsynced. A crash leaves the old
+//!   table or the new one, never half of either.
+//! - A change is visible in memory only once it is on disk: if persisting fails the table
+//!   is rolled back and the caller gets the error.
+//! - A `topics.json` that exists but cannot be parsed stops the start with an error naming
+//!   the file; it is never silently replaced by an empty table.
+//! - `dataVersion.counter` grows by one with every change.
+//!
+//! Topic changes are rare (admin requests, the first send to a new topic), so the file is
+//! written with blocking std I/O on the shard thread; the shard stalls for one fsync then.
+//!
+//! Auto-creation (`autoCreateTopicEnable`, default true): a send to, or a route query for,
+//! an unknown topic creates it with `defaultTopicQueueNums` queues. System topics
+//! (`%RETRY%<group>`, `%DLQ%<group>`) are always created on demand, with one queue.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::remoting::codes::response;
+
+/// PermName: READ 4 | WRITE 2.
+pub const PERM_READ_WRITE: i32 = 6;
+pub const PERM_READ: i32 = 4;
+pub const PERM_WRITE: i32 = 2;
+
+/// One topic's configuration, field names as Java's `TopicConfig`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicConfig {
+    pub topic_name: String,
+    pub read_queue_nums: u32,
+    pub write_queue_nums: u32,
+    #[serde(default = "default_perm")]
+    pub perm: i32,
+    #[serde(default = "default_filter_type")]
+    pub topic_filter_type: String,
+    #[serde(default)]
+    pub topic_sys_flag: i32,
+    #[serde(default)]
+    pub order: bool,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+fn default_perm() -> i32 {
+    PERM_READ_WRITE
+}
+
+fn default_filter_type() -> String {
+    "SINGLE_TAG".into()
+}
+
+impl TopicConfig {
+    /// A read-write, single-tag topic with `queues` read and write queues.
+    pub fn new(name: &str, queues: u32) -> TopicConfig {
+        TopicConfig {
+            topic_name: name.to_owned(),
+            read_queue_nums: queues,
+            write_queue_nums: queues,
+            perm: PERM_READ_WRITE,
+            topic_filter_type: default_filter_type(),
+            topic_sys_flag: 0,
+            order: false,
+            attributes: BTreeMap::new(),
+        }
+    }
+}
+
+/// `DataVersion`: bumped on every change so name servers can tell tables apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataVersion {
+    pub counter: i64,
+    #[serde(default)]
+    pub state_version: i64,
+    pub timestamp: i64,
+}
+
+/// The file's shape.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicConfigWrapper {
+    pub topic_config_table: BTreeMap<String, TopicConfig>,
+    #[serde(default)]
+    pub data_version: DataVersion,
+}
+
+/// Whether `topic` is a system topic created on demand with one queue.
+pub fn is_system_topic(topic: &str) -> bool {
+    topic.starts_with("%RETRY%") || topic.starts_with("%DLQ%")
+}
+
+/// The topic table of one broker.
+#[derive(Debug)]
+pub struct TopicTable {
+    path: PathBuf,
+    auto_create: bool,
+    default_queue_nums: u32,
+    state: RefCell<TopicConfigWrapper>,
+}
+
+impl TopicTable {
+    /// Loads `<store_dir>/config/topics.json`; a missing file is an empty table.
+    pub fn load(
+        store_dir: &Path,
+        auto_create: bool,
+        default_queue_nums: u32,
+    ) -> anyhow::Result<TopicTable> {
+        let path = store_dir.join("config").join("topics.json");
+        let state = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<TopicConfigWrapper>(&bytes).map_err(|error| {
+                anyhow::anyhow!(
+                    "the topic table {} is corrupt: {error}; fix or remove it",
+                    path.display()
+                )
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                TopicConfigWrapper::default()
+            }
+            Err(error) => {
+                anyhow::bail!("cannot read the topic table {}: {error}", path.display())
+            }
+        };
+        Ok(TopicTable {
+            path,
+            auto_create,
+            default_queue_nums: default_queue_nums.max(1),
+            state: RefCell::new(state),
+        })
+    }
+
+    pub fn auto_create(&self) -> bool {
+        self.auto_create
+    }
+
+    pub fn default_queue_nums(&self) -> u32 {
+        self.default_queue_nums
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn get(&self, topic: &str) -> Option<TopicConfig> {
+        self.state.borrow().topic_config_table.get(topic).cloned()
+    }
+
+    /// Every topic, by name.
+    pub fn all(&self) -> Vec<TopicConfig> {
+        self.state
+            .borrow()
+            .topic_config_table
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The table as `topics.json` holds it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&*self.state.borrow()).expect("the topic table serialises")
+    }
+
+    /// The topic a send or a route query needs: the existing one, else a new one when the
+    /// rules allow (system topics always, others under auto-create), else TOPIC_NOT_EXIST.
+    /// The error is a response code and remark.
+    pub fn get_or_create(&self, topic: &str, now_ms: i64) -> Result<TopicConfig, (i32, String)> {
+        if let Some(config) = self.get(topic) {
+            return Ok(config);
+        }
+        let queues = if is_system_topic(topic) {
+            1
+        } else if self.auto_create {
+            self.default_queue_nums
+        } else {
+            return Err((
+                response::TOPIC_NOT_EXIST,
+                format!("topic[{topic}] not exist, apply first please! (autoCreateTopicEnable is false)"),
+            ));
+        };
+        let config = TopicConfig::new(topic, queues);
+        self.put(config.clone(), now_ms).map_err(|error| {
+            (
+                response::SYSTEM_ERROR,
+                format!("cannot create topic {topic}: {error}"),
+            )
+        })?;
+        Ok(config)
+    }
+
+    /// Creates or replaces a topic and persists the table.
+    pub fn put(&self, config: TopicConfig, now_ms: i64) -> std::io::Result<()> {
+        let name = config.topic_name.clone();
+        let previous = self
+            .state
+            .borrow_mut()
+            .topic_config_table
+            .insert(name.clone(), config);
+        self.commit(now_ms, |state| match previous {
+            Some(previous) => {
+                state.topic_config_table.insert(name, previous);
+            }
+            None => {
+                state.topic_config_table.remove(&name);
+            }
+        })
+    }
+
+    /// Removes a topic and persists the table; `false` if there was no such topic.
+    pub fn remove(&self, topic: &str, now_ms: i64) -> std::io::Result<bool> {
+        let Some(previous) = self.state.borrow_mut().topic_config_table.remove(topic) else {
+            return Ok(false);
+        };
+        self.commit(now_ms, |state| {
+            state.topic_config_table.insert(topic.to_owned(), previous);
+        })?;
+        Ok(true)
+    }
+
+    /// Bumps the version and writes the table; on failure undoes the change with `undo`.
+    fn commit(
+        &self,
+        now_ms: i64,
+        undo: impl FnOnce(&mut TopicConfigWrapper),
+    ) -> std::io::Result<()> {
+        let old_version = self.state.borrow().data_version.clone();
+        let json = {
+            let mut state = self.state.borrow_mut();
+            state.data_version.counter += 1;
+            state.data_version.timestamp = now_ms;
+            serde_json::to_vec_pretty(&*state).expect("the topic table serialises")
+        };
+        match write_atomically(&self.path, &json) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                let mut state = self.state.borrow_mut();
+                undo(&mut state);
+                state.data_version = old_version;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves the old content or the new one: temp
+/// file, fsync, rename, fsync of the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".tmp");
+    let temp = PathBuf::from(temp);
+    {
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_survives_a_reload_in_rocketmq_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = TopicTable::load(dir.path(), true, 8).unwrap();
+        table.put(TopicConfig::new("A", 4), 1000).unwrap();
+        assert_eq!(table.get_or_create("B", 2000).unwrap().write_queue_nums, 8);
+        assert_eq!(
+            table
+                .get_or_create("%RETRY%g", 3000)
+                .unwrap()
+                .read_queue_nums,
+            1
+        );
+        assert!(table.remove("B", 4000).unwrap());
+        assert!(!table.remove("B", 4000).unwrap());
+
+        let text = std::fs::read_to_string(dir.path().join("config/topics.json")).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["dataVersion"]["counter"], 4);
+        assert_eq!(value["dataVersion"]["timestamp"], 4000);
+        assert_eq!(
+            value["topicConfigTable"]["A"],
+            serde_json::json!({"topicName":"A","readQueueNums":4,"writeQueueNums":4,"perm":6,
+                "topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false,"attributes":{}})
+        );
+
+        let again = TopicTable::load(dir.path(), true, 8).unwrap();
+        let names: Vec<String> = again.all().into_iter().map(|t| t.topic_name).collect();
+        assert_eq!(names, ["%RETRY%g", "A"]);
+    }
+
+    #[test]
+    fn unknown_topics_are_refused_without_auto_create_except_system_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = TopicTable::load(dir.path(), false, 8).unwrap();
+        let (code, remark) = table.get_or_create("Nope", 1).unwrap_err();
+        assert_eq!(code, response::TOPIC_NOT_EXIST);
+        assert!(remark.contains("Nope"));
+        assert!(table.get("Nope").is_none());
+        assert_eq!(
+            table.get_or_create("%DLQ%g", 1).unwrap().write_queue_nums,
+            1
+        );
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_table_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        // `config` is a file, so the table cannot be written below it.
+        std::fs::write(dir.path().join("config"), b"not a directory").unwrap();
+        let table = TopicTable {
+            path: dir.path().join("config").join("topics.json"),
+            auto_create: true,
+            default_queue_nums: 8,
+            state: RefCell::new(TopicConfigWrapper::default()),
+        };
+        assert!(table.put(TopicConfig::new("A", 4), 1).is_err());
+        assert!(table.get("A").is_none());
+        assert_eq!(table.state.borrow().data_version.counter, 0);
+    }
+}

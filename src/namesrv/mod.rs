@@ -1,0 +1,109 @@
+//! The embedded name server endpoint (ARCHITECTURE D1): a second listener on `namesrvPort`
+//! (default 9876) on the same shard, served by the same connection code
+//! ([`crate::remoting::connection::serve_connection`]) with [`NameServer`] as the handler.
+//! It knows exactly one broker, this node, and answers from the broker's topic table:
+//!
+//! - GET_ROUTEINFO_BY_TOPIC (105): TopicRouteData (shape in [`route`]). An unknown topic is
+//!   TOPIC_NOT_EXIST (17), unless `autoCreateTopicEnable`, in which case the topic is created
+//!   with `defaultTopicQueueNums` queues and its route answered. This differs from Java,
+//!   where the name server answers TOPIC_NOT_EXIST, the producer then fetches the route of
+//!   the default topic `TBW102` and the broker creates the topic on the first send; the
+//!   result for the producer (that many queues on this broker) is the same.
+//! - GET_BROKER_CLUSTER_INFO (106): ClusterInfo (shape in [`route`]).
+//! - Anything else: REQUEST_CODE_NOT_SUPPORTED. Broker requests (sends, pulls) are not
+//!   answered here, nor routes on the broker port.
+//!
+//! JSON is always standard (quoted broker-id keys), whatever the request's version.
+
+pub mod route;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use crate::broker::Broker;
+use crate::remoting::codes::{request, response};
+use crate::remoting::connection::RequestHandler;
+use crate::remoting::RemotingCommand;
+use crate::store::topic::validate_topic;
+
+use route::BrokerEntry;
+
+/// The name-server request handler of one shard.
+pub struct NameServer {
+    broker: Rc<Broker>,
+}
+
+impl NameServer {
+    pub fn new(broker: Rc<Broker>) -> NameServer {
+        NameServer { broker }
+    }
+
+    fn entry(&self) -> BrokerEntry<'_> {
+        let identity = self.broker.identity();
+        BrokerEntry {
+            cluster: &identity.cluster_name,
+            broker_name: &identity.broker_name,
+            addr: identity.store_host,
+        }
+    }
+
+    /// Handles one request; every request gets a response.
+    pub fn handle(&self, request: &RemotingCommand) -> RemotingCommand {
+        match request.code {
+            request::GET_ROUTEINFO_BY_TOPIC => self.route(request),
+            request::GET_BROKER_CLUSTER_INFO => {
+                RemotingCommand::response_to(request, response::SUCCESS, None)
+                    .with_body(route::cluster_info_json(&self.entry()).into_bytes())
+            }
+            other => RemotingCommand::response_to(
+                request,
+                response::REQUEST_CODE_NOT_SUPPORTED,
+                Some(format!(" request type {other} not supported")),
+            ),
+        }
+    }
+
+    fn route(&self, request: &RemotingCommand) -> RemotingCommand {
+        let topic = match request.get_str("topic") {
+            Ok(topic) => topic,
+            Err(error) => return crate::broker::bad_header(request, error),
+        };
+        let topics = self.broker.topics();
+        let config = match topics.get(topic) {
+            Some(config) => config,
+            None => {
+                let not_exist = || {
+                    RemotingCommand::response_to(
+                        request,
+                        response::TOPIC_NOT_EXIST,
+                        Some(format!(
+                            "No topic route info in name server for the topic: {topic}"
+                        )),
+                    )
+                };
+                // Only auto-create names a send could use.
+                if !topics.auto_create() || validate_topic(topic).is_err() {
+                    return not_exist();
+                }
+                match topics.get_or_create(topic, self.broker.now_ms()) {
+                    Ok(config) => config,
+                    Err((code, remark)) => {
+                        return RemotingCommand::response_to(request, code, Some(remark))
+                    }
+                }
+            }
+        };
+        RemotingCommand::response_to(request, response::SUCCESS, None)
+            .with_body(route::topic_route_json(&self.entry(), &config).into_bytes())
+    }
+}
+
+impl RequestHandler for NameServer {
+    async fn handle(
+        self: Rc<Self>,
+        request: RemotingCommand,
+        _peer: SocketAddr,
+    ) -> Option<RemotingCommand> {
+        Some(NameServer::handle(&self, &request))
+    }
+}
