@@ -6,6 +6,10 @@
 //! - [`offsets`]: GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
 //!   GET_EARLIEST_MSG_STORETIME (32).
 //! - [`ids`]: offsetMsgId and UNIQ_KEY.
+//! - [`consumers`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
+//!   and the heartbeat subscriptions pulls filter by.
+//! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
+//!   `commitOffset`, and `config/consumerOffset.json`.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -19,10 +23,11 @@
 //! a request for a queue hashed to another shard is forwarded over that shard's bounded
 //! mailbox before it reaches `send`/`pull`/`offsets`; the handlers stay as they are.
 //!
-//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): heartbeats and subscriptions,
-//! consumer offsets (so a pull's `commitOffset` is ignored), topic config (so queue counts
+//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): topic config (so queue counts
 //! are not checked against one), retry/DLQ, delay levels, transactions, query/view, pop.
 
+pub mod consumer_offsets;
+pub mod consumers;
 pub mod ids;
 pub mod offsets;
 pub mod pull;
@@ -58,6 +63,13 @@ pub struct BrokerConfig {
     pub max_parked_pulls: usize,
     /// Highest queue id accepted, until topic configs give each topic its own count.
     pub max_queue_id: i32,
+    /// A client not heard from (heartbeat) for this long is dropped from its groups.
+    pub client_expiry: Duration,
+    /// How often the node sweeps expired clients.
+    pub client_sweep_interval: Duration,
+    /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
+    /// crash loses at most this much of the commits.
+    pub consumer_offset_flush_interval: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -67,6 +79,10 @@ impl Default for BrokerConfig {
             max_suspend: Duration::from_secs(20),
             max_parked_pulls: 65_536,
             max_queue_id: 1023,
+            // Java's channel expiry (§9.7); clients heartbeat every 30 s.
+            client_expiry: Duration::from_secs(120),
+            client_sweep_interval: Duration::from_secs(10),
+            consumer_offset_flush_interval: Duration::from_secs(1),
         }
     }
 }
@@ -80,6 +96,8 @@ pub struct Broker {
     pub(crate) uniq_keys: ids::UniqKeys,
     pub(crate) parked: Cell<usize>,
     pub(crate) next_queue: Cell<u32>,
+    pub(crate) groups: consumers::Groups,
+    pub(crate) consumer_offsets: consumer_offsets::ConsumerOffsets,
 }
 
 impl Broker {
@@ -88,6 +106,7 @@ impl Broker {
         identity: BrokerIdentity,
         config: BrokerConfig,
         clock: Clock,
+        consumer_offsets: consumer_offsets::ConsumerOffsets,
     ) -> Broker {
         Broker {
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip()),
@@ -97,6 +116,8 @@ impl Broker {
             clock,
             parked: Cell::new(0),
             next_queue: Cell::new(0),
+            groups: consumers::Groups::new(),
+            consumer_offsets,
         }
     }
 
@@ -106,6 +127,16 @@ impl Broker {
 
     pub fn identity(&self) -> &BrokerIdentity {
         &self.identity
+    }
+
+    /// The producer and consumer groups heartbeats registered.
+    pub fn groups(&self) -> &consumers::Groups {
+        &self.groups
+    }
+
+    /// The committed consumer offsets.
+    pub fn consumer_offsets(&self) -> &consumer_offsets::ConsumerOffsets {
+        &self.consumer_offsets
     }
 
     /// Pulls parked right now (for metrics and tests).
@@ -129,6 +160,11 @@ impl Broker {
             request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
             request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),
             request::GET_EARLIEST_MSG_STORETIME => offsets::earliest_store_time(self, &request),
+            request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
+            request::UPDATE_CONSUMER_OFFSET => consumer_offsets::update(self, &request),
+            request::HEART_BEAT => consumers::heartbeat(self, &request),
+            request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
+            request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,
