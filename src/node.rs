@@ -10,7 +10,14 @@
 //! Shutdown order, and why: stop accepting; tell every connection to end (their request
 //! tasks, parked pulls included, are aborted with them); then `Store::shutdown`, which
 //! lets puts already queued finish, flushes, writes a clean checkpoint and removes the
-//! `abort` marker, so the next start does not scan.
+//! `abort` marker, so the next start does not scan. The committed consumer offsets are
+//! written once more just before the store goes (after the connections, so no commit
+//! arrives after the write).
+//!
+//! Start loads `config/consumerOffset.json` right after the store opens; if it is corrupt
+//! the store is shut down cleanly and the start fails with an error naming the file. Two
+//! housekeeping tasks run beside the listener: the client-expiry sweep and the periodic
+//! consumer-offset write (both intervals are `BrokerConfig` settings).
 //!
 //! Multi-shard (later) plugs in here: `start` will spawn N shard threads, each binding its
 //! own listener on the same port with SO_REUSEPORT (see [`bind_listener`], whose
@@ -27,6 +34,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use crate::broker::consumer_offsets::ConsumerOffsets;
 use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity};
 use crate::clock::Clock;
@@ -232,6 +240,15 @@ async fn run_shard(
     config.validate().map_err(|error| anyhow::anyhow!(error))?;
     let clock = Clock::system();
     let store = Store::open(config, open_backend(options.io)?, clock).await?;
+    let consumer_offsets = match ConsumerOffsets::load(&options.dir) {
+        Ok(offsets) => offsets,
+        Err(error) => {
+            if let Err(shutdown) = store.shutdown().await {
+                tracing::warn!("store shutdown after a failed start: {shutdown}");
+            }
+            return Err(error);
+        }
+    };
     let broker = Rc::new(Broker::new(
         store.clone(),
         BrokerIdentity {
@@ -242,8 +259,13 @@ async fn run_shard(
         options.broker.clone(),
         topics,
         clock,
+        consumer_offsets,
     ));
     let namesrv = Rc::new(NameServer::new(broker.clone()));
+    let housekeeping = [
+        tokio::task::spawn_local(sweep_clients(broker.clone())),
+        tokio::task::spawn_local(flush_consumer_offsets(broker.clone())),
+    ];
     tracing::info!(%advertised, %namesrv_addr, backend = store.backend_name(), "serving");
     let _ = ready.send((advertised, namesrv_addr));
 
@@ -289,6 +311,47 @@ async fn run_shard(
     drop(namesrv_listener);
     // Let every connection see the stop and abort its requests before the store goes.
     tokio::task::yield_now().await;
+    for task in housekeeping {
+        task.abort();
+    }
+    let offsets = broker.consumer_offsets().persist().map_err(|error| {
+        anyhow::anyhow!(
+            "cannot write {}: {error}",
+            broker.consumer_offsets().path().display()
+        )
+    });
     store.shutdown().await?;
-    Ok(())
+    offsets
+}
+
+/// Drops clients whose heartbeats stopped, every `client_sweep_interval`.
+async fn sweep_clients(broker: Rc<Broker>) {
+    let config = broker.config.clone();
+    let mut ticks = tokio::time::interval(config.client_sweep_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let removed = broker
+            .groups()
+            .sweep(tokio::time::Instant::now(), config.client_expiry);
+        if removed > 0 {
+            tracing::info!(removed, "expired clients dropped");
+        }
+    }
+}
+
+/// Writes changed consumer offsets every `consumer_offset_flush_interval`.
+async fn flush_consumer_offsets(broker: Rc<Broker>) {
+    let mut ticks = tokio::time::interval(broker.config.consumer_offset_flush_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(error) = broker.consumer_offsets().persist_if_changed() {
+            // Kept dirty: the next tick tries again.
+            tracing::error!(
+                "cannot write {}: {error}",
+                broker.consumer_offsets().path().display()
+            );
+        }
+    }
 }

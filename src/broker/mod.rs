@@ -8,6 +8,10 @@
 //! - [`ids`]: offsetMsgId and UNIQ_KEY.
 //! - [`topics`]: the topic table (`config/topics.json`); [`topic_requests`]:
 //!   UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), DELETE_TOPIC_IN_BROKER (215).
+//! - [`consumers`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
+//!   and the heartbeat subscriptions pulls filter by.
+//! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
+//!   `commitOffset`, and `config/consumerOffset.json`.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -21,9 +25,11 @@
 //! a request for a queue hashed to another shard is forwarded over that shard's bounded
 //! mailbox before it reaches `send`/`pull`/`offsets`; the handlers stay as they are.
 //!
-//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): heartbeats and subscriptions,
-//! consumer offsets (so a pull's `commitOffset` is ignored), retry/DLQ, delay levels, transactions, query/view, pop.
+//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): retry/DLQ, delay levels,
+//! transactions, query/view, pop.
 
+pub mod consumer_offsets;
+pub mod consumers;
 pub mod ids;
 pub mod offsets;
 pub mod pull;
@@ -59,6 +65,13 @@ pub struct BrokerConfig {
     /// Most pulls parked at once on this shard; past it a pull that would park answers
     /// PULL_NOT_FOUND at once (the client simply pulls again).
     pub max_parked_pulls: usize,
+    /// A client not heard from (heartbeat) for this long is dropped from its groups.
+    pub client_expiry: Duration,
+    /// How often the node sweeps expired clients.
+    pub client_sweep_interval: Duration,
+    /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
+    /// crash loses at most this much of the commits.
+    pub consumer_offset_flush_interval: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -67,6 +80,10 @@ impl Default for BrokerConfig {
             // The Java client times a suspended pull out after 30 s; stay inside it.
             max_suspend: Duration::from_secs(20),
             max_parked_pulls: 65_536,
+            // Java's channel expiry (§9.7); clients heartbeat every 30 s.
+            client_expiry: Duration::from_secs(120),
+            client_sweep_interval: Duration::from_secs(10),
+            consumer_offset_flush_interval: Duration::from_secs(1),
         }
     }
 }
@@ -81,6 +98,8 @@ pub struct Broker {
     pub(crate) uniq_keys: ids::UniqKeys,
     pub(crate) parked: Cell<usize>,
     pub(crate) next_queue: Cell<u32>,
+    pub(crate) groups: consumers::Groups,
+    pub(crate) consumer_offsets: consumer_offsets::ConsumerOffsets,
 }
 
 impl Broker {
@@ -90,6 +109,7 @@ impl Broker {
         config: BrokerConfig,
         topics: topics::TopicTable,
         clock: Clock,
+        consumer_offsets: consumer_offsets::ConsumerOffsets,
     ) -> Broker {
         Broker {
             topics,
@@ -100,6 +120,8 @@ impl Broker {
             clock,
             parked: Cell::new(0),
             next_queue: Cell::new(0),
+            groups: consumers::Groups::new(),
+            consumer_offsets,
         }
     }
 
@@ -117,6 +139,16 @@ impl Broker {
 
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// The producer and consumer groups heartbeats registered.
+    pub fn groups(&self) -> &consumers::Groups {
+        &self.groups
+    }
+
+    /// The committed consumer offsets.
+    pub fn consumer_offsets(&self) -> &consumer_offsets::ConsumerOffsets {
+        &self.consumer_offsets
     }
 
     /// Pulls parked right now (for metrics and tests).
@@ -143,6 +175,11 @@ impl Broker {
             request::UPDATE_AND_CREATE_TOPIC => topic_requests::update_and_create(self, &request),
             request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request),
+            request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
+            request::UPDATE_CONSUMER_OFFSET => consumer_offsets::update(self, &request),
+            request::HEART_BEAT => consumers::heartbeat(self, &request),
+            request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
+            request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,

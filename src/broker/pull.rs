@@ -16,8 +16,15 @@
 //!   (PULL_NOT_FOUND when nothing came).
 //!
 //! Subscriptions: a tag expression sent with the request (sysFlag bit 0x4) filters by tag
-//! hash; without one there is no filter yet (subscriptions from heartbeats come later), and
-//! SQL92 is refused with SUBSCRIPTION_PARSE_FAILED. `commitOffset` is not stored yet.
+//! hash; without one the group's subscription to the topic from its heartbeats is used
+//! (reference §14 pitfall 7), and a request `subVersion` newer than that subscription's
+//! answers SUBSCRIPTION_NOT_LATEST (the client heartbeats again). With no heartbeat
+//! subscription at all the pull is not filtered (Java answers SUBSCRIPTION_NOT_EXIST; we are
+//! lenient so tools and tests can pull without heartbeating). SQL92 is refused with
+//! SUBSCRIPTION_PARSE_FAILED.
+//!
+//! Commit: with the commit bit (0x1) a non-negative `commitOffset` is stored as the group's
+//! committed offset for the queue, once, before the pull reads or parks.
 
 use bytes::{Bytes, BytesMut};
 
@@ -157,19 +164,40 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
             Some(format!("queueOffset {} is negative", header.queue_offset)),
         );
     }
+    if header.sys_flag & FLAG_COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
+        broker.consumer_offsets.commit(
+            &header.consumer_group,
+            &header.topic,
+            header.queue_id,
+            header.commit_offset,
+        );
+    }
     let filter = if header.sys_flag & FLAG_SUBSCRIPTION != 0 {
         match header.expression_type.as_deref() {
             None | Some("TAG") => header.subscription.as_deref().and_then(tag_codes),
-            Some(other) => {
-                return RemotingCommand::response_to(
-                    request,
-                    response::SUBSCRIPTION_PARSE_FAILED,
-                    Some(format!("expressionType {other} is not supported; only TAG")),
-                )
-            }
+            Some(other) => return not_tag(request, other),
         }
     } else {
-        None
+        match broker
+            .groups
+            .subscription(&header.consumer_group, &header.topic)
+        {
+            None => None,
+            Some(sub) if sub.sub_version < header.sub_version => {
+                return RemotingCommand::response_to(
+                    request,
+                    response::SUBSCRIPTION_NOT_LATEST,
+                    Some(format!(
+                        "the consumer's subscription is not latest: {} < {}",
+                        sub.sub_version, header.sub_version
+                    )),
+                )
+            }
+            Some(sub) if !sub.is_tag() => {
+                return not_tag(request, sub.expression_type.as_deref().unwrap_or(""))
+            }
+            Some(sub) => sub.filter_codes(),
+        }
     };
     let offset = header.queue_offset as u64;
     let max = header.max_msg_nums.max(1) as u32;
@@ -214,6 +242,16 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         }
     }
     respond(request, outcome)
+}
+
+fn not_tag(request: &RemotingCommand, expression_type: &str) -> RemotingCommand {
+    RemotingCommand::response_to(
+        request,
+        response::SUBSCRIPTION_PARSE_FAILED,
+        Some(format!(
+            "expressionType {expression_type} is not supported; only TAG"
+        )),
+    )
 }
 
 fn store_error(request: &RemotingCommand, error: crate::store::StoreError) -> RemotingCommand {

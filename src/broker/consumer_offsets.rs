@@ -1,0 +1,333 @@
+//! Committed consumer offsets per (group, topic, queueId) (reference §9.4, §9.5):
+//! UPDATE_CONSUMER_OFFSET (15), QUERY_CONSUMER_OFFSET (14), and the `commitOffset` a pull
+//! carries when its sysFlag has the commit bit (0x1).
+//!
+//! What this file owns: the shard's [`ConsumerOffsets`] table and its file,
+//! `<store dir>/config/consumerOffset.json`, in RocketMQ's shape:
+//!
+//! ```text
+//! {"offsetTable":{"TopicTest@group1":{"0":5,"1":12}}}
+//! ```
+//!
+//! Java (fastjson) writes the queue ids unquoted (`{0:5}`), which is not JSON; loading accepts
+//! both, writing always quotes them. Unknown top-level fields are ignored.
+//!
+//! Invariants:
+//! - The file is only ever replaced whole: written to `consumerOffset.json.tmp`, fsynced,
+//!   renamed over the old one, then the directory is fsynced. A reader sees the old table or
+//!   the new one, never a mix.
+//! - The node writes it every `BrokerConfig::consumer_offset_flush_interval` (1 s) when
+//!   something changed, and once more at a clean shutdown. So a clean restart restores
+//!   every committed offset exactly, and a crash loses at most the last interval's commits:
+//!   consumers then resume from an older offset and see those messages again (at-least-once
+//!   redelivery, as with Java's 5 s flush).
+//! - A file that cannot be read or parsed stops the node's start with an error naming the
+//!   file; a missing file is an empty table.
+//! - Writes are small, synchronous `std::fs` calls on the shard thread.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::remoting::codes::response;
+use crate::remoting::{FieldError, RemotingCommand};
+
+use super::{bad_header, Broker};
+
+/// The file's name inside `<store dir>/config/`.
+pub const FILE_NAME: &str = "consumerOffset.json";
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OffsetFile {
+    #[serde(default)]
+    offset_table: BTreeMap<String, BTreeMap<i32, i64>>,
+}
+
+/// (topic, group) → queueId → committed offset.
+type Table = BTreeMap<(String, String), BTreeMap<i32, i64>>;
+
+/// The shard's committed consumer offsets.
+#[derive(Debug)]
+pub struct ConsumerOffsets {
+    path: PathBuf,
+    table: RefCell<Table>,
+    dirty: Cell<bool>,
+}
+
+impl ConsumerOffsets {
+    /// `<store dir>/config/consumerOffset.json`.
+    pub fn file_path(store_dir: &Path) -> PathBuf {
+        store_dir.join("config").join(FILE_NAME)
+    }
+
+    /// Loads the table of the store in `store_dir`; a missing file is an empty table.
+    pub fn load(store_dir: &Path) -> anyhow::Result<ConsumerOffsets> {
+        let path = ConsumerOffsets::file_path(store_dir);
+        let table = match std::fs::read_to_string(&path) {
+            Ok(text) => parse(&text).with_context(|| format!("corrupt {}", path.display()))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Table::new(),
+            Err(error) => {
+                return Err(error).with_context(|| format!("cannot read {}", path.display()))
+            }
+        };
+        Ok(ConsumerOffsets {
+            path,
+            table: RefCell::new(table),
+            dirty: Cell::new(false),
+        })
+    }
+
+    /// An empty table persisted nowhere useful until [`ConsumerOffsets::persist`] (tests).
+    pub fn in_memory(store_dir: &Path) -> ConsumerOffsets {
+        ConsumerOffsets {
+            path: ConsumerOffsets::file_path(store_dir),
+            table: RefCell::new(Table::new()),
+            dirty: Cell::new(false),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn commit(&self, group: &str, topic: &str, queue_id: i32, offset: i64) {
+        let mut table = self.table.borrow_mut();
+        let queues = table
+            .entry((topic.to_owned(), group.to_owned()))
+            .or_default();
+        if queues.insert(queue_id, offset) != Some(offset) {
+            self.dirty.set(true);
+        }
+    }
+
+    pub fn query(&self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
+        let table = self.table.borrow();
+        table
+            .get(&(topic.to_owned(), group.to_owned()))?
+            .get(&queue_id)
+            .copied()
+    }
+
+    /// Writes the file if anything changed since the last write; true if it wrote.
+    pub fn persist_if_changed(&self) -> std::io::Result<bool> {
+        if !self.dirty.get() {
+            return Ok(false);
+        }
+        self.persist()?;
+        Ok(true)
+    }
+
+    /// Writes the whole table atomically (temp file, fsync, rename, fsync the directory).
+    pub fn persist(&self) -> std::io::Result<()> {
+        let file = OffsetFile {
+            offset_table: self
+                .table
+                .borrow()
+                .iter()
+                .map(|((topic, group), queues)| (format!("{topic}@{group}"), queues.clone()))
+                .collect(),
+        };
+        let text = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+        let dir = self.path.parent().expect("the file lives in config/");
+        std::fs::create_dir_all(dir)?;
+        let temp = self.path.with_extension("json.tmp");
+        {
+            let mut out = std::fs::File::create(&temp)?;
+            out.write_all(&text)?;
+            out.sync_all()?;
+        }
+        std::fs::rename(&temp, &self.path)?;
+        std::fs::File::open(dir)?.sync_all()?;
+        self.dirty.set(false);
+        Ok(())
+    }
+}
+
+fn parse(text: &str) -> anyhow::Result<Table> {
+    let file: OffsetFile = match serde_json::from_str(text) {
+        Ok(file) => file,
+        // fastjson's unquoted integer keys.
+        Err(error) => serde_json::from_str(&quote_bare_keys(text)).map_err(|_| error)?,
+    };
+    let mut table = Table::new();
+    for (key, queues) in file.offset_table {
+        let (topic, group) = key
+            .split_once('@')
+            .with_context(|| format!("key {key:?} is not topic@group"))?;
+        table.insert((topic.to_owned(), group.to_owned()), queues);
+    }
+    Ok(table)
+}
+
+/// Quotes object keys that are bare integers (`{0:5}` → `{"0":5}`), leaving strings and
+/// array elements alone.
+fn quote_bare_keys(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len() + 16);
+    let (mut in_string, mut escaped, mut key_position) = (false, false, false);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if key_position && (c.is_ascii_digit() || c == '-') {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '-') {
+                i += 1;
+            }
+            let token: String = chars[start..i].iter().collect();
+            let next = chars[i..].iter().find(|c| !c.is_whitespace());
+            if next == Some(&':') {
+                out.push('"');
+                out.push_str(&token);
+                out.push('"');
+            } else {
+                out.push_str(&token);
+            }
+            key_position = false;
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | ',' => key_position = true,
+            c if c.is_whitespace() => {}
+            _ => key_position = false,
+        }
+        if c == '"' {
+            key_position = false;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+struct OffsetHeader<'a> {
+    group: &'a str,
+    topic: &'a str,
+    queue_id: i32,
+}
+
+fn offset_header(request: &RemotingCommand) -> Result<OffsetHeader<'_>, FieldError> {
+    Ok(OffsetHeader {
+        group: request.get_str("consumerGroup")?,
+        topic: request.get_str("topic")?,
+        queue_id: request.get_i32("queueId")?,
+    })
+}
+
+/// A queue id must be non-negative and, for a topic the broker knows, below its queue
+/// count (the larger of read and write: consumers may commit on either).
+fn check_queue(
+    broker: &Broker,
+    request: &RemotingCommand,
+    topic: &str,
+    queue_id: i32,
+) -> Option<RemotingCommand> {
+    let beyond_topic = broker.topics().get(topic).is_some_and(|config| {
+        queue_id as i64 >= config.read_queue_nums.max(config.write_queue_nums) as i64
+    });
+    (queue_id < 0 || beyond_topic).then(|| {
+        RemotingCommand::response_to(
+            request,
+            response::INVALID_PARAMETER,
+            Some(format!("queueId {queue_id} is out of range")),
+        )
+    })
+}
+
+/// UPDATE_CONSUMER_OFFSET (15).
+pub fn update(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let (header, offset) =
+        match offset_header(request).and_then(|h| Ok((h, request.get_i64("commitOffset")?))) {
+            Ok(fields) => fields,
+            Err(error) => return bad_header(request, error),
+        };
+    if let Some(refusal) = check_queue(broker, request, header.topic, header.queue_id) {
+        return refusal;
+    }
+    if offset < 0 {
+        return RemotingCommand::response_to(
+            request,
+            response::INVALID_PARAMETER,
+            Some(format!("commitOffset {offset} is negative")),
+        );
+    }
+    broker
+        .consumer_offsets
+        .commit(header.group, header.topic, header.queue_id, offset);
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// QUERY_CONSUMER_OFFSET (14).
+pub fn query(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let (header, zero_if_not_found) = match offset_header(request)
+        .and_then(|h| Ok((h, request.opt_bool("setZeroIfNotFound")?.unwrap_or(false))))
+    {
+        Ok(fields) => fields,
+        Err(error) => return bad_header(request, error),
+    };
+    let found = broker
+        .consumer_offsets
+        .query(header.group, header.topic, header.queue_id)
+        .or_else(|| {
+            // §9.5: zero only when asked and the queue still starts at 0.
+            (zero_if_not_found && broker.store.min_offset(header.topic, header.queue_id) == 0)
+                .then_some(0)
+        });
+    match found {
+        Some(offset) => {
+            let mut answer = RemotingCommand::response_to(request, response::SUCCESS, None);
+            answer.put_ext("offset", offset);
+            answer
+        }
+        None => RemotingCommand::response_to(
+            request,
+            response::QUERY_NOT_FOUND,
+            Some("Not found, maybe this group consumer boot first".into()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fastjson_bare_keys_load() {
+        let table =
+            parse(r#"{"offsetTable":{"T@g":{0:5, 1 :7},"%RETRY%g@g":{0:-1}},"x":[1,2]}"#).unwrap();
+        assert_eq!(table[&("T".into(), "g".into())][&1], 7);
+        assert_eq!(table[&("%RETRY%g".into(), "g".into())][&0], -1);
+    }
+
+    #[test]
+    fn a_written_table_reads_back_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = ConsumerOffsets::in_memory(dir.path());
+        offsets.commit("g", "T", 3, 42);
+        offsets.commit("h", "T", 0, 1);
+        assert!(offsets.persist_if_changed().unwrap());
+        assert!(!offsets.persist_if_changed().unwrap());
+        let text = std::fs::read_to_string(offsets.path()).unwrap();
+        assert!(text.contains("\"T@g\""), "{text}");
+        let loaded = ConsumerOffsets::load(dir.path()).unwrap();
+        assert_eq!(loaded.query("g", "T", 3), Some(42));
+        assert_eq!(loaded.query("h", "T", 0), Some(1));
+        assert_eq!(loaded.query("h", "T", 1), None);
+    }
+}

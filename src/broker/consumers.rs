@@ -1,0 +1,372 @@
+//! Producer and consumer groups as heartbeats describe them (reference §9.7, §9.8, §14
+//! pitfall 7): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), and
+//! the per-group subscriptions a pull falls back on when it carries none.
+//!
+//! What this file owns: the shard's [`Groups`] table, in memory only (clients re-register
+//! every 30 s, so nothing here is persisted).
+//!
+//! The HEART_BEAT body is `HeartbeatData` JSON, parsed tolerant of unknown and `null` fields:
+//!
+//! ```text
+//! {"clientID":"10.0.0.5@12345",
+//!  "producerDataSet":[{"groupName":"P1"}],
+//!  "consumerDataSet":[{"groupName":"g1","consumeType":"CONSUME_PASSIVELY",
+//!    "messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","unitMode":false,
+//!    "subscriptionDataSet":[{"topic":"T1","subString":"TagA","tagsSet":["TagA"],
+//!      "codeSet":[2598919],"subVersion":1700000000000,"expressionType":"TAG"},
+//!      {"topic":"%RETRY%g1","subString":"*","subVersion":1700000000001, ...}]}]}
+//! ```
+//!
+//! GET_CONSUMER_LIST_BY_GROUP answers `{"consumerIdList":["a@1","b@2"]}`, sorted; a group
+//! with no live client answers SYSTEM_ERROR "no consumer for this group, <group>" (§9.8).
+//!
+//! Invariants:
+//! - A group exists only while it has at least one client; removing the last client (by
+//!   UNREGISTER_CLIENT or by expiry) removes the group and its subscriptions.
+//! - A group's subscriptions are those of its latest heartbeat (the `%RETRY%<group>` one
+//!   included), topic by topic, except that a subscription is never replaced by one with a
+//!   lower `subVersion` (a late, stale heartbeat). Topics missing from a heartbeat are dropped.
+//! - A client not heard from for `BrokerConfig::client_expiry` (120 s) is dropped by
+//!   [`Groups::sweep`], which the node runs every `BrokerConfig::client_sweep_interval`.
+//!   Times are tokio `Instant`s, so paused-time tests control expiry.
+//!
+//! Not done here: retry-topic creation (topic configs), NOTIFY_CONSUMER_IDS_CHANGED (40) to
+//! the other members, heartbeat V2 (the response claims no V2 support, so clients keep
+//! sending full heartbeats), and channel-close cleanup (clients expire instead).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+use tokio::time::{Duration, Instant};
+
+use crate::remoting::codes::response;
+use crate::remoting::RemotingCommand;
+
+use super::pull::tag_codes;
+use super::{bad_header, Broker};
+
+/// `null` and absent both mean the default.
+fn or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// One `SubscriptionData` of a heartbeat.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionData {
+    #[serde(default, deserialize_with = "or_default")]
+    pub topic: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub sub_string: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub tags_set: Vec<String>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub code_set: Vec<i32>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub sub_version: i64,
+    #[serde(default, deserialize_with = "or_default")]
+    pub expression_type: Option<String>,
+}
+
+impl SubscriptionData {
+    /// The tag hashes this subscription selects, `None` for everything. The client's
+    /// `codeSet` wins; without one the hashes are computed from `subString`.
+    pub fn filter_codes(&self) -> Option<Vec<i32>> {
+        let everything = tag_codes(&self.sub_string)?;
+        if self.code_set.is_empty() {
+            Some(everything)
+        } else {
+            Some(self.code_set.clone())
+        }
+    }
+
+    /// TAG (or unspecified) expressions are the only kind filtered here.
+    pub fn is_tag(&self) -> bool {
+        matches!(self.expression_type.as_deref(), None | Some("TAG"))
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerData {
+    #[serde(default, deserialize_with = "or_default")]
+    pub group_name: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub consume_type: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub message_model: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub consume_from_where: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub subscription_data_set: Vec<SubscriptionData>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub unit_mode: bool,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProducerData {
+    #[serde(default, deserialize_with = "or_default")]
+    pub group_name: String,
+}
+
+/// A HEART_BEAT body.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatData {
+    #[serde(rename = "clientID", default, deserialize_with = "or_default")]
+    pub client_id: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub producer_data_set: Vec<ProducerData>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub consumer_data_set: Vec<ConsumerData>,
+}
+
+#[derive(Debug, Default)]
+struct ConsumerGroup {
+    /// Client id → last heartbeat.
+    clients: BTreeMap<String, Instant>,
+    /// Topic → subscription.
+    subscriptions: BTreeMap<String, SubscriptionData>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    consumers: BTreeMap<String, ConsumerGroup>,
+    /// Producer group → client id → last heartbeat.
+    producers: BTreeMap<String, BTreeMap<String, Instant>>,
+}
+
+/// The shard's producer and consumer groups.
+#[derive(Debug, Default)]
+pub struct Groups {
+    tables: RefCell<Tables>,
+}
+
+impl Groups {
+    pub fn new() -> Groups {
+        Groups::default()
+    }
+
+    /// Registers (or refreshes) everything one heartbeat names.
+    pub fn heartbeat(&self, data: &HeartbeatData, now: Instant) {
+        let mut tables = self.tables.borrow_mut();
+        for producer in &data.producer_data_set {
+            tables
+                .producers
+                .entry(producer.group_name.clone())
+                .or_default()
+                .insert(data.client_id.clone(), now);
+        }
+        for consumer in &data.consumer_data_set {
+            let group = tables
+                .consumers
+                .entry(consumer.group_name.clone())
+                .or_default();
+            group.clients.insert(data.client_id.clone(), now);
+            let mut subscriptions = BTreeMap::new();
+            for sub in &consumer.subscription_data_set {
+                let keep = match group.subscriptions.get(&sub.topic) {
+                    Some(old) if old.sub_version > sub.sub_version => old.clone(),
+                    _ => sub.clone(),
+                };
+                subscriptions.insert(sub.topic.clone(), keep);
+            }
+            group.subscriptions = subscriptions;
+        }
+    }
+
+    /// Removes `client_id` from the named groups, or from every group when none is named.
+    pub fn unregister(
+        &self,
+        client_id: &str,
+        producer_group: Option<&str>,
+        consumer_group: Option<&str>,
+    ) {
+        let mut tables = self.tables.borrow_mut();
+        let everywhere = producer_group.is_none() && consumer_group.is_none();
+        tables.producers.retain(|name, clients| {
+            if everywhere || Some(name.as_str()) == producer_group {
+                clients.remove(client_id);
+            }
+            !clients.is_empty()
+        });
+        tables.consumers.retain(|name, group| {
+            if everywhere || Some(name.as_str()) == consumer_group {
+                group.clients.remove(client_id);
+            }
+            !group.clients.is_empty()
+        });
+    }
+
+    /// Drops every client whose last heartbeat is `expiry` or more before `now`; returns
+    /// how many (client, group) registrations went.
+    pub fn sweep(&self, now: Instant, expiry: Duration) -> usize {
+        let mut removed = 0;
+        let alive = |last: &Instant| now.saturating_duration_since(*last) < expiry;
+        let mut tables = self.tables.borrow_mut();
+        tables.producers.retain(|_, clients| {
+            let before = clients.len();
+            clients.retain(|_, last| alive(last));
+            removed += before - clients.len();
+            !clients.is_empty()
+        });
+        tables.consumers.retain(|_, group| {
+            let before = group.clients.len();
+            group.clients.retain(|_, last| alive(last));
+            removed += before - group.clients.len();
+            !group.clients.is_empty()
+        });
+        removed
+    }
+
+    /// The group's client ids, sorted; `None` when the group has no client.
+    pub fn consumer_ids(&self, group: &str) -> Option<Vec<String>> {
+        let tables = self.tables.borrow();
+        let group = tables.consumers.get(group)?;
+        Some(group.clients.keys().cloned().collect())
+    }
+
+    /// The producer group's client ids, sorted.
+    pub fn producer_ids(&self, group: &str) -> Vec<String> {
+        let tables = self.tables.borrow();
+        tables
+            .producers
+            .get(group)
+            .map(|clients| clients.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The group's subscription to `topic`, if a heartbeat registered one.
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
+        let tables = self.tables.borrow();
+        tables
+            .consumers
+            .get(group)?
+            .subscriptions
+            .get(topic)
+            .cloned()
+    }
+}
+
+/// HEART_BEAT (34).
+pub fn heartbeat(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let data: HeartbeatData = match serde_json::from_slice(&request.body) {
+        Ok(data) => data,
+        Err(error) => {
+            return RemotingCommand::response_to(
+                request,
+                response::SYSTEM_ERROR,
+                Some(format!("bad HeartbeatData body: {error}")),
+            )
+        }
+    };
+    if data.client_id.is_empty() {
+        return RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some("HeartbeatData has no clientID".into()),
+        );
+    }
+    broker.groups.heartbeat(&data, Instant::now());
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// UNREGISTER_CLIENT (35).
+pub fn unregister_client(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let client_id = match request.get_str("clientID") {
+        Ok(id) => id,
+        Err(error) => return bad_header(request, error),
+    };
+    let named = |field| request.opt_str(field).filter(|name| !name.is_empty());
+    broker
+        .groups
+        .unregister(client_id, named("producerGroup"), named("consumerGroup"));
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// GET_CONSUMER_LIST_BY_GROUP (38).
+pub fn consumer_list(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let group = match request.get_str("consumerGroup") {
+        Ok(group) => group,
+        Err(error) => return bad_header(request, error),
+    };
+    match broker.groups.consumer_ids(group) {
+        Some(ids) => {
+            let body = serde_json::json!({ "consumerIdList": ids }).to_string();
+            RemotingCommand::response_to(request, response::SUCCESS, None).with_body(body)
+        }
+        None => RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(format!("no consumer for this group, {group}")),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat(client: &str, group: &str, subs: &str) -> HeartbeatData {
+        let text = format!(
+            r#"{{"clientID":"{client}","unknownField":1,"producerDataSet":null,
+            "consumerDataSet":[{{"groupName":"{group}","consumeType":"CONSUME_PASSIVELY",
+            "subscriptionDataSet":[{subs}]}}]}}"#
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clients_expire_after_the_timeout_and_take_the_group_with_them() {
+        let groups = Groups::new();
+        let expiry = Duration::from_secs(120);
+        groups.heartbeat(&beat("b@1", "g", ""), Instant::now());
+        groups.heartbeat(&beat("a@1", "g", ""), Instant::now());
+        assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1", "b@1"]);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        groups.heartbeat(&beat("a@1", "g", ""), Instant::now());
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert_eq!(groups.sweep(Instant::now(), expiry), 1);
+        assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1"]);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert_eq!(groups.sweep(Instant::now(), expiry), 1);
+        assert_eq!(groups.consumer_ids("g"), None);
+    }
+
+    #[test]
+    fn a_stale_heartbeat_does_not_replace_a_newer_subscription() {
+        let groups = Groups::new();
+        let now = Instant::now();
+        let new = r#"{"topic":"T","subString":"TagA","codeSet":[1],"subVersion":5}"#;
+        let old = r#"{"topic":"T","subString":"TagB","codeSet":[2],"subVersion":4}"#;
+        groups.heartbeat(&beat("a@1", "g", new), now);
+        groups.heartbeat(&beat("b@1", "g", old), now);
+        let sub = groups.subscription("g", "T").unwrap();
+        assert_eq!((sub.sub_string.as_str(), sub.sub_version), ("TagA", 5));
+        assert_eq!(sub.filter_codes(), Some(vec![1]));
+        // A heartbeat without the topic drops it.
+        groups.heartbeat(&beat("a@1", "g", ""), now);
+        assert_eq!(groups.subscription("g", "T"), None);
+    }
+
+    #[test]
+    fn star_selects_everything_and_missing_codes_come_from_the_expression() {
+        let all = SubscriptionData {
+            sub_string: "*".into(),
+            code_set: vec![7],
+            ..Default::default()
+        };
+        assert_eq!(all.filter_codes(), None);
+        let computed = SubscriptionData {
+            sub_string: "TagA".into(),
+            ..Default::default()
+        };
+        assert_eq!(computed.filter_codes(), tag_codes("TagA"));
+    }
+}
