@@ -145,19 +145,31 @@ fn status_code(status: PutStatus) -> i32 {
     }
 }
 
+/// The send header of either version, checked against the topic table, with the queue
+/// id to use; or the refusal to answer with.
+fn checked_header(
+    broker: &Broker,
+    request: &RemotingCommand,
+) -> Result<(SendMessageRequestHeader, i32), Box<RemotingCommand>> {
+    let header = SendMessageRequestHeader::from_command(request)
+        .map_err(|error| Box::new(bad_header(request, error)))?;
+    let queue_id = broker
+        .check_send_header(&header)
+        .map_err(|(code, remark)| {
+            Box::new(RemotingCommand::response_to(request, code, Some(remark)))
+        })?;
+    Ok((header, queue_id))
+}
+
 /// SEND_MESSAGE and SEND_MESSAGE_V2: one message.
 pub async fn send_message(
     broker: &Broker,
     request: &RemotingCommand,
     peer: SocketAddr,
 ) -> RemotingCommand {
-    let header = match SendMessageRequestHeader::from_command(request) {
-        Ok(header) => header,
-        Err(error) => return bad_header(request, error),
-    };
-    let queue_id = match broker.check_send_header(&header) {
-        Ok(queue_id) => queue_id,
-        Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
+    let (header, queue_id) = match checked_header(broker, request) {
+        Ok(checked) => checked,
+        Err(refusal) => return *refusal,
     };
     let (record, uniq_key) = broker.record_for(
         &header,
@@ -201,13 +213,9 @@ pub async fn send_batch(
     request: &RemotingCommand,
     peer: SocketAddr,
 ) -> RemotingCommand {
-    let header = match SendMessageRequestHeader::from_command(request) {
-        Ok(header) => header,
-        Err(error) => return bad_header(request, error),
-    };
-    let queue_id = match broker.check_send_header(&header) {
-        Ok(queue_id) => queue_id,
-        Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
+    let (header, queue_id) = match checked_header(broker, request) {
+        Ok(checked) => checked,
+        Err(refusal) => return *refusal,
     };
     let items = match decode_batch(&request.body) {
         Ok(items) if !items.is_empty() => items,
