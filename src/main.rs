@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ringmq::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
+use ringmq::bench::wire::{
+    print_consume_summary, print_produce_summary, run_consume, run_embedded, run_produce,
+    ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, SendMode,
+};
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
 use ringmq::node::{self, NodeOptions};
@@ -27,9 +31,9 @@ struct Cli {
 enum Command {
     /// Run the broker node: one shard serving the RocketMQ remoting protocol.
     Serve(ServeArgs),
-    /// Load generators.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Load generators. With no subcommand: start an embedded node, produce to it, then
+    /// consume the same messages back.
+    Bench(BenchArgs),
     /// Offline tools for a store directory (the store must not be running).
     #[command(subcommand)]
     Store(StoreCommand),
@@ -63,10 +67,141 @@ struct ServeArgs {
     auto_create_topics: bool,
 }
 
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    embedded: EmbeddedBenchArgs,
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Drive the embedded store in-process, with no network.
     Store(StoreBenchArgs),
+    /// Send messages to a node over the remoting protocol.
+    Produce(ProduceArgs),
+    /// Pull messages from a node over the remoting protocol.
+    Consume(ConsumeArgs),
+}
+
+/// The embedded run: a node of its own (temporary directory, free ports), a produce round,
+/// then a consume round of the same messages.
+#[derive(Args)]
+struct EmbeddedBenchArgs {
+    /// sync (ack after fdatasync, group commit) or async (ack after the page-cache write).
+    #[arg(long, default_value = "async")]
+    flush: FlushMode,
+    /// Messages to produce and then consume.
+    #[arg(long, default_value_t = 200_000)]
+    messages: u64,
+    /// Message body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Connections to the node.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Concurrent producers sharing each connection.
+    #[arg(long, default_value_t = 4)]
+    producers_per_connection: usize,
+    /// sync, async or oneway.
+    #[arg(long, default_value = "sync")]
+    mode: SendMode,
+    /// Print both summaries as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct ProduceArgs {
+    /// The broker's remoting address.
+    #[arg(long)]
+    addr: String,
+    /// Connections to the node.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Concurrent producers sharing each connection.
+    #[arg(long, default_value_t = 4)]
+    producers_per_connection: usize,
+    /// Message body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Topic (with --topics N > 1, the prefix of TOPIC0..TOPICN-1).
+    #[arg(long, default_value = "BenchTopic")]
+    topic: String,
+    /// Number of topics.
+    #[arg(long, default_value_t = 1)]
+    topics: usize,
+    /// Queues per topic.
+    #[arg(long, default_value_t = 8)]
+    queues: usize,
+    /// sync (wait for each response), async (up to --inflight outstanding) or oneway.
+    #[arg(long, default_value = "sync")]
+    mode: SendMode,
+    /// Outstanding sends per producer in async mode.
+    #[arg(long, default_value_t = 32)]
+    inflight: usize,
+    /// Messages per request; above 1 uses SEND_BATCH_MESSAGE.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Messages per second over all producers; 0 is unlimited.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Stop after this many messages [default: 200000 unless --duration is given].
+    #[arg(long)]
+    messages: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct ConsumeArgs {
+    /// The broker's remoting address.
+    #[arg(long)]
+    addr: String,
+    #[arg(long, default_value = "BenchTopic")]
+    topic: String,
+    /// Queues of the topic to pull from (0..Q-1).
+    #[arg(long, default_value_t = 8)]
+    queues: usize,
+    /// Connections; the queues are shared out among them.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Consumer group.
+    #[arg(long, default_value = "ringmq-bench-consumer")]
+    group: String,
+    /// Start at each queue's earliest or latest offset.
+    #[arg(long, default_value = "earliest")]
+    from_offset: FromOffset,
+    /// Most messages per pull.
+    #[arg(long, default_value_t = 32)]
+    max_per_pull: usize,
+    /// Long-polling suspension in milliseconds (0: no suspension).
+    #[arg(long, default_value_t = 1000)]
+    suspend_ms: u64,
+    /// Stop after this many messages [default: 200000 unless --duration is given].
+    #[arg(long)]
+    messages: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -140,7 +275,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Bench(BenchCommand::Store(args)) => bench_store(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Store(args)),
+            ..
+        }) => bench_store(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Produce(args)),
+            ..
+        }) => bench_produce(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Consume(args)),
+            ..
+        }) => bench_consume(args),
+        Command::Bench(BenchArgs {
+            command: None,
+            embedded,
+        }) => bench_embedded(embedded),
         Command::Store(StoreCommand::Verify { dir, json }) => verify(&dir, json),
         Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
     };
@@ -203,17 +353,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
-    let duration = match args.duration {
-        Some(seconds) if !(seconds > 0.0 && seconds.is_finite()) => {
-            anyhow::bail!("--duration {seconds}: must be a positive number of seconds")
-        }
-        other => other.map(Duration::from_secs_f64),
-    };
-    let messages = args.messages.or(if duration.is_none() {
-        Some(200_000)
-    } else {
-        None
-    });
+    let (messages, duration) = run_length(args.messages, args.duration)?;
     let summary = run_store_bench(StoreBenchOptions {
         dir: args.dir,
         flush: args.flush,
@@ -235,6 +375,118 @@ fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(if summary.errors == 0 {
         ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `--messages` and `--duration`: 200,000 messages when neither is given.
+fn run_length(
+    messages: Option<u64>,
+    duration: Option<f64>,
+) -> anyhow::Result<(Option<u64>, Option<Duration>)> {
+    let duration = match duration {
+        Some(seconds) if !(seconds > 0.0 && seconds.is_finite()) => {
+            anyhow::bail!("--duration {seconds}: must be a positive number of seconds")
+        }
+        other => other.map(Duration::from_secs_f64),
+    };
+    let messages = messages.or(if duration.is_none() {
+        Some(200_000)
+    } else {
+        None
+    });
+    Ok((messages, duration))
+}
+
+fn resolve(addr: &str) -> anyhow::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("{addr}: no address"))
+}
+
+fn exit_code(errors: u64) -> ExitCode {
+    if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn bench_produce(args: ProduceArgs) -> anyhow::Result<ExitCode> {
+    let (messages, duration) = run_length(args.messages, args.duration)?;
+    let mut options = ProduceOptions::new(resolve(&args.addr)?);
+    options.connections = args.connections;
+    options.producers_per_connection = args.producers_per_connection;
+    options.size = args.size;
+    options.topic = args.topic;
+    options.topics = args.topics;
+    options.queues = args.queues;
+    options.mode = args.mode;
+    options.inflight = args.inflight;
+    options.batch = args.batch;
+    options.rate = args.rate;
+    options.messages = messages;
+    options.duration = duration;
+    options.progress = !args.quiet;
+    let summary = run_produce(options)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_produce_summary(&summary);
+    }
+    Ok(exit_code(summary.errors))
+}
+
+fn bench_consume(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
+    let (messages, duration) = run_length(args.messages, args.duration)?;
+    let mut options = ConsumeOptions::new(resolve(&args.addr)?);
+    options.topic = args.topic;
+    options.queues = args.queues;
+    options.connections = args.connections;
+    options.group = args.group;
+    options.from = args.from_offset;
+    options.max_per_pull = args.max_per_pull;
+    options.suspend = Duration::from_millis(args.suspend_ms);
+    options.messages = messages;
+    options.duration = duration;
+    options.progress = !args.quiet;
+    let summary = run_consume(options)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_consume_summary(&summary);
+    }
+    Ok(exit_code(summary.errors))
+}
+
+fn bench_embedded(args: EmbeddedBenchArgs) -> anyhow::Result<ExitCode> {
+    let summary = run_embedded(EmbeddedOptions {
+        flush: args.flush,
+        messages: args.messages,
+        size: args.size,
+        connections: args.connections,
+        producers_per_connection: args.producers_per_connection,
+        mode: args.mode,
+        progress: !args.quiet,
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!("ringmq bench: embedded node, {}", summary.flush);
+        print_produce_summary(&summary.produce);
+        print_consume_summary(&summary.consume);
+    }
+    let complete = summary.consume.messages == summary.produce.messages;
+    if !complete {
+        eprintln!(
+            "ringmq bench: consumed {} of {} produced messages",
+            summary.consume.messages, summary.produce.messages
+        );
+    }
+    Ok(if complete {
+        exit_code(summary.produce.errors + summary.consume.errors)
     } else {
         ExitCode::from(1)
     })

@@ -36,3 +36,33 @@ impl Latencies {
         self.histogram.max()
     }
 }
+
+/// The percentiles every benchmark summary reports, in microseconds.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct LatencySummary {
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl Latencies {
+    pub fn summary(&self) -> LatencySummary {
+        LatencySummary {
+            p50_us: self.percentile_us(50.0),
+            p99_us: self.percentile_us(99.0),
+            p999_us: self.percentile_us(99.9),
+            max_us: self.max_us(),
+        }
+    }
+}
+
+impl LatencySummary {
+    /// Prints the summary line, as `ack latency us: p50 …  p99 …  p99.9 …  max …`.
+    pub fn print(&self, what: &str) {
+        println!(
+            "  {what}: p50 {}  p99 {}  p99.9 {}  max {}",
+            self.p50_us, self.p99_us, self.p999_us, self.max_us
+        );
+    }
+}

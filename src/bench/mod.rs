@@ -1,4 +1,7 @@
-//! Load generators: `ringmq bench store` drives the embedded store in-process.
+//! Load generators: `ringmq bench store` drives the embedded store in-process;
+//! `ringmq bench produce` / `consume` (and the embedded `ringmq bench`) drive a node over
+//! the network with the in-project client.
 
 pub mod latency;
 pub mod store;
+pub mod wire;
