@@ -18,7 +18,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::latency::Latencies;
+use super::latency::{Latencies, LatencySummary};
 use crate::clock::Clock;
 use crate::config::{FlushMode, StoreConfig};
 use crate::io::{open_backend, IoChoice};
@@ -56,10 +56,9 @@ pub struct StoreBenchSummary {
     pub elapsed_s: f64,
     pub msgs_per_sec: f64,
     pub mb_per_sec: f64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
-    pub max_us: u64,
+    /// Acknowledgement latency in microseconds.
+    #[serde(flatten)]
+    pub latency: LatencySummary,
     pub fsyncs_per_msg: f64,
     pub batches: u64,
 }
@@ -202,10 +201,7 @@ async fn bench_on_shard(
         elapsed_s: elapsed,
         msgs_per_sec: per_second(acked as f64),
         mb_per_sec: per_second(acked as f64 * options.size as f64) / 1e6,
-        p50_us: latencies.percentile_us(50.0),
-        p99_us: latencies.percentile_us(99.0),
-        p999_us: latencies.percentile_us(99.9),
-        max_us: latencies.max_us(),
+        latency: latencies.summary(),
         fsyncs_per_msg: if acked > 0 {
             stats.log_syncs as f64 / acked as f64
         } else {
@@ -366,10 +362,7 @@ pub fn print_summary(summary: &StoreBenchSummary) {
         "  {} messages in {:.2} s: {:.0} msgs/s, {:.1} MB/s",
         summary.messages, summary.elapsed_s, summary.msgs_per_sec, summary.mb_per_sec
     );
-    println!(
-        "  ack latency us: p50 {}  p99 {}  p99.9 {}  max {}",
-        summary.p50_us, summary.p99_us, summary.p999_us, summary.max_us
-    );
+    summary.latency.print("ack latency us");
     println!(
         "  fsyncs per message {:.4}  ({} batches)  errors {}  flush timeouts {}",
         summary.fsyncs_per_msg, summary.batches, summary.errors, summary.flush_timeouts
