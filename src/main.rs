@@ -116,6 +116,56 @@ struct EmbeddedBenchArgs {
     quiet: bool,
 }
 
+/// How long a benchmark runs and how it reports: shared by `bench produce`, `bench consume`
+/// and `bench store`.
+#[derive(Args)]
+struct RunArgs {
+    /// Stop after this many messages [default: 200000 unless --duration is given].
+    #[arg(long)]
+    messages: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl RunArgs {
+    /// `--messages` and `--duration`: 200,000 messages when neither is given.
+    fn length(&self) -> anyhow::Result<(Option<u64>, Option<Duration>)> {
+        let duration = match self.duration {
+            Some(seconds) if !(seconds > 0.0 && seconds.is_finite()) => {
+                anyhow::bail!("--duration {seconds}: must be a positive number of seconds")
+            }
+            other => other.map(Duration::from_secs_f64),
+        };
+        let messages = self.messages.or(if duration.is_none() {
+            Some(200_000)
+        } else {
+            None
+        });
+        Ok((messages, duration))
+    }
+}
+
+/// Prints a summary as one JSON object or, without `--json`, as text.
+fn report<T: serde::Serialize>(
+    json: bool,
+    summary: &T,
+    print: impl FnOnce(&T),
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(summary)?);
+    } else {
+        print(summary);
+    }
+    Ok(())
+}
+
 #[derive(Args)]
 struct ProduceArgs {
     /// The broker's remoting address.
@@ -151,18 +201,8 @@ struct ProduceArgs {
     /// Messages per second over all producers; 0 is unlimited.
     #[arg(long, default_value_t = 0)]
     rate: u64,
-    /// Stop after this many messages [default: 200000 unless --duration is given].
-    #[arg(long)]
-    messages: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
-    /// No progress lines.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -190,18 +230,8 @@ struct ConsumeArgs {
     /// Long-polling suspension in milliseconds (0: no suspension).
     #[arg(long, default_value_t = 1000)]
     suspend_ms: u64,
-    /// Stop after this many messages [default: 200000 unless --duration is given].
-    #[arg(long)]
-    messages: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
-    /// No progress lines.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -218,12 +248,6 @@ struct StoreBenchArgs {
     /// Message body size in bytes.
     #[arg(long, default_value_t = 1024)]
     size: usize,
-    /// Stop after this many messages [default: 200000 unless --duration is given].
-    #[arg(long)]
-    messages: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    duration: Option<f64>,
     /// Number of topics.
     #[arg(long, default_value_t = 1)]
     topics: usize,
@@ -239,12 +263,8 @@ struct StoreBenchArgs {
     /// CommitLog segment size in bytes [default: 1 GiB].
     #[arg(long)]
     segment_size: Option<u64>,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
-    /// No progress lines.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand)]
@@ -353,7 +373,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
-    let (messages, duration) = run_length(args.messages, args.duration)?;
+    let (messages, duration) = args.run.length()?;
     let summary = run_store_bench(StoreBenchOptions {
         dir: args.dir,
         flush: args.flush,
@@ -366,37 +386,10 @@ fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
         io: args.io,
         ack_log: args.ack_log,
         segment_size: args.segment_size,
-        progress: !args.quiet,
+        progress: !args.run.quiet,
     })?;
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_summary(&summary);
-    }
-    Ok(if summary.errors == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// `--messages` and `--duration`: 200,000 messages when neither is given.
-fn run_length(
-    messages: Option<u64>,
-    duration: Option<f64>,
-) -> anyhow::Result<(Option<u64>, Option<Duration>)> {
-    let duration = match duration {
-        Some(seconds) if !(seconds > 0.0 && seconds.is_finite()) => {
-            anyhow::bail!("--duration {seconds}: must be a positive number of seconds")
-        }
-        other => other.map(Duration::from_secs_f64),
-    };
-    let messages = messages.or(if duration.is_none() {
-        Some(200_000)
-    } else {
-        None
-    });
-    Ok((messages, duration))
+    report(args.run.json, &summary, print_summary)?;
+    Ok(exit_code(summary.errors))
 }
 
 fn resolve(addr: &str) -> anyhow::Result<std::net::SocketAddr> {
@@ -415,7 +408,7 @@ fn exit_code(errors: u64) -> ExitCode {
 }
 
 fn bench_produce(args: ProduceArgs) -> anyhow::Result<ExitCode> {
-    let (messages, duration) = run_length(args.messages, args.duration)?;
+    let (messages, duration) = args.run.length()?;
     let mut options = ProduceOptions::new(resolve(&args.addr)?);
     options.connections = args.connections;
     options.producers_per_connection = args.producers_per_connection;
@@ -429,18 +422,14 @@ fn bench_produce(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     options.rate = args.rate;
     options.messages = messages;
     options.duration = duration;
-    options.progress = !args.quiet;
+    options.progress = !args.run.quiet;
     let summary = run_produce(options)?;
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_produce_summary(&summary);
-    }
+    report(args.run.json, &summary, print_produce_summary)?;
     Ok(exit_code(summary.errors))
 }
 
 fn bench_consume(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
-    let (messages, duration) = run_length(args.messages, args.duration)?;
+    let (messages, duration) = args.run.length()?;
     let mut options = ConsumeOptions::new(resolve(&args.addr)?);
     options.topic = args.topic;
     options.queues = args.queues;
@@ -451,13 +440,9 @@ fn bench_consume(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     options.suspend = Duration::from_millis(args.suspend_ms);
     options.messages = messages;
     options.duration = duration;
-    options.progress = !args.quiet;
+    options.progress = !args.run.quiet;
     let summary = run_consume(options)?;
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_consume_summary(&summary);
-    }
+    report(args.run.json, &summary, print_consume_summary)?;
     Ok(exit_code(summary.errors))
 }
 
@@ -471,13 +456,11 @@ fn bench_embedded(args: EmbeddedBenchArgs) -> anyhow::Result<ExitCode> {
         mode: args.mode,
         progress: !args.quiet,
     })?;
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
+    report(args.json, &summary, |summary| {
         println!("ringmq bench: embedded node, {}", summary.flush);
         print_produce_summary(&summary.produce);
         print_consume_summary(&summary.consume);
-    }
+    })?;
     let complete = summary.consume.messages == summary.produce.messages;
     if !complete {
         eprintln!(
