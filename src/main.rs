@@ -14,6 +14,7 @@ use ringmq::bench::wire::{
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
 use ringmq::node::{self, NodeOptions};
+use ringmq::node_config::NodeConfig;
 use ringmq::store::inspect;
 
 #[derive(Parser)]
@@ -29,7 +30,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the broker node: one shard serving the RocketMQ remoting protocol.
+    /// Run the broker node: N shards serving the RocketMQ remoting protocol.
     Serve(ServeArgs),
     /// Load generators. With no subcommand: start an embedded node, produce to it, then
     /// consume the same messages back.
@@ -39,32 +40,107 @@ enum Command {
     Store(StoreCommand),
 }
 
+/// `ringmq serve`: settings come from defaults, then `--config` (TOML), then
+/// `--broker-conf` (RocketMQ properties), then `--set` and the flags below, which are
+/// shorthands for `--set <key>=<value>`. Every key is listed in `ringmq serve --help-keys`.
 #[derive(Args)]
 struct ServeArgs {
-    /// Store directory (`storePathRootDir`).
+    /// A TOML file of settings (snake_case keys).
     #[arg(long)]
-    dir: PathBuf,
+    config: Option<PathBuf>,
+    /// A RocketMQ broker.conf (camelCase keys it shares with ringmq).
+    #[arg(long)]
+    broker_conf: Option<PathBuf>,
+    /// Override one setting, `key=value` (either spelling); repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Store root (`storePathRootDir`).
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// Remoting port (`listenPort`); 0 picks a free one.
-    #[arg(long, default_value_t = 10911)]
-    port: u16,
+    #[arg(long)]
+    port: Option<u16>,
     /// sync (ack after fdatasync, group commit) or async (ack after the page-cache write).
-    #[arg(long, default_value = "async")]
-    flush: FlushMode,
+    #[arg(long)]
+    flush: Option<FlushMode>,
     /// Disk backend: auto (io_uring, else portable), uring, or portable.
-    #[arg(long, default_value = "auto")]
-    io: IoChoice,
-    /// The address clients reach this broker at (STOREHOST, msgIds).
-    #[arg(long, default_value = "127.0.0.1")]
-    broker_ip: std::net::IpAddr,
-    /// CommitLog segment size in bytes [default: 1 GiB].
+    #[arg(long)]
+    io: Option<IoChoice>,
+    /// The address clients reach this broker at (STOREHOST, msgIds): `brokerIP1`.
+    #[arg(long)]
+    broker_ip: Option<std::net::IpAddr>,
+    /// CommitLog segment size in bytes (`mapedFileSizeCommitLog`).
     #[arg(long)]
     segment_size: Option<u64>,
     /// Port of the embedded name server (`namesrvPort`); 0 picks a free one.
-    #[arg(long, default_value_t = 9876)]
-    namesrv_port: u16,
+    #[arg(long)]
+    namesrv_port: Option<u16>,
+    /// Port of the Prometheus endpoint (`metricsPromExporterPort`); 0 picks a free one.
+    #[arg(long)]
+    metrics_port: Option<u16>,
     /// `autoCreateTopicEnable`: create unknown topics on their first send or route query.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    auto_create_topics: bool,
+    #[arg(long, action = clap::ArgAction::Set)]
+    auto_create_topics: Option<bool>,
+    /// Shards: pinned threads, each with its own store [default: one per CPU].
+    #[arg(long)]
+    shards: Option<u8>,
+    /// Print the settings the node would run with, and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// List every setting key with its broker.conf spelling, and exit.
+    #[arg(long)]
+    help_keys: bool,
+}
+
+impl ServeArgs {
+    /// The flags as `key=value` overrides, after the `--set` ones (flags win).
+    fn overrides(&self) -> Vec<String> {
+        let mut overrides = self.overrides.clone();
+        let mut set = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                overrides.push(format!("{key}={value}"));
+            }
+        };
+        set(
+            "store_path_root_dir",
+            self.dir.as_ref().map(|d| d.display().to_string()),
+        );
+        set("listen_port", self.port.map(|p| p.to_string()));
+        set(
+            "flush_disk_type",
+            self.flush.map(|f| {
+                match f {
+                    FlushMode::Sync => "SYNC_FLUSH",
+                    FlushMode::Async => "ASYNC_FLUSH",
+                }
+                .to_string()
+            }),
+        );
+        set(
+            "io_backend",
+            self.io.map(|io| {
+                match io {
+                    IoChoice::Auto => "auto",
+                    IoChoice::Uring => "uring",
+                    IoChoice::Portable => "portable",
+                }
+                .to_string()
+            }),
+        );
+        set("broker_ip", self.broker_ip.map(|ip| ip.to_string()));
+        set(
+            "maped_file_size_commit_log",
+            self.segment_size.map(|s| s.to_string()),
+        );
+        set("namesrv_port", self.namesrv_port.map(|p| p.to_string()));
+        set("metrics_port", self.metrics_port.map(|p| p.to_string()));
+        set(
+            "auto_create_topic_enable",
+            self.auto_create_topics.map(|b| b.to_string()),
+        );
+        set("shards", self.shards.map(|n| n.to_string()));
+        overrides
+    }
 }
 
 #[derive(Args)]
@@ -326,17 +402,36 @@ fn main() -> ExitCode {
 /// Runs the node until SIGINT or SIGTERM (exit 0 after a clean stop), or until the shard
 /// stops on its own (exit 1).
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut options = NodeOptions::new(&args.dir);
-    options.port = args.port;
-    options.flush = args.flush;
-    options.io = args.io;
-    options.broker_ip = args.broker_ip;
-    options.segment_size = args.segment_size;
-    options.namesrv_port = args.namesrv_port;
-    options.auto_create_topics = args.auto_create_topics;
-    let mut node = node::start(options)?;
+    if args.help_keys {
+        for (key, conf_key) in ringmq::node_config::keys() {
+            println!("{key:40} {conf_key}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let config = match NodeConfig::load(
+        args.config.as_deref(),
+        args.broker_conf.as_deref(),
+        &args.overrides(),
+    ) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("ringmq: bad configuration: {error}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if args.print_config {
+        for (key, value) in config.settings() {
+            println!("{key} = {value}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut node = node::start(NodeOptions::from_config(&config))?;
     eprintln!("ringmq: listening on {}", node.addr());
     eprintln!("ringmq: name server listening on {}", node.namesrv_addr());
+    if let Some(metrics) = node.metrics_addr() {
+        eprintln!("ringmq: metrics on http://{metrics}/metrics");
+    }
+    eprintln!("ringmq: {} shards", node.shard_count());
     let exited = node.take_exit_signal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -367,7 +462,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("ringmq: stopped cleanly");
         ExitCode::SUCCESS
     } else {
-        eprintln!("ringmq: the shard stopped on its own");
+        eprintln!("ringmq: a shard stopped on its own");
         ExitCode::from(1)
     })
 }

@@ -1,34 +1,35 @@
-//! The network node: one shard thread (a pinned-to-be OS thread running a tokio
-//! current-thread runtime and a `LocalSet`) that owns the listener, the store, the broker
-//! and every connection it accepts (ARCHITECTURE D3).
+//! The network node: N shard threads (ARCHITECTURE D3), each pinned to a CPU and running a
+//! tokio current-thread runtime with a `LocalSet`; each owns its `SO_REUSEPORT` listener on
+//! the broker port, the connections the kernel gives it, its own store in
+//! `<dir>/shard-<n>` and its own broker (see [`crate::shard`] for ownership and the
+//! mailboxes between shards). Shard 0 also serves the embedded name server and runs the
+//! node-wide housekeeping (client expiry, the periodic consumer-offset write).
 //!
 //! [`start`] is the one entry: `ringmq serve` calls it and so do the integration tests
-//! (with port 0). It returns once the listener is bound and the store is open, with the
-//! bound addresses (broker port and embedded name-server port, both served on this
-//! shard) and a [`NodeHandle`] whose [`NodeHandle::shutdown`] stops the node.
+//! (with port 0). It binds every listener first (so a taken port fails the start before
+//! any store opens), checks that the store root was made for this shard count, loads the
+//! node-wide tables (`config/topics.json`, `config/consumerOffset.json`; a corrupt one
+//! stops the start naming the file), then starts the shards and returns once every one
+//! serves, with the bound addresses and a [`NodeHandle`]. If one shard fails to start,
+//! the others are stopped cleanly and the start fails with that shard's error.
 //!
-//! Shutdown order, and why: stop accepting; tell every connection to end (their request
-//! tasks, parked pulls included, are aborted with them); then `Store::shutdown`, which
-//! lets puts already queued finish, flushes, writes a clean checkpoint and removes the
-//! `abort` marker, so the next start does not scan. The committed consumer offsets are
-//! written once more just before the store goes (after the connections, so no commit
-//! arrives after the write).
+//! Shutdown order, and why: every shard stops accepting and tells its connections to end
+//! (their request tasks, parked pulls included, are aborted with them); then each shard's
+//! `Store::shutdown` lets puts already queued finish, flushes, writes a clean checkpoint
+//! and removes the `abort` marker, so the next start does not scan. Once every shard has
+//! stopped, the committed consumer offsets are written once more (after the connections,
+//! so no commit arrives after the write).
 //!
-//! Start loads `config/consumerOffset.json` right after the store opens; if it is corrupt
-//! the store is shut down cleanly and the start fails with an error naming the file. Two
-//! housekeeping tasks run beside the listener: the client-expiry sweep and the periodic
-//! consumer-offset write (both intervals are `BrokerConfig` settings).
-//!
-//! Multi-shard (later) plugs in here: `start` will spawn N shard threads, each binding its
-//! own listener on the same port with SO_REUSEPORT (see [`bind_listener`], whose
-//! `reuse_port` argument exists for that) and opening its own store directory, with a
-//! mailbox per shard so brokers can forward requests for queues they do not own. With one
-//! shard SO_REUSEPORT stays off: it would let a second node on the same port silently take
-//! half the connections.
+//! With one shard SO_REUSEPORT stays off: it would let a second node on the same port
+//! silently take half the connections. With several it is on; a second node on the same
+//! root is still stopped by the stores' `lock` files, but a second multi-shard node with
+//! another root and the same port would share the port: give each node its own port.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -36,17 +37,23 @@ use tokio::sync::{oneshot, watch};
 
 use crate::broker::consumer_offsets::ConsumerOffsets;
 use crate::broker::topics::TopicTable;
-use crate::broker::{Broker, BrokerConfig, BrokerIdentity};
+use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
 use crate::config::{FlushMode, StoreConfig, RECORD_OVERHEAD_MAX};
 use crate::io::{open_backend, IoChoice};
+use crate::metrics::http::MetricsServer;
+use crate::metrics::{NodeMetrics, ShardMetrics};
 use crate::namesrv::NameServer;
-use crate::remoting::connection::{serve_connection, ConnectionLimits};
+use crate::node_config::NodeConfig;
+use crate::remoting::connection::{serve_connection, ConnectionLimits, RequestHandler};
+use crate::shard::mailbox::{self, MailboxReceiver};
+use crate::shard::{layout, pin, ShardContext};
 use crate::store::Store;
 
 /// Everything a node is started with.
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
+    /// The store root (`storePathRootDir`): `config/` and one `shard-<n>` per shard.
     pub dir: PathBuf,
     /// `listenPort`; 0 picks a free port (tests).
     pub port: u16,
@@ -54,13 +61,16 @@ pub struct NodeOptions {
     pub io: IoChoice,
     /// The address clients reach this node at: STOREHOST and msgIds carry it.
     pub broker_ip: IpAddr,
+    /// The address the listeners bind; `None`: every interface of `broker_ip`'s family.
+    pub bind_ip: Option<IpAddr>,
     pub broker_name: String,
     pub cluster_name: String,
-    /// CommitLog segment size; `None` keeps the 1 GiB default.
+    /// CommitLog segment size; `None` keeps the template's (1 GiB by default).
     pub segment_size: Option<u64>,
     /// Connection backlog of the listener.
     pub backlog: i32,
     pub connection: ConnectionLimits,
+    /// Per-shard broker settings (limits such as `max_parked_pulls` are per shard).
     pub broker: BrokerConfig,
     /// Port of the embedded name server (`namesrvPort`); 0 picks a free port (tests).
     pub namesrv_port: u16,
@@ -68,6 +78,19 @@ pub struct NodeOptions {
     pub auto_create_topics: bool,
     /// `defaultTopicQueueNums`: queues of an auto-created topic.
     pub default_topic_queue_nums: u32,
+    /// Shards (threads, stores); a store root keeps the count it was made with.
+    pub shards: u8,
+    /// Pin shard n to the n-th allowed CPU (best effort, logged when refused).
+    pub pin_threads: bool,
+    /// Requests queued for another shard before the sender waits.
+    pub mailbox_capacity: usize,
+    /// Port of the Prometheus endpoint (`metricsPromExporterPort`); 0 picks a free one;
+    /// `None` serves none.
+    pub metrics_port: Option<u16>,
+    /// Store settings every shard starts from; its `dir`, `shard_id`, `flush_mode`,
+    /// `store_host` (and the segment size, when `segment_size` is set) are replaced.
+    /// `None`: the store defaults.
+    pub store_template: Option<StoreConfig>,
 }
 
 impl NodeOptions {
@@ -78,6 +101,7 @@ impl NodeOptions {
             flush: FlushMode::Async,
             io: IoChoice::Auto,
             broker_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bind_ip: None,
             broker_name: "broker-a".into(),
             cluster_name: "DefaultCluster".into(),
             segment_size: None,
@@ -87,7 +111,62 @@ impl NodeOptions {
             namesrv_port: 9876,
             auto_create_topics: true,
             default_topic_queue_nums: 8,
+            shards: 1,
+            pin_threads: false,
+            mailbox_capacity: 4096,
+            metrics_port: None,
+            store_template: None,
         }
+    }
+
+    /// The options `ringmq serve` runs with for a validated [`NodeConfig`]. Node-wide
+    /// limits of the config (parked pulls) are split evenly between the shards.
+    pub fn from_config(config: &NodeConfig) -> NodeOptions {
+        let mut options = NodeOptions::new(&config.store_path_root_dir);
+        options.port = config.listen_port;
+        options.flush = config.flush_disk_type;
+        options.io = config.io_backend;
+        options.broker_ip = config.broker_ip;
+        options.bind_ip = Some(config.bind_address);
+        options.broker_name = config.broker_name.clone();
+        options.cluster_name = config.broker_cluster_name.clone();
+        options.segment_size = Some(config.maped_file_size_commit_log);
+        options.connection.max_frame_len = config.max_frame_size;
+        options.broker.max_parked_pulls =
+            (config.max_parked_pulls / config.shards.max(1) as usize).max(1);
+        options.namesrv_port = config.namesrv_port;
+        options.auto_create_topics = config.auto_create_topic_enable;
+        options.default_topic_queue_nums = config.default_topic_queue_nums;
+        options.shards = config.shards;
+        options.pin_threads = true;
+        options.mailbox_capacity = config.shard_mailbox_capacity;
+        options.metrics_port = Some(config.metrics_port);
+        options.store_template = Some(config.store_config_for_shard(0));
+        options
+    }
+
+    /// The store settings of shard `shard`, whose clients reach it at `store_host`.
+    fn store_config(&self, shard: u8, store_host: SocketAddr) -> StoreConfig {
+        let dir = layout::shard_dir(&self.dir, shard);
+        let mut config = match &self.store_template {
+            Some(template) => StoreConfig {
+                dir,
+                ..template.clone()
+            },
+            None => StoreConfig::new(dir),
+        };
+        config.shard_id = shard;
+        config.flush_mode = self.flush;
+        config.store_host = store_host;
+        if let Some(size) = self.segment_size {
+            config.commit_log_segment_size = size;
+            // Keep the largest message within one segment, as `validate` demands.
+            config.max_message_size = config
+                .max_message_size
+                .min(size.saturating_sub(RECORD_OVERHEAD_MAX + 8) as usize)
+                .max(1);
+        }
+        config
     }
 }
 
@@ -96,8 +175,11 @@ pub struct NodeHandle {
     addr: SocketAddr,
     namesrv_addr: SocketAddr,
     stop: watch::Sender<bool>,
-    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    shards: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     exited: Option<oneshot::Receiver<()>>,
+    tables: Option<NodeTables>,
+    metrics: NodeMetrics,
+    metrics_server: Option<MetricsServer>,
 }
 
 impl NodeHandle {
@@ -111,25 +193,53 @@ impl NodeHandle {
         self.namesrv_addr
     }
 
-    /// Resolves when the shard thread ends on its own (an error, a panic) or is stopped.
-    /// Can be taken once.
+    /// The address of the Prometheus endpoint, if one serves.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_server.as_ref().map(MetricsServer::addr)
+    }
+
+    /// Every shard's metrics.
+    pub fn metrics(&self) -> &NodeMetrics {
+        &self.metrics
+    }
+
+    /// How many shards serve.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Resolves when any shard thread ends on its own (an error, a panic) or the node is
+    /// stopped. Can be taken once.
     pub fn take_exit_signal(&mut self) -> Option<oneshot::Receiver<()>> {
         self.exited.take()
     }
 
-    /// Stops the node and waits for its thread; the error is the shard's, if it failed.
+    /// Stops the node and waits for its threads; the error is the first shard's that
+    /// failed, else the last consumer-offset write's.
     pub fn shutdown(mut self) -> anyhow::Result<()> {
         self.stop_and_join()
     }
 
     fn stop_and_join(&mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
-        match self.thread.take() {
-            Some(thread) => thread
+        self.metrics_server = None;
+        let mut result = Ok(());
+        for (id, shard) in self.shards.drain(..).enumerate() {
+            let ended = shard
                 .join()
-                .map_err(|_| anyhow::anyhow!("the shard thread panicked"))?,
-            None => Ok(()),
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("shard {id} panicked")));
+            if let (Ok(()), Err(error)) = (&result, ended) {
+                result = Err(error);
+            }
         }
+        if let Some(tables) = self.tables.take() {
+            let offsets = &tables.consumer_offsets;
+            let written = offsets.persist().map_err(|error| {
+                anyhow::anyhow!("cannot write {}: {error}", offsets.path().display())
+            });
+            result = result.and(written);
+        }
+        result
     }
 }
 
@@ -141,74 +251,53 @@ impl Drop for NodeHandle {
     }
 }
 
-/// Starts the node's shard thread and returns once it serves (or failed to start).
+/// What one shard thread starts with.
+struct ShardStart {
+    id: u8,
+    listener: std::net::TcpListener,
+    /// Shard 0 only.
+    namesrv_listener: Option<std::net::TcpListener>,
+    advertised: SocketAddr,
+    inbox: MailboxReceiver,
+    context: ShardContext,
+    tables: NodeTables,
+    metrics: Arc<ShardMetrics>,
+}
+
+/// Starts the node's shards and returns once all serve (or the start failed).
 pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(SocketAddr, SocketAddr)>();
-    let (stop, stop_rx) = watch::channel(false);
-    let (exit_tx, exited) = oneshot::channel::<()>();
-    let thread = std::thread::Builder::new()
-        .name("ringmq-shard-0".into())
-        .spawn(move || -> anyhow::Result<()> {
-            // Dropped when the thread ends, however it ends: the exit signal.
-            let _exit = exit_tx;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, run_shard(options, stop_rx, ready_tx))
-        })?;
-    match ready_rx.recv() {
-        Ok((addr, namesrv_addr)) => Ok(NodeHandle {
-            addr,
-            namesrv_addr,
-            stop,
-            thread: Some(thread),
-            exited: Some(exited),
-        }),
-        // The thread ended before it was ready: its result says why.
-        Err(_) => match thread.join() {
-            Ok(Err(error)) => Err(error),
-            Ok(Ok(())) => Err(anyhow::anyhow!("the shard stopped before it was ready")),
-            Err(_) => Err(anyhow::anyhow!("the shard thread panicked while starting")),
-        },
+    anyhow::ensure!(
+        (1..=crate::node_config::MAX_SHARDS).contains(&options.shards),
+        "shards: {} must be between 1 and {}",
+        options.shards,
+        crate::node_config::MAX_SHARDS
+    );
+    layout::check_shard_count(&options.dir, options.shards)
+        .map_err(|error| anyhow::anyhow!(error))?;
+    for shard in 0..options.shards {
+        let dir = layout::shard_dir(&options.dir, shard);
+        std::fs::create_dir_all(&dir)
+            .map_err(|error| anyhow::anyhow!("cannot create {}: {error}", dir.display()))?;
     }
-}
-
-/// Binds a listening TCP socket with SO_REUSEADDR (restarts do not wait out TIME_WAIT) and,
-/// if asked, SO_REUSEPORT (one listener per shard on the same port).
-pub fn bind_listener(
-    addr: SocketAddr,
-    backlog: i32,
-    reuse_port: bool,
-) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    if reuse_port {
-        socket.set_reuse_port(true)?;
-    }
-    socket.bind(&addr.into())?;
-    socket.listen(backlog)?;
-    socket.set_nonblocking(true)?;
-    TcpListener::from_std(socket.into())
-}
-
-async fn run_shard(
-    options: NodeOptions,
-    mut stop: watch::Receiver<bool>,
-    ready: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
-) -> anyhow::Result<()> {
-    // Listen on every interface of the broker IP's family, as Java brokers do; advertise
-    // the broker IP.
-    let any = match options.broker_ip {
+    // Listen on every interface of the broker IP's family, as Java brokers do, unless a
+    // bind address is set; advertise the broker IP.
+    let bind_ip = options.bind_ip.unwrap_or(match options.broker_ip {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    };
-    let listener = bind_listener(SocketAddr::new(any, options.port), options.backlog, false)
-        .map_err(|error| anyhow::anyhow!("cannot listen on port {}: {error}", options.port))?;
-    let advertised = SocketAddr::new(options.broker_ip, listener.local_addr()?.port());
+    });
+    let reuse_port = options.shards > 1;
+    let mut listeners = Vec::with_capacity(options.shards as usize);
+    let mut port = options.port;
+    for _ in 0..options.shards {
+        let listener = bind_listener(SocketAddr::new(bind_ip, port), options.backlog, reuse_port)
+            .map_err(|error| anyhow::anyhow!("cannot listen on port {port}: {error}"))?;
+        // Port 0 picks a free port for the first shard; the others share it.
+        port = listener.local_addr()?.port();
+        listeners.push(listener);
+    }
+    let advertised = SocketAddr::new(options.broker_ip, port);
     let namesrv_listener = bind_listener(
-        SocketAddr::new(any, options.namesrv_port),
+        SocketAddr::new(bind_ip, options.namesrv_port),
         options.backlog,
         false,
     )
@@ -219,36 +308,184 @@ async fn run_shard(
         )
     })?;
     let namesrv_addr = SocketAddr::new(options.broker_ip, namesrv_listener.local_addr()?.port());
-    // Read the topic table before the store opens: a corrupt one stops the start early.
-    let topics = TopicTable::load(
-        &options.dir,
-        options.auto_create_topics,
-        options.default_topic_queue_nums,
-    )?;
-
-    let mut config = StoreConfig::new(&options.dir);
-    config.flush_mode = options.flush;
-    config.store_host = advertised;
-    if let Some(size) = options.segment_size {
-        config.commit_log_segment_size = size;
-        // Keep the largest message within one segment, as `validate` demands.
-        config.max_message_size = config
-            .max_message_size
-            .min(size.saturating_sub(RECORD_OVERHEAD_MAX + 8) as usize)
-            .max(1);
-    }
-    config.validate().map_err(|error| anyhow::anyhow!(error))?;
-    let clock = Clock::system();
-    let store = Store::open(config, open_backend(options.io)?, clock).await?;
-    let consumer_offsets = match ConsumerOffsets::load(&options.dir) {
-        Ok(offsets) => offsets,
-        Err(error) => {
-            if let Err(shutdown) = store.shutdown().await {
-                tracing::warn!("store shutdown after a failed start: {shutdown}");
-            }
-            return Err(error);
+    let metrics = NodeMetrics::new(options.shards);
+    let metrics_server = match options.metrics_port {
+        Some(port) => {
+            let listener =
+                bind_listener(SocketAddr::new(bind_ip, port), 64, false).map_err(|error| {
+                    anyhow::anyhow!("cannot listen on the metrics port {port}: {error}")
+                })?;
+            Some(MetricsServer::start(listener, metrics.clone())?)
         }
+        None => None,
     };
+    let tables = NodeTables::new(
+        TopicTable::load(
+            &options.dir,
+            options.auto_create_topics,
+            options.default_topic_queue_nums,
+        )?,
+        ConsumerOffsets::load(&options.dir)?,
+    );
+    for shard in 0..options.shards {
+        options
+            .store_config(shard, advertised)
+            .validate()
+            .map_err(|error| anyhow::anyhow!(error))?;
+    }
+
+    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..options.shards)
+        .map(|_| mailbox::mailbox(options.mailbox_capacity))
+        .unzip();
+    let (stop, stop_rx) = watch::channel(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u8>();
+    let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
+    let mut namesrv_listener = Some(namesrv_listener);
+    let mut shards = Vec::with_capacity(options.shards as usize);
+    for ((id, listener), inbox) in (0u8..).zip(listeners).zip(inboxes) {
+        let start = ShardStart {
+            id,
+            listener,
+            namesrv_listener: namesrv_listener.take(),
+            advertised,
+            inbox,
+            context: ShardContext::new(id, senders.clone()),
+            tables: tables.clone(),
+            metrics: metrics.shard(id),
+        };
+        let (options, stop_rx, ready_tx, ended_tx) = (
+            options.clone(),
+            stop_rx.clone(),
+            ready_tx.clone(),
+            ended_tx.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("ringmq-shard-{id}"))
+            .spawn(move || -> anyhow::Result<()> {
+                // Sent when the thread ends, however it ends.
+                struct Ended(std::sync::mpsc::Sender<()>);
+                impl Drop for Ended {
+                    fn drop(&mut self) {
+                        let _ = self.0.send(());
+                    }
+                }
+                let _ended = Ended(ended_tx);
+                if options.pin_threads {
+                    match pin::pin_current_thread(id as usize) {
+                        Ok(cpu) => tracing::info!(shard = id, cpu, "shard pinned"),
+                        Err(why) => tracing::warn!(shard = id, "shard not pinned: {why}"),
+                    }
+                }
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&runtime, run_shard(options, start, stop_rx, ready_tx))
+            });
+        match spawned {
+            Ok(thread) => shards.push(thread),
+            Err(error) => {
+                stop_shards(&stop, shards);
+                return Err(anyhow::anyhow!("cannot start shard {id}: {error}"));
+            }
+        }
+    }
+    drop(ready_tx);
+    drop(ended_tx);
+    // Every shard says it serves, or one ends first: then stop the rest, and fail with
+    // the error of the first shard that ended.
+    for _ in 0..shards.len() {
+        if ready_rx.recv().is_err() {
+            let _ = stop.send(true);
+            let mut first_error = None;
+            for (id, thread) in shards.into_iter().enumerate() {
+                let error = match thread.join() {
+                    Ok(Ok(())) => None,
+                    Ok(Err(error)) => Some(error),
+                    Err(_) => Some(anyhow::anyhow!("shard {id} panicked while starting")),
+                };
+                first_error = first_error.or(error);
+            }
+            return Err(first_error
+                .unwrap_or_else(|| anyhow::anyhow!("a shard stopped before it was ready")));
+        }
+    }
+    // The exit signal: the first shard thread to end (or all, at shutdown) fires it.
+    let (exit_tx, exited) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("ringmq-exit-watch".into())
+        .spawn(move || {
+            let _ = ended_rx.recv();
+            let _ = exit_tx.send(());
+        })?;
+    tracing::info!(%advertised, %namesrv_addr, shards = shards.len(), "node serving");
+    Ok(NodeHandle {
+        addr: advertised,
+        namesrv_addr,
+        stop,
+        shards,
+        exited: Some(exited),
+        tables: Some(tables),
+        metrics,
+        metrics_server,
+    })
+}
+
+fn stop_shards(
+    stop: &watch::Sender<bool>,
+    shards: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
+) {
+    let _ = stop.send(true);
+    for thread in shards {
+        let _ = thread.join();
+    }
+}
+
+/// Binds a listening TCP socket with SO_REUSEADDR (restarts do not wait out TIME_WAIT) and,
+/// if asked, SO_REUSEPORT (one listener per shard on the same port).
+pub fn bind_listener(
+    addr: SocketAddr,
+    backlog: i32,
+    reuse_port: bool,
+) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+async fn run_shard(
+    options: NodeOptions,
+    start: ShardStart,
+    stop: watch::Receiver<bool>,
+    ready: std::sync::mpsc::Sender<u8>,
+) -> anyhow::Result<()> {
+    let ShardStart {
+        id,
+        listener,
+        namesrv_listener,
+        advertised,
+        inbox,
+        context,
+        tables,
+        metrics,
+    } = start;
+    let listener = TcpListener::from_std(listener)?;
+    let namesrv_listener = namesrv_listener.map(TcpListener::from_std).transpose()?;
+    let clock = Clock::system();
+    let store = Store::open(
+        options.store_config(id, advertised),
+        open_backend(options.io)?,
+        clock,
+    )
+    .await
+    .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
     let broker = Rc::new(Broker::new(
         store.clone(),
         BrokerIdentity {
@@ -257,31 +494,87 @@ async fn run_shard(
             store_host: advertised,
         },
         options.broker.clone(),
-        topics,
+        tables,
         clock,
-        consumer_offsets,
+        context,
+        metrics.clone(),
     ));
-    let namesrv = Rc::new(NameServer::new(broker.clone()));
-    let housekeeping = [
-        tokio::task::spawn_local(sweep_clients(broker.clone())),
-        tokio::task::spawn_local(flush_consumer_offsets(broker.clone())),
-    ];
-    tracing::info!(%advertised, %namesrv_addr, backend = store.backend_name(), "serving");
-    let _ = ready.send((advertised, namesrv_addr));
+    let mut background = vec![tokio::task::spawn_local(mailbox::serve_mailbox(
+        inbox,
+        broker.clone(),
+    ))];
+    background.push(tokio::task::spawn_local(sample_metrics(broker.clone())));
+    let namesrv =
+        namesrv_listener.map(|listener| (listener, Rc::new(NameServer::new(broker.clone()))));
+    if id == 0 {
+        // Node-wide housekeeping runs once, on shard 0.
+        background.push(tokio::task::spawn_local(sweep_clients(broker.clone())));
+        background.push(tokio::task::spawn_local(flush_consumer_offsets(
+            broker.clone(),
+        )));
+    }
+    tracing::info!(shard = id, %advertised, backend = store.backend_name(), "shard serving");
+    let _ = ready.send(id);
 
+    if let Some((listener, namesrv)) = namesrv {
+        background.push(tokio::task::spawn_local(accept_connections(
+            listener,
+            namesrv,
+            options.connection,
+            stop.clone(),
+            None,
+        )));
+    }
+    accept_connections(
+        listener,
+        broker.clone(),
+        options.connection,
+        stop.clone(),
+        Some(metrics),
+    )
+    .await;
+    // Let every connection see the stop and abort its requests before the store goes.
+    tokio::task::yield_now().await;
+    for task in background {
+        task.abort();
+    }
+    store.shutdown().await?;
+    Ok(())
+}
+
+/// Accepts connections on `listener` and serves each with `handler` until `stop`; the
+/// listener is closed when this returns.
+async fn accept_connections<H: RequestHandler>(
+    listener: TcpListener,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+    metrics: Option<Arc<ShardMetrics>>,
+) {
     // Connections get their own receivers; `stop` itself is borrowed by the select.
     let for_connections = stop.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    tokio::task::spawn_local(serve_connection(
+                    let served = serve_connection(
                         stream,
                         peer,
-                        broker.clone(),
-                        options.connection,
+                        handler.clone(),
+                        limits,
                         for_connections.clone(),
-                    ));
+                    );
+                    let metrics = metrics.clone();
+                    tokio::task::spawn_local(async move {
+                        if let Some(metrics) = &metrics {
+                            metrics.connections.fetch_add(1, Ordering::Relaxed);
+                            ShardMetrics::add(&metrics.connections_total, 1);
+                        }
+                        served.await;
+                        if let Some(metrics) = &metrics {
+                            metrics.connections.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    });
                 }
                 Err(error) => {
                     // Out of descriptors and the like: back off instead of spinning.
@@ -289,39 +582,24 @@ async fn run_shard(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            accepted = namesrv_listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    tokio::task::spawn_local(serve_connection(
-                        stream,
-                        peer,
-                        namesrv.clone(),
-                        options.connection,
-                        for_connections.clone(),
-                    ));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "name server accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
             _ = stop.wait_for(|stop| *stop) => break,
         }
     }
-    drop(listener);
-    drop(namesrv_listener);
-    // Let every connection see the stop and abort its requests before the store goes.
-    tokio::task::yield_now().await;
-    for task in housekeeping {
-        task.abort();
+}
+
+/// Copies the figures that live in the shard's `Cell`s (store counters, parked pulls)
+/// into its metrics, once a second.
+async fn sample_metrics(broker: Rc<Broker>) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let metrics = broker.metrics();
+        metrics.set_store(broker.store().stats());
+        metrics
+            .parked_pulls
+            .store(broker.parked_pulls() as i64, Ordering::Relaxed);
     }
-    let offsets = broker.consumer_offsets().persist().map_err(|error| {
-        anyhow::anyhow!(
-            "cannot write {}: {error}",
-            broker.consumer_offsets().path().display()
-        )
-    });
-    store.shutdown().await?;
-    offsets
 }
 
 /// Drops clients whose heartbeats stopped, every `client_sweep_interval`.

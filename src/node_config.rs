@@ -34,9 +34,9 @@
 //! | `broker_role` | `brokerRole` | `ASYNC_MASTER` | `ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE`; only `ASYNC_MASTER` runs for now (replication is D14) |
 //! | `broker_ip` | `brokerIP1` | `127.0.0.1` | address advertised in routes and written as STOREHOST; an IP, not a name |
 //! | `bind_address` | `bindAddress` | `0.0.0.0` | address the remoting, name-server and metrics listeners bind |
-//! | `listen_port` | `listenPort` | 10911 | remoting port clients send to and pull from |
-//! | `namesrv_port` | `namesrvPort` *(ringmq)* | 9876 | port of the embedded name server (D1) |
-//! | `metrics_port` | `metricsPromExporterPort` | 9100 | Prometheus text endpoint (D15) |
+//! | `listen_port` | `listenPort` | 10911 | remoting port clients send to and pull from; 0 picks a free one |
+//! | `namesrv_port` | `namesrvPort` *(ringmq)* | 9876 | port of the embedded name server (D1); 0 picks a free one |
+//! | `metrics_port` | `metricsPromExporterPort` | 9100 | Prometheus text endpoint (D15); 0 picks a free one |
 //! | `namesrv_addr` | `namesrvAddr` | none | external name servers (`host:port;host:port`); kept for later, the embedded one answers routes |
 //! | `store_path_root_dir` | `storePathRootDir` | `$HOME/store` | root of the shard stores (layout below); a leading `~` is `$HOME` |
 //! | `shards` | `shards` *(ringmq)* | CPUs | shards (pinned threads, each with its own store), 1 to 64 |
@@ -370,22 +370,17 @@ impl NodeConfig {
                 ),
             );
         }
-        for (key, port) in [
-            ("listen_port", self.listen_port),
-            ("namesrv_port", self.namesrv_port),
-            ("metrics_port", self.metrics_port),
-        ] {
-            if port == 0 {
-                return fail(key, "must be between 1 and 65535".into());
-            }
-        }
-        if self.namesrv_port == self.listen_port {
+        // Port 0 asks the system for a free port at start (tests, side-by-side runs), so it
+        // never collides with another setting.
+        if self.namesrv_port != 0 && self.namesrv_port == self.listen_port {
             return fail(
                 "namesrv_port",
                 format!("{} is also listen_port", self.namesrv_port),
             );
         }
-        if self.metrics_port == self.listen_port || self.metrics_port == self.namesrv_port {
+        if self.metrics_port != 0
+            && (self.metrics_port == self.listen_port || self.metrics_port == self.namesrv_port)
+        {
             let other = if self.metrics_port == self.listen_port {
                 "listen_port"
             } else {
@@ -609,8 +604,8 @@ fn uint(value: Value, max: u64) -> Result<u64, String> {
 
 fn port(value: Value) -> Result<u16, String> {
     match uint(value, u64::MAX)? {
-        n @ 1..=65535 => Ok(n as u16),
-        n => Err(format!("{n} must be between 1 and 65535")),
+        n @ 0..=65535 => Ok(n as u16),
+        n => Err(format!("{n} must be between 0 and 65535")),
     }
 }
 
@@ -1470,7 +1465,7 @@ mod tests {
         assert_eq!(hours_of_day(Value::Raw("04;03; 04")), Ok(vec![3, 4]));
         assert!(hours_of_day(Value::Raw("24")).is_err());
         assert!(hours_of_day(Value::Raw("03;")).is_err());
-        assert!(port(Value::Raw("0")).is_err());
+        assert_eq!(port(Value::Raw("0")), Ok(0));
         assert!(port(Value::Raw("65536")).is_err());
         assert!(ip(Value::Raw("broker.local"))
             .unwrap_err()

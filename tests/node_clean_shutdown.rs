@@ -1,6 +1,7 @@
-//! `ringmq serve` as a real process: messages sent with the client are stored; SIGTERM
-//! stops it with exit code 0, no `abort` marker is left, and `ringmq store verify` passes
-//! and counts every message sent.
+//! `ringmq serve` as a real process with two shards: messages sent with the client are
+//! stored; SIGTERM stops it with exit code 0, no shard leaves an `abort` marker, and
+//! `ringmq store verify` passes on every shard's store, which together hold every message
+//! sent.
 
 mod common;
 
@@ -26,12 +27,16 @@ fn sigterm_stops_serve_cleanly() {
             "0",
             "--namesrv-port",
             "0",
+            "--metrics-port",
+            "0",
             "--io",
             "portable",
             "--flush",
             "sync",
+            "--shards",
+            "2",
         ])
-        .args(["--segment-size", "4194304", "--dir"])
+        .args(["--segment-size", "8388608", "--dir"])
         .arg(dir.path())
         .stderr(Stdio::piped())
         .spawn()
@@ -85,22 +90,29 @@ fn sigterm_stops_serve_cleanly() {
     );
     let log = drain.join().unwrap();
     assert!(status.unwrap().success(), "exit {status:?}; stderr:\n{log}");
-    assert!(
-        !dir.path().join("abort").exists(),
-        "abort marker left behind"
-    );
-
-    let verify = Command::new(BIN)
-        .args(["store", "verify", "--json", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&verify.stdout).unwrap();
-    assert_eq!(report["records"], MESSAGES as u64, "{report}");
-    assert_eq!(report["crashed"], false, "{report}");
+    let mut records = 0;
+    for shard in ["shard-0", "shard-1"] {
+        let store = dir.path().join(shard);
+        assert!(
+            !store.join("abort").exists(),
+            "{shard}: abort marker left behind"
+        );
+        let verify = Command::new(BIN)
+            .args(["store", "verify", "--json", "--dir"])
+            .arg(&store)
+            .output()
+            .unwrap();
+        assert!(
+            verify.status.success(),
+            "{shard}: {}",
+            String::from_utf8_lossy(&verify.stdout)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&verify.stdout).unwrap();
+        assert_eq!(report["crashed"], false, "{shard}: {report}");
+        let count = report["records"].as_u64().unwrap();
+        // Queues 0..4 of one topic: two on each shard.
+        assert_eq!(count, MESSAGES as u64 / 2, "{shard}: {report}");
+        records += count;
+    }
+    assert_eq!(records, MESSAGES as u64);
 }

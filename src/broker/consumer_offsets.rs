@@ -25,16 +25,17 @@
 //!   file; a missing file is an empty table.
 //! - Writes are small, synchronous `std::fs` calls on the shard thread.
 
-use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
+use crate::sync::Locked;
 
 use super::{bad_header, Broker};
 
@@ -55,8 +56,11 @@ type Table = BTreeMap<(String, String), BTreeMap<i32, i64>>;
 #[derive(Debug)]
 pub struct ConsumerOffsets {
     path: PathBuf,
-    table: RefCell<Table>,
-    dirty: Cell<bool>,
+    table: Locked<Table>,
+    dirty: AtomicBool,
+    /// Held while the file is written, so two writers never share the temp file and an
+    /// older snapshot never lands after a newer one.
+    writing: Locked<()>,
 }
 
 impl ConsumerOffsets {
@@ -77,8 +81,9 @@ impl ConsumerOffsets {
         };
         Ok(ConsumerOffsets {
             path,
-            table: RefCell::new(table),
-            dirty: Cell::new(false),
+            table: Locked::new(table),
+            dirty: AtomicBool::new(false),
+            writing: Locked::new(()),
         })
     }
 
@@ -86,8 +91,9 @@ impl ConsumerOffsets {
     pub fn in_memory(store_dir: &Path) -> ConsumerOffsets {
         ConsumerOffsets {
             path: ConsumerOffsets::file_path(store_dir),
-            table: RefCell::new(Table::new()),
-            dirty: Cell::new(false),
+            table: Locked::new(Table::new()),
+            dirty: AtomicBool::new(false),
+            writing: Locked::new(()),
         }
     }
 
@@ -96,17 +102,17 @@ impl ConsumerOffsets {
     }
 
     pub fn commit(&self, group: &str, topic: &str, queue_id: i32, offset: i64) {
-        let mut table = self.table.borrow_mut();
+        let mut table = self.table.lock();
         let queues = table
             .entry((topic.to_owned(), group.to_owned()))
             .or_default();
         if queues.insert(queue_id, offset) != Some(offset) {
-            self.dirty.set(true);
+            self.dirty.store(true, Ordering::Release);
         }
     }
 
     pub fn query(&self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
-        let table = self.table.borrow();
+        let table = self.table.lock();
         table
             .get(&(topic.to_owned(), group.to_owned()))?
             .get(&queue_id)
@@ -115,7 +121,7 @@ impl ConsumerOffsets {
 
     /// Writes the file if anything changed since the last write; true if it wrote.
     pub fn persist_if_changed(&self) -> std::io::Result<bool> {
-        if !self.dirty.get() {
+        if !self.dirty.load(Ordering::Acquire) {
             return Ok(false);
         }
         self.persist()?;
@@ -124,15 +130,27 @@ impl ConsumerOffsets {
 
     /// Writes the whole table atomically (temp file, fsync, rename, fsync the directory).
     pub fn persist(&self) -> std::io::Result<()> {
+        let _writing = self.writing.lock();
+        // Cleared before the snapshot: a commit racing this write marks it dirty again and
+        // the next tick writes it.
+        self.dirty.store(false, Ordering::Release);
         let file = OffsetFile {
             offset_table: self
                 .table
-                .borrow()
+                .lock()
                 .iter()
                 .map(|((topic, group), queues)| (format!("{topic}@{group}"), queues.clone()))
                 .collect(),
         };
-        let text = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+        let written = self.write_file(&file);
+        if written.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        written
+    }
+
+    fn write_file(&self, file: &OffsetFile) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(file).map_err(std::io::Error::other)?;
         let dir = self.path.parent().expect("the file lives in config/");
         std::fs::create_dir_all(dir)?;
         let temp = self.path.with_extension("json.tmp");
@@ -143,7 +161,6 @@ impl ConsumerOffsets {
         }
         std::fs::rename(&temp, &self.path)?;
         std::fs::File::open(dir)?.sync_all()?;
-        self.dirty.set(false);
         Ok(())
     }
 }

@@ -34,7 +34,7 @@
 //! the other members, heartbeat V2 (the response claims no V2 support, so clients keep
 //! sending full heartbeats), and channel-close cleanup (clients expire instead).
 
-use std::cell::RefCell;
+use crate::sync::Locked;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
@@ -145,7 +145,7 @@ struct Tables {
 /// The shard's producer and consumer groups.
 #[derive(Debug, Default)]
 pub struct Groups {
-    tables: RefCell<Tables>,
+    tables: Locked<Tables>,
 }
 
 impl Groups {
@@ -155,7 +155,7 @@ impl Groups {
 
     /// Registers (or refreshes) everything one heartbeat names.
     pub fn heartbeat(&self, data: &HeartbeatData, now: Instant) {
-        let mut tables = self.tables.borrow_mut();
+        let mut tables = self.tables.lock();
         for producer in &data.producer_data_set {
             tables
                 .producers
@@ -188,7 +188,7 @@ impl Groups {
         producer_group: Option<&str>,
         consumer_group: Option<&str>,
     ) {
-        let mut tables = self.tables.borrow_mut();
+        let mut tables = self.tables.lock();
         let everywhere = producer_group.is_none() && consumer_group.is_none();
         tables.producers.retain(|name, clients| {
             if everywhere || Some(name.as_str()) == producer_group {
@@ -209,7 +209,7 @@ impl Groups {
     pub fn sweep(&self, now: Instant, expiry: Duration) -> usize {
         let mut removed = 0;
         let alive = |last: &Instant| now.saturating_duration_since(*last) < expiry;
-        let mut tables = self.tables.borrow_mut();
+        let mut tables = self.tables.lock();
         tables.producers.retain(|_, clients| {
             let before = clients.len();
             clients.retain(|_, last| alive(last));
@@ -227,14 +227,14 @@ impl Groups {
 
     /// The group's client ids, sorted; `None` when the group has no client.
     pub fn consumer_ids(&self, group: &str) -> Option<Vec<String>> {
-        let tables = self.tables.borrow();
+        let tables = self.tables.lock();
         let group = tables.consumers.get(group)?;
         Some(group.clients.keys().cloned().collect())
     }
 
     /// The producer group's client ids, sorted.
     pub fn producer_ids(&self, group: &str) -> Vec<String> {
-        let tables = self.tables.borrow();
+        let tables = self.tables.lock();
         tables
             .producers
             .get(group)
@@ -244,7 +244,7 @@ impl Groups {
 
     /// The group's subscription to `topic`, if a heartbeat registered one.
     pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
-        let tables = self.tables.borrow();
+        let tables = self.tables.lock();
         tables
             .consumers
             .get(group)?

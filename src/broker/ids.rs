@@ -75,13 +75,16 @@ pub struct UniqKeys {
 }
 
 impl UniqKeys {
-    pub fn new(ip: IpAddr) -> UniqKeys {
+    /// Keys of shard `shard`: its number is the top byte of the per-process tag, so the
+    /// shards of one node never make the same key.
+    pub fn new(ip: IpAddr, shard: u8) -> UniqKeys {
         let mut prefix = String::with_capacity(40);
         push_hex(&mut prefix, &ip_bytes(ip));
         push_hex(&mut prefix, &(std::process::id() as u16).to_be_bytes());
         // The address of a local differs between processes and runs: a cheap stand-in
         // for Java's class-loader hash, whose only job is to tell id sources apart.
         let tag = (&prefix as *const String as usize as u64 ^ now_ms() as u64) as u32;
+        let tag = (tag & 0x00ff_ffff) | (shard as u32) << 24;
         push_hex(&mut prefix, &tag.to_be_bytes());
         UniqKeys {
             prefix,
@@ -165,10 +168,12 @@ mod tests {
     fn month_start_and_uniq_keys() {
         // 2024-03-15T12:00:00Z -> 2024-03-01T00:00:00Z
         assert_eq!(start_of_month_ms(1_710_504_000_000), 1_709_251_200_000);
-        let keys = UniqKeys::new(IpAddr::from([127, 0, 0, 1]));
+        let keys = UniqKeys::new(IpAddr::from([127, 0, 0, 1]), 3);
         let (a, b) = (keys.next(1_710_504_000_000), keys.next(1_710_504_000_000));
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
+        // IP (8 hex digits), pid (4), then the tag, whose top byte is the shard.
+        assert_eq!(&a[12..14], "03");
         assert!(a
             .chars()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));

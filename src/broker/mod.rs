@@ -20,10 +20,13 @@
 //! - Responses carry every header field the Java client unboxes, on error paths too
 //!   (reference §14 items 5 and 6).
 //!
-//! Multi-shard (ARCHITECTURE D3) plugs in here: today the one broker owns the one store, so
-//! every (topic, queueId) is local. With N shards each shard gets its own `Broker`, and
-//! a request for a queue hashed to another shard is forwarded over that shard's bounded
-//! mailbox before it reaches `send`/`pull`/`offsets`; the handlers stay as they are.
+//! Shards (ARCHITECTURE D3): each shard has its own `Broker` over its own store. A
+//! request that names a queue ([`crate::shard::routing::queue_fields`]) is first routed:
+//! if another shard owns the queue, [`Broker::handle`] forwards it over that shard's
+//! bounded mailbox and returns the owner's answer; otherwise [`Broker::handle_owned`]
+//! answers it here. A send that leaves the queue to the broker (`queueId` -1) gets a queue
+//! this shard owns when the topic has one. The node-wide tables (topics, groups, committed
+//! offsets) are one [`NodeTables`] shared by every shard's broker.
 //!
 //! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): retry/DLQ, delay levels,
 //! transactions, query/view, pop.
@@ -40,12 +43,17 @@ pub mod topics;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::metrics::{Family, ShardMetrics};
 use crate::remoting::codes::{request, response};
 use crate::remoting::connection::RequestHandler;
 use crate::remoting::{FieldError, RemotingCommand};
+use crate::shard::mailbox::OwnerHandler;
+use crate::shard::{routing, ShardContext};
+use crate::store::topic::validate_topic;
 use crate::store::Store;
 
 /// Who this broker is, as clients and tools see it.
@@ -88,18 +96,42 @@ impl Default for BrokerConfig {
     }
 }
 
+/// The tables every shard of a node reads and writes: off the data path, each behind its
+/// own lock (`crate::sync::Locked`). Cloning shares them.
+#[derive(Clone, Debug)]
+pub struct NodeTables {
+    pub topics: Arc<topics::TopicTable>,
+    pub groups: Arc<consumers::Groups>,
+    pub consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
+}
+
+impl NodeTables {
+    pub fn new(
+        topics: topics::TopicTable,
+        consumer_offsets: consumer_offsets::ConsumerOffsets,
+    ) -> NodeTables {
+        NodeTables {
+            topics: Arc::new(topics),
+            groups: Arc::new(consumers::Groups::new()),
+            consumer_offsets: Arc::new(consumer_offsets),
+        }
+    }
+}
+
 /// One shard's request handler.
 pub struct Broker {
     pub(crate) store: Store,
     pub(crate) identity: BrokerIdentity,
     pub(crate) config: BrokerConfig,
-    pub(crate) topics: topics::TopicTable,
+    pub(crate) topics: Arc<topics::TopicTable>,
     pub(crate) clock: Clock,
     pub(crate) uniq_keys: ids::UniqKeys,
     pub(crate) parked: Cell<usize>,
     pub(crate) next_queue: Cell<u32>,
-    pub(crate) groups: consumers::Groups,
-    pub(crate) consumer_offsets: consumer_offsets::ConsumerOffsets,
+    pub(crate) groups: Arc<consumers::Groups>,
+    pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
+    pub(crate) shard: ShardContext,
+    pub(crate) metrics: Arc<ShardMetrics>,
 }
 
 impl Broker {
@@ -107,22 +139,35 @@ impl Broker {
         store: Store,
         identity: BrokerIdentity,
         config: BrokerConfig,
-        topics: topics::TopicTable,
+        tables: NodeTables,
         clock: Clock,
-        consumer_offsets: consumer_offsets::ConsumerOffsets,
+        shard: ShardContext,
+        metrics: Arc<ShardMetrics>,
     ) -> Broker {
         Broker {
-            topics,
-            uniq_keys: ids::UniqKeys::new(identity.store_host.ip()),
+            topics: tables.topics,
+            groups: tables.groups,
+            consumer_offsets: tables.consumer_offsets,
+            uniq_keys: ids::UniqKeys::new(identity.store_host.ip(), shard.id()),
             store,
             identity,
             config,
             clock,
             parked: Cell::new(0),
             next_queue: Cell::new(0),
-            groups: consumers::Groups::new(),
-            consumer_offsets,
+            shard,
+            metrics,
         }
+    }
+
+    /// This shard's metrics.
+    pub fn metrics(&self) -> &Arc<ShardMetrics> {
+        &self.metrics
+    }
+
+    /// This broker's shard: its id and the node's shard count.
+    pub fn shard(&self) -> &ShardContext {
+        &self.shard
     }
 
     pub fn store(&self) -> &Store {
@@ -156,8 +201,65 @@ impl Broker {
         self.parked.get()
     }
 
-    /// Handles one request; `None` for requests that take no response.
+    /// Handles one request as it arrived on this shard: forwards it to the shard that
+    /// owns its queue, or answers it here. `None` for requests that take no response.
     pub async fn handle(
+        &self,
+        mut request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> Option<RemotingCommand> {
+        // Counted here, where the request arrived, not again on the owner shard.
+        let started = std::time::Instant::now();
+        let code = request.code;
+        self.metrics.request(code);
+        ShardMetrics::add(&self.metrics.bytes_in, request.body.len() as u64);
+        let response = match self.owner_of(&mut request) {
+            Some(owner) if owner != self.shard.id() => {
+                ShardMetrics::add(&self.metrics.forwarded, 1);
+                self.shard.forward(owner, request, peer).await
+            }
+            _ => self.handle_owned(request, peer).await,
+        };
+        if let Some(response) = &response {
+            self.metrics
+                .response(response.code, Family::of(code), started.elapsed());
+            ShardMetrics::add(&self.metrics.bytes_out, response.body.len() as u64);
+        }
+        response
+    }
+
+    /// The shard that must answer `request`, if it names a queue. A send that leaves the
+    /// queue to the broker gets one here (written into its header), preferring a queue of
+    /// this shard; a header too broken to route is answered locally, with the handler's
+    /// own error.
+    fn owner_of(&self, request: &mut RemotingCommand) -> Option<u8> {
+        if self.shard.count() == 1 {
+            return None;
+        }
+        let (fields, topic, queue_id) = routing::named_queue(request)?;
+        if queue_id >= 0 {
+            return Some(self.shard.owner(topic, queue_id));
+        }
+        if !fields.is_send || validate_topic(topic).is_err() {
+            return None;
+        }
+        let topic = topic.to_owned();
+        let config = self.topics.get_or_create(&topic, self.now_ms()).ok()?;
+        let mut counter = self.next_queue.get();
+        let queue_id = routing::pick_queue(
+            &topic,
+            config.write_queue_nums,
+            self.shard.id(),
+            self.shard.count(),
+            &mut counter,
+        );
+        self.next_queue.set(counter);
+        request.put_ext(fields.queue_id, queue_id);
+        Some(self.shard.owner(&topic, queue_id))
+    }
+
+    /// Answers a request whose queue (if it names one) this shard owns.
+    pub async fn handle_owned(
         &self,
         request: RemotingCommand,
         peer: SocketAddr,
@@ -187,6 +289,16 @@ impl Broker {
             ),
         };
         Some(response)
+    }
+}
+
+impl OwnerHandler for Broker {
+    async fn handle_owned(
+        self: Rc<Self>,
+        request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> Option<RemotingCommand> {
+        Broker::handle_owned(&self, request, peer).await
     }
 }
 

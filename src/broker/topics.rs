@@ -25,7 +25,7 @@
 //! an unknown topic creates it with `defaultTopicQueueNums` queues. System topics
 //! (`%RETRY%<group>`, `%DLQ%<group>`) are always created on demand, with one queue.
 
-use std::cell::RefCell;
+use crate::sync::Locked;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -112,7 +112,7 @@ pub struct TopicTable {
     path: PathBuf,
     auto_create: bool,
     default_queue_nums: u32,
-    state: RefCell<TopicConfigWrapper>,
+    state: Locked<TopicConfigWrapper>,
 }
 
 impl TopicTable {
@@ -141,7 +141,7 @@ impl TopicTable {
             path,
             auto_create,
             default_queue_nums: default_queue_nums.max(1),
-            state: RefCell::new(state),
+            state: Locked::new(state),
         })
     }
 
@@ -158,13 +158,13 @@ impl TopicTable {
     }
 
     pub fn get(&self, topic: &str) -> Option<TopicConfig> {
-        self.state.borrow().topic_config_table.get(topic).cloned()
+        self.state.lock().topic_config_table.get(topic).cloned()
     }
 
     /// Every topic, by name.
     pub fn all(&self) -> Vec<TopicConfig> {
         self.state
-            .borrow()
+            .lock()
             .topic_config_table
             .values()
             .cloned()
@@ -173,7 +173,7 @@ impl TopicTable {
 
     /// The table as `topics.json` holds it.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&*self.state.borrow()).expect("the topic table serialises")
+        serde_json::to_string(&*self.state.lock()).expect("the topic table serialises")
     }
 
     /// The topic a send or a route query needs: the existing one, else a new one when the
@@ -206,12 +206,9 @@ impl TopicTable {
     /// Creates or replaces a topic and persists the table.
     pub fn put(&self, config: TopicConfig, now_ms: i64) -> std::io::Result<()> {
         let name = config.topic_name.clone();
-        let previous = self
-            .state
-            .borrow_mut()
-            .topic_config_table
-            .insert(name.clone(), config);
-        self.commit(now_ms, |state| match previous {
+        let mut state = self.state.lock();
+        let previous = state.topic_config_table.insert(name.clone(), config);
+        self.commit(&mut state, now_ms, |state| match previous {
             Some(previous) => {
                 state.topic_config_table.insert(name, previous);
             }
@@ -223,33 +220,32 @@ impl TopicTable {
 
     /// Removes a topic and persists the table; `false` if there was no such topic.
     pub fn remove(&self, topic: &str, now_ms: i64) -> std::io::Result<bool> {
-        let Some(previous) = self.state.borrow_mut().topic_config_table.remove(topic) else {
+        let mut state = self.state.lock();
+        let Some(previous) = state.topic_config_table.remove(topic) else {
             return Ok(false);
         };
-        self.commit(now_ms, |state| {
+        self.commit(&mut state, now_ms, |state| {
             state.topic_config_table.insert(topic.to_owned(), previous);
         })?;
         Ok(true)
     }
 
     /// Bumps the version and writes the table; on failure undoes the change with `undo`.
+    /// Runs under the table's lock, so writes land in the order the changes were made.
     fn commit(
         &self,
+        state: &mut TopicConfigWrapper,
         now_ms: i64,
         undo: impl FnOnce(&mut TopicConfigWrapper),
     ) -> std::io::Result<()> {
-        let old_version = self.state.borrow().data_version.clone();
-        let json = {
-            let mut state = self.state.borrow_mut();
-            state.data_version.counter += 1;
-            state.data_version.timestamp = now_ms;
-            serde_json::to_vec_pretty(&*state).expect("the topic table serialises")
-        };
+        let old_version = state.data_version.clone();
+        state.data_version.counter += 1;
+        state.data_version.timestamp = now_ms;
+        let json = serde_json::to_vec_pretty(&*state).expect("the topic table serialises");
         match write_atomically(&self.path, &json) {
             Ok(()) => Ok(()),
             Err(error) => {
-                let mut state = self.state.borrow_mut();
-                undo(&mut state);
+                undo(state);
                 state.data_version = old_version;
                 Err(error)
             }
@@ -332,10 +328,10 @@ mod tests {
             path: dir.path().join("config").join("topics.json"),
             auto_create: true,
             default_queue_nums: 8,
-            state: RefCell::new(TopicConfigWrapper::default()),
+            state: Locked::new(TopicConfigWrapper::default()),
         };
         assert!(table.put(TopicConfig::new("A", 4), 1).is_err());
         assert!(table.get("A").is_none());
-        assert_eq!(table.state.borrow().data_version.counter, 0);
+        assert_eq!(table.state.lock().data_version.counter, 0);
     }
 }

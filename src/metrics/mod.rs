@@ -1,0 +1,416 @@
+//! Node metrics (ARCHITECTURE D15): per-shard counters, gauges and HDR latency histograms,
+//! rendered in the Prometheus text format by [`render`] and served by [`http`].
+//!
+//! Ownership: each shard owns one [`ShardMetrics`] and is its only writer; the metrics
+//! thread only reads. Counters and gauges are relaxed atomics (a scrape may see one
+//! counter a few events ahead of another, never a torn value). Latency histograms are
+//! HDR histograms behind [`Locked`]: the shard takes the lock once per recorded request
+//! and a scrape once per histogram, so it is never contended on the data path.
+//!
+//! Some figures are sampled rather than counted where they happen: the store's own
+//! counters (appends, fsyncs, stored messages and bytes) live on the shard thread in
+//! `Cell`s, so each shard copies them into its `ShardMetrics` once a second
+//! ([`ShardMetrics::set_store`]); a scrape can lag them by up to a second.
+//!
+//! Families (every one carries `shard="<n>"`):
+//!
+//! | name | type | what |
+//! |---|---|---|
+//! | `ringmq_requests_total{code}` | counter | requests received, by request code |
+//! | `ringmq_responses_total{status}` | counter | responses sent, by response code (errors included) |
+//! | `ringmq_messages_in_total` | counter | messages stored (the store's puts) |
+//! | `ringmq_messages_out_total` | counter | messages returned by pulls |
+//! | `ringmq_bytes_in_total` | counter | request body bytes received (message payloads in) |
+//! | `ringmq_bytes_out_total` | counter | response body bytes sent (pulled records out) |
+//! | `ringmq_store_bytes_total` | counter | record bytes stored |
+//! | `ringmq_appends_total` | counter | CommitLog writes (one per group-commit batch) |
+//! | `ringmq_fsyncs_total` | counter | CommitLog fdatasyncs |
+//! | `ringmq_connections` | gauge | open client connections |
+//! | `ringmq_connections_total` | counter | connections accepted |
+//! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
+//! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
+//! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send` and `pull` (parked time included) |
+
+pub mod http;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::remoting::codes::request;
+use crate::store::StoreStats;
+use crate::sync::Locked;
+
+/// Latency families with a histogram each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Send,
+    Pull,
+}
+
+impl Family {
+    const ALL: [Family; 2] = [Family::Send, Family::Pull];
+
+    fn name(self) -> &'static str {
+        match self {
+            Family::Send => "send",
+            Family::Pull => "pull",
+        }
+    }
+
+    /// The family of a request code, if it has a histogram.
+    pub fn of(code: i32) -> Option<Family> {
+        match code {
+            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+                Some(Family::Send)
+            }
+            request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => Some(Family::Pull),
+            _ => None,
+        }
+    }
+}
+
+/// One shard's figures; written by the shard, read by the metrics thread.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    shard: u8,
+    requests: Locked<BTreeMap<i32, u64>>,
+    responses: Locked<BTreeMap<i32, u64>>,
+    pub messages_out: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub connections: AtomicI64,
+    pub connections_total: AtomicU64,
+    pub parked_pulls: AtomicI64,
+    pub forwarded: AtomicU64,
+    store: Locked<StoreStats>,
+    latency: [Locked<Histogram<u64>>; 2],
+}
+
+/// Latencies are recorded in microseconds, up to an hour, 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+impl ShardMetrics {
+    pub fn new(shard: u8) -> ShardMetrics {
+        ShardMetrics {
+            shard,
+            requests: Locked::default(),
+            responses: Locked::default(),
+            messages_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            connections: AtomicI64::new(0),
+            connections_total: AtomicU64::new(0),
+            parked_pulls: AtomicI64::new(0),
+            forwarded: AtomicU64::new(0),
+            store: Locked::default(),
+            latency: [
+                Locked::new(latency_histogram()),
+                Locked::new(latency_histogram()),
+            ],
+        }
+    }
+
+    pub fn shard(&self) -> u8 {
+        self.shard
+    }
+
+    /// Counts one request of `code`.
+    pub fn request(&self, code: i32) {
+        *self.requests.lock().entry(code).or_default() += 1;
+    }
+
+    /// Counts one response with status `code`, and its latency for `family`.
+    pub fn response(&self, status: i32, family: Option<Family>, latency: Duration) {
+        *self.responses.lock().entry(status).or_default() += 1;
+        if let Some(family) = family {
+            let micros = (latency.as_micros() as u64).clamp(1, 3_600_000_000);
+            let index = Family::ALL.iter().position(|f| *f == family).unwrap();
+            let _ = self.latency[index].lock().record(micros);
+        }
+    }
+
+    /// Copies the store's counters (once a second, from the shard).
+    pub fn set_store(&self, stats: StoreStats) {
+        *self.store.lock() = stats;
+    }
+
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Responses with status `code` so far (tests, benchmarks).
+    pub fn responses_with(&self, code: i32) -> u64 {
+        self.responses.lock().get(&code).copied().unwrap_or(0)
+    }
+}
+
+/// Every shard's metrics; cloning shares them.
+#[derive(Clone, Debug)]
+pub struct NodeMetrics {
+    shards: Arc<Vec<Arc<ShardMetrics>>>,
+}
+
+impl NodeMetrics {
+    pub fn new(shards: u8) -> NodeMetrics {
+        NodeMetrics {
+            shards: Arc::new(
+                (0..shards)
+                    .map(|n| Arc::new(ShardMetrics::new(n)))
+                    .collect(),
+            ),
+        }
+    }
+
+    pub fn shard(&self, shard: u8) -> Arc<ShardMetrics> {
+        self.shards[shard as usize].clone()
+    }
+
+    pub fn shards(&self) -> &[Arc<ShardMetrics>] {
+        &self.shards
+    }
+
+    /// The Prometheus text exposition of every shard's metrics.
+    pub fn render(&self) -> String {
+        render(&self.shards)
+    }
+}
+
+/// Writes one family's `# HELP`/`# TYPE` lines and a sample per shard.
+fn family(
+    out: &mut String,
+    shards: &[Arc<ShardMetrics>],
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl Fn(&ShardMetrics) -> i128,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for shard in shards {
+        let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", shard.shard, value(shard));
+    }
+}
+
+/// The Prometheus text format (version 0.0.4) of `shards`.
+pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
+    let mut out = String::with_capacity(4096);
+    let relaxed = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i128;
+    let _ = writeln!(
+        out,
+        "# HELP ringmq_requests_total Requests received, by request code.\n\
+         # TYPE ringmq_requests_total counter"
+    );
+    for shard in shards {
+        for (code, n) in shard.requests.lock().iter() {
+            let _ = writeln!(
+                out,
+                "ringmq_requests_total{{shard=\"{}\",code=\"{code}\"}} {n}",
+                shard.shard
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP ringmq_responses_total Responses sent, by response code.\n\
+         # TYPE ringmq_responses_total counter"
+    );
+    for shard in shards {
+        for (status, n) in shard.responses.lock().iter() {
+            let _ = writeln!(
+                out,
+                "ringmq_responses_total{{shard=\"{}\",status=\"{status}\"}} {n}",
+                shard.shard
+            );
+        }
+    }
+    family(
+        &mut out,
+        shards,
+        "ringmq_messages_in_total",
+        "counter",
+        "Messages stored.",
+        |s| s.store.lock().puts as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_messages_out_total",
+        "counter",
+        "Messages returned by pulls.",
+        |s| relaxed(&s.messages_out),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_bytes_in_total",
+        "counter",
+        "Request body bytes received.",
+        |s| relaxed(&s.bytes_in),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_bytes_out_total",
+        "counter",
+        "Response body bytes sent.",
+        |s| relaxed(&s.bytes_out),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_store_bytes_total",
+        "counter",
+        "Record bytes stored.",
+        |s| s.store.lock().put_bytes as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_appends_total",
+        "counter",
+        "CommitLog writes (group-commit batches).",
+        |s| s.store.lock().batches as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_fsyncs_total",
+        "counter",
+        "CommitLog fdatasyncs.",
+        |s| s.store.lock().log_syncs as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_connections",
+        "gauge",
+        "Open client connections.",
+        |s| s.connections.load(Ordering::Relaxed) as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_connections_total",
+        "counter",
+        "Connections accepted.",
+        |s| relaxed(&s.connections_total),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_parked_pulls",
+        "gauge",
+        "Long-polling pulls parked now.",
+        |s| s.parked_pulls.load(Ordering::Relaxed) as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_forwarded_total",
+        "counter",
+        "Requests sent to the shard that owns their queue.",
+        |s| relaxed(&s.forwarded),
+    );
+    let name = "ringmq_request_latency_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time from request to response.\n# TYPE {name} summary"
+    );
+    for shard in shards {
+        for (index, family) in Family::ALL.iter().enumerate() {
+            let histogram = shard.latency[index].lock();
+            let labels = format!("shard=\"{}\",family=\"{}\"", shard.shard, family.name());
+            for quantile in [0.5, 0.9, 0.99, 0.999] {
+                let seconds = histogram.value_at_quantile(quantile) as f64 / 1e6;
+                let _ = writeln!(out, "{name}{{{labels},quantile=\"{quantile}\"}} {seconds}");
+            }
+            let sum = histogram
+                .iter_recorded()
+                .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
+                .sum::<f64>()
+                / 1e6;
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", histogram.len());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remoting::codes::response;
+
+    #[test]
+    fn every_family_renders_per_shard_with_help_and_type() {
+        let metrics = NodeMetrics::new(2);
+        let shard = metrics.shard(1);
+        shard.request(request::SEND_MESSAGE);
+        shard.request(request::SEND_MESSAGE);
+        shard.response(
+            response::SUCCESS,
+            Some(Family::Send),
+            Duration::from_micros(250),
+        );
+        shard.response(
+            response::SYSTEM_BUSY,
+            Some(Family::Send),
+            Duration::from_micros(750),
+        );
+        ShardMetrics::add(&shard.bytes_in, 2048);
+        shard.set_store(StoreStats {
+            puts: 2,
+            put_bytes: 2400,
+            batches: 1,
+            log_syncs: 1,
+            put_errors: 0,
+        });
+        let text = metrics.render();
+        for line in [
+            "ringmq_requests_total{shard=\"1\",code=\"10\"} 2",
+            "ringmq_responses_total{shard=\"1\",status=\"0\"} 1",
+            "ringmq_responses_total{shard=\"1\",status=\"2\"} 1",
+            "ringmq_messages_in_total{shard=\"1\"} 2",
+            "ringmq_messages_in_total{shard=\"0\"} 0",
+            "ringmq_bytes_in_total{shard=\"1\"} 2048",
+            "ringmq_fsyncs_total{shard=\"1\"} 1",
+            "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
+            "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let p99 = text
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "ringmq_request_latency_seconds{shard=\"1\",family=\"send\",quantile=\"0.99\"}",
+                )
+            })
+            .unwrap();
+        let seconds: f64 = p99.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((0.00074..0.00076).contains(&seconds), "{p99}");
+        // Every sample line belongs to a family announced by a TYPE line before it.
+        let mut announced = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                announced.insert(rest.split(' ').next().unwrap().to_owned());
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let base = name.trim_end_matches("_sum").trim_end_matches("_count");
+                assert!(
+                    announced.contains(name) || announced.contains(base),
+                    "{line}"
+                );
+            }
+        }
+    }
+}
