@@ -19,8 +19,11 @@
 //! null extFields value is dropped, as fastjson drops nulls when writing. Nested arrays
 //! or objects in extFields are rejected: there is no string they could stand for.
 
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use super::command::{
     language_name, ExtFields, HeaderError, RemotingCommand, SerializeType, LANGUAGE_JAVA,
@@ -64,39 +67,48 @@ pub fn encode(cmd: &RemotingCommand, out: &mut Vec<u8>) -> Result<(), HeaderErro
 }
 
 /// Decodes a JSON header into a command with [`SerializeType::Json`] and an empty body.
+///
+/// One pass of serde_json straight into the fields this header has, borrowing every
+/// string that has no escapes, rather than through a `serde_json::Value` tree: the send
+/// path decodes one of these per message. Semantic checks happen after parsing, in the
+/// order the fields are documented above, so errors name the same field whatever order
+/// the sender wrote them in.
 pub fn decode(header: &[u8]) -> Result<RemotingCommand, HeaderError> {
-    let value: Value =
+    let top: Top<'_> =
         serde_json::from_slice(header).map_err(|e| HeaderError::Json(e.to_string()))?;
-    let Value::Object(map) = value else {
+    let Top::Object(raw) = top else {
         return Err(HeaderError::NotAnObject);
     };
-    let code = int_field(&map, "code")?.ok_or(HeaderError::MissingField("code"))?;
-    let language = match map.get("language") {
-        None | Some(Value::Null) => LANGUAGE_JAVA.to_owned(),
-        Some(Value::String(s)) => s.clone(),
+    let code = int_field(&raw.code, "code")?.ok_or(HeaderError::MissingField("code"))?;
+    let language = match raw.language {
+        None | Some(Scalar::Null) => LANGUAGE_JAVA.to_owned(),
+        Some(Scalar::Str(s)) => s.into_owned(),
         // fastjson reads an enum from its ordinal too.
-        Some(Value::Number(n)) => match n.as_u64().and_then(|c| u8::try_from(c).ok()) {
-            Some(c) => language_name(c).map_or_else(|| c.to_string(), str::to_owned),
-            None => return Err(invalid("language", "not a language code")),
+        Some(Scalar::U64(n)) => match u8::try_from(n) {
+            Ok(c) => language_name(c).map_or_else(|| c.to_string(), str::to_owned),
+            Err(_) => return Err(invalid("language", "not a language code")),
         },
+        Some(Scalar::I64(_) | Scalar::F64(_)) => {
+            return Err(invalid("language", "not a language code"))
+        }
         Some(_) => return Err(invalid("language", "not a string")),
     };
-    let remark = match map.get("remark") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
+    let remark = match raw.remark {
+        None | Some(Scalar::Null) => None,
+        Some(Scalar::Str(s)) => Some(s.into_owned()),
         Some(_) => return Err(invalid("remark", "not a string")),
     };
-    let ext_fields = match map.get("extFields") {
-        None | Some(Value::Null) => ExtFields::new(),
-        Some(Value::Object(fields)) => ext_fields(fields)?,
-        Some(_) => return Err(invalid("extFields", "not an object")),
+    let ext_fields = match raw.ext_fields {
+        None | Some(Ext::Null) => ExtFields::new(),
+        Some(Ext::Fields(fields)) => ext_fields(fields)?,
+        Some(Ext::Other) => return Err(invalid("extFields", "not an object")),
     };
     Ok(RemotingCommand {
         code,
         language,
-        version: int_field(&map, "version")?.unwrap_or(0),
-        opaque: int_field(&map, "opaque")?.unwrap_or(0),
-        flag: int_field(&map, "flag")?.unwrap_or(0),
+        version: int_field(&raw.version, "version")?.unwrap_or(0),
+        opaque: int_field(&raw.opaque, "opaque")?.unwrap_or(0),
+        flag: int_field(&raw.flag, "flag")?.unwrap_or(0),
         remark,
         ext_fields,
         serialize_type: SerializeType::Json,
@@ -105,11 +117,12 @@ pub fn decode(header: &[u8]) -> Result<RemotingCommand, HeaderError> {
 }
 
 /// An i32 field given as a JSON integer or a decimal string; `None` when absent or null.
-fn int_field(map: &Map<String, Value>, name: &'static str) -> Result<Option<i32>, HeaderError> {
-    let parsed = match map.get(name) {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Number(n)) => n.as_i64().and_then(|v| i32::try_from(v).ok()),
-        Some(Value::String(s)) => s.parse::<i32>().ok(),
+fn int_field(value: &Option<Scalar<'_>>, name: &'static str) -> Result<Option<i32>, HeaderError> {
+    let parsed = match value {
+        None | Some(Scalar::Null) => return Ok(None),
+        Some(Scalar::I64(v)) => i32::try_from(*v).ok(),
+        Some(Scalar::U64(v)) => i32::try_from(*v).ok(),
+        Some(Scalar::Str(s)) => s.parse::<i32>().ok(),
         Some(_) => None,
     };
     parsed
@@ -117,24 +130,249 @@ fn int_field(map: &Map<String, Value>, name: &'static str) -> Result<Option<i32>
         .ok_or_else(|| invalid(name, "not a 32-bit integer"))
 }
 
-fn ext_fields(fields: &Map<String, Value>) -> Result<ExtFields, HeaderError> {
+/// extFields in their string form. A later duplicate key replaces an earlier one (a null
+/// removes it), as a JSON object read into a map does; a nested array or object under
+/// any key refuses the header, naming the (alphabetically) first such key.
+fn ext_fields(fields: Vec<(Cow<'_, str>, Scalar<'_>)>) -> Result<ExtFields, HeaderError> {
     let mut out = ExtFields::new();
+    let mut nested: Option<Cow<'_, str>> = None;
     for (key, value) in fields {
         let text = match value {
-            Value::Null => continue,
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            Value::Bool(b) => b.to_string(),
-            Value::Array(_) | Value::Object(_) => {
-                return Err(HeaderError::InvalidField {
-                    field: format!("extFields.{key}"),
-                    reason: "nested arrays and objects are not header values".into(),
-                })
+            Scalar::Null => {
+                out.remove(key.as_ref());
+                continue;
+            }
+            Scalar::Str(s) => s.into_owned(),
+            Scalar::I64(n) => n.to_string(),
+            Scalar::U64(n) => n.to_string(),
+            Scalar::F64(f) => {
+                serde_json::Number::from_f64(f).map_or_else(|| f.to_string(), |n| n.to_string())
+            }
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Nested => {
+                if nested.as_ref().is_none_or(|first| key < *first) {
+                    nested = Some(key);
+                }
+                continue;
             }
         };
-        out.insert(key.clone(), text);
+        out.insert(key.into_owned(), text);
+    }
+    if let Some(key) = nested {
+        return Err(HeaderError::InvalidField {
+            field: format!("extFields.{key}"),
+            reason: "nested arrays and objects are not header values".into(),
+        });
     }
     Ok(out)
+}
+
+/// One JSON value where a header field or extFields value is expected: scalars kept
+/// (strings borrowed when they can be), arrays and objects skipped over.
+enum Scalar<'a> {
+    Null,
+    Str(Cow<'a, str>),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Bool(bool),
+    Nested,
+}
+
+impl<'de> Deserialize<'de> for Scalar<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E>(self) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::I64(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::U64(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::F64(v))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Scalar<'de>, E> {
+                Ok(Scalar::Str(Cow::Owned(v)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Nested)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar<'de>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Nested)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// An object key, borrowed unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+/// The `extFields` value: an object's entries in the order written, null, or anything else.
+enum Ext<'a> {
+    Null,
+    Fields(Vec<(Cow<'a, str>, Scalar<'a>)>),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Ext<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Ext<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("extFields")
+            }
+            fn visit_unit<E>(self) -> Result<Ext<'de>, E> {
+                Ok(Ext::Null)
+            }
+            fn visit_none<E>(self) -> Result<Ext<'de>, E> {
+                Ok(Ext::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Ext<'de>, E> {
+                Ok(Ext::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Ext<'de>, E> {
+                Ok(Ext::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Ext<'de>, E> {
+                Ok(Ext::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Ext<'de>, E> {
+                Ok(Ext::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Ext<'de>, E> {
+                Ok(Ext::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ext<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Ext::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ext<'de>, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(16));
+                while let Some((Key(key), value)) = map.next_entry::<Key, Scalar>()? {
+                    fields.push((key, value));
+                }
+                Ok(Ext::Fields(fields))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// The header's own fields as written; unknown fields skipped.
+#[derive(Default)]
+struct Raw<'a> {
+    code: Option<Scalar<'a>>,
+    language: Option<Scalar<'a>>,
+    version: Option<Scalar<'a>>,
+    opaque: Option<Scalar<'a>>,
+    flag: Option<Scalar<'a>>,
+    remark: Option<Scalar<'a>>,
+    ext_fields: Option<Ext<'a>>,
+}
+
+/// The whole header: an object, or any other JSON value (refused by the caller).
+enum Top<'a> {
+    Object(Raw<'a>),
+    NotAnObject,
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON header")
+            }
+            fn visit_unit<E>(self) -> Result<Top<'de>, E> {
+                Ok(Top::NotAnObject)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Top<'de>, E> {
+                Ok(Top::NotAnObject)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Top<'de>, E> {
+                Ok(Top::NotAnObject)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Top<'de>, E> {
+                Ok(Top::NotAnObject)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Top<'de>, E> {
+                Ok(Top::NotAnObject)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Top<'de>, E> {
+                Ok(Top::NotAnObject)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Top<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Top::NotAnObject)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
+                let mut raw = Raw::default();
+                while let Some(Key(key)) = map.next_key::<Key>()? {
+                    match key.as_ref() {
+                        "code" => raw.code = Some(map.next_value()?),
+                        "language" => raw.language = Some(map.next_value()?),
+                        "version" => raw.version = Some(map.next_value()?),
+                        "opaque" => raw.opaque = Some(map.next_value()?),
+                        "flag" => raw.flag = Some(map.next_value()?),
+                        "remark" => raw.remark = Some(map.next_value()?),
+                        "extFields" => raw.ext_fields = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Top::Object(raw))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 fn invalid(field: &str, reason: &str) -> HeaderError {
@@ -189,6 +427,41 @@ mod tests {
         assert_eq!(cmd.ext_fields["unitMode"], "true");
         assert_eq!(cmd.ext_fields["s"], "x");
         assert!(!cmd.ext_fields.contains_key("gone"));
+    }
+
+    #[test]
+    fn escapes_duplicates_and_skipped_values() {
+        let cmd = decode_str(
+            r#" { "unknown" : {"a":[1,{"b":null}]}, "code" : 10 , "remark":"a\"b\u00e9",
+               "extFields":{"k\u0031":"v\n","dup":"1","dup":"2","gone":"x","gone":null,"f":1.5},
+               "opaque":"-7","extra":[[]] } "#,
+        )
+        .unwrap();
+        assert_eq!(cmd.code, 10);
+        assert_eq!(cmd.opaque, -7);
+        assert_eq!(cmd.remark.as_deref(), Some("a\"b\u{e9}"));
+        assert_eq!(cmd.ext_fields["k1"], "v\n");
+        assert_eq!(cmd.ext_fields["dup"], "2");
+        assert_eq!(cmd.ext_fields["f"], "1.5");
+        assert!(!cmd.ext_fields.contains_key("gone"));
+        assert_eq!(decode_str("5"), Err(HeaderError::NotAnObject));
+        assert_eq!(decode_str("null"), Err(HeaderError::NotAnObject));
+        assert!(matches!(
+            decode_str(r#"{"code":1} x"#),
+            Err(HeaderError::Json(_))
+        ));
+        assert!(matches!(
+            decode_str(r#"{"code":1,"extFields":[]}"#),
+            Err(HeaderError::InvalidField { field, .. }) if field == "extFields"
+        ));
+        assert!(matches!(
+            decode_str(r#"{"code":1,"language":-1}"#),
+            Err(HeaderError::InvalidField { field, .. }) if field == "language"
+        ));
+        assert!(matches!(
+            decode_str(r#"{"code":1.0}"#),
+            Err(HeaderError::InvalidField { field, .. }) if field == "code"
+        ));
     }
 
     #[test]
