@@ -23,47 +23,92 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Serialize;
 
 use super::command::{
     language_name, ExtFields, HeaderError, RemotingCommand, SerializeType, LANGUAGE_JAVA,
 };
 
-/// The wire shape, fields in fastjson's (alphabetical) order.
-#[derive(Serialize)]
-struct Wire<'a> {
-    code: i32,
-    #[serde(rename = "extFields")]
-    ext_fields: &'a ExtFields,
-    flag: i32,
-    language: &'a str,
-    opaque: i32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    remark: Option<&'a str>,
-    #[serde(rename = "serializeTypeCurrentRPC")]
-    serialize_type_current_rpc: &'static str,
-    version: i32,
+/// Appends `cmd`'s JSON header (not its body) to `out`: fastjson's (alphabetical) field
+/// order, written directly rather than through serde, since every response pays for it.
+/// Strings are escaped exactly as `serde_json` escapes them (`"`, `\\` and control
+/// characters; everything else, non-ASCII included, as is).
+pub fn encode(cmd: &RemotingCommand, out: &mut Vec<u8>) -> Result<(), HeaderError> {
+    out.reserve(128 + cmd.ext_fields.len() * 24);
+    out.extend_from_slice(b"{\"code\":");
+    push_int(out, i64::from(cmd.code));
+    out.extend_from_slice(b",\"extFields\":{");
+    for (index, (key, value)) in cmd.ext_fields.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        push_str(out, key);
+        out.push(b':');
+        push_str(out, value);
+    }
+    out.extend_from_slice(b"},\"flag\":");
+    push_int(out, i64::from(cmd.flag));
+    out.extend_from_slice(b",\"language\":");
+    push_str(out, &cmd.language);
+    out.extend_from_slice(b",\"opaque\":");
+    push_int(out, i64::from(cmd.opaque));
+    if let Some(remark) = &cmd.remark {
+        out.extend_from_slice(b",\"remark\":");
+        push_str(out, remark);
+    }
+    out.extend_from_slice(b",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    push_int(out, i64::from(cmd.version));
+    out.push(b'}');
+    Ok(())
 }
 
-/// Appends `cmd`'s JSON header (not its body) to `out`.
-pub fn encode(cmd: &RemotingCommand, out: &mut Vec<u8>) -> Result<(), HeaderError> {
-    let wire = Wire {
-        code: cmd.code,
-        ext_fields: &cmd.ext_fields,
-        flag: cmd.flag,
-        language: &cmd.language,
-        opaque: cmd.opaque,
-        remark: cmd.remark.as_deref(),
-        serialize_type_current_rpc: "JSON",
-        version: cmd.version,
-    };
-    let start = out.len();
-    // Serializing strings and integers into a Vec cannot fail, but if it ever did the
-    // caller gets an error and `out` is left as it was.
-    serde_json::to_writer(&mut *out, &wire).map_err(|e| {
-        out.truncate(start);
-        HeaderError::Json(e.to_string())
-    })
+fn push_int(out: &mut Vec<u8>, value: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A JSON string literal for `text`.
+fn push_str(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let escape: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0C => b"\\f",
+            0x00..=0x1F => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..at]);
+        if escape.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(byte >> 4)]);
+            out.push(HEX[usize::from(byte & 0x0F)]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        start = at + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 /// Decodes a JSON header into a command with [`SerializeType::Json`] and an empty body.
@@ -402,6 +447,40 @@ mod tests {
             std::str::from_utf8(&out).unwrap(),
             r#"{"code":310,"extFields":{"a":"pg","b":"TopicA"},"flag":0,"language":"JAVA","opaque":5,"serializeTypeCurrentRPC":"JSON","version":479}"#
         );
+    }
+
+    #[test]
+    fn encoding_matches_serde_json() {
+        let mut cmd = RemotingCommand::request(i32::MIN, ExtFields::new());
+        cmd.opaque = -1;
+        cmd.flag = i32::MAX;
+        cmd.version = 0;
+        cmd.language = "GO".into();
+        let nasty: String = (0u8..0x80)
+            .map(char::from)
+            .chain("é\u{2028}€😀".chars())
+            .collect();
+        cmd.put_ext(&nasty, &nasty);
+        cmd.put_ext("properties", "UNIQ_KEY\u{1}abc\u{2}TAGS\u{1}t\u{2}");
+        cmd.remark = Some(format!("quote\" and {nasty}"));
+        let mut out = Vec::new();
+        encode(&cmd, &mut out).unwrap();
+        let expected = serde_json::json!({
+            "code": cmd.code,
+            "extFields": cmd.ext_fields,
+            "flag": cmd.flag,
+            "language": cmd.language,
+            "opaque": cmd.opaque,
+            "remark": cmd.remark,
+            "serializeTypeCurrentRPC": "JSON",
+            "version": cmd.version,
+        });
+        // serde_json's Map is ordered like fastjson's output here (alphabetical keys).
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            expected.to_string()
+        );
+        assert_eq!(decode(&out).unwrap(), cmd);
     }
 
     #[test]
