@@ -119,10 +119,21 @@ fn push_str(out: &mut Vec<u8>, text: &str) {
 /// order the fields are documented above, so errors name the same field whatever order
 /// the sender wrote them in.
 pub fn decode(header: &[u8]) -> Result<RemotingCommand, HeaderError> {
-    let top: Top<'_> =
-        serde_json::from_slice(header).map_err(|e| HeaderError::Json(e.to_string()))?;
-    let Top::Object(raw) = top else {
-        return Err(HeaderError::NotAnObject);
+    decode_with(header, true)
+}
+
+/// [`decode`], trying the scanner first only when `scan` is set (tests compare both).
+fn decode_with(header: &[u8], scan: bool) -> Result<RemotingCommand, HeaderError> {
+    let raw = match scan.then(|| fast::parse(header)).flatten() {
+        Some(raw) => raw,
+        None => {
+            let top: Top<'_> =
+                serde_json::from_slice(header).map_err(|e| HeaderError::Json(e.to_string()))?;
+            let Top::Object(raw) = top else {
+                return Err(HeaderError::NotAnObject);
+            };
+            raw
+        }
     };
     let code = int_field(&raw.code, "code")?.ok_or(HeaderError::MissingField("code"))?;
     let language = match raw.language {
@@ -361,6 +372,269 @@ struct Raw<'a> {
     ext_fields: Option<Ext<'a>>,
 }
 
+/// A direct scanner for the headers clients actually send: an object of known fields,
+/// integers, strings (escapes included) and an extFields object of scalars. It answers
+/// `None` for anything else (floats, `-0`, a non-object extFields, lone surrogates, deep
+/// nesting, any syntax error), and the caller then runs the serde path, which decides
+/// and words every error; so the scanner only has to be right about what it accepts.
+mod fast {
+    use std::borrow::Cow;
+
+    use super::{Ext, Raw, Scalar};
+
+    /// Nesting skipped inside unknown values before giving up (serde_json allows 128).
+    const MAX_DEPTH: usize = 64;
+
+    struct Scan<'a> {
+        bytes: &'a [u8],
+        at: usize,
+    }
+
+    pub(super) fn parse(header: &[u8]) -> Option<Raw<'_>> {
+        let mut scan = Scan {
+            bytes: header,
+            at: 0,
+        };
+        let raw = scan.top()?;
+        scan.ws();
+        (scan.at == header.len()).then_some(raw)
+    }
+
+    impl<'a> Scan<'a> {
+        fn peek(&self) -> Option<u8> {
+            self.bytes.get(self.at).copied()
+        }
+
+        fn ws(&mut self) {
+            while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+                self.at += 1;
+            }
+        }
+
+        fn eat(&mut self, byte: u8) -> Option<()> {
+            self.ws();
+            (self.peek()? == byte).then(|| self.at += 1)
+        }
+
+        fn literal(&mut self, word: &[u8]) -> Option<()> {
+            let end = self.at + word.len();
+            (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+        }
+
+        /// The members of an object whose `{` has been read, each handed to `member`
+        /// right after its key and `:`.
+        fn members(
+            &mut self,
+            mut member: impl FnMut(&mut Self, Cow<'a, str>) -> Option<()>,
+        ) -> Option<()> {
+            self.ws();
+            if self.peek()? == b'}' {
+                self.at += 1;
+                return Some(());
+            }
+            loop {
+                self.ws();
+                let key = self.string()?;
+                self.eat(b':')?;
+                self.ws();
+                member(self, key)?;
+                self.ws();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        return Some(());
+                    }
+                    _ => return None,
+                }
+            }
+        }
+
+        fn top(&mut self) -> Option<Raw<'a>> {
+            self.eat(b'{')?;
+            let mut raw = Raw::default();
+            self.members(|scan, key| {
+                match key.as_ref() {
+                    "code" => raw.code = Some(scan.scalar(0)?),
+                    "language" => raw.language = Some(scan.scalar(0)?),
+                    "version" => raw.version = Some(scan.scalar(0)?),
+                    "opaque" => raw.opaque = Some(scan.scalar(0)?),
+                    "flag" => raw.flag = Some(scan.scalar(0)?),
+                    "remark" => raw.remark = Some(scan.scalar(0)?),
+                    "extFields" => raw.ext_fields = Some(scan.ext()?),
+                    _ => {
+                        scan.scalar(0)?;
+                    }
+                }
+                Some(())
+            })?;
+            Some(raw)
+        }
+
+        fn ext(&mut self) -> Option<Ext<'a>> {
+            match self.peek()? {
+                b'n' => self.literal(b"null").map(|()| Ext::Null),
+                b'{' => {
+                    self.at += 1;
+                    let mut fields = Vec::with_capacity(16);
+                    self.members(|scan, key| {
+                        fields.push((key, scan.scalar(0)?));
+                        Some(())
+                    })?;
+                    Some(Ext::Fields(fields))
+                }
+                _ => None,
+            }
+        }
+
+        /// Any value; arrays and objects are checked and skipped as `Nested`.
+        fn scalar(&mut self, depth: usize) -> Option<Scalar<'a>> {
+            match self.peek()? {
+                b'"' => self.string().map(Scalar::Str),
+                b't' => self.literal(b"true").map(|()| Scalar::Bool(true)),
+                b'f' => self.literal(b"false").map(|()| Scalar::Bool(false)),
+                b'n' => self.literal(b"null").map(|()| Scalar::Null),
+                b'-' | b'0'..=b'9' => self.integer(),
+                b'[' if depth < MAX_DEPTH => {
+                    self.at += 1;
+                    self.ws();
+                    if self.peek()? == b']' {
+                        self.at += 1;
+                        return Some(Scalar::Nested);
+                    }
+                    loop {
+                        self.ws();
+                        self.scalar(depth + 1)?;
+                        self.ws();
+                        match self.peek()? {
+                            b',' => self.at += 1,
+                            b']' => {
+                                self.at += 1;
+                                return Some(Scalar::Nested);
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                b'{' if depth < MAX_DEPTH => {
+                    self.at += 1;
+                    self.members(|scan, _| scan.scalar(depth + 1).map(drop))?;
+                    Some(Scalar::Nested)
+                }
+                _ => None,
+            }
+        }
+
+        /// A JSON integer (no fraction or exponent; those go to serde), as serde_json
+        /// hands it over: `U64` when non-negative, `I64` when negative.
+        fn integer(&mut self) -> Option<Scalar<'a>> {
+            let negative = self.peek()? == b'-';
+            if negative {
+                self.at += 1;
+            }
+            let start = self.at;
+            let mut value: u64 = 0;
+            while let Some(digit @ b'0'..=b'9') = self.peek() {
+                value = value
+                    .checked_mul(10)?
+                    .checked_add(u64::from(digit - b'0'))?;
+                self.at += 1;
+            }
+            let digits = self.at - start;
+            if digits == 0 || (digits > 1 && self.bytes[start] == b'0') {
+                return None;
+            }
+            if let Some(b'.' | b'e' | b'E') = self.peek() {
+                return None;
+            }
+            if !negative {
+                return Some(Scalar::U64(value));
+            }
+            if value == 0 {
+                return None; // serde_json reads -0 as a float
+            }
+            let magnitude = i64::try_from(value - 1).ok()?;
+            Some(Scalar::I64(-magnitude - 1))
+        }
+
+        /// A string literal: borrowed when it has no escapes.
+        fn string(&mut self) -> Option<Cow<'a, str>> {
+            if self.peek()? != b'"' {
+                return None;
+            }
+            self.at += 1;
+            let start = self.at;
+            loop {
+                match *self.bytes.get(self.at)? {
+                    b'"' => {
+                        let text = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
+                        self.at += 1;
+                        return Some(Cow::Borrowed(text));
+                    }
+                    b'\\' => break,
+                    0x00..=0x1F => return None,
+                    _ => self.at += 1,
+                }
+            }
+            let mut out: Vec<u8> = self.bytes[start..self.at].to_vec();
+            loop {
+                match *self.bytes.get(self.at)? {
+                    b'"' => {
+                        self.at += 1;
+                        return String::from_utf8(out).ok().map(Cow::Owned);
+                    }
+                    b'\\' => {
+                        let escaped = *self.bytes.get(self.at + 1)?;
+                        self.at += 2;
+                        match escaped {
+                            b'"' | b'\\' | b'/' => out.push(escaped),
+                            b'b' => out.push(0x08),
+                            b'f' => out.push(0x0C),
+                            b'n' => out.push(b'\n'),
+                            b'r' => out.push(b'\r'),
+                            b't' => out.push(b'\t'),
+                            b'u' => {
+                                let unit = self.hex4()?;
+                                let code = match unit {
+                                    0xD800..=0xDBFF => {
+                                        self.literal(b"\\u")?;
+                                        let low = self.hex4()?;
+                                        if !(0xDC00..=0xDFFF).contains(&low) {
+                                            return None;
+                                        }
+                                        0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                                    }
+                                    0xDC00..=0xDFFF => return None,
+                                    _ => unit,
+                                };
+                                let c = char::from_u32(code)?;
+                                let mut buf = [0u8; 4];
+                                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                            }
+                            _ => return None,
+                        }
+                    }
+                    0x00..=0x1F => return None,
+                    byte => {
+                        out.push(byte);
+                        self.at += 1;
+                    }
+                }
+            }
+        }
+
+        fn hex4(&mut self) -> Option<u32> {
+            let digits = self.bytes.get(self.at..self.at + 4)?;
+            let mut value = 0u32;
+            for &digit in digits {
+                value = value * 16 + char::from(digit).to_digit(16)?;
+            }
+            self.at += 4;
+            Some(value)
+        }
+    }
+}
+
 /// The whole header: an object, or any other JSON value (refused by the caller).
 enum Top<'a> {
     Object(Raw<'a>),
@@ -541,6 +815,52 @@ mod tests {
             decode_str(r#"{"code":1.0}"#),
             Err(HeaderError::InvalidField { field, .. }) if field == "code"
         ));
+    }
+
+    #[test]
+    fn scanner_agrees_with_serde() {
+        let cases: &[&str] = &[
+            r#"{"code":310,"extFields":{"a":"pg","b":"TopicA","i":"UNIQ_KEY\u0001x\u0002","e":"-1"},"flag":0,"language":"JAVA","opaque":5,"serializeTypeCurrentRPC":"JSON","version":479}"#,
+            r#"{ "code" : "11" , "flag" : 2 , "extFields" : { "q" : 3 , "n" : -9223372036854775808 , "b" : false , "z" : null } }"#,
+            r#"{"code":1,"remark":"\ud83d\ude00 \u00e9 \/ \b\f\n\r\t \"q\" \\","language":9}"#,
+            r#"{"code":1,"x":{"a":[1,2,{"b":[]}],"c":"\u0041"},"y":[],"z":{}}"#,
+            r#"{"code":1,"extFields":{"k":[1]}}"#,
+            r#"{"code":4294967296}"#,
+            r#"{"code":18446744073709551615}"#,
+            r#"{"code":18446744073709551616}"#,
+            r#"{"code":-0}"#,
+            r#"{"code":1.5}"#,
+            r#"{"code":01}"#,
+            r#"{"code":1,}"#,
+            r#"{"code":1"#,
+            r#"{"code":1} {"#,
+            r#"{"code":1,"remark":"\ud800"}"#,
+            r#"{"code":1,"remark":"\udc00x"}"#,
+            r#"{"code":1,"remark":"tab	in"}"#,
+            r#"{"code":1,"remark":"\x"}"#,
+            r#"{"code":1,"extFields":"no"}"#,
+            r#"{"code":1,"extFields":null,"language":null,"remark":null}"#,
+            r#"{}"#,
+            r#"[1]"#,
+            r#"{"code":1,"a":tru}"#,
+            r#"{"code":1,"a":nul}"#,
+            r#"{"code":1,"a":[1,]}"#,
+            "{\"code\":1,\"remark\":\"caf\u{e9}\"}",
+        ];
+        for case in cases {
+            let fast = decode_with(case.as_bytes(), true);
+            let serde = decode_with(case.as_bytes(), false);
+            assert_eq!(fast, serde, "{case}");
+        }
+        // Invalid UTF-8 inside a string.
+        let bytes = b"{\"code\":1,\"remark\":\"\xff\"}";
+        assert!(matches!(decode(bytes), Err(HeaderError::Json(_))));
+        assert!(fast::parse(bytes).is_none());
+        // The common shapes do take the scanner.
+        assert!(fast::parse(cases[0].as_bytes()).is_some());
+        assert!(fast::parse(cases[1].as_bytes()).is_some());
+        assert!(fast::parse(cases[2].as_bytes()).is_some());
+        assert!(fast::parse(cases[3].as_bytes()).is_some());
     }
 
     #[test]
