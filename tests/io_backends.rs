@@ -10,7 +10,7 @@ use std::task::Poll;
 use bytes::Bytes;
 use ringmq::io::portable::PortableDisk;
 use ringmq::io::sim::{SimConfig, SimDisk, WriteFate};
-use ringmq::io::uring::UringDisk;
+use ringmq::io::uring::{UringDisk, WritePath};
 use ringmq::io::{read_exact_at, Disk, FileId, IoStats};
 
 /// Runs `future` on a fresh current-thread runtime inside a `LocalSet`, as a shard does.
@@ -24,7 +24,12 @@ fn run_local<F: Future>(future: F) -> F::Output {
 
 /// The io_uring backend, or `None` (with a note) where the ring cannot be set up.
 fn uring_or_skip() -> Option<UringDisk> {
-    match UringDisk::new() {
+    uring_or_skip_with(WritePath::default())
+}
+
+/// [`uring_or_skip`] with data writes taking `write_path`.
+fn uring_or_skip_with(write_path: WritePath) -> Option<UringDisk> {
+    match UringDisk::with_write_path(write_path) {
         Ok(disk) => Some(disk),
         Err(error) => {
             eprintln!("note: skipping io_uring test, the ring cannot be set up here: {error}");
@@ -187,6 +192,18 @@ fn uring_conformance() {
 }
 
 #[test]
+fn uring_conformance_with_ring_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_local(async {
+        let Some(disk) = uring_or_skip_with(WritePath::Ring) else {
+            return;
+        };
+        assert_eq!(disk.write_path(), WritePath::Ring);
+        conformance(&disk, tmp.path()).await;
+    });
+}
+
+#[test]
 fn sim_conformance() {
     let tmp = tempfile::tempdir().unwrap();
     run_local(async {
@@ -221,9 +238,17 @@ fn uring_outside_a_local_set_is_an_error_not_a_panic() {
 
 #[test]
 fn uring_many_concurrent_writes_all_land() {
+    for write_path in [WritePath::Ring, WritePath::Inline] {
+        uring_many_concurrent_writes_all_land_with(write_path);
+    }
+}
+
+fn uring_many_concurrent_writes_all_land_with(write_path: WritePath) {
     let tmp = tempfile::tempdir().unwrap();
     run_local(async {
-        let Some(disk) = uring_or_skip() else { return };
+        let Some(disk) = uring_or_skip_with(write_path) else {
+            return;
+        };
         let disk = Rc::new(disk);
         let file = disk.open(&tmp.path().join("concurrent"), true).unwrap();
         const WRITES: usize = 64;
@@ -255,9 +280,17 @@ fn uring_many_concurrent_writes_all_land() {
 
 #[test]
 fn uring_more_writes_in_flight_than_ring_entries() {
+    for write_path in [WritePath::Ring, WritePath::Inline] {
+        uring_more_writes_in_flight_than_ring_entries_with(write_path);
+    }
+}
+
+fn uring_more_writes_in_flight_than_ring_entries_with(write_path: WritePath) {
     let tmp = tempfile::tempdir().unwrap();
     run_local(async {
-        let Some(disk) = uring_or_skip() else { return };
+        let Some(disk) = uring_or_skip_with(write_path) else {
+            return;
+        };
         let file = disk.open(&tmp.path().join("many"), true).unwrap();
         // Build 600 futures first and poll them together: more SQEs than the ring holds.
         let futures: Vec<_> = (0..600u64)
@@ -280,7 +313,10 @@ fn uring_more_writes_in_flight_than_ring_entries() {
 fn uring_dropped_in_flight_write_is_harmless() {
     let tmp = tempfile::tempdir().unwrap();
     run_local(async {
-        let Some(disk) = uring_or_skip() else { return };
+        // Only ring writes can be in flight when their future is dropped.
+        let Some(disk) = uring_or_skip_with(WritePath::Ring) else {
+            return;
+        };
         let file = disk.open(&tmp.path().join("dropped"), true).unwrap();
         let big = Bytes::from(pattern(8 << 20, 3));
         let mut in_flight = disk.write_at(file, 0, big.clone());

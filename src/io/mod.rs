@@ -5,7 +5,7 @@
 //!
 //! | backend    | writes / syncs                                   | used when                         |
 //! |------------|--------------------------------------------------|-----------------------------------|
-//! | `uring`    | io_uring SQEs, completions via the ring eventfd  | default, when io_uring can be set up |
+//! | `uring`    | `pwrite` inline (or SQEs, [`uring::WritePath`]); fdatasync and fallocate as io_uring SQEs, completions via the ring eventfd | default, when io_uring can be set up |
 //! | `portable` | `pwrite` inline, `fdatasync` on a blocking thread | io_uring is disabled or forced off |
 //! | `sim`      | in memory, seeded faults and crashes             | deterministic crash and fault tests |
 //!
