@@ -29,6 +29,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -42,6 +43,7 @@ use crate::config::{FlushMode, StoreConfig, RECORD_OVERHEAD_MAX};
 use crate::io::{open_backend, IoChoice};
 use crate::namesrv::NameServer;
 use crate::remoting::connection::{serve_connection, ConnectionLimits};
+use crate::remoting::traffic::Traffic;
 use crate::store::Store;
 
 /// Everything a node is started with.
@@ -98,6 +100,7 @@ pub struct NodeHandle {
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
     exited: Option<oneshot::Receiver<()>>,
+    traffic: Arc<Traffic>,
 }
 
 impl NodeHandle {
@@ -109,6 +112,11 @@ impl NodeHandle {
     /// The address of the embedded name server: the broker IP and its bound port.
     pub fn namesrv_addr(&self) -> SocketAddr {
         self.namesrv_addr
+    }
+
+    /// The byte counters of the node's connections (see `remoting::traffic`).
+    pub fn traffic(&self) -> Arc<Traffic> {
+        self.traffic.clone()
     }
 
     /// Resolves when the shard thread ends on its own (an error, a panic) or is stopped.
@@ -146,6 +154,8 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(SocketAddr, SocketAddr)>();
     let (stop, stop_rx) = watch::channel(false);
     let (exit_tx, exited) = oneshot::channel::<()>();
+    let traffic = Arc::new(Traffic::new());
+    let shard_traffic = traffic.clone();
     let thread = std::thread::Builder::new()
         .name("ringmq-shard-0".into())
         .spawn(move || -> anyhow::Result<()> {
@@ -155,7 +165,10 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
                 .enable_all()
                 .build()?;
             let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, run_shard(options, stop_rx, ready_tx))
+            local.block_on(
+                &runtime,
+                run_shard(options, shard_traffic, stop_rx, ready_tx),
+            )
         })?;
     match ready_rx.recv() {
         Ok((addr, namesrv_addr)) => Ok(NodeHandle {
@@ -164,6 +177,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             stop,
             thread: Some(thread),
             exited: Some(exited),
+            traffic,
         }),
         // The thread ended before it was ready: its result says why.
         Err(_) => match thread.join() {
@@ -195,6 +209,7 @@ pub fn bind_listener(
 
 async fn run_shard(
     options: NodeOptions,
+    traffic: Arc<Traffic>,
     mut stop: watch::Receiver<bool>,
     ready: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
 ) -> anyhow::Result<()> {
@@ -280,6 +295,7 @@ async fn run_shard(
                         peer,
                         broker.clone(),
                         options.connection,
+                        traffic.clone(),
                         for_connections.clone(),
                     ));
                 }
@@ -296,6 +312,7 @@ async fn run_shard(
                         peer,
                         namesrv.clone(),
                         options.connection,
+                        traffic.clone(),
                         for_connections.clone(),
                     ));
                 }

@@ -101,6 +101,7 @@ pub fn decode(header: &[u8]) -> Result<RemotingCommand, HeaderError> {
         ext_fields,
         serialize_type: SerializeType::Json,
         body: Default::default(),
+        file_body: Default::default(),
     })
 }
 
