@@ -65,6 +65,10 @@ struct ServeArgs {
     /// `autoCreateTopicEnable`: create unknown topics on their first send or route query.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     auto_create_topics: bool,
+    /// How pulled records are sent: sendfile (zero copy; falls back to mmap where the
+    /// kernel refuses it) or mmap (writev from a mapping of the segment).
+    #[arg(long, default_value = "sendfile")]
+    body_send: ringmq::remoting::body_send::BodySend,
 }
 
 #[derive(Args)]
@@ -334,6 +338,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.segment_size = args.segment_size;
     options.namesrv_port = args.namesrv_port;
     options.auto_create_topics = args.auto_create_topics;
+    options.connection.body_send = args.body_send;
     let mut node = node::start(options)?;
     eprintln!("ringmq: listening on {}", node.addr());
     eprintln!("ringmq: name server listening on {}", node.namesrv_addr());

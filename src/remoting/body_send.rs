@@ -1,8 +1,9 @@
 //! Sending a response's file body from the connection writer (ARCHITECTURE D8).
 //!
 //! ```text
-//!   sendfile mode:  send(header bytes, MSG_MORE) ─▶ sendfile(range) ─▶ sendfile(range) ...
-//!   mmap mode:      mmap every range ─▶ writev([header bytes, range, range, ...])
+//!   sendfile mode:  [TCP_CORK] send(header bytes, MSG_MORE) ─▶ sendfile(range) ... [uncork]
+//!   mmap mode:      writev([header bytes, range, range, ...]) from whole-segment mappings
+//!                   cached per connection (a few segments)
 //! ```
 //!
 //! `sendfile(2)` moves page-cache pages to the socket without a user-space copy; the mmap
@@ -22,6 +23,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -61,11 +63,16 @@ static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 pub struct BodySender {
     mode: BodySend,
     traffic: Arc<Traffic>,
+    maps: MapCache,
 }
 
 impl BodySender {
     pub fn new(mode: BodySend, traffic: Arc<Traffic>) -> BodySender {
-        BodySender { mode, traffic }
+        BodySender {
+            mode,
+            traffic,
+            maps: MapCache::default(),
+        }
     }
 
     /// The mode in effect (it can turn from `Sendfile` to `Mmap` after a refusal).
@@ -129,8 +136,26 @@ impl BodySender {
         if self.mode == BodySend::Mmap {
             return self.write_mapped(writer, head, ranges).await;
         }
-        // MSG_MORE holds the header back until the records follow it, so a pull leaves
-        // in full segments even with TCP_NODELAY set.
+        // Records of one queue are scattered in the log, so a pull is often one sendfile
+        // per record. Each sendfile call ends a TCP push, and with TCP_NODELAY every one
+        // would leave as its own small packet: cork the socket for the frame instead, so
+        // it leaves in full segments (uncorking sends the rest at once).
+        let corked = ranges.len() > 1 && set_cork(writer, true).is_ok();
+        let sent = self.sendfile_all(writer, head, ranges).await;
+        if corked {
+            set_cork(writer, false)?;
+        }
+        sent
+    }
+
+    /// The sendfile path of [`Self::send_files`], without the corking.
+    async fn sendfile_all(
+        &mut self,
+        writer: &mut OwnedWriteHalf,
+        head: &[u8],
+        ranges: &[&FileRange],
+    ) -> io::Result<()> {
+        // MSG_MORE holds the header back until the records follow it.
         self.send_more(writer, head).await?;
         for (index, range) in ranges.iter().enumerate() {
             let sent = self.sendfile_range(writer, range).await?;
@@ -238,22 +263,25 @@ impl BodySender {
         Ok(sent)
     }
 
-    /// Maps every range and writes `head` and them with vectored writes until all is out.
+    /// Writes `head` and every range (from the cached mappings of their files) with
+    /// vectored writes until all is out.
     async fn write_mapped(
-        &self,
+        &mut self,
         writer: &mut OwnedWriteHalf,
         head: &[u8],
         ranges: &[&FileRange],
     ) -> io::Result<()> {
         let maps = ranges
             .iter()
-            .map(|range| Mapping::new(range))
+            .map(|range| self.maps.get(&range.file))
             .collect::<io::Result<Vec<_>>>()?;
         let mut slices = Vec::with_capacity(maps.len() + 1);
         if !head.is_empty() {
             slices.push(IoSlice::new(head));
         }
-        slices.extend(maps.iter().map(|map| IoSlice::new(map.bytes())));
+        for (map, range) in maps.iter().zip(ranges) {
+            slices.push(IoSlice::new(map.slice(range.offset, range.len)?));
+        }
         let mut head_left = head.len();
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
@@ -271,6 +299,26 @@ impl BodySender {
     }
 }
 
+/// Sets or clears TCP_CORK on the socket.
+fn set_cork(writer: &OwnedWriteHalf, on: bool) -> io::Result<()> {
+    let value: libc::c_int = on.into();
+    // SAFETY: a valid option pointer and length for an int option on our open socket.
+    let result = unsafe {
+        libc::setsockopt(
+            writer.as_ref().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// The errors with which sendfile says "not on this file or socket" rather than failing.
 fn refused(error: &io::Error) -> bool {
     matches!(
@@ -279,48 +327,86 @@ fn refused(error: &io::Error) -> bool {
     )
 }
 
-/// A read-only shared mapping of one file range, unmapped on drop.
+/// Whole-file mappings of the files a connection sent from most recently. Mapping per
+/// range would cost an mmap, a munmap and fresh page faults for every record; a segment
+/// mapped once serves every later pull from it. Entries hold their `Arc<File>`, so a
+/// file's address cannot be reused by another file while it is cached.
+#[derive(Default)]
+struct MapCache {
+    entries: Vec<(Arc<std::fs::File>, Rc<Mapping>)>,
+}
+
+/// Files mapped at once per connection: a pull touches one or two segments.
+const MAP_CACHE_FILES: usize = 4;
+
+impl MapCache {
+    fn get(&mut self, file: &Arc<std::fs::File>) -> io::Result<Rc<Mapping>> {
+        if let Some(index) = self
+            .entries
+            .iter()
+            .position(|(cached, _)| Arc::ptr_eq(cached, file))
+        {
+            let entry = self.entries.remove(index);
+            let map = entry.1.clone();
+            self.entries.insert(0, entry);
+            return Ok(map);
+        }
+        let map = Rc::new(Mapping::new(file)?);
+        self.entries.insert(0, (file.clone(), map.clone()));
+        self.entries.truncate(MAP_CACHE_FILES);
+        Ok(map)
+    }
+}
+
+/// A read-only shared mapping of a whole file, unmapped on drop.
 struct Mapping {
     base: *mut libc::c_void,
-    map_len: usize,
-    skip: usize,
     len: usize,
 }
 
 impl Mapping {
-    fn new(range: &FileRange) -> io::Result<Mapping> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
-        let aligned = range.offset - range.offset % page;
-        let skip = (range.offset - aligned) as usize;
-        let map_len = skip + range.len as usize;
+    fn new(file: &std::fs::File) -> io::Result<Mapping> {
+        let len = file.metadata()?.len() as usize;
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map an empty file",
+            ));
+        }
         // SAFETY: a fresh read-only mapping of an open file; the kernel picks the address.
-        // Segments are preallocated to their full size and never shrunk while served, so
-        // the mapped pages exist (no SIGBUS).
+        // Segments are preallocated to their full size and never shrunk while the store
+        // serves them, so every mapped page exists (no SIGBUS).
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                map_len,
+                len,
                 libc::PROT_READ,
                 libc::MAP_SHARED,
-                range.file.as_raw_fd(),
-                aligned as libc::off_t,
+                file.as_raw_fd(),
+                0,
             )
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping {
-            base,
-            map_len,
-            skip,
-            len: range.len as usize,
-        })
+        Ok(Mapping { base, len })
     }
 
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping covers `skip + len` readable bytes and lives as long as self.
-        unsafe { std::slice::from_raw_parts(self.base.cast::<u8>().add(self.skip), self.len) }
+    /// `len` bytes from `offset`, which must lie within the mapping.
+    fn slice(&self, offset: u64, len: u64) -> io::Result<&[u8]> {
+        if offset.saturating_add(len) > self.len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "range {offset}+{len} is past the end of a {}-byte file",
+                    self.len
+                ),
+            ));
+        }
+        // SAFETY: checked above to lie within the mapping, which lives as long as self.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.base.cast::<u8>().add(offset as usize), len as usize)
+        })
     }
 }
 
@@ -328,7 +414,7 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `base`/`map_len` are exactly what mmap returned; nothing borrows it now.
         unsafe {
-            libc::munmap(self.base, self.map_len);
+            libc::munmap(self.base, self.len);
         }
     }
 }
@@ -345,18 +431,24 @@ mod tests {
     }
 
     #[test]
-    fn mapping_reads_an_unaligned_range() {
+    fn mappings_read_ranges_and_are_cached() {
         use std::io::Write;
         let mut file = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         file.write_all(&data).unwrap();
-        let range = FileRange {
-            file: Arc::new(file),
-            offset: 4097,
-            len: 3000,
-        };
-        let map = Mapping::new(&range).unwrap();
-        assert_eq!(map.bytes(), &data[4097..7097]);
+        let file = Arc::new(file);
+        let mut cache = MapCache::default();
+        let map = cache.get(&file).unwrap();
+        assert_eq!(map.slice(4097, 3000).unwrap(), &data[4097..7097]);
+        assert!(map.slice(9_999, 2).is_err(), "past the end");
+        assert!(Rc::ptr_eq(&map, &cache.get(&file).unwrap()), "mapped once");
+        for _ in 0..MAP_CACHE_FILES {
+            let other = Arc::new(tempfile::tempfile().unwrap());
+            other.set_len(10).unwrap();
+            cache.get(&other).unwrap();
+        }
+        assert_eq!(cache.entries.len(), MAP_CACHE_FILES, "bounded");
+        assert!(!Rc::ptr_eq(&map, &cache.get(&file).unwrap()), "evicted");
     }
 
     #[test]
