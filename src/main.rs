@@ -65,9 +65,10 @@ struct ServeArgs {
     /// `autoCreateTopicEnable`: create unknown topics on their first send or route query.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     auto_create_topics: bool,
-    /// How pulled records are sent: sendfile (zero copy; falls back to mmap where the
-    /// kernel refuses it) or mmap (writev from a mapping of the segment).
-    #[arg(long, default_value = "sendfile")]
+    /// How pulled records are sent: auto (sendfile for large ranges, writev from a mapping
+    /// of the segment for small ones), sendfile (every range; mmap where the kernel
+    /// refuses it) or mmap (every range).
+    #[arg(long, default_value = "auto")]
     body_send: ringmq::remoting::body_send::BodySend,
 }
 

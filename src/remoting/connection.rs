@@ -65,7 +65,8 @@ pub struct ConnectionLimits {
     pub response_queue: usize,
     /// Initial read buffer capacity.
     pub read_buffer: usize,
-    /// How file bodies (pulled records) are sent: sendfile, or writev from an mmap.
+    /// How file bodies (pulled records) are sent: sendfile, writev from an mmap, or auto
+    /// (sendfile for large ranges, the mapping for small ones).
     pub body_send: BodySend,
 }
 
