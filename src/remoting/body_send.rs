@@ -3,7 +3,7 @@
 //! ```text
 //!   sendfile:  [TCP_CORK] send(header bytes, MSG_MORE) ─▶ sendfile(range) ... [uncork]
 //!   mmap:      writev([header bytes, range, range, ...]) from whole-segment mappings
-//!              cached per connection (a few segments)
+//!              cached per shard thread (a few segments)
 //!   auto:      sendfile for ranges >= AUTO_SENDFILE_MIN, mmap/writev for runs of smaller
 //! ```
 //!
@@ -75,16 +75,11 @@ static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 pub struct BodySender {
     mode: BodySend,
     traffic: Arc<Traffic>,
-    maps: MapCache,
 }
 
 impl BodySender {
     pub fn new(mode: BodySend, traffic: Arc<Traffic>) -> BodySender {
-        BodySender {
-            mode,
-            traffic,
-            maps: MapCache::default(),
-        }
+        BodySender { mode, traffic }
     }
 
     /// The mode in effect (it can turn from `Sendfile` to `Mmap` after a refusal).
@@ -306,7 +301,7 @@ impl BodySender {
     ) -> io::Result<()> {
         let maps = ranges
             .iter()
-            .map(|range| self.maps.get(&range.file))
+            .map(|range| SHARD_MAPS.with(|maps| maps.borrow_mut().get(&range.file)))
             .collect::<io::Result<Vec<_>>>()?;
         let mut slices = Vec::with_capacity(maps.len() + 1);
         if !head.is_empty() {
@@ -360,17 +355,25 @@ fn refused(error: &io::Error) -> bool {
     )
 }
 
-/// Whole-file mappings of the files a connection sent from most recently. Mapping per
-/// range would cost an mmap, a munmap and fresh page faults for every record; a segment
-/// mapped once serves every later pull from it. Entries hold their `Arc<File>`, so a
-/// file's address cannot be reused by another file while it is cached.
+/// Whole-file mappings of the files sent from most recently. Mapping per range would
+/// cost an mmap, a munmap and fresh page faults for every record; a segment mapped once
+/// serves every later pull from it. Entries hold their `Arc<File>`, so a file's address
+/// cannot be reused by another file while it is cached (and a segment retention removed
+/// stays open until its entry is evicted).
 #[derive(Default)]
 struct MapCache {
     entries: Vec<(Arc<std::fs::File>, Rc<Mapping>)>,
 }
 
-/// Files mapped at once per connection: a pull touches one or two segments.
-const MAP_CACHE_FILES: usize = 4;
+/// Files mapped at once per shard thread: pulls mostly touch the few newest segments.
+const MAP_CACHE_FILES: usize = 8;
+
+thread_local! {
+    /// The mappings of this shard thread, shared by all its connections: one mapping per
+    /// segment however many connections pull from it (a per-connection cache would
+    /// multiply mappings by connections, against `vm.max_map_count`).
+    static SHARD_MAPS: std::cell::RefCell<MapCache> = std::cell::RefCell::default();
+}
 
 impl MapCache {
     fn get(&mut self, file: &Arc<std::fs::File>) -> io::Result<Rc<Mapping>> {
