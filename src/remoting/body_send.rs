@@ -145,8 +145,11 @@ impl BodySender {
         // record. Each sendfile or write ends a TCP push, and with TCP_NODELAY every one
         // would leave as its own small packet: cork the socket for the frame instead, so
         // it leaves in full segments (uncorking sends the rest at once).
-        let corked =
-            ranges.len() > 1 && self.sendfile_min() != u64::MAX && set_cork(writer, true).is_ok();
+        // All-small ranges go in one writev, which needs no cork.
+        let min = self.sendfile_min();
+        let corked = ranges.len() > 1
+            && ranges.iter().any(|range| range.len >= min)
+            && set_cork(writer, true).is_ok();
         let sent = self.send_ranges(writer, head, ranges).await;
         if corked {
             set_cork(writer, false)?;
