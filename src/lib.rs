@@ -6,7 +6,10 @@
 //! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
 //!   flush, checkpoint, recovery and offline inspection (D2 to D11).
 //! - [`remoting`]: the wire codec, plus [`remoting::connection`], which serves one TCP
-//!   connection on its shard.
+//!   connection on its shard. A pull's records travel as file ranges
+//!   ([`io::file_body`], read by [`store::read`]) that the connection writer sends
+//!   straight from the CommitLog files ([`remoting::body_send`], D8); every connection's
+//!   bytes are counted in [`remoting::traffic`].
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
 //! - [`node`]: the shard thread that owns the listener, the store and the connections
 //!   (`ringmq serve`); [`client`]: the in-project client.

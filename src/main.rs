@@ -84,6 +84,11 @@ struct ServeArgs {
     /// Shards: pinned threads, each with its own store [default: one per CPU].
     #[arg(long)]
     shards: Option<u8>,
+    /// How pulled records are sent: auto (sendfile for large ranges, writev from a mapping
+    /// of the segment for small ones), sendfile (every range; mmap where the kernel
+    /// refuses it) or mmap (every range).
+    #[arg(long, default_value = "auto")]
+    body_send: ringmq::remoting::body_send::BodySend,
     /// Print the settings the node would run with, and exit.
     #[arg(long)]
     print_config: bool,
@@ -425,7 +430,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut node = node::start(NodeOptions::from_config(&config))?;
+    let mut options = NodeOptions::from_config(&config);
+    options.connection.body_send = args.body_send;
+    let mut node = node::start(options)?;
     eprintln!("ringmq: listening on {}", node.addr());
     eprintln!("ringmq: name server listening on {}", node.namesrv_addr());
     if let Some(metrics) = node.metrics_addr() {

@@ -46,6 +46,7 @@ use crate::metrics::{NodeMetrics, ShardMetrics};
 use crate::namesrv::NameServer;
 use crate::node_config::NodeConfig;
 use crate::remoting::connection::{serve_connection, ConnectionLimits, RequestHandler};
+use crate::remoting::traffic::Traffic;
 use crate::shard::mailbox::{self, MailboxReceiver};
 use crate::shard::{layout, pin, ShardContext};
 use crate::store::Store;
@@ -522,6 +523,7 @@ async fn run_shard(
             namesrv,
             options.connection,
             stop.clone(),
+            metrics.traffic.clone(),
             None,
         )));
     }
@@ -530,6 +532,7 @@ async fn run_shard(
         broker.clone(),
         options.connection,
         stop.clone(),
+        metrics.traffic.clone(),
         Some(metrics),
     )
     .await;
@@ -549,6 +552,7 @@ async fn accept_connections<H: RequestHandler>(
     handler: Rc<H>,
     limits: ConnectionLimits,
     mut stop: watch::Receiver<bool>,
+    traffic: Arc<Traffic>,
     metrics: Option<Arc<ShardMetrics>>,
 ) {
     // Connections get their own receivers; `stop` itself is borrowed by the select.
@@ -562,6 +566,7 @@ async fn accept_connections<H: RequestHandler>(
                         peer,
                         handler.clone(),
                         limits,
+                        traffic.clone(),
                         for_connections.clone(),
                     );
                     let metrics = metrics.clone();

@@ -212,7 +212,6 @@ impl Broker {
         let started = std::time::Instant::now();
         let code = request.code;
         self.metrics.request(code);
-        ShardMetrics::add(&self.metrics.bytes_in, request.body.len() as u64);
         let response = match self.owner_of(&mut request) {
             Some(owner) if owner != self.shard.id() => {
                 ShardMetrics::add(&self.metrics.forwarded, 1);
@@ -223,7 +222,6 @@ impl Broker {
         if let Some(response) = &response {
             self.metrics
                 .response(response.code, Family::of(code), started.elapsed());
-            ShardMetrics::add(&self.metrics.bytes_out, response.body.len() as u64);
         }
         response
     }

@@ -4,7 +4,8 @@
 //! - Every pull response carries `nextBeginOffset`, `minOffset`, `maxOffset` and
 //!   `suggestWhichBrokerId`, whatever its code (the Java client unboxes all four).
 //! - Status → code as `PullMessageProcessor`: FOUND → SUCCESS (body = the stored records,
-//!   byte for byte, concatenated); NO_MATCHED_MESSAGE → PULL_RETRY_IMMEDIATELY; an empty
+//!   byte for byte, concatenated, as a file body the connection writer sends straight from
+//!   the CommitLog segments: D8); NO_MATCHED_MESSAGE → PULL_RETRY_IMMEDIATELY; an empty
 //!   queue → PULL_NOT_FOUND at offset 0 else PULL_OFFSET_MOVED; offset == max →
 //!   PULL_NOT_FOUND; offset below min or above max → PULL_OFFSET_MOVED.
 //! - Long polling: a PULL_NOT_FOUND with the suspend bit (0x2) parks the request's own task
@@ -26,11 +27,9 @@
 //! Commit: with the commit bit (0x1) a non-negative `commitOffset` is stored as the group's
 //! committed offset for the queue, once, before the pull reads or parks.
 
-use bytes::{Bytes, BytesMut};
-
 use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
-use crate::store::{properties, GetResult, GetStatus};
+use crate::store::{properties, GetStatus, PullRead};
 
 use super::{bad_header, Broker};
 
@@ -100,7 +99,7 @@ struct Outcome {
     code: i32,
     status: &'static str,
     next_begin_offset: u64,
-    result: GetResult,
+    result: PullRead,
 }
 
 fn status_name(status: GetStatus) -> &'static str {
@@ -114,7 +113,7 @@ fn status_name(status: GetStatus) -> &'static str {
     }
 }
 
-fn classify(offset: u64, result: GetResult) -> Outcome {
+fn classify(offset: u64, result: PullRead) -> Outcome {
     let status = status_name(result.status);
     let (code, next) = match result.status {
         GetStatus::Found => (response::SUCCESS, result.next_begin_offset),
@@ -204,7 +203,7 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
     let read = || {
         broker
             .store
-            .get_messages(
+            .read_messages(
                 &header.topic,
                 header.queue_id,
                 offset,
@@ -241,6 +240,10 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
             }
         }
     }
+    crate::metrics::ShardMetrics::add(
+        &broker.metrics.messages_out,
+        outcome.result.records.len() as u64,
+    );
     respond(request, outcome)
 }
 
@@ -274,23 +277,9 @@ fn respond(request: &RemotingCommand, outcome: Outcome) -> RemotingCommand {
     answer.put_ext("maxOffset", outcome.result.max_offset);
     answer.put_ext("suggestWhichBrokerId", 0);
     if outcome.code == response::SUCCESS {
-        answer.body = concat(&outcome.result);
+        answer.file_body = outcome.result.body;
     }
     answer
-}
-
-/// The records back to back. A copy for now; the zero-copy send of D8 replaces it.
-fn concat(result: &GetResult) -> Bytes {
-    let total = result
-        .messages
-        .iter()
-        .map(|message| message.bytes.len())
-        .sum();
-    let mut body = BytesMut::with_capacity(total);
-    for message in &result.messages {
-        body.extend_from_slice(&message.bytes);
-    }
-    body.freeze()
 }
 
 #[cfg(test)]

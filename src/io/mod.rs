@@ -20,6 +20,7 @@
 //! cheap and rare; data writes and syncs are futures because those are what the write
 //! path overlaps.
 
+pub mod file_body;
 pub mod portable;
 pub mod sim;
 pub mod uring;
@@ -119,6 +120,14 @@ pub trait Disk {
 
     /// Counters since this backend was created.
     fn stats(&self) -> IoStats;
+
+    /// The real open file behind `file`, shared, for readers that send its bytes without
+    /// going through this trait (a pull's `sendfile`, D8). `None` when the backend has no
+    /// real files (the simulator): callers then read through [`Disk::read_at`] instead.
+    /// The handle may be open for writing too; holders must only read from it.
+    fn shared_file(&self, _file: FileId) -> Option<std::sync::Arc<std::fs::File>> {
+        None
+    }
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` or fails with `UnexpectedEof`.

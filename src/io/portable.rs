@@ -278,4 +278,7 @@ impl Disk for PortableDisk {
     fn stats(&self) -> IoStats {
         self.stats.snapshot()
     }
+    fn shared_file(&self, file: FileId) -> Option<Arc<File>> {
+        self.files.get(file).ok()
+    }
 }

@@ -687,4 +687,7 @@ impl Disk for UringDisk {
     fn stats(&self) -> IoStats {
         self.stats.snapshot()
     }
+    fn shared_file(&self, file: FileId) -> Option<Arc<File>> {
+        self.files.get(file).ok()
+    }
 }

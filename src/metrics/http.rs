@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn serves_metrics_and_refuses_other_paths() {
         let metrics = NodeMetrics::new(1);
-        crate::metrics::ShardMetrics::add(&metrics.shard(0).bytes_in, 7);
+        metrics.shard(0).traffic.add_in(7);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = MetricsServer::start(listener, metrics).unwrap();
         let ok = get(server.addr(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");

@@ -20,8 +20,11 @@
 //! | `ringmq_responses_total{status}` | counter | responses sent, by response code (errors included) |
 //! | `ringmq_messages_in_total` | counter | messages stored (the store's puts) |
 //! | `ringmq_messages_out_total` | counter | messages returned by pulls |
-//! | `ringmq_bytes_in_total` | counter | request body bytes received (message payloads in) |
-//! | `ringmq_bytes_out_total` | counter | response body bytes sent (pulled records out) |
+//! | `ringmq_bytes_in_total` | counter | bytes read from client connections |
+//! | `ringmq_bytes_out_total` | counter | bytes written to client connections, all paths |
+//! | `ringmq_bytes_out_zero_copy_total` | counter | of those, stored records sent from the segment files (sendfile or the mapping, D8) |
+//! | `ringmq_bytes_out_mmap_total` | counter | of the zero-copy bytes, those written from the segment's mapping |
+//! | `ringmq_bytes_out_copied_total` | counter | of those, bytes written from user-space buffers (headers, small responses) |
 //! | `ringmq_store_bytes_total` | counter | record bytes stored |
 //! | `ringmq_appends_total` | counter | CommitLog writes (one per group-commit batch) |
 //! | `ringmq_fsyncs_total` | counter | CommitLog fdatasyncs |
@@ -42,6 +45,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::remoting::codes::request;
+use crate::remoting::traffic::{Traffic, TrafficSnapshot};
 use crate::store::StoreStats;
 use crate::sync::Locked;
 
@@ -81,8 +85,8 @@ pub struct ShardMetrics {
     requests: Locked<BTreeMap<i32, u64>>,
     responses: Locked<BTreeMap<i32, u64>>,
     pub messages_out: AtomicU64,
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
+    /// Bytes each way on this shard's connections, kept by the connections themselves.
+    pub traffic: Arc<Traffic>,
     pub connections: AtomicI64,
     pub connections_total: AtomicU64,
     pub parked_pulls: AtomicI64,
@@ -103,8 +107,7 @@ impl ShardMetrics {
             requests: Locked::default(),
             responses: Locked::default(),
             messages_out: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
-            bytes_out: AtomicU64::new(0),
+            traffic: Arc::new(Traffic::new()),
             connections: AtomicI64::new(0),
             connections_total: AtomicU64::new(0),
             parked_pulls: AtomicI64::new(0),
@@ -176,6 +179,20 @@ impl NodeMetrics {
         &self.shards
     }
 
+    /// The byte counters of every shard's connections, summed.
+    pub fn traffic_total(&self) -> TrafficSnapshot {
+        let mut total = TrafficSnapshot::default();
+        for shard in self.shards.iter() {
+            let one = shard.traffic.snapshot();
+            total.bytes_in += one.bytes_in;
+            total.bytes_out += one.bytes_out;
+            total.bytes_out_zero_copy += one.bytes_out_zero_copy;
+            total.bytes_out_mmap += one.bytes_out_mmap;
+            total.bytes_out_copied += one.bytes_out_copied;
+        }
+        total
+    }
+
     /// The Prometheus text exposition of every shard's metrics.
     pub fn render(&self) -> String {
         render(&self.shards)
@@ -245,22 +262,38 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "Messages returned by pulls.",
         |s| relaxed(&s.messages_out),
     );
-    family(
-        &mut out,
-        shards,
-        "ringmq_bytes_in_total",
-        "counter",
-        "Request body bytes received.",
-        |s| relaxed(&s.bytes_in),
-    );
-    family(
-        &mut out,
-        shards,
-        "ringmq_bytes_out_total",
-        "counter",
-        "Response body bytes sent.",
-        |s| relaxed(&s.bytes_out),
-    );
+    let traffic = |s: &ShardMetrics| s.traffic.snapshot();
+    for (name, help, pick) in [
+        (
+            "ringmq_bytes_in_total",
+            "Bytes read from client connections.",
+            (|t: TrafficSnapshot| t.bytes_in) as fn(TrafficSnapshot) -> u64,
+        ),
+        (
+            "ringmq_bytes_out_total",
+            "Bytes written to client connections.",
+            |t| t.bytes_out,
+        ),
+        (
+            "ringmq_bytes_out_zero_copy_total",
+            "Stored records sent from the segment files (sendfile or mapping).",
+            |t| t.bytes_out_zero_copy,
+        ),
+        (
+            "ringmq_bytes_out_mmap_total",
+            "Zero-copy bytes written from a segment mapping.",
+            |t| t.bytes_out_mmap,
+        ),
+        (
+            "ringmq_bytes_out_copied_total",
+            "Bytes written from user-space buffers.",
+            |t| t.bytes_out_copied,
+        ),
+    ] {
+        family(&mut out, shards, name, "counter", help, |s| {
+            pick(traffic(s)) as i128
+        });
+    }
     family(
         &mut out,
         shards,
@@ -363,7 +396,7 @@ mod tests {
             Some(Family::Send),
             Duration::from_micros(750),
         );
-        ShardMetrics::add(&shard.bytes_in, 2048);
+        shard.traffic.add_in(2048);
         shard.set_store(StoreStats {
             puts: 2,
             put_bytes: 2400,

@@ -198,6 +198,7 @@ pub fn decode(header: &[u8]) -> Result<RemotingCommand, HeaderError> {
         ext_fields,
         serialize_type: SerializeType::RocketMq,
         body: Default::default(),
+        file_body: Default::default(),
     })
 }
 

@@ -11,6 +11,8 @@ use std::fmt::Display;
 
 use bytes::Bytes;
 
+use crate::io::file_body::FileBody;
+
 /// The extFields map. Ordered so that encoded headers are deterministic.
 pub type ExtFields = BTreeMap<String, String>;
 
@@ -91,6 +93,10 @@ pub struct RemotingCommand {
     /// The header encoding this command arrived in or will be sent in.
     pub serialize_type: SerializeType,
     pub body: Bytes,
+    /// More body, sent after `body` straight from files (a pull's CommitLog records, D8).
+    /// The frame's body is `body` then these bytes; the length prefix counts both. Only the
+    /// connection writer sends it; the pure codec ([`super::frame::encode_frame`]) does not.
+    pub file_body: FileBody,
 }
 
 impl RemotingCommand {
@@ -107,6 +113,7 @@ impl RemotingCommand {
             ext_fields,
             serialize_type: SerializeType::Json,
             body: Bytes::new(),
+            file_body: FileBody::new(),
         }
     }
 
@@ -128,6 +135,7 @@ impl RemotingCommand {
             ext_fields: ExtFields::new(),
             serialize_type: request.serialize_type,
             body: Bytes::new(),
+            file_body: FileBody::new(),
         }
     }
 

@@ -4,6 +4,7 @@
 //!   socket ──read──▶ BytesMut ──take_frame──▶ request ──spawn_local──▶ handler task
 //!                                                                        │ response
 //!   socket ◀──write_all── encode_frame ◀── writer task ◀──── mpsc ◀──────┘
+//!          ◀──sendfile──── file body ────────┘   (body_send.rs)
 //! ```
 //!
 //! What this file owns and promises:
@@ -13,7 +14,11 @@
 //!   therefore may leave in a different order than their requests came; clients match
 //!   them by `opaque`, which [`RemotingCommand::response_to`] echoes.
 //! - One writer task owns the write half, so frames never interleave. It encodes every
-//!   response already queued into one buffer and writes it with one `write_all`.
+//!   response already queued into one buffer and writes it with one `write_all`. A
+//!   response with a file body (a pull's records, D8) ends the buffer: the buffer goes
+//!   out with the frame's header, then the file ranges go straight from the files
+//!   ([`super::body_send`]), then batching resumes.
+//! - Every byte read and written is counted in the shard's [`Traffic`].
 //! - A oneway request (flag bit 1) gets no response, whatever the handler returns.
 //! - A framing error (bad or huge length, unknown serialize type, undecodable header)
 //!   means the stream is out of step and cannot be resynchronised: it is logged at warn
@@ -27,16 +32,19 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use super::body_send::{BodySend, BodySender};
 use super::command::RemotingCommand;
-use super::frame::{encode_frame, take_frame};
+use super::frame::{encode_frame_header, take_frame};
+use super::traffic::Traffic;
 
 /// What a connection needs from the code that gives requests their meaning.
 pub trait RequestHandler: 'static {
@@ -57,6 +65,9 @@ pub struct ConnectionLimits {
     pub response_queue: usize,
     /// Initial read buffer capacity.
     pub read_buffer: usize,
+    /// How file bodies (pulled records) are sent: sendfile, writev from an mmap, or auto
+    /// (sendfile for large ranges, the mapping for small ones).
+    pub body_send: BodySend,
 }
 
 impl Default for ConnectionLimits {
@@ -65,6 +76,7 @@ impl Default for ConnectionLimits {
             max_frame_len: super::frame::DEFAULT_MAX_FRAME_LEN,
             response_queue: 1024,
             read_buffer: 64 * 1024,
+            body_send: BodySend::default(),
         }
     }
 }
@@ -82,19 +94,22 @@ pub enum Ended {
     Shutdown,
 }
 
-/// Serves `stream` until the peer closes it, it breaks, or `shutdown` turns true.
+/// Serves `stream` until the peer closes it, it breaks, or `shutdown` turns true,
+/// counting its bytes in `traffic`.
 pub async fn serve_connection<H: RequestHandler>(
     stream: TcpStream,
     peer: SocketAddr,
     handler: Rc<H>,
     limits: ConnectionLimits,
+    traffic: Arc<Traffic>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Ended {
     // Responses are small and latency-bound; do not let Nagle hold them back.
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let (responses, queued) = mpsc::channel(limits.response_queue.max(1));
-    let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued));
+    let sender = BodySender::new(limits.body_send, traffic.clone());
+    let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
     let mut requests = JoinSet::new();
     let mut buffer = BytesMut::with_capacity(limits.read_buffer);
     let ended = 'serve: loop {
@@ -129,7 +144,7 @@ pub async fn serve_connection<H: RequestHandler>(
         tokio::select! {
             read = reader.read_buf(&mut buffer) => match read {
                 Ok(0) => break Ended::PeerClosed,
-                Ok(_) => {}
+                Ok(read) => traffic.add_in(read),
                 Err(error) => break Ended::Io(error.to_string()),
             },
             written = &mut writer_task => {
@@ -151,29 +166,46 @@ pub async fn serve_connection<H: RequestHandler>(
 async fn write_responses(
     mut writer: OwnedWriteHalf,
     mut queued: mpsc::Receiver<RemotingCommand>,
+    mut sender: BodySender,
 ) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(64 * 1024);
     while let Some(first) = queued.recv().await {
         out.clear();
-        encode_response(&first, &mut out);
-        while let Ok(next) = queued.try_recv() {
-            encode_response(&next, &mut out);
+        let mut next = Some(first);
+        while let Some(response) = next {
+            if encode_response(&response, &mut out) {
+                sender
+                    .send_body(&mut writer, &mut out, &response.file_body)
+                    .await?;
+            }
+            next = queued.try_recv().ok();
         }
-        writer.write_all(&out).await?;
+        sender.write_buffer(&mut writer, &out).await?;
     }
     Ok(())
 }
 
-fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) {
-    if let Err(error) = encode_frame(response, out) {
-        // Only a header beyond the format's limits gets here; tell the client instead
-        // of leaving its request to time out.
-        tracing::error!(opaque = response.opaque, %error, "cannot encode a response");
-        let mut fallback = response.clone();
-        fallback.code = super::codes::response::SYSTEM_ERROR;
-        fallback.ext_fields.clear();
-        fallback.remark = Some(format!("the response could not be encoded: {error}"));
-        fallback.body = bytes::Bytes::new();
-        let _ = encode_frame(&fallback, out);
+/// Appends the frame header of `response` (its length counting the file body too) and its
+/// byte body; true when its file body must follow.
+fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
+    let body_len = response.body.len() + response.file_body.len() as usize;
+    match encode_frame_header(response, body_len, out) {
+        Ok(()) => {
+            out.extend_from_slice(&response.body);
+            !response.file_body.is_empty()
+        }
+        Err(error) => {
+            // Only a header beyond the format's limits gets here; tell the client instead
+            // of leaving its request to time out.
+            tracing::error!(opaque = response.opaque, %error, "cannot encode a response");
+            let mut fallback = response.clone();
+            fallback.code = super::codes::response::SYSTEM_ERROR;
+            fallback.ext_fields.clear();
+            fallback.remark = Some(format!("the response could not be encoded: {error}"));
+            fallback.body = bytes::Bytes::new();
+            fallback.file_body = Default::default();
+            let _ = encode_frame_header(&fallback, 0, out);
+            false
+        }
     }
 }

@@ -209,8 +209,13 @@ pub fn encode_frame_header_only(
 }
 
 /// Appends the whole frame of `cmd` (header in `cmd.serialize_type`, then `cmd.body`).
-/// Appends nothing on error.
+/// Appends nothing on error. A command with a `file_body` is the connection writer's to
+/// send (it needs the socket); this pure codec never reads files.
 pub fn encode_frame(cmd: &RemotingCommand, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    debug_assert!(
+        cmd.file_body.is_empty(),
+        "encode_frame does not send a file body"
+    );
     encode_frame_header(cmd, cmd.body.len(), out)?;
     out.extend_from_slice(&cmd.body);
     Ok(())

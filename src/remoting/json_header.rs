@@ -169,6 +169,7 @@ fn decode_with(header: &[u8], scan: bool) -> Result<RemotingCommand, HeaderError
         ext_fields,
         serialize_type: SerializeType::Json,
         body: Default::default(),
+        file_body: Default::default(),
     })
 }
 

@@ -51,14 +51,19 @@
 //! - [`send_header`]: the send request header (V1 and V2 names) and the batch body.
 //! - [`connection`]: the one part that does I/O: serving a TCP connection on its shard,
 //!   dispatching each request to a handler (the broker) and writing the responses.
+//! - [`body_send`]: how the connection writer sends a response's file body (sendfile, or
+//!   writev from an mmap).
+//! - [`traffic`]: byte counters of the connections (in, out, zero-copy, copied).
 
 pub mod binary_header;
+pub mod body_send;
 pub mod codes;
 pub mod command;
 pub mod connection;
 pub mod frame;
 pub mod json_header;
 pub mod send_header;
+pub mod traffic;
 
 pub use command::{
     ExtFields, FieldError, HeaderError, HeaderFields, RemotingCommand, SerializeType, ONEWAY_FLAG,

@@ -28,6 +28,7 @@ mod flush;
 pub mod inspect;
 pub mod properties;
 mod put_slot;
+pub mod read;
 pub mod record;
 mod recovery;
 pub mod scan;
@@ -47,6 +48,7 @@ use crate::io::{Disk, IoStats};
 use checkpoint::CheckpointFile;
 use commit_log::CommitLog;
 use consume_queue::{ConsumeQueue, CqEntry};
+pub use read::{PullRead, RecordLoc};
 use record::{Decoded, RecordInput, Verify};
 
 pub const COMMIT_LOG_DIR: &str = "commitlog";
@@ -335,101 +337,6 @@ impl Store {
         });
         shared.appender_wake.notify_one();
         Ok(slot)
-    }
-
-    /// Reads up to `max_count` visible messages of a queue from `offset`, keeping only those
-    /// whose tag hash is in `tag_codes` when it is given (RocketMQ's `codeSet` filter).
-    pub fn get_messages(
-        &self,
-        topic: &str,
-        queue_id: i32,
-        offset: u64,
-        max_count: u32,
-        tag_codes: Option<&[i32]>,
-    ) -> Result<GetResult, StoreError> {
-        let config = &self.shared.config;
-        let Some(queue) = self.shared.queue(topic, queue_id) else {
-            return Ok(GetResult {
-                status: GetStatus::NoMessageInQueue,
-                next_begin_offset: 0,
-                min_offset: 0,
-                max_offset: 0,
-                messages: Vec::new(),
-            });
-        };
-        let (min_offset, max_offset) = (queue.min_offset(), queue.max_offset());
-        let empty = |status, next| GetResult {
-            status,
-            next_begin_offset: next,
-            min_offset,
-            max_offset,
-            messages: Vec::new(),
-        };
-        if max_offset == min_offset {
-            return Ok(empty(GetStatus::NoMessageInQueue, min_offset));
-        }
-        if offset < min_offset {
-            return Ok(empty(GetStatus::OffsetTooSmall, min_offset));
-        }
-        if offset == max_offset {
-            return Ok(empty(GetStatus::OffsetOverflowOne, offset));
-        }
-        if offset > max_offset {
-            return Ok(empty(GetStatus::OffsetOverflowBadly, max_offset));
-        }
-        let max_count = max_count.clamp(1, config.max_transfer_count) as usize;
-        // Filtering may skip entries; scan a bounded window so one read stays cheap.
-        const SCAN_WINDOW: usize = 800;
-        let window = if tag_codes.is_some() {
-            SCAN_WINDOW.max(max_count)
-        } else {
-            max_count
-        };
-        let entries = queue
-            .read_entries(offset, window)
-            .map_err(|error| StoreError::from_io("reading a consume queue", &error))?;
-        let mut messages = Vec::new();
-        let mut bytes_total = 0usize;
-        let mut next = offset;
-        for (index, entry) in entries.iter().enumerate() {
-            let queue_offset = offset + index as u64;
-            if messages.len() >= max_count {
-                break;
-            }
-            if !messages.is_empty() && bytes_total + entry.size as usize > config.max_transfer_bytes
-            {
-                break;
-            }
-            next = queue_offset + 1;
-            if let Some(codes) = tag_codes {
-                if !codes.contains(&(entry.tags_code as i32)) {
-                    continue;
-                }
-            }
-            let bytes = self
-                .shared
-                .log
-                .read(entry.phys_offset as u64, entry.size as usize)
-                .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
-            bytes_total += bytes.len();
-            messages.push(StoredMessage {
-                phys_offset: entry.phys_offset as u64,
-                queue_offset,
-                bytes,
-            });
-        }
-        let status = if messages.is_empty() {
-            GetStatus::NoMatchedMessage
-        } else {
-            GetStatus::Found
-        };
-        Ok(GetResult {
-            status,
-            next_begin_offset: next,
-            min_offset,
-            max_offset,
-            messages,
-        })
     }
 
     /// The smallest queue offset still stored (0 for an unknown queue).

@@ -24,6 +24,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use crate::io::file_body::{BodyChunk, FileRange};
 use crate::io::{read_exact_at, Disk, FileId};
 
 /// The 20-digit name of the segment starting at `start`.
@@ -182,14 +183,14 @@ impl SegmentSet {
         Ok(file)
     }
 
-    /// Reads exactly `buf.len()` bytes at `address`, which must lie within one segment.
-    pub fn read_exact(&self, address: u64, buf: &mut [u8]) -> io::Result<()> {
+    /// The file and in-file offset of `[address, address + len)`, which must lie within
+    /// one segment.
+    fn locate(&self, address: u64, len: u64) -> io::Result<(FileId, u64)> {
         let start = self.start_of(address);
         let within = address - start;
-        if within + buf.len() as u64 > self.size {
+        if within + len > self.size {
             return Err(invalid(format!(
-                "read of {} bytes at {address} crosses the end of segment {start}",
-                buf.len()
+                "read of {len} bytes at {address} crosses the end of segment {start}"
             )));
         }
         let file = self.file(start).ok_or_else(|| {
@@ -198,7 +199,27 @@ impl SegmentSet {
                 format!("no segment holds address {address}"),
             )
         })?;
+        Ok((file, within))
+    }
+
+    /// Reads exactly `buf.len()` bytes at `address`, which must lie within one segment.
+    pub fn read_exact(&self, address: u64, buf: &mut [u8]) -> io::Result<()> {
+        let (file, within) = self.locate(address, buf.len() as u64)?;
         read_exact_at(self.disk.as_ref(), file, within, buf)
+    }
+
+    /// `[address, address + len)` (within one segment) as a body chunk: a range of the
+    /// segment's shared file when the backend has real files, else a copy of the bytes.
+    pub fn body_chunk(&self, address: u64, len: u64) -> io::Result<BodyChunk> {
+        let (file, within) = self.locate(address, len)?;
+        match self.disk.shared_file(file) {
+            Some(file) => Ok(BodyChunk::File(FileRange {
+                file,
+                offset: within,
+                len,
+            })),
+            None => self.read_bytes(address, len as usize).map(BodyChunk::Bytes),
+        }
     }
 
     /// Reads `len` bytes at `address` into a new buffer.
