@@ -43,13 +43,16 @@ pub fn seed() -> u64 {
 /// Once per process: the client's rebalance period (a client setting read from the
 /// environment when a client instance starts) is shortened from 20 s to 1 s so a group
 /// settles within seconds, and the client's logs go to stderr when `RUST_LOG` is set.
-fn init_process() {
+/// Every harness entry point ([`run_clients`], [`node::Node::start`]) calls this first, so
+/// the environment is only changed before any test thread spawns a process or a client.
+pub fn init_process() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
         const KEY: &str = "rocketmq.client.rebalance.waitInterval";
         if std::env::var_os(KEY).is_none() {
-            // Runs before any client thread of this process exists: every test calls
-            // run_clients first, and the OnceLock makes the others wait here.
+            // Runs before any test thread has spawned a node or a client: each harness
+            // entry point calls init_process first, and the OnceLock makes the others
+            // wait here. (scripts/compat.sh sets the variable, so this is for bare runs.)
             std::env::set_var(KEY, "1000");
         }
         if std::env::var_os("RUST_LOG").is_some() {

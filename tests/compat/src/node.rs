@@ -34,6 +34,7 @@ pub struct Node {
 impl Node {
     /// Starts a node on free ports (`--port 0 --namesrv-port 0`) with the given flush mode.
     pub fn start(flush: &str) -> Node {
+        crate::init_process();
         let temp = tempfile::Builder::new()
             .prefix("ringmq-compat-")
             .tempdir()
