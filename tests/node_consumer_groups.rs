@@ -209,3 +209,52 @@ fn a_heartbeat_tag_subscription_filters_a_pull_that_carries_none() {
     });
     node.shutdown().unwrap();
 }
+
+/// rocketmq-client-rust 1.0.0 hashes the untrimmed tags of "TagA || TagB" into its
+/// heartbeat's `codeSet` ("TagA " and " TagB"); the trimmed tags are still selected.
+#[test]
+fn a_heartbeat_with_untrimmed_tag_codes_still_selects_the_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path(), |_| {});
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        for (i, tags) in ["TagA", "TagB", "TagC", "TagA"].into_iter().enumerate() {
+            let body = format!("m{i}");
+            let answer = client
+                .send_message("Spaced", 0, body.as_bytes(), Some(tags), None)
+                .await
+                .unwrap();
+            assert_eq!(answer.code, response::SUCCESS);
+        }
+        let mut beat = heartbeat("c@1", "ringmq-consumer", "Spaced", "TagA || TagB");
+        let mut body: serde_json::Value = serde_json::from_slice(&beat.body).unwrap();
+        let sub = &mut body["consumerDataSet"][0]["subscriptionDataSet"][0];
+        sub["tagsSet"] = serde_json::json!(["TagA", "TagB"]);
+        sub["codeSet"] = serde_json::json!([
+            properties::java_string_hash("TagA "),
+            properties::java_string_hash(" TagB")
+        ]);
+        beat = beat.with_body(body.to_string());
+        let answer = client.request(beat).await.unwrap();
+        assert_eq!(answer.code, response::SUCCESS);
+        let answer = client
+            .request(pull_request("Spaced", 0, 0, 32, None, None))
+            .await
+            .unwrap();
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        let mut bodies = Vec::new();
+        let mut rest = &answer.body[..];
+        while !rest.is_empty() {
+            match decode(rest, ringmq::store::record::Verify::Full).unwrap() {
+                Decoded::Record(view) => {
+                    bodies.push(String::from_utf8(view.body.to_vec()).unwrap());
+                    rest = &rest[view.total_size as usize..];
+                }
+                Decoded::Blank { .. } => panic!("blank record"),
+            }
+        }
+        assert_eq!(bodies, ["m0", "m1", "m3"]);
+    });
+    node.shutdown().unwrap();
+}

@@ -74,15 +74,19 @@ pub struct SubscriptionData {
 }
 
 impl SubscriptionData {
-    /// The tag hashes this subscription selects, `None` for everything. The client's
-    /// `codeSet` wins; without one the hashes are computed from `subString`.
+    /// The tag hashes this subscription selects, `None` for everything: the hashes of the
+    /// trimmed tags of `subString` together with the client's `codeSet`. Both, because a
+    /// client may hash the untrimmed tags (rocketmq-client-rust 1.0.0 sends
+    /// `hash("TagA ")` for `"TagA || TagB"`) while it filters by the trimmed `tagsSet`
+    /// itself; a correct client's `codeSet` is the same set.
     pub fn filter_codes(&self) -> Option<Vec<i32>> {
-        let everything = tag_codes(&self.sub_string)?;
-        if self.code_set.is_empty() {
-            Some(everything)
-        } else {
-            Some(self.code_set.clone())
+        let mut codes = tag_codes(&self.sub_string)?;
+        for code in &self.code_set {
+            if !codes.contains(code) {
+                codes.push(*code);
+            }
         }
+        Some(codes)
     }
 
     /// TAG (or unspecified) expressions are the only kind filtered here.
@@ -349,7 +353,8 @@ mod tests {
         groups.heartbeat(&beat("b@1", "g", old), now);
         let sub = groups.subscription("g", "T").unwrap();
         assert_eq!((sub.sub_string.as_str(), sub.sub_version), ("TagA", 5));
-        assert_eq!(sub.filter_codes(), Some(vec![1]));
+        let tag_a = crate::store::properties::java_string_hash("TagA");
+        assert_eq!(sub.filter_codes(), Some(vec![tag_a, 1]));
         // A heartbeat without the topic drops it.
         groups.heartbeat(&beat("a@1", "g", ""), now);
         assert_eq!(groups.subscription("g", "T"), None);
@@ -368,5 +373,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(computed.filter_codes(), tag_codes("TagA"));
+    }
+
+    #[test]
+    fn untrimmed_client_codes_still_select_the_trimmed_tags() {
+        let hash = crate::store::properties::java_string_hash;
+        let sub = SubscriptionData {
+            sub_string: "TagA || TagB".into(),
+            code_set: vec![hash("TagA "), hash(" TagB")],
+            ..Default::default()
+        };
+        let codes = sub.filter_codes().unwrap();
+        for tag in ["TagA", "TagB"] {
+            assert!(codes.contains(&hash(tag)), "{tag} selected");
+        }
+        assert!(!codes.contains(&hash("TagC")));
     }
 }

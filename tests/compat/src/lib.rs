@@ -1,0 +1,369 @@
+//! The compatibility suite's harness: a real `ringmq serve` process ([`node::Node`]) and
+//! the stock Rust RocketMQ client (`rocketmq-client-rust`) driving it.
+//!
+//! Each scenario in `tests/` is a plain `#[test]` that starts its own node on free ports in
+//! a temporary directory and runs its client code on a client runtime from [`run_clients`].
+//! Waiting is always a bounded poll of a condition ([`wait_until`]), never a bare sleep.
+
+pub mod node;
+pub mod raw;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cheetah_string::CheetahString;
+use rocketmq_client_rust::{
+    AllocateMessageQueueStrategy, ClientConfig, ClientResult, ClientRuntime, ClientRuntimeConfig,
+    ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQProducer,
+    DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
+};
+use rocketmq_model::allocation::AllocateMessageQueueAveragely;
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::message_queue::MessageQueue;
+use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
+use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+/// How long a scenario waits for messages to arrive.
+pub const DELIVERY_DEADLINE: Duration = Duration::from_secs(90);
+/// How long a consumer group may take to settle its queue assignment.
+pub const REBALANCE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A seed for names and bodies, printed so a failing run can be told apart in the logs.
+pub fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    nanos ^ ((std::process::id() as u64) << 32)
+}
+
+/// Once per process: the client's rebalance period (a client setting read from the
+/// environment when a client instance starts) is shortened from 20 s to 1 s so a group
+/// settles within seconds, and the client's logs go to stderr when `RUST_LOG` is set.
+/// Every harness entry point ([`run_clients`], [`node::Node::start`]) calls this first, so
+/// the environment is only changed before any test thread spawns a process or a client.
+pub fn init_process() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        const KEY: &str = "rocketmq.client.rebalance.waitInterval";
+        if std::env::var_os(KEY).is_none() {
+            // Runs before any test thread has spawned a node or a client: each harness
+            // entry point calls init_process first, and the OnceLock makes the others
+            // wait here. (scripts/compat.sh sets the variable, so this is for bare runs.)
+            std::env::set_var(KEY, "1000");
+        }
+        if std::env::var_os("RUST_LOG").is_some() {
+            let config = rocketmq_observability::TelemetryBootstrapConfig::default();
+            match rocketmq_observability::install_global(&config) {
+                Ok(guard) => {
+                    // Lives as long as the process.
+                    std::mem::forget(guard);
+                }
+                Err(error) => eprintln!("client logging not installed: {error}"),
+            }
+        }
+    });
+}
+
+/// Runs `scenario` on a fresh client runtime and shuts the runtime down afterwards.
+pub fn run_clients<F, Fut>(name: &str, scenario: F)
+where
+    F: FnOnce(Arc<ClientRuntime>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    init_process();
+    let owner = RuntimeOwner::plan(RuntimeConfig {
+        thread_name: format!("compat-{name}"),
+        ..Default::default()
+    })
+    .expect("runtime configuration")
+    .build()
+    .expect("build the client runtime");
+    let telemetry = rocketmq_observability::TelemetryRuntimeGuard::noop();
+    let runtime = ClientRuntime::try_new(
+        owner.root_context().component("client"),
+        ClientRuntimeConfig::default(),
+        telemetry.handle(),
+    )
+    .expect("create the client runtime");
+    owner.block_on(scenario(Arc::clone(&runtime)));
+    owner.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(30), runtime.shutdown()).await;
+        let _ = owner.shutdown_tasks().await;
+    });
+    let _ = owner.shutdown_background();
+}
+
+/// Polls `condition` every 50 ms until it holds; panics with `what` (and `detail()`) when
+/// `deadline` passes first.
+pub async fn wait_until(
+    what: &str,
+    deadline: Duration,
+    mut condition: impl FnMut() -> bool,
+    detail: impl Fn() -> String,
+) {
+    let until = Instant::now() + deadline;
+    loop {
+        if condition() {
+            return;
+        }
+        if Instant::now() >= until {
+            panic!(
+                "timed out after {deadline:?} waiting for {what}: {}",
+                detail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client config naming its instance, so two members in one process are two clients.
+pub fn client_config(namesrv: &str, instance: &str) -> ClientConfig {
+    let mut config = ClientConfig {
+        namesrv_addr: Some(namesrv.to_string().into()),
+        vip_channel_enabled: false,
+        ..Default::default()
+    };
+    config.set_instance_name(instance.to_string().into());
+    config
+}
+
+/// A started producer.
+pub async fn start_producer(
+    runtime: &Arc<ClientRuntime>,
+    namesrv: &str,
+    group: &str,
+) -> DefaultMQProducer {
+    let mut producer = DefaultMQProducer::builder(Arc::clone(runtime))
+        .client_config(client_config(namesrv, &format!("{group}-producer")))
+        .producer_group(group.to_string())
+        .name_server_addr(namesrv.to_string())
+        .send_msg_timeout(5_000)
+        .build();
+    producer.start().await.expect("start the producer");
+    producer
+}
+
+/// One delivered message, as a listener saw it.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub member: String,
+    pub topic: String,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub body: String,
+    pub tags: Option<String>,
+    pub keys: Vec<String>,
+}
+
+/// Collects every delivery of one member into a shared list.
+#[derive(Clone)]
+pub struct Collector {
+    member: String,
+    deliveries: Arc<Mutex<Vec<Delivery>>>,
+}
+
+impl Collector {
+    pub fn new(member: &str) -> Collector {
+        Collector {
+            member: member.to_string(),
+            deliveries: Arc::default(),
+        }
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.deliveries.lock().unwrap().clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.deliveries.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bodies delivered so far, with how often each was delivered.
+    pub fn body_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for delivery in self.deliveries.lock().unwrap().iter() {
+            *counts.entry(delivery.body.clone()).or_default() += 1;
+        }
+        counts
+    }
+}
+
+impl MessageListenerConcurrently for Collector {
+    fn consume_message(
+        &self,
+        msgs: &[&MessageExt],
+        _context: &ConsumeConcurrentlyContext,
+    ) -> ClientResult<ConsumeConcurrentlyStatus> {
+        let mut deliveries = self.deliveries.lock().unwrap();
+        for msg in msgs {
+            let inner = msg.message_inner();
+            deliveries.push(Delivery {
+                member: self.member.clone(),
+                topic: msg.topic().to_string(),
+                queue_id: msg.queue_id(),
+                queue_offset: msg.queue_offset(),
+                body: String::from_utf8_lossy(inner.body_slice()).into_owned(),
+                tags: inner.tags().map(str::to_string),
+                keys: inner.keys().unwrap_or_default(),
+            });
+        }
+        Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
+    }
+}
+
+/// The averaging allocation strategy, recording each allocation it computes so a test can
+/// see when a group has settled (every member saw every member, and the queues are split).
+pub struct RecordingAllocator {
+    inner: AllocateMessageQueueAveragely,
+    /// Per topic: every allocation computed, in order.
+    log: Mutex<HashMap<String, Vec<Allocation>>>,
+}
+
+/// One allocation a member computed.
+#[derive(Clone, Debug)]
+pub struct Allocation {
+    pub members: usize,
+    pub all: BTreeSet<i32>,
+    pub mine: BTreeSet<i32>,
+}
+
+impl RecordingAllocator {
+    pub fn new() -> Arc<RecordingAllocator> {
+        Arc::new(RecordingAllocator {
+            inner: AllocateMessageQueueAveragely,
+            log: Mutex::default(),
+        })
+    }
+
+    /// The allocations computed for `topic` so far.
+    pub fn allocations(&self, topic: &str) -> Vec<Allocation> {
+        self.log
+            .lock()
+            .unwrap()
+            .get(topic)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl AllocateMessageQueueStrategy for RecordingAllocator {
+    fn allocate(
+        &self,
+        consumer_group: &CheetahString,
+        current_cid: &CheetahString,
+        mq_all: &[MessageQueue],
+        cid_all: &[CheetahString],
+    ) -> rocketmq_error::Result<Vec<MessageQueue>> {
+        let result = self
+            .inner
+            .allocate(consumer_group, current_cid, mq_all, cid_all)?;
+        if let Some(first) = mq_all.first() {
+            self.log
+                .lock()
+                .unwrap()
+                .entry(first.topic_str().to_string())
+                .or_default()
+                .push(Allocation {
+                    members: cid_all.len(),
+                    all: mq_all.iter().map(MessageQueue::queue_id).collect(),
+                    mine: result.iter().map(MessageQueue::queue_id).collect(),
+                });
+        }
+        Ok(result)
+    }
+
+    fn get_name(&self) -> &'static str {
+        "AVG"
+    }
+}
+
+/// True once every member has computed at least two allocations for `topic` that saw all
+/// `members.len()` members (the second proves the first was applied), and the latest ones
+/// split the topic's queues with no queue held twice and none left over.
+pub fn group_settled(members: &[&RecordingAllocator], topic: &str) -> bool {
+    let mut held: Vec<i32> = Vec::new();
+    let mut all = None;
+    for member in members {
+        let allocations = member.allocations(topic);
+        let full: Vec<&Allocation> = allocations
+            .iter()
+            .filter(|a| a.members == members.len())
+            .collect();
+        if full.len() < 2 || allocations.last().unwrap().members != members.len() {
+            return false;
+        }
+        let last = full.last().unwrap();
+        held.extend(last.mine.iter().copied());
+        all = Some(last.all.clone());
+    }
+    let Some(all) = all else { return false };
+    let distinct: BTreeSet<i32> = held.iter().copied().collect();
+    distinct.len() == held.len() && distinct == all
+}
+
+/// Describes the members' latest allocations for `topic`, for failure messages.
+pub fn describe_allocations(members: &[&RecordingAllocator], topic: &str) -> String {
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("member {i}: {:?}", m.allocations(topic).last()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What a push consumer is built with.
+pub struct ConsumerSpec<'a> {
+    pub namesrv: &'a str,
+    pub group: &'a str,
+    pub instance: &'a str,
+    pub topic: &'a str,
+    pub expression: &'a str,
+    pub model: MessageModel,
+}
+
+/// A started push consumer with its collector and its allocation recorder.
+pub struct Member {
+    pub consumer: DefaultMQPushConsumer,
+    pub collector: Collector,
+    pub allocator: Arc<RecordingAllocator>,
+}
+
+impl Member {
+    pub async fn shutdown(mut self) {
+        self.consumer.shutdown().await;
+    }
+}
+
+/// Builds, subscribes and starts a push consumer that consumes from the first offset when
+/// its group has no committed offset.
+pub async fn start_member(runtime: &Arc<ClientRuntime>, spec: ConsumerSpec<'_>) -> Member {
+    let collector = Collector::new(spec.instance);
+    let allocator = RecordingAllocator::new();
+    let mut consumer = DefaultMQPushConsumer::builder(Arc::clone(runtime))
+        .client_config(client_config(spec.namesrv, spec.instance))
+        .name_server_addr(spec.namesrv.to_string())
+        .consumer_group(spec.group.to_string())
+        .message_model(spec.model)
+        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+        .allocate_message_queue_strategy(allocator.clone())
+        .build();
+    consumer
+        .subscribe(spec.topic, spec.expression)
+        .await
+        .expect("subscribe");
+    consumer.register_message_listener_concurrently(collector.clone());
+    consumer.start().await.expect("start the push consumer");
+    Member {
+        consumer,
+        collector,
+        allocator,
+    }
+}
