@@ -6,9 +6,11 @@
 #   ringmq bench consume of everything produced, from the earliest offset.
 # Around each produce run the node's CPU time (utime+stime from /proc/<pid>/stat, in
 # ticks of `getconf CLK_TCK`) is read, giving node CPU microseconds per message.
-# Results: perf/results/node-bench.md (and node-bench.raw.jsonl).
+# Results: perf/results/node-bench-<shards>shard.md (and .raw.jsonl).
 #
-# Usage: perf/node_bench.sh      env: SECONDS_PER_RUN (default 5), DIR (default /var/tmp).
+# Usage: perf/node_bench.sh      env: SECONDS_PER_RUN (default 5), DIR (default /var/tmp),
+#                                     SHARDS (default: the node's default, one per CPU).
+# Results go to perf/results/node-bench-<shards>shard.md.
 # The load generator shares the machine with the node: on few cores the figures are a
 # floor, not the node's ceiling.
 set -euo pipefail
@@ -17,7 +19,8 @@ RUN_SECONDS=${SECONDS_PER_RUN:-5}
 BASE=${DIR:-/var/tmp}
 OUT=perf/results
 mkdir -p "$OUT"
-RAW="$OUT/node-bench.raw.jsonl"
+SHARDS=${SHARDS:-$(nproc)}
+RAW="$OUT/node-bench-${SHARDS}shard.raw.jsonl"
 : > "$RAW"
 cargo build --release --quiet
 BIN=target/release/ringmq
@@ -43,7 +46,8 @@ trap cleanup EXIT
 for flush in sync async; do
   dir=$(mktemp -d "$BASE/ringmq-node-bench-XXXXXX")
   log="$dir/serve.log"
-  "$BIN" serve --dir "$dir/store" --port 0 --namesrv-port 0 --flush "$flush" 2> "$log" &
+  "$BIN" serve --dir "$dir/store" --port 0 --namesrv-port 0 --metrics-port 0 \
+    --shards "$SHARDS" --flush "$flush" 2> "$log" &
   NODE_PID=$!
   addr=
   for _ in $(seq 1 200); do
@@ -78,14 +82,14 @@ for flush in sync async; do
   rm -rf "$dir"
 done
 
-python3 - "$RAW" "$OUT/node-bench.md" "$RUN_SECONDS" "$(nproc)" <<'PY'
+python3 - "$RAW" "$OUT/node-bench-${SHARDS}shard.md" "$RUN_SECONDS" "$(nproc)" "$SHARDS" <<'PY'
 import json, sys
-raw, out, seconds, cores = sys.argv[1:]
+raw, out, seconds, cores, shards = sys.argv[1:]
 rows = [json.loads(line) for line in open(raw)]
 lines = [
     "# ringmq node over the network (`perf/node_bench.sh`)",
     "",
-    f"`ringmq serve` (release) loaded by `ringmq bench` on the same machine ({cores} cores),",
+    f"`ringmq serve` (release, {shards} shards) loaded by `ringmq bench` on the same machine ({cores} cores),",
     f"1 KiB messages, sync-mode sends, {seconds} s per produce run; consume reads back",
     "everything produced. Latency: send (request to response) for produce, end-to-end",
     "(born timestamp to receipt, ms resolution) for consume. Node CPU: utime+stime of the",

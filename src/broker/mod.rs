@@ -10,6 +10,7 @@
 //!   UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), DELETE_TOPIC_IN_BROKER (215).
 //! - [`consumers`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
 //!   and the heartbeat subscriptions pulls filter by.
+//! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
 //!   `commitOffset`, and `config/consumerOffset.json`.
 //!
@@ -31,6 +32,7 @@
 //! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): retry/DLQ, delay levels,
 //! transactions, query/view, pop.
 
+pub mod assignment;
 pub mod consumer_offsets;
 pub mod consumers;
 pub mod ids;
@@ -280,6 +282,7 @@ impl Broker {
             request::HEART_BEAT => consumers::heartbeat(self, &request),
             request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
             request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
+            request::QUERY_ASSIGNMENT => assignment::query_assignment(self, &request),
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,
