@@ -196,7 +196,8 @@ impl NodeHandle {
 
     /// The address of the Prometheus endpoint, if one serves.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_server.as_ref().map(MetricsServer::addr)
+        let port = self.metrics_server.as_ref()?.addr().port();
+        Some(SocketAddr::new(self.addr.ip(), port))
     }
 
     /// Every shard's metrics.
