@@ -214,38 +214,50 @@ fn family(
     }
 }
 
+/// Writes a counter family with one sample per shard and code, the code under `label`.
+fn by_code(
+    out: &mut String,
+    shards: &[Arc<ShardMetrics>],
+    (name, help): (&str, &str),
+    label: &str,
+    counts: impl Fn(&ShardMetrics) -> &Locked<BTreeMap<i32, u64>>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for shard in shards {
+        for (code, n) in counts(shard).lock().iter() {
+            let _ = writeln!(
+                out,
+                "{name}{{shard=\"{}\",{label}=\"{code}\"}} {n}",
+                shard.shard
+            );
+        }
+    }
+}
+
 /// The Prometheus text format (version 0.0.4) of `shards`.
 pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     let mut out = String::with_capacity(4096);
     let relaxed = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i128;
-    let _ = writeln!(
-        out,
-        "# HELP ringmq_requests_total Requests received, by request code.\n\
-         # TYPE ringmq_requests_total counter"
+    by_code(
+        &mut out,
+        shards,
+        (
+            "ringmq_requests_total",
+            "Requests received, by request code.",
+        ),
+        "code",
+        |s| &s.requests,
     );
-    for shard in shards {
-        for (code, n) in shard.requests.lock().iter() {
-            let _ = writeln!(
-                out,
-                "ringmq_requests_total{{shard=\"{}\",code=\"{code}\"}} {n}",
-                shard.shard
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP ringmq_responses_total Responses sent, by response code.\n\
-         # TYPE ringmq_responses_total counter"
+    by_code(
+        &mut out,
+        shards,
+        (
+            "ringmq_responses_total",
+            "Responses sent, by response code.",
+        ),
+        "status",
+        |s| &s.responses,
     );
-    for shard in shards {
-        for (status, n) in shard.responses.lock().iter() {
-            let _ = writeln!(
-                out,
-                "ringmq_responses_total{{shard=\"{}\",status=\"{status}\"}} {n}",
-                shard.shard
-            );
-        }
-    }
     family(
         &mut out,
         shards,
