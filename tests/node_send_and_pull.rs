@@ -1,4 +1,5 @@
-//! A node in-process: messages sent with V1 and V2 headers come back from a pull with the
+//! A node in-process: messages sent with V1 and V2 headers come back from a pull (and a
+//! LITE_PULL_MESSAGE) with the
 //! same bodies and queue offsets; each send's msgId decodes to the store host and the
 //! physical offset the pulled record carries; a tag subscription filters; the offset
 //! queries (GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME) answer.
@@ -244,6 +245,44 @@ fn a_batch_is_stored_in_order_with_consecutive_offsets() {
                 record.phys_offset as u64
             );
         }
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_lite_pull_returns_the_same_records_as_a_pull() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        for i in 0..5 {
+            let body = format!("lite {i}");
+            let answer = client
+                .request(send_request_v1(
+                    "LiteTopic",
+                    2,
+                    body.as_bytes(),
+                    Some("TagA"),
+                    None,
+                ))
+                .await
+                .unwrap();
+            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        }
+        let mut lite = pull_request("LiteTopic", 2, 1, 32, None, None);
+        lite.code = request::LITE_PULL_MESSAGE;
+        let lite = client.request(lite).await.unwrap();
+        assert_eq!(lite.code, response::SUCCESS, "{lite:?}");
+        let pulled = client.pull("LiteTopic", 2, 1, 32, None).await.unwrap();
+        assert_eq!(lite.body, pulled.body, "the same stored records");
+        let bodies: Vec<Vec<u8>> = records(&lite.body)
+            .iter()
+            .map(|r| r.body.to_vec())
+            .collect();
+        let expected: Vec<Vec<u8>> = (1..5).map(|i| format!("lite {i}").into_bytes()).collect();
+        assert_eq!(bodies, expected);
+        assert_eq!(ext(&lite, "nextBeginOffset"), "5");
     });
     node.shutdown().unwrap();
 }
