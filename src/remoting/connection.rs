@@ -23,8 +23,13 @@
 //! - A framing error (bad or huge length, unknown serialize type, undecodable header)
 //!   means the stream is out of step and cannot be resynchronised: it is logged at warn
 //!   with the peer address and the connection is closed. Only this connection is touched.
-//! - When the connection ends for any reason (peer closed, framing error, node shutdown)
-//!   its request tasks and its writer are aborted: nothing outlives the connection.
+//! - Every whole request read before the connection ends is carried out, even when the
+//!   peer closes right after sending it: a producer that sends oneway messages and hangs
+//!   up loses none of them (Java's broker behaves the same). Their responses, if any, are
+//!   dropped. So when the peer closes or the stream breaks, request tasks still running
+//!   are left to finish on their own (a parked pull ends at its suspend timeout, at most
+//!   `max_suspend`); only a node shutdown aborts them (the store still finishes every put
+//!   already queued). The writer task goes with the connection in every case.
 //!
 //! This file knows nothing about what a request means: that is the [`RequestHandler`]'s job
 //! (the broker, in production). It is shard-local: it uses `spawn_local` and `Rc`.
@@ -156,7 +161,11 @@ pub async fn serve_connection<H: RequestHandler>(
             _ = shutdown.wait_for(|stop| *stop) => break Ended::Shutdown,
         }
     };
-    requests.abort_all();
+    if ended == Ended::Shutdown {
+        requests.abort_all();
+    } else {
+        requests.detach_all();
+    }
     writer_task.abort();
     tracing::debug!(%peer, ?ended, "connection ended");
     ended
