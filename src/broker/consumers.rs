@@ -30,12 +30,20 @@
 //!   [`Groups::sweep`], which the node runs every `BrokerConfig::client_sweep_interval`.
 //!   Times are tokio `Instant`s, so paused-time tests control expiry.
 //!
-//! Not done here: retry-topic creation (topic configs), NOTIFY_CONSUMER_IDS_CHANGED (40) to
-//! the other members, heartbeat V2 (the response claims no V2 support, so clients keep
-//! sending full heartbeats), and channel-close cleanup (clients expire instead).
+//! - Each client is tied to the connection its latest heartbeat came over. When that
+//!   connection closes, the client leaves every group at once (Java's channel-close
+//!   cleanup), instead of waiting out the expiry.
+//! - Whenever a consumer group gains or loses a client (heartbeat, UNREGISTER_CLIENT,
+//!   connection close), every remaining member is sent NOTIFY_CONSUMER_IDS_CHANGED (40,
+//!   oneway, header `consumerGroup`) over its connection, so clients rebalance at once
+//!   instead of on their own timer ([`super::notify`]).
+//!
+//! Not done here: retry-topic creation (topic configs) and heartbeat V2 (the response
+//! claims no V2 support, so clients keep sending full heartbeats).
 
 use crate::sync::Locked;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 
 use serde::{Deserialize, Deserializer};
 use tokio::time::{Duration, Instant};
@@ -144,6 +152,8 @@ struct Tables {
     consumers: BTreeMap<String, ConsumerGroup>,
     /// Producer group → client id → last heartbeat.
     producers: BTreeMap<String, BTreeMap<String, Instant>>,
+    /// Client id → the connection its latest heartbeat came over.
+    peers: BTreeMap<String, SocketAddr>,
 }
 
 /// The shard's producer and consumer groups.
@@ -157,9 +167,12 @@ impl Groups {
         Groups::default()
     }
 
-    /// Registers (or refreshes) everything one heartbeat names.
-    pub fn heartbeat(&self, data: &HeartbeatData, now: Instant) {
+    /// Registers (or refreshes) everything one heartbeat, received from `peer`, names;
+    /// returns the consumer groups the client newly joined.
+    pub fn heartbeat(&self, data: &HeartbeatData, now: Instant, peer: SocketAddr) -> Vec<String> {
+        let mut joined = Vec::new();
         let mut tables = self.tables.lock();
+        tables.peers.insert(data.client_id.clone(), peer);
         for producer in &data.producer_data_set {
             tables
                 .producers
@@ -172,7 +185,9 @@ impl Groups {
                 .consumers
                 .entry(consumer.group_name.clone())
                 .or_default();
-            group.clients.insert(data.client_id.clone(), now);
+            if group.clients.insert(data.client_id.clone(), now).is_none() {
+                joined.push(consumer.group_name.clone());
+            }
             let mut subscriptions = BTreeMap::new();
             for sub in &consumer.subscription_data_set {
                 let keep = match group.subscriptions.get(&sub.topic) {
@@ -183,15 +198,17 @@ impl Groups {
             }
             group.subscriptions = subscriptions;
         }
+        joined
     }
 
-    /// Removes `client_id` from the named groups, or from every group when none is named.
+    /// Removes `client_id` from the named groups, or from every group when none is named;
+    /// returns the consumer groups that still have members and lost this one.
     pub fn unregister(
         &self,
         client_id: &str,
         producer_group: Option<&str>,
         consumer_group: Option<&str>,
-    ) {
+    ) -> Vec<String> {
         let mut tables = self.tables.lock();
         let everywhere = producer_group.is_none() && consumer_group.is_none();
         tables.producers.retain(|name, clients| {
@@ -200,12 +217,52 @@ impl Groups {
             }
             !clients.is_empty()
         });
+        let mut left = Vec::new();
         tables.consumers.retain(|name, group| {
-            if everywhere || Some(name.as_str()) == consumer_group {
-                group.clients.remove(client_id);
+            if (everywhere || Some(name.as_str()) == consumer_group)
+                && group.clients.remove(client_id).is_some()
+                && !group.clients.is_empty()
+            {
+                left.push(name.clone());
             }
             !group.clients.is_empty()
         });
+        if everywhere {
+            tables.peers.remove(client_id);
+        }
+        left
+    }
+
+    /// Removes every client whose latest heartbeat came over the connection from `peer`
+    /// (it closed); returns the consumer groups that still have members and lost one.
+    pub fn connection_closed(&self, peer: SocketAddr) -> Vec<String> {
+        let gone: Vec<String> = {
+            let tables = self.tables.lock();
+            tables
+                .peers
+                .iter()
+                .filter(|(_, at)| **at == peer)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mut left = BTreeSet::new();
+        for client in gone {
+            left.extend(self.unregister(&client, None, None));
+        }
+        left.into_iter().collect()
+    }
+
+    /// The connections the group's clients last heartbeated over.
+    pub fn consumer_peers(&self, group: &str) -> Vec<SocketAddr> {
+        let tables = self.tables.lock();
+        let Some(group) = tables.consumers.get(group) else {
+            return Vec::new();
+        };
+        group
+            .clients
+            .keys()
+            .filter_map(|id| tables.peers.get(id).copied())
+            .collect()
     }
 
     /// Drops every client whose last heartbeat is `expiry` or more before `now`; returns
@@ -225,6 +282,16 @@ impl Groups {
             group.clients.retain(|_, last| alive(last));
             removed += before - group.clients.len();
             !group.clients.is_empty()
+        });
+        // Forget the connection of a client no group holds any more.
+        let Tables {
+            consumers,
+            producers,
+            peers,
+        } = &mut *tables;
+        peers.retain(|id, _| {
+            consumers.values().any(|g| g.clients.contains_key(id))
+                || producers.values().any(|clients| clients.contains_key(id))
         });
         removed
     }
@@ -258,8 +325,8 @@ impl Groups {
     }
 }
 
-/// HEART_BEAT (34).
-pub fn heartbeat(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+/// HEART_BEAT (34) from the connection of `peer`.
+pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -> RemotingCommand {
     let data: HeartbeatData = match serde_json::from_slice(&request.body) {
         Ok(data) => data,
         Err(error) => {
@@ -277,7 +344,9 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand) -> RemotingCommand 
             Some("HeartbeatData has no clientID".into()),
         );
     }
-    broker.groups.heartbeat(&data, Instant::now());
+    for group in broker.groups.heartbeat(&data, Instant::now(), peer) {
+        broker.notify_consumer_ids_changed(&group);
+    }
     RemotingCommand::response_to(request, response::SUCCESS, None)
 }
 
@@ -288,9 +357,12 @@ pub fn unregister_client(broker: &Broker, request: &RemotingCommand) -> Remoting
         Err(error) => return bad_header(request, error),
     };
     let named = |field| request.opt_str(field).filter(|name| !name.is_empty());
-    broker
+    let left = broker
         .groups
         .unregister(client_id, named("producerGroup"), named("consumerGroup"));
+    for group in left {
+        broker.notify_consumer_ids_changed(&group);
+    }
     RemotingCommand::response_to(request, response::SUCCESS, None)
 }
 
@@ -317,6 +389,9 @@ pub fn consumer_list(broker: &Broker, request: &RemotingCommand) -> RemotingComm
 mod tests {
     use super::*;
 
+    const PEER: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40000);
+
     fn beat(client: &str, group: &str, subs: &str) -> HeartbeatData {
         let text = format!(
             r#"{{"clientID":"{client}","unknownField":1,"producerDataSet":null,
@@ -330,11 +405,11 @@ mod tests {
     async fn clients_expire_after_the_timeout_and_take_the_group_with_them() {
         let groups = Groups::new();
         let expiry = Duration::from_secs(120);
-        groups.heartbeat(&beat("b@1", "g", ""), Instant::now());
-        groups.heartbeat(&beat("a@1", "g", ""), Instant::now());
+        groups.heartbeat(&beat("b@1", "g", ""), Instant::now(), PEER);
+        groups.heartbeat(&beat("a@1", "g", ""), Instant::now(), PEER);
         assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1", "b@1"]);
         tokio::time::advance(Duration::from_secs(100)).await;
-        groups.heartbeat(&beat("a@1", "g", ""), Instant::now());
+        groups.heartbeat(&beat("a@1", "g", ""), Instant::now(), PEER);
         tokio::time::advance(Duration::from_secs(20)).await;
         assert_eq!(groups.sweep(Instant::now(), expiry), 1);
         assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1"]);
@@ -349,14 +424,14 @@ mod tests {
         let now = Instant::now();
         let new = r#"{"topic":"T","subString":"TagA","codeSet":[1],"subVersion":5}"#;
         let old = r#"{"topic":"T","subString":"TagB","codeSet":[2],"subVersion":4}"#;
-        groups.heartbeat(&beat("a@1", "g", new), now);
-        groups.heartbeat(&beat("b@1", "g", old), now);
+        groups.heartbeat(&beat("a@1", "g", new), now, PEER);
+        groups.heartbeat(&beat("b@1", "g", old), now, PEER);
         let sub = groups.subscription("g", "T").unwrap();
         assert_eq!((sub.sub_string.as_str(), sub.sub_version), ("TagA", 5));
         let tag_a = crate::store::properties::java_string_hash("TagA");
         assert_eq!(sub.filter_codes(), Some(vec![tag_a, 1]));
         // A heartbeat without the topic drops it.
-        groups.heartbeat(&beat("a@1", "g", ""), now);
+        groups.heartbeat(&beat("a@1", "g", ""), now, PEER);
         assert_eq!(groups.subscription("g", "T"), None);
     }
 

@@ -36,6 +36,7 @@ pub mod assignment;
 pub mod consumer_offsets;
 pub mod consumers;
 pub mod ids;
+pub mod notify;
 pub mod offsets;
 pub mod pull;
 pub mod send;
@@ -51,7 +52,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::metrics::{Family, ShardMetrics};
 use crate::remoting::codes::{request, response};
-use crate::remoting::connection::RequestHandler;
+use crate::remoting::connection::{Outbound, RequestHandler};
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::shard::mailbox::OwnerHandler;
 use crate::shard::{routing, ShardContext};
@@ -105,6 +106,8 @@ pub struct NodeTables {
     pub topics: Arc<topics::TopicTable>,
     pub groups: Arc<consumers::Groups>,
     pub consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
+    /// Every open client connection of every shard, by peer address.
+    pub links: Arc<notify::Links>,
 }
 
 impl NodeTables {
@@ -116,6 +119,7 @@ impl NodeTables {
             topics: Arc::new(topics),
             groups: Arc::new(consumers::Groups::new()),
             consumer_offsets: Arc::new(consumer_offsets),
+            links: Arc::new(notify::Links::default()),
         }
     }
 }
@@ -132,6 +136,7 @@ pub struct Broker {
     pub(crate) next_queue: Cell<u32>,
     pub(crate) groups: Arc<consumers::Groups>,
     pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
+    pub(crate) links: Arc<notify::Links>,
     pub(crate) shard: ShardContext,
     pub(crate) metrics: Arc<ShardMetrics>,
 }
@@ -150,6 +155,7 @@ impl Broker {
             topics: tables.topics,
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
+            links: tables.links,
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip(), shard.id()),
             store,
             identity,
@@ -279,7 +285,7 @@ impl Broker {
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request),
             request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
             request::UPDATE_CONSUMER_OFFSET => consumer_offsets::update(self, &request),
-            request::HEART_BEAT => consumers::heartbeat(self, &request),
+            request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
             request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
             request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
             request::QUERY_ASSIGNMENT => assignment::query_assignment(self, &request),
@@ -304,6 +310,17 @@ impl OwnerHandler for Broker {
 }
 
 impl RequestHandler for Broker {
+    fn connection_opened(&self, peer: SocketAddr, outbound: Outbound) {
+        self.links.open(peer, outbound);
+    }
+
+    fn connection_closed(&self, peer: SocketAddr) {
+        self.links.close(peer);
+        for group in self.groups.connection_closed(peer) {
+            self.notify_consumer_ids_changed(&group);
+        }
+    }
+
     async fn handle(
         self: Rc<Self>,
         request: RemotingCommand,

@@ -51,8 +51,18 @@ use super::command::RemotingCommand;
 use super::frame::{encode_frame_header, take_frame};
 use super::traffic::Traffic;
 
+/// Frames to write on a connection: responses, and requests the node itself sends to the
+/// client (NOTIFY_CONSUMER_IDS_CHANGED). `Send`, so any shard can write to any connection.
+pub type Outbound = mpsc::Sender<RemotingCommand>;
+
 /// What a connection needs from the code that gives requests their meaning.
 pub trait RequestHandler: 'static {
+    /// A connection from `peer` opened; `outbound` writes frames to it until it closes.
+    fn connection_opened(&self, _peer: SocketAddr, _outbound: Outbound) {}
+
+    /// The connection from `peer` closed, for whatever reason.
+    fn connection_closed(&self, _peer: SocketAddr) {}
+
     /// Handles one request from `peer`; `None` means no response is sent.
     fn handle(
         self: Rc<Self>,
@@ -115,6 +125,7 @@ pub async fn serve_connection<H: RequestHandler>(
     let (responses, queued) = mpsc::channel(limits.response_queue.max(1));
     let sender = BodySender::new(limits.body_send, traffic.clone());
     let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
+    handler.connection_opened(peer, responses.clone());
     let mut requests = JoinSet::new();
     let mut buffer = BytesMut::with_capacity(limits.read_buffer);
     let ended = 'serve: loop {
@@ -167,6 +178,7 @@ pub async fn serve_connection<H: RequestHandler>(
         requests.detach_all();
     }
     writer_task.abort();
+    handler.connection_closed(peer);
     tracing::debug!(%peer, ?ended, "connection ended");
     ended
 }

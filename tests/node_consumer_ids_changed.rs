@@ -1,0 +1,167 @@
+//! NOTIFY_CONSUMER_IDS_CHANGED (40): when a consumer group gains a member (heartbeat) or
+//! loses one (its connection closes), the node sends every remaining member a oneway
+//! request naming the group, over that member's own connection, whichever shard holds it;
+//! a closed connection takes its client out of the group at once.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use ringmq::node::NodeOptions;
+use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::frame::{encode_frame, take_frame, DEFAULT_MAX_FRAME_LEN};
+use ringmq::remoting::{ExtFields, RemotingCommand};
+
+const GROUP: &str = "notified-group";
+
+/// A blocking raw connection that sees every frame the node writes, requests included.
+struct Raw {
+    socket: TcpStream,
+    buffer: BytesMut,
+    opaque: i32,
+}
+
+impl Raw {
+    fn connect(addr: std::net::SocketAddr) -> Raw {
+        let socket = TcpStream::connect(addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        Raw {
+            socket,
+            buffer: BytesMut::new(),
+            opaque: 0,
+        }
+    }
+
+    fn send(&mut self, mut command: RemotingCommand) -> i32 {
+        self.opaque += 1;
+        command.opaque = self.opaque;
+        let mut out = Vec::new();
+        encode_frame(&command, &mut out).unwrap();
+        self.socket.write_all(&out).unwrap();
+        self.opaque
+    }
+
+    /// The next frame matching `wanted`, waiting at most `limit`.
+    fn next(
+        &mut self,
+        limit: Duration,
+        wanted: impl Fn(&RemotingCommand) -> bool,
+    ) -> RemotingCommand {
+        let deadline = Instant::now() + limit;
+        loop {
+            while let Some(frame) = take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
+                if wanted(&frame) {
+                    return frame;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no wanted frame within {limit:?}"
+            );
+            let mut chunk = [0u8; 4096];
+            match self.socket.read(&mut chunk) {
+                Ok(0) => panic!("the node closed the connection"),
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(error) => panic!("read failed: {error}"),
+            }
+        }
+    }
+
+    fn call(&mut self, command: RemotingCommand) -> RemotingCommand {
+        let opaque = self.send(command);
+        self.next(Duration::from_secs(10), |f| {
+            f.is_response() && f.opaque == opaque
+        })
+    }
+
+    fn notification(&mut self) -> RemotingCommand {
+        self.next(Duration::from_secs(10), |f| {
+            f.code == request::NOTIFY_CONSUMER_IDS_CHANGED && !f.is_response()
+        })
+    }
+}
+
+fn heartbeat(client_id: &str) -> RemotingCommand {
+    let body = serde_json::json!({
+        "clientID": client_id,
+        "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": GROUP,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [
+                {"topic": "Watched", "subString": "*", "tagsSet": [], "codeSet": [],
+                 "subVersion": 1, "expressionType": "TAG"}
+            ]
+        }]
+    });
+    RemotingCommand::request(request::HEART_BEAT, ExtFields::new()).with_body(body.to_string())
+}
+
+fn members(raw: &mut Raw) -> Vec<String> {
+    let mut fields = ExtFields::new();
+    fields.insert("consumerGroup".into(), GROUP.into());
+    let answer = raw.call(RemotingCommand::request(
+        request::GET_CONSUMER_LIST_BY_GROUP,
+        fields,
+    ));
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    let mut ids: Vec<String> = body["consumerIdList"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn members_are_told_when_their_group_gains_or_loses_a_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = NodeOptions::new(dir.path());
+    options.port = 0;
+    options.namesrv_port = 0;
+    options.shards = 2;
+    options.io = ringmq::io::IoChoice::Portable;
+    let node = ringmq::node::start(options).unwrap();
+
+    let mut a = Raw::connect(node.addr());
+    assert_eq!(a.call(heartbeat("client-a")).code, response::SUCCESS);
+    // Several connections, so some land on the other shard than `a`'s.
+    let mut others: Vec<Raw> = (0..4).map(|_| Raw::connect(node.addr())).collect();
+    for (i, other) in others.iter_mut().enumerate() {
+        let answer = other.call(heartbeat(&format!("client-{i}")));
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        let notice = a.notification();
+        assert_eq!(notice.ext_fields["consumerGroup"], GROUP, "{notice:?}");
+        assert!(notice.is_oneway(), "{notice:?}");
+    }
+    assert_eq!(members(&mut a).len(), 5);
+
+    // A heartbeat that changes nothing notifies nobody: the next notice `a` sees is the
+    // one the close below causes, and by then client-3 is gone.
+    assert_eq!(
+        others[0].call(heartbeat("client-0")).code,
+        response::SUCCESS
+    );
+    drop(others.pop());
+    a.notification();
+    assert_eq!(
+        members(&mut a),
+        vec!["client-0", "client-1", "client-2", "client-a"]
+    );
+    node.shutdown().unwrap();
+}
