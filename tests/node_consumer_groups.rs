@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_local;
+use common::{consumer_heartbeat as heartbeat, run_local};
 use ringmq::client::{pull_request, Client};
 use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
@@ -22,39 +22,6 @@ fn node(dir: &std::path::Path, tune: impl FnOnce(&mut NodeOptions)) -> NodeHandl
     options.segment_size = Some(4 * 1024 * 1024);
     tune(&mut options);
     ringmq::node::start(options).expect("node starts")
-}
-
-/// A push consumer's heartbeat: `topic` with `tags`, plus the automatic retry subscription.
-fn heartbeat(client_id: &str, group: &str, topic: &str, tags: &str) -> RemotingCommand {
-    let codes: Vec<i32> = if tags == "*" {
-        Vec::new()
-    } else {
-        tags.split("||")
-            .map(|tag| properties::java_string_hash(tag.trim()))
-            .collect()
-    };
-    let body = serde_json::json!({
-        "clientID": client_id,
-        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
-        "consumerDataSet": [{
-            "groupName": group,
-            "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "unitMode": false,
-            "subscriptionDataSet": [
-                {"classFilterMode": false, "topic": topic, "subString": tags,
-                 "tagsSet": [tags], "codeSet": codes, "subVersion": 1_700_000_000_000_i64,
-                 "expressionType": "TAG"},
-                {"classFilterMode": false, "topic": format!("%RETRY%{group}"), "subString": "*",
-                 "tagsSet": [], "codeSet": [], "subVersion": 1_700_000_000_001_i64,
-                 "expressionType": "TAG"}
-            ]
-        }],
-        "heartbeatFingerprint": 0,
-        "withoutSub": false
-    });
-    RemotingCommand::request(request::HEART_BEAT, ExtFields::new()).with_body(body.to_string())
 }
 
 fn consumer_list(group: &str) -> RemotingCommand {

@@ -16,6 +16,7 @@ use ringmq::remoting::frame::{encode_frame, take_frame, DEFAULT_MAX_FRAME_LEN};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
 const GROUP: &str = "notified-group";
+const TOPIC: &str = "Watched";
 
 /// A blocking raw connection that sees every frame the node writes, requests included.
 struct Raw {
@@ -91,22 +92,9 @@ impl Raw {
     }
 }
 
+/// `client_id`'s heartbeat as a member of the group, subscribed to every tag.
 fn heartbeat(client_id: &str) -> RemotingCommand {
-    let body = serde_json::json!({
-        "clientID": client_id,
-        "producerDataSet": [],
-        "consumerDataSet": [{
-            "groupName": GROUP,
-            "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "subscriptionDataSet": [
-                {"topic": "Watched", "subString": "*", "tagsSet": [], "codeSet": [],
-                 "subVersion": 1, "expressionType": "TAG"}
-            ]
-        }]
-    });
-    RemotingCommand::request(request::HEART_BEAT, ExtFields::new()).with_body(body.to_string())
+    common::consumer_heartbeat(client_id, GROUP, TOPIC, "*")
 }
 
 fn members(raw: &mut Raw) -> Vec<String> {

@@ -14,23 +14,9 @@ use ringmq::remoting::{ExtFields, RemotingCommand};
 const TOPIC: &str = "Assigned";
 const GROUP: &str = "assigned-group";
 
+/// `client_id`'s heartbeat as a member of the group, subscribed to every tag.
 fn heartbeat(client_id: &str) -> RemotingCommand {
-    let body = serde_json::json!({
-        "clientID": client_id,
-        "producerDataSet": [],
-        "consumerDataSet": [{
-            "groupName": GROUP,
-            "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "unitMode": false,
-            "subscriptionDataSet": [
-                {"classFilterMode": false, "topic": TOPIC, "subString": "*",
-                 "tagsSet": [], "codeSet": [], "subVersion": 1, "expressionType": "TAG"}
-            ]
-        }]
-    });
-    RemotingCommand::request(request::HEART_BEAT, ExtFields::new()).with_body(body.to_string())
+    common::consumer_heartbeat(client_id, GROUP, TOPIC, "*")
 }
 
 fn query(client_id: &str, strategy: &str, model: &str) -> RemotingCommand {

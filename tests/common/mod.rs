@@ -120,3 +120,45 @@ pub fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
     options.segment_size = Some(4 * 1024 * 1024);
     ringmq::node::start(options).expect("node starts")
 }
+
+/// A push consumer's heartbeat: `topic` with `tags`, plus the automatic retry subscription.
+pub fn consumer_heartbeat(
+    client_id: &str,
+    group: &str,
+    topic: &str,
+    tags: &str,
+) -> ringmq::remoting::RemotingCommand {
+    let codes: Vec<i32> = if tags == "*" {
+        Vec::new()
+    } else {
+        tags.split("||")
+            .map(|tag| properties::java_string_hash(tag.trim()))
+            .collect()
+    };
+    let body = serde_json::json!({
+        "clientID": client_id,
+        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
+        "consumerDataSet": [{
+            "groupName": group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": false,
+            "subscriptionDataSet": [
+                {"classFilterMode": false, "topic": topic, "subString": tags,
+                 "tagsSet": [tags], "codeSet": codes, "subVersion": 1_700_000_000_000_i64,
+                 "expressionType": "TAG"},
+                {"classFilterMode": false, "topic": format!("%RETRY%{group}"), "subString": "*",
+                 "tagsSet": [], "codeSet": [], "subVersion": 1_700_000_000_001_i64,
+                 "expressionType": "TAG"}
+            ]
+        }],
+        "heartbeatFingerprint": 0,
+        "withoutSub": false
+    });
+    ringmq::remoting::RemotingCommand::request(
+        ringmq::remoting::codes::request::HEART_BEAT,
+        ringmq::remoting::ExtFields::new(),
+    )
+    .with_body(body.to_string())
+}
