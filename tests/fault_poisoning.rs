@@ -211,6 +211,40 @@ fn a_flush_slower_than_the_timeout_answers_flush_disk_timeout_and_the_message_st
 }
 
 #[test]
+fn a_callback_put_hears_flush_disk_timeout_once_even_when_the_fsync_completes_later() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let sim = sim_disk(16);
+    run_local(true, async {
+        let mut config = config();
+        config.sync_flush_timeout = std::time::Duration::from_millis(200);
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        assert_eq!(put_many(&store, 1).await, 1);
+        sim.set_sync_latency(Some(std::time::Duration::from_secs(2)));
+        let outcomes = Rc::new(RefCell::new(Vec::new()));
+        let seen = outcomes.clone();
+        store.put_with(message("T", 0, b"slow", None, None), move |outcome| {
+            seen.borrow_mut().push(outcome)
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        {
+            let got = outcomes.borrow();
+            assert_eq!(got.len(), 1, "answered by the watchdog");
+            let result = got[0].as_ref().unwrap();
+            assert_eq!(result.status, ringmq::store::PutStatus::FlushDiskTimeout);
+            assert_eq!(result.placement.unwrap().queue_offset, 1);
+        }
+        sim.set_sync_latency(None);
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        assert_eq!(store.max_offset("T", 0), 2, "the message landed");
+        assert_eq!(outcomes.borrow().len(), 1, "the later answer is ignored");
+        store.shutdown().await.unwrap();
+    });
+}
+
+#[test]
 fn a_failed_background_fsync_under_async_flush_poisons_the_store_too() {
     let sim = sim_disk(15);
     run_local(true, async {

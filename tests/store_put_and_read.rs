@@ -347,3 +347,61 @@ fn physical_offsets_carry_the_shard_id_in_their_top_byte_and_name_the_segments()
         store.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn put_with_hands_each_outcome_to_its_callback_once_and_refusals_at_once() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    for flush in [FlushMode::Sync, FlushMode::Async] {
+        let sim = sim_disk(21);
+        run_local(true, async {
+            let store = Store::open(config(flush), as_disk(&sim), Clock::starting_at(T0))
+                .await
+                .unwrap();
+            let outcomes = Rc::new(RefCell::new(Vec::new()));
+            for index in 0..5u64 {
+                let outcomes = outcomes.clone();
+                let body = format!("body-{index}");
+                store.put_with(
+                    message("TopicA", 1, body.as_bytes(), Some("TagA"), None),
+                    move |outcome| outcomes.borrow_mut().push((index, outcome)),
+                );
+            }
+            assert!(
+                outcomes.borrow().is_empty(),
+                "nothing is answered before the appender has run"
+            );
+            for _ in 0..1000 {
+                if outcomes.borrow().len() == 5 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let got = outcomes.borrow_mut().drain(..).collect::<Vec<_>>();
+            assert_eq!(got.len(), 5, "{flush:?}: every put was answered");
+            for (index, outcome) in got {
+                let result = outcome.unwrap();
+                assert_eq!(result.status, PutStatus::Ok);
+                assert_eq!(result.placement.unwrap().queue_offset, index);
+            }
+            assert_eq!(store.max_offset("TopicA", 1), 5, "visible once answered");
+
+            // A refused put is answered before put_with returns.
+            let refused = outcomes.clone();
+            store.put_with(message("TopicA", -1, b"x", None, None), move |outcome| {
+                refused.borrow_mut().push((99, outcome))
+            });
+            let got = outcomes.borrow_mut().drain(..).collect::<Vec<_>>();
+            assert_eq!(got.len(), 1);
+            assert!(
+                matches!(&got[0].1, Err(StoreError::MessageIllegal(why)) if why.contains("negative")),
+                "{:?}",
+                got[0].1
+            );
+            assert_eq!(store.stats().put_errors, 1, "the refusal is counted");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert!(outcomes.borrow().is_empty(), "each callback runs once");
+            store.shutdown().await.unwrap();
+        });
+    }
+}

@@ -52,7 +52,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::metrics::{Family, ShardMetrics};
 use crate::remoting::codes::{request, response};
-use crate::remoting::connection::{Outbound, RequestHandler};
+use crate::remoting::connection::{Outbound, Reply, RequestHandler};
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::shard::mailbox::OwnerHandler;
 use crate::shard::{routing, ShardContext};
@@ -310,6 +310,34 @@ impl OwnerHandler for Broker {
 }
 
 impl RequestHandler for Broker {
+    /// Takes a single-message send whose queue this shard owns: checked and queued in the
+    /// store here, answered from the store's callback (see [`send::send_message_then`]).
+    /// Counted in the metrics as [`Broker::handle`] counts. Anything else goes back.
+    fn handle_now(
+        self: Rc<Self>,
+        mut request: RemotingCommand,
+        peer: SocketAddr,
+        reply: Reply,
+    ) -> Option<RemotingCommand> {
+        let code = request.code;
+        if !matches!(code, request::SEND_MESSAGE | request::SEND_MESSAGE_V2) {
+            return Some(request);
+        }
+        if let Some(owner) = self.owner_of(&mut request) {
+            if owner != self.shard.id() {
+                return Some(request);
+            }
+        }
+        let started = std::time::Instant::now();
+        self.metrics.request(code);
+        let metrics = self.metrics.clone();
+        send::send_message_then(&self, &request, peer, move |response| {
+            metrics.response(response.code, Family::of(code), started.elapsed());
+            reply.send(response);
+        });
+        None
+    }
+
     fn connection_opened(&self, peer: SocketAddr, outbound: Outbound) {
         self.links.open(peer, outbound);
     }

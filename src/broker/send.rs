@@ -167,10 +167,38 @@ pub async fn send_message(
     request: &RemotingCommand,
     peer: SocketAddr,
 ) -> RemotingCommand {
-    let (header, queue_id) = match checked_header(broker, request) {
-        Ok(checked) => checked,
+    let (record, pending) = match prepare_send(broker, request, peer) {
+        Ok(prepared) => prepared,
         Err(refusal) => return *refusal,
     };
+    let outcome = broker.store.put(record).await;
+    pending.finish(outcome)
+}
+
+/// [`send_message`] without awaiting: `respond` gets the response once the store has
+/// decided (at once for a refusal), from whatever runs on this shard then. What lets the
+/// connection take a send without a task ([`Broker::handle_now`]).
+pub fn send_message_then(
+    broker: &Broker,
+    request: &RemotingCommand,
+    peer: SocketAddr,
+    respond: impl FnOnce(RemotingCommand) + 'static,
+) {
+    match prepare_send(broker, request, peer) {
+        Ok((record, pending)) => broker
+            .store
+            .put_with(record, move |outcome| respond(pending.finish(outcome))),
+        Err(refusal) => respond(*refusal),
+    }
+}
+
+/// The record of a checked single-message send, and what its response needs later.
+fn prepare_send(
+    broker: &Broker,
+    request: &RemotingCommand,
+    peer: SocketAddr,
+) -> Result<(RecordInput, PendingSend), Box<RemotingCommand>> {
+    let (header, queue_id) = checked_header(broker, request)?;
     let (record, uniq_key) = broker.record_for(
         &header,
         queue_id,
@@ -179,25 +207,53 @@ pub async fn send_message(
         request.body.clone(),
         &header.properties,
     );
-    match broker.store.put(record).await {
-        Ok(result) => {
-            let mut answer =
-                RemotingCommand::response_to(request, status_code(result.status), None);
-            // A FlushDiskTimeout before encoding has no placement; the fields must still be
-            // there, so they say "unknown" the way Java's defaults would.
-            answer.put_ext("msgId", broker.msg_id(&result).unwrap_or_default());
-            answer.put_ext("queueId", queue_id);
-            answer.put_ext(
-                "queueOffset",
-                result
+    let pending = PendingSend {
+        answer: RemotingCommand::response_to(request, response::SUCCESS, None),
+        queue_id,
+        uniq_key,
+        store_host: broker.identity.store_host,
+    };
+    Ok((record, pending))
+}
+
+/// A single-message send waiting for the store: its response so far and the fields the
+/// final one needs. Owns no reference to the broker, so it can sit in the store's queue.
+struct PendingSend {
+    answer: RemotingCommand,
+    queue_id: i32,
+    uniq_key: String,
+    store_host: SocketAddr,
+}
+
+impl PendingSend {
+    fn finish(self, outcome: Result<PutResult, StoreError>) -> RemotingCommand {
+        let mut answer = self.answer;
+        match outcome {
+            Ok(result) => {
+                answer.code = status_code(result.status);
+                // A FlushDiskTimeout before encoding has no placement; the fields must still
+                // be there, so they say "unknown" the way Java's defaults would.
+                let msg_id = result
                     .placement
-                    .map_or(-1, |placement| placement.queue_offset as i64),
-            );
-            answer.put_ext("transactionId", uniq_key);
-            add_region(&mut answer);
-            answer
+                    .map(|placement| ids::offset_msg_id(self.store_host, placement.phys_offset))
+                    .unwrap_or_default();
+                answer.put_ext("msgId", msg_id);
+                answer.put_ext("queueId", self.queue_id);
+                answer.put_ext(
+                    "queueOffset",
+                    result
+                        .placement
+                        .map_or(-1, |placement| placement.queue_offset as i64),
+                );
+                answer.put_ext("transactionId", self.uniq_key);
+                add_region(&mut answer);
+            }
+            Err(error) => {
+                answer.code = error_code(&error);
+                answer.remark = Some(error.to_string());
+            }
         }
-        Err(error) => error_response(request, &error),
+        answer
     }
 }
 

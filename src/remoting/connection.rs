@@ -13,6 +13,10 @@
 //!   pull, a put waiting for its fsync) never holds up the requests behind it. Responses
 //!   therefore may leave in a different order than their requests came; clients match
 //!   them by `opaque`, which [`RemotingCommand::response_to`] echoes.
+//! - The exception: a request the handler can take at once ([`RequestHandler::handle_now`],
+//!   a single-message send) gets no task. The handler keeps a [`Reply`] and answers through
+//!   it when the work is done (for a send, when the store has the message), so the send
+//!   path costs no task spawn and no wake-ups beyond the appender's and the writer's.
 //! - One writer task owns the write half, so frames never interleave. It encodes every
 //!   response already queued into one buffer and writes it with one `write_all`. A
 //!   response with a file body (a pull's records, D8) ends the buffer: the buffer goes
@@ -63,12 +67,52 @@ pub trait RequestHandler: 'static {
     /// The connection from `peer` closed, for whatever reason.
     fn connection_closed(&self, _peer: SocketAddr) {}
 
+    /// Takes `request` without a task of its own when it can be done so, answering through
+    /// `reply` later (or never, for a oneway request: [`Reply`] drops its response); hands
+    /// it back to be run by [`RequestHandler::handle`] in a task otherwise. Must not block.
+    fn handle_now(
+        self: Rc<Self>,
+        request: RemotingCommand,
+        _peer: SocketAddr,
+        _reply: Reply,
+    ) -> Option<RemotingCommand> {
+        Some(request)
+    }
+
     /// Handles one request from `peer`; `None` means no response is sent.
     fn handle(
         self: Rc<Self>,
         request: RemotingCommand,
         peer: SocketAddr,
     ) -> impl Future<Output = Option<RemotingCommand>> + 'static;
+}
+
+/// Where the response to a request taken by [`RequestHandler::handle_now`] goes: the
+/// connection's writer. Dropping it unused sends nothing.
+pub struct Reply {
+    responses: Outbound,
+    oneway: bool,
+}
+
+impl Reply {
+    /// Queues `response` for the writer; a oneway request's response is dropped, as is any
+    /// response after the connection has gone.
+    pub fn send(self, response: RemotingCommand) {
+        if self.oneway {
+            return;
+        }
+        match self.responses.try_send(response) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(response)) => {
+                // The writer is that far behind: wait for room in a task rather than here,
+                // where the caller (the store's appender) must not block.
+                let responses = self.responses;
+                tokio::task::spawn_local(async move {
+                    let _ = responses.send(response).await;
+                });
+            }
+        }
+    }
 }
 
 /// Limits of one connection; every one is a named setting with a default.
@@ -137,6 +181,13 @@ pub async fn serve_connection<H: RequestHandler>(
                         tracing::debug!(%peer, opaque = request.opaque, "unexpected response dropped");
                         continue;
                     }
+                    let reply = Reply {
+                        responses: responses.clone(),
+                        oneway: request.is_oneway(),
+                    };
+                    let Some(request) = handler.clone().handle_now(request, peer, reply) else {
+                        continue;
+                    };
                     let handler = handler.clone();
                     let responses = responses.clone();
                     requests.spawn_local(async move {
@@ -228,5 +279,46 @@ fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
             let _ = encode_frame_header(&fallback, 0, out);
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(opaque: i32) -> RemotingCommand {
+        let mut request = RemotingCommand::request(10, Default::default());
+        request.opaque = opaque;
+        RemotingCommand::response_to(&request, 0, None)
+    }
+
+    #[test]
+    fn a_reply_waits_for_room_instead_of_dropping_and_a_oneway_reply_sends_nothing() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&runtime, async {
+            let (responses, mut queued) = mpsc::channel(1);
+            for opaque in 1..=3 {
+                Reply {
+                    responses: responses.clone(),
+                    oneway: false,
+                }
+                .send(response(opaque));
+            }
+            Reply {
+                responses: responses.clone(),
+                oneway: true,
+            }
+            .send(response(99));
+            drop(responses);
+            let mut got = Vec::new();
+            while let Some(response) = queued.recv().await {
+                got.push(response.opaque);
+            }
+            got.sort_unstable();
+            assert_eq!(got, vec![1, 2, 3], "a full queue loses nothing");
+        });
     }
 }

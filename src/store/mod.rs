@@ -48,6 +48,7 @@ use crate::io::{Disk, IoStats};
 use checkpoint::CheckpointFile;
 use commit_log::CommitLog;
 use consume_queue::{ConsumeQueue, CqEntry};
+pub use put_slot::PutDone;
 pub use read::{PullRead, RecordLoc};
 use record::{Decoded, RecordInput, Verify};
 
@@ -289,6 +290,30 @@ impl Store {
             self.shared.update_stats(|stats| stats.put_errors += 1);
         }
         outcome
+    }
+
+    /// Stores one message like [`Store::put`], but hands the outcome to `done` instead of
+    /// being awaited: at once when the put is refused, else from the appender (or the flush
+    /// watchdog) on this shard, once the message is as durable as the flush mode requires.
+    /// Nothing waits meanwhile, so a caller needs no task of its own per message.
+    pub fn put_with(
+        &self,
+        input: RecordInput,
+        done: impl FnOnce(Result<PutResult, StoreError>) + 'static,
+    ) {
+        let shared = self.shared.clone();
+        let counted = move |outcome: Result<PutResult, StoreError>| {
+            if outcome.is_err() {
+                shared.update_stats(|stats| stats.put_errors += 1);
+            }
+            done(outcome);
+        };
+        match self.enqueue(input) {
+            // The appender cannot run before this returns, so the callback is in place
+            // before anything can answer the slot.
+            Ok(slot) => slot.set_done(Box::new(counted)),
+            Err(error) => counted(Err(error)),
+        }
     }
 
     fn enqueue(&self, input: RecordInput) -> Result<Rc<put_slot::PutSlot>, StoreError> {

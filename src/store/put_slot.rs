@@ -5,6 +5,11 @@
 //! the timeout is one watchdog task scanning in coarse ticks rather than a timer per put.
 //! The first of "answer" and "time out" wins; the other is ignored. A producer that stops
 //! waiting (drops its [`PutWait`]) costs nothing: the answer just lands in the slot.
+//!
+//! Instead of being awaited, a slot can be given a [`PutDone`] callback
+//! ([`super::Store::put_with`]): the final outcome is then handed to it, exactly once, from
+//! whichever of the appender and the watchdog decides it, and nothing waits. This is what
+//! lets a send be answered without a task of its own.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -14,8 +19,15 @@ use std::task::{Context, Poll, Waker};
 
 use super::{Placement, PutResult, PutStatus, StoreError};
 
+/// Takes the final outcome of a put made with [`super::Store::put_with`].
+pub type PutDone = Box<dyn FnOnce(Result<PutResult, StoreError>)>;
+
 pub(crate) struct PutSlot {
     answer: RefCell<Option<Result<Placement, StoreError>>>,
+    /// The callback that takes the outcome, when nothing awaits the slot.
+    done: RefCell<Option<PutDone>>,
+    /// Set once the callback has had its outcome: whatever comes later is ignored.
+    handed_over: Cell<bool>,
     timed_out: Cell<bool>,
     /// Set when the appender encodes the message, so a timeout can still say where it went.
     placed: Cell<Option<Placement>>,
@@ -28,6 +40,8 @@ impl PutSlot {
     pub fn new(enqueued_tick: u64) -> Rc<PutSlot> {
         Rc::new(PutSlot {
             answer: RefCell::new(None),
+            done: RefCell::new(None),
+            handed_over: Cell::new(false),
             timed_out: Cell::new(false),
             placed: Cell::new(None),
             waker: RefCell::new(None),
@@ -39,21 +53,51 @@ impl PutSlot {
         self.placed.set(Some(placement));
     }
 
+    /// Hands the outcome to `done` instead of a waiter. Must be set before the appender
+    /// can run, i.e. right after the put is queued, with no await in between.
+    pub fn set_done(&self, done: PutDone) {
+        *self.done.borrow_mut() = Some(done);
+    }
+
     /// The final answer; ignored after a timeout or an earlier answer.
     pub fn answer(&self, result: Result<Placement, StoreError>) {
-        if self.timed_out.get() || self.answer.borrow().is_some() {
+        if self.handed_over.get() || self.timed_out.get() || self.answer.borrow().is_some() {
             return;
         }
-        *self.answer.borrow_mut() = Some(result);
-        self.wake();
+        // Taken out before the call: the callback may do anything but touch this slot.
+        let done = self.done.borrow_mut().take();
+        match done {
+            Some(done) => {
+                self.handed_over.set(true);
+                done(result.map(|placement| PutResult {
+                    status: PutStatus::Ok,
+                    placement: Some(placement),
+                }));
+            }
+            None => {
+                *self.answer.borrow_mut() = Some(result);
+                self.wake();
+            }
+        }
     }
 
     /// Gives up waiting for the flush: the producer hears FLUSH_DISK_TIMEOUT.
     pub fn time_out(&self) {
-        if self.answer.borrow().is_some() || self.timed_out.replace(true) {
+        if self.handed_over.get() || self.answer.borrow().is_some() || self.timed_out.replace(true)
+        {
             return;
         }
-        self.wake();
+        let done = self.done.borrow_mut().take();
+        match done {
+            Some(done) => {
+                self.handed_over.set(true);
+                done(Ok(PutResult {
+                    status: PutStatus::FlushDiskTimeout,
+                    placement: self.placed.get(),
+                }))
+            }
+            None => self.wake(),
+        }
     }
 
     fn wake(&self) {
