@@ -83,11 +83,34 @@ pub fn parse(properties: &str) -> Vec<(&str, &str)> {
 }
 
 /// The value of `key`, as `parse` would give it.
+///
+/// A byte scan rather than [`parse`]'s splitting: the send path looks up several keys per
+/// message. Both separators are ASCII, so every cut lands on a char boundary; a segment
+/// holds `key` exactly when it starts with `key` followed by its first `\x01`.
 pub fn get<'a>(properties: &'a str, key: &str) -> Option<&'a str> {
-    pairs(properties)
-        .filter(|(k, _)| *k == key)
-        .last()
-        .map(|(_, v)| v)
+    if key.is_empty() || key.contains(NAME_VALUE_SEPARATOR) {
+        // No pair has such a key (parse drops empty keys; a key ends at its first \x01).
+        return None;
+    }
+    let bytes = properties.as_bytes();
+    let mut found = None;
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| b == PROPERTY_SEPARATOR as u8)
+            .map_or(bytes.len(), |at| start + at);
+        let segment = &properties[start..end];
+        if let Some(rest) = segment.strip_prefix(key) {
+            if let Some(value) = rest.strip_prefix(NAME_VALUE_SEPARATOR) {
+                if !value.is_empty() {
+                    found = Some(value);
+                }
+            }
+        }
+        start = end + 1;
+    }
+    found
 }
 
 /// Java `String.hashCode()`: `h = 31*h + c` over UTF-16 code units, wrapping i32.
@@ -124,6 +147,30 @@ mod tests {
         assert_eq!(get(s, "b"), Some("2"));
         assert_eq!(get(s, "c"), None);
         assert_eq!(get("k\u{1}\u{2}", "k"), None);
+    }
+
+    #[test]
+    fn get_agrees_with_parse_on_awkward_strings() {
+        let strings = [
+            "",
+            "\u{2}",
+            "a\u{1}1",
+            "a\u{1}1\u{2}a\u{1}\u{2}",
+            "a\u{1}1\u{2}a\u{1}2\u{2}",
+            "ab\u{1}1\u{2}a\u{1}2\u{2}b\u{1}\u{1}\u{2}",
+            "\u{1}a\u{2}a\u{1}\u{1}x\u{2}aa\u{1}y",
+            "é\u{1}ü\u{2}TAGS\u{1}TagA\u{2}UNIQ_KEY\u{1}K\u{2}",
+            "TAGS\u{2}TAGS\u{1}\u{2}\u{2}TAGSX\u{1}no\u{2}",
+        ];
+        for s in strings {
+            let parsed = parse(s);
+            for key in [
+                "a", "aa", "ab", "b", "é", "TAGS", "UNIQ_KEY", "", "a\u{1}1", "x",
+            ] {
+                let expected = parsed.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+                assert_eq!(get(s, key), expected, "get({s:?}, {key:?})");
+            }
+        }
     }
 
     #[test]
