@@ -172,6 +172,10 @@ pub async fn serve_connection<H: RequestHandler>(
     handler.connection_opened(peer, responses.clone());
     let mut requests = JoinSet::new();
     let mut buffer = BytesMut::with_capacity(limits.read_buffer);
+    // Made once and kept registered: a fresh wait per read would join and leave the watch's
+    // waiter list (a mutex) for every batch of requests.
+    let stopping = shutdown.wait_for(|stop| *stop);
+    tokio::pin!(stopping);
     let ended = 'serve: loop {
         loop {
             match take_frame(&mut buffer, limits.max_frame_len) {
@@ -209,6 +213,8 @@ pub async fn serve_connection<H: RequestHandler>(
         // Reap finished request tasks so the set holds only the live ones.
         while requests.try_join_next().is_some() {}
         tokio::select! {
+            // Reads first: they are what this loop is for; the other two end it once.
+            biased;
             read = reader.read_buf(&mut buffer) => match read {
                 Ok(0) => break Ended::PeerClosed,
                 Ok(read) => traffic.add_in(read),
@@ -220,7 +226,7 @@ pub async fn serve_connection<H: RequestHandler>(
                     _ => Ended::Io("the writer stopped".into()),
                 };
             }
-            _ = shutdown.wait_for(|stop| *stop) => break Ended::Shutdown,
+            _ = &mut stopping => break Ended::Shutdown,
         }
     };
     if ended == Ended::Shutdown {
