@@ -54,7 +54,7 @@ use crate::metrics::{Family, ShardMetrics};
 use crate::remoting::codes::{request, response};
 use crate::remoting::connection::{Outbound, Reply, RequestHandler};
 use crate::remoting::{FieldError, RemotingCommand};
-use crate::shard::mailbox::OwnerHandler;
+use crate::shard::mailbox::{run_owned, DirectReply, NotForwarded, OwnerHandler};
 use crate::shard::{routing, ShardContext};
 use crate::store::topic::validate_topic;
 use crate::store::Store;
@@ -300,6 +300,26 @@ impl Broker {
 }
 
 impl OwnerHandler for Broker {
+    /// A forwarded single-message send is stored without a task, its response going
+    /// straight to the asking connection; anything else runs in a task.
+    fn handle_owned_now(
+        self: Rc<Self>,
+        request: RemotingCommand,
+        peer: SocketAddr,
+        reply: DirectReply,
+    ) {
+        if matches!(
+            request.code,
+            request::SEND_MESSAGE | request::SEND_MESSAGE_V2
+        ) {
+            send::send_message_then(&self, &request, peer, move |response| {
+                reply.answer(Some(response))
+            });
+        } else {
+            run_owned(self, request, peer, reply);
+        }
+    }
+
     async fn handle_owned(
         self: Rc<Self>,
         request: RemotingCommand,
@@ -323,18 +343,25 @@ impl RequestHandler for Broker {
         if !matches!(code, request::SEND_MESSAGE | request::SEND_MESSAGE_V2) {
             return Some(request);
         }
-        if let Some(owner) = self.owner_of(&mut request) {
-            if owner != self.shard.id() {
-                return Some(request);
-            }
-        }
         let started = std::time::Instant::now();
-        self.metrics.request(code);
         let metrics = self.metrics.clone();
-        send::send_message_then(&self, &request, peer, move |response| {
+        // Counted as `handle` counts: here, where the request arrived, whoever stores it.
+        let respond = move |response: RemotingCommand| {
             metrics.response(response.code, Family::of(code), started.elapsed());
             reply.send(response);
-        });
+        };
+        match self.owner_of(&mut request) {
+            Some(owner) if owner != self.shard.id() => {
+                match self.shard.try_forward(owner, request, peer, respond) {
+                    Ok(()) | Err(NotForwarded::Unavailable) => {}
+                    // A full mailbox: a task waits for room, as `handle` does.
+                    Err(NotForwarded::Full(request)) => return Some(*request),
+                }
+                ShardMetrics::add(&self.metrics.forwarded, 1);
+            }
+            _ => send::send_message_then(&self, &request, peer, respond),
+        }
+        self.metrics.request(code);
         None
     }
 

@@ -105,11 +105,16 @@ impl Reply {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(response)) => {
                 // The writer is that far behind: wait for room in a task rather than here,
-                // where the caller (the store's appender) must not block.
-                let responses = self.responses;
-                tokio::task::spawn_local(async move {
-                    let _ = responses.send(response).await;
-                });
+                // where the caller (the store's appender) must not block. A plain runtime
+                // task, not a local one: a reply can be dropped (and answer "unavailable")
+                // wherever a store or mailbox is torn down. Without a runtime there is no
+                // writer left to wait for.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let responses = self.responses;
+                    runtime.spawn(async move {
+                        let _ = responses.send(response).await;
+                    });
+                }
             }
         }
     }

@@ -5,6 +5,11 @@
 //! ```text
 //!   shard A: connection ─▶ Broker::handle ─▶ forward ══ mailbox of B (bounded) ══▶
 //!   shard B: serve_mailbox ─▶ spawn_local(Broker::handle_owned) ─▶ oneshot ══▶ shard A
+//!
+//!   a single-message send (no task on either side):
+//!   shard A: connection ─▶ Broker::handle_now ─▶ try_forward ══ mailbox of B ══▶
+//!   shard B: serve_mailbox ─▶ Broker::handle_owned_now ─▶ store callback ─▶ DirectReply
+//!            ══ the asking connection's writer queue (A) ══▶ socket
 //! ```
 //!
 //! Invariants:
@@ -29,7 +34,101 @@ use crate::remoting::RemotingCommand;
 pub struct Forwarded {
     pub request: RemotingCommand,
     pub peer: SocketAddr,
-    pub reply: oneshot::Sender<Option<RemotingCommand>>,
+    pub reply: ForwardReply,
+}
+
+/// How a forwarded request's answer goes back.
+pub enum ForwardReply {
+    /// To the task on the asking shard that awaits it ([`forward`]).
+    Await(oneshot::Sender<Option<RemotingCommand>>),
+    /// Straight on to the asking connection ([`try_forward`]).
+    Direct(DirectReply),
+}
+
+/// The asker's continuation for a forwarded request nobody awaits: called with the answer
+/// on the owner shard. It is `Send`, so it holds only what may cross threads (the asking
+/// connection's writer queue, its shard's metrics).
+///
+/// Exactly one answer, as for awaited requests: dropped unanswered (the owner stopped
+/// before running it), it answers SERVICE_NOT_AVAILABLE itself.
+pub struct DirectReply {
+    respond: Option<Box<dyn FnOnce(RemotingCommand) + Send>>,
+    /// What the unanswered drop sends.
+    unavailable: Option<RemotingCommand>,
+}
+
+impl DirectReply {
+    /// `respond` gets the answer; `unavailable` is sent through it if none comes.
+    pub fn new(
+        respond: impl FnOnce(RemotingCommand) + Send + 'static,
+        unavailable: RemotingCommand,
+    ) -> DirectReply {
+        DirectReply {
+            respond: Some(Box::new(respond)),
+            unavailable: Some(unavailable),
+        }
+    }
+
+    /// Hands over the answer; `None` (a request that takes no response) sends nothing.
+    pub fn answer(mut self, answer: Option<RemotingCommand>) {
+        let respond = self.respond.take().expect("answered once");
+        if let Some(answer) = answer {
+            respond(answer);
+        }
+    }
+}
+
+impl Drop for DirectReply {
+    fn drop(&mut self) {
+        if let (Some(respond), Some(unavailable)) = (self.respond.take(), self.unavailable.take()) {
+            respond(unavailable);
+        }
+    }
+}
+
+/// Why [`try_forward`] did not hand the request over.
+pub enum NotForwarded {
+    /// The owner's mailbox is full: the request is given back, to be forwarded by a task
+    /// that waits for room.
+    Full(Box<RemotingCommand>),
+    /// The owner is stopping or gone; the reply was answered SERVICE_NOT_AVAILABLE.
+    Unavailable,
+}
+
+/// The response to `request` when shard `owner`, which should answer it, is stopping.
+pub fn owner_unavailable(request: &RemotingCommand, owner: u8) -> RemotingCommand {
+    RemotingCommand::response_to(
+        request,
+        response::SERVICE_NOT_AVAILABLE,
+        Some(format!("shard {owner}, which owns this queue, is stopping")),
+    )
+}
+
+/// Hands `request` to the shard behind `to` without waiting: for room (a full mailbox
+/// gives the request back) or for the answer, which goes to `respond` on the owner.
+pub fn try_forward(
+    to: &MailboxSender,
+    owner: u8,
+    request: RemotingCommand,
+    peer: SocketAddr,
+    respond: impl FnOnce(RemotingCommand) + Send + 'static,
+) -> Result<(), NotForwarded> {
+    match to.try_reserve() {
+        Ok(permit) => {
+            let unavailable = owner_unavailable(&request, owner);
+            permit.send(Forwarded {
+                request,
+                peer,
+                reply: ForwardReply::Direct(DirectReply::new(respond, unavailable)),
+            });
+            Ok(())
+        }
+        Err(mpsc::error::TrySendError::Full(())) => Err(NotForwarded::Full(Box::new(request))),
+        Err(mpsc::error::TrySendError::Closed(())) => {
+            respond(owner_unavailable(&request, owner));
+            Err(NotForwarded::Unavailable)
+        }
+    }
 }
 
 /// The sending side of one shard's mailbox.
@@ -50,40 +149,51 @@ pub async fn forward(
     peer: SocketAddr,
 ) -> Option<RemotingCommand> {
     let (reply, answer) = oneshot::channel();
-    let opaque = request.opaque;
-    let code = request.code;
-    let flag = request.flag;
-    let unavailable = move || {
-        let mut stub = RemotingCommand::request(code, Default::default());
-        stub.opaque = opaque;
-        stub.flag = flag;
-        Some(RemotingCommand::response_to(
-            &stub,
-            response::SERVICE_NOT_AVAILABLE,
-            Some(format!("shard {owner}, which owns this queue, is stopping")),
-        ))
-    };
+    let unavailable = owner_unavailable(&request, owner);
     if to
         .send(Forwarded {
             request,
             peer,
-            reply,
+            reply: ForwardReply::Await(reply),
         })
         .await
         .is_err()
     {
-        return unavailable();
+        return Some(unavailable);
     }
-    answer.await.unwrap_or_else(|_| unavailable())
+    answer.await.unwrap_or(Some(unavailable))
 }
 
 /// What answers forwarded requests on their owner shard.
-pub trait OwnerHandler: 'static {
+pub trait OwnerHandler: Sized + 'static {
     fn handle_owned(
         self: Rc<Self>,
         request: RemotingCommand,
         peer: SocketAddr,
     ) -> impl std::future::Future<Output = Option<RemotingCommand>> + 'static;
+
+    /// Answers a request forwarded by [`try_forward`] through `reply`. The default runs
+    /// [`OwnerHandler::handle_owned`] in a task, as for awaited requests.
+    fn handle_owned_now(
+        self: Rc<Self>,
+        request: RemotingCommand,
+        peer: SocketAddr,
+        reply: DirectReply,
+    ) {
+        run_owned(self, request, peer, reply);
+    }
+}
+
+/// Runs `request` as its own task on the owner and hands its answer to `reply`.
+pub fn run_owned<H: OwnerHandler>(
+    handler: Rc<H>,
+    request: RemotingCommand,
+    peer: SocketAddr,
+    reply: DirectReply,
+) {
+    tokio::task::spawn_local(async move {
+        reply.answer(handler.handle_owned(request, peer).await);
+    });
 }
 
 /// Drains this shard's mailbox until every sender is gone or the task is aborted (at
@@ -96,9 +206,85 @@ pub async fn serve_mailbox<H: OwnerHandler>(mut inbox: MailboxReceiver, handler:
     }) = inbox.recv().await
     {
         let handler = handler.clone();
-        tokio::task::spawn_local(async move {
-            let answer = handler.handle_owned(request, peer).await;
-            let _ = reply.send(answer);
-        });
+        match reply {
+            ForwardReply::Await(reply) => {
+                tokio::task::spawn_local(async move {
+                    let answer = handler.handle_owned(request, peer).await;
+                    let _ = reply.send(answer);
+                });
+            }
+            ForwardReply::Direct(reply) => handler.handle_owned_now(request, peer, reply),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    fn send_request(opaque: i32) -> RemotingCommand {
+        let mut request = RemotingCommand::request(310, Default::default());
+        request.opaque = opaque;
+        request
+    }
+
+    type Answers = Arc<Mutex<Vec<RemotingCommand>>>;
+
+    fn recorder(answers: &Answers) -> impl FnOnce(RemotingCommand) + Send + 'static {
+        let answers = answers.clone();
+        move |answer| answers.lock().unwrap().push(answer)
+    }
+
+    fn peer() -> SocketAddr {
+        "127.0.0.1:1".parse().unwrap()
+    }
+
+    #[test]
+    fn a_direct_reply_answers_exactly_once_and_unavailable_when_dropped_unanswered() {
+        let answers = Answers::default();
+        let request = send_request(7);
+        let reply = DirectReply::new(recorder(&answers), owner_unavailable(&request, 1));
+        reply.answer(Some(RemotingCommand::response_to(&request, 0, None)));
+        let reply = DirectReply::new(recorder(&answers), owner_unavailable(&request, 1));
+        reply.answer(None);
+        let reply = DirectReply::new(recorder(&answers), owner_unavailable(&request, 1));
+        drop(reply);
+        let answers = answers.lock().unwrap();
+        let codes: Vec<i32> = answers.iter().map(|answer| answer.code).collect();
+        assert_eq!(codes, vec![0, response::SERVICE_NOT_AVAILABLE]);
+        assert!(answers.iter().all(|answer| answer.opaque == 7));
+        assert!(answers[1].remark.as_deref().unwrap().contains("shard 1"));
+    }
+
+    #[test]
+    fn try_forward_gives_the_request_back_when_full_and_answers_unavailable_when_closed() {
+        let answers = Answers::default();
+        let (to, mut inbox) = mailbox(1);
+        assert!(try_forward(&to, 1, send_request(1), peer(), recorder(&answers)).is_ok());
+        match try_forward(&to, 1, send_request(2), peer(), recorder(&answers)) {
+            Err(NotForwarded::Full(request)) => assert_eq!(request.opaque, 2),
+            _ => panic!("a full mailbox gives the request back"),
+        }
+        assert!(answers.lock().unwrap().is_empty(), "nothing answered yet");
+        // The owner goes away with the first request still queued: its reply answers.
+        inbox.close();
+        let queued = inbox.try_recv().expect("the first request is queued");
+        drop(queued);
+        drop(inbox);
+        match try_forward(&to, 1, send_request(3), peer(), recorder(&answers)) {
+            Err(NotForwarded::Unavailable) => {}
+            _ => panic!("a closed mailbox is unavailable"),
+        }
+        let answers = answers.lock().unwrap();
+        let got: Vec<(i32, i32)> = answers.iter().map(|a| (a.opaque, a.code)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, response::SERVICE_NOT_AVAILABLE),
+                (3, response::SERVICE_NOT_AVAILABLE)
+            ]
+        );
     }
 }

@@ -73,4 +73,21 @@ impl ShardContext {
     ) -> Option<RemotingCommand> {
         mailbox::forward(&self.mailboxes[owner as usize], owner, request, peer).await
     }
+
+    /// Hands `request` to shard `owner` without waiting; see [`mailbox::try_forward`].
+    pub fn try_forward(
+        &self,
+        owner: u8,
+        request: RemotingCommand,
+        peer: SocketAddr,
+        respond: impl FnOnce(RemotingCommand) + Send + 'static,
+    ) -> Result<(), mailbox::NotForwarded> {
+        mailbox::try_forward(
+            &self.mailboxes[owner as usize],
+            owner,
+            request,
+            peer,
+            respond,
+        )
+    }
 }
