@@ -3,7 +3,9 @@
 //!
 //! Ownership: each shard owns one [`ShardMetrics`] and is its only writer; the metrics
 //! thread only reads. Counters and gauges are relaxed atomics (a scrape may see one
-//! counter a few events ahead of another, never a torn value). Latency histograms are
+//! counter a few events ahead of another, never a torn value); the per-code counters are
+//! an atomic per code below [`CodeCounts::DIRECT`], which every RocketMQ request and
+//! response code in use is, and a locked map for the rest. Latency histograms are
 //! HDR histograms behind [`Locked`]: the shard takes the lock once per recorded request
 //! and a scrape once per histogram, so it is never contended on the data path.
 //!
@@ -78,12 +80,71 @@ impl Family {
     }
 }
 
+/// Counts by request or response code, without a lock for the codes in use.
+#[derive(Debug)]
+pub struct CodeCounts {
+    direct: Box<[AtomicU64]>,
+    /// Codes outside `0..DIRECT` (custom or malformed ones a client sent).
+    others: Locked<BTreeMap<i32, u64>>,
+}
+
+impl Default for CodeCounts {
+    fn default() -> CodeCounts {
+        CodeCounts {
+            direct: (0..CodeCounts::DIRECT).map(|_| AtomicU64::new(0)).collect(),
+            others: Locked::default(),
+        }
+    }
+}
+
+impl CodeCounts {
+    /// Codes below this have their own atomic counter.
+    pub const DIRECT: usize = 1024;
+
+    pub fn add(&self, code: i32) {
+        match usize::try_from(code).ok().and_then(|i| self.direct.get(i)) {
+            Some(counter) => {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            None => *self.others.lock().entry(code).or_default() += 1,
+        }
+    }
+
+    pub fn get(&self, code: i32) -> u64 {
+        match usize::try_from(code).ok().and_then(|i| self.direct.get(i)) {
+            Some(counter) => counter.load(Ordering::Relaxed),
+            None => self.others.lock().get(&code).copied().unwrap_or(0),
+        }
+    }
+
+    /// Every code counted at least once, in code order.
+    pub fn snapshot(&self) -> Vec<(i32, u64)> {
+        let mut all: Vec<(i32, u64)> = self
+            .others
+            .lock()
+            .iter()
+            .map(|(code, n)| (*code, *n))
+            .collect();
+        all.extend(
+            self.direct
+                .iter()
+                .enumerate()
+                .filter_map(|(code, counter)| {
+                    let n = counter.load(Ordering::Relaxed);
+                    (n > 0).then_some((code as i32, n))
+                }),
+        );
+        all.sort_unstable();
+        all
+    }
+}
+
 /// One shard's figures; written by the shard, read by the metrics thread.
 #[derive(Debug)]
 pub struct ShardMetrics {
     shard: u8,
-    requests: Locked<BTreeMap<i32, u64>>,
-    responses: Locked<BTreeMap<i32, u64>>,
+    requests: CodeCounts,
+    responses: CodeCounts,
     pub messages_out: AtomicU64,
     /// Bytes each way on this shard's connections, kept by the connections themselves.
     pub traffic: Arc<Traffic>,
@@ -104,8 +165,8 @@ impl ShardMetrics {
     pub fn new(shard: u8) -> ShardMetrics {
         ShardMetrics {
             shard,
-            requests: Locked::default(),
-            responses: Locked::default(),
+            requests: CodeCounts::default(),
+            responses: CodeCounts::default(),
             messages_out: AtomicU64::new(0),
             traffic: Arc::new(Traffic::new()),
             connections: AtomicI64::new(0),
@@ -126,12 +187,12 @@ impl ShardMetrics {
 
     /// Counts one request of `code`.
     pub fn request(&self, code: i32) {
-        *self.requests.lock().entry(code).or_default() += 1;
+        self.requests.add(code);
     }
 
     /// Counts one response with status `code`, and its latency for `family`.
     pub fn response(&self, status: i32, family: Option<Family>, latency: Duration) {
-        *self.responses.lock().entry(status).or_default() += 1;
+        self.responses.add(status);
         if let Some(family) = family {
             let micros = (latency.as_micros() as u64).clamp(1, 3_600_000_000);
             let index = Family::ALL.iter().position(|f| *f == family).unwrap();
@@ -150,7 +211,7 @@ impl ShardMetrics {
 
     /// Responses with status `code` so far (tests, benchmarks).
     pub fn responses_with(&self, code: i32) -> u64 {
-        self.responses.lock().get(&code).copied().unwrap_or(0)
+        self.responses.get(code)
     }
 }
 
@@ -220,11 +281,11 @@ fn by_code(
     shards: &[Arc<ShardMetrics>],
     (name, help): (&str, &str),
     label: &str,
-    counts: impl Fn(&ShardMetrics) -> &Locked<BTreeMap<i32, u64>>,
+    counts: impl Fn(&ShardMetrics) -> &CodeCounts,
 ) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
     for shard in shards {
-        for (code, n) in counts(shard).lock().iter() {
+        for (code, n) in counts(shard).snapshot() {
             let _ = writeln!(
                 out,
                 "{name}{{shard=\"{}\",{label}=\"{code}\"}} {n}",
@@ -390,6 +451,22 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_counts_keep_codes_in_and_out_of_the_direct_range_in_code_order() {
+        let counts = CodeCounts::default();
+        for code in [310, 11, 310, -1, 5000, 1023, 1024, 310] {
+            counts.add(code);
+        }
+        assert_eq!(counts.get(310), 3);
+        assert_eq!(counts.get(-1), 1);
+        assert_eq!(counts.get(5000), 1);
+        assert_eq!(counts.get(12), 0);
+        assert_eq!(
+            counts.snapshot(),
+            vec![(-1, 1), (11, 1), (310, 3), (1023, 1), (1024, 1), (5000, 1)]
+        );
+    }
     use crate::remoting::codes::response;
 
     #[test]
