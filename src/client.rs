@@ -250,7 +250,7 @@ pub fn send_request_v1(
 ) -> RemotingCommand {
     let mut fields = ExtFields::new();
     let mut put = |key: &str, value: String| {
-        fields.insert(key.to_owned(), value);
+        fields.insert(key.into(), value);
     };
     put("producerGroup", "ringmq-producer".into());
     put("topic", topic.into());
@@ -293,11 +293,14 @@ pub fn send_request_v2(
     let mut fields = ExtFields::new();
     for (long, short) in rename {
         if let Some(value) = v1.ext_fields.get(long) {
-            fields.insert(short.to_owned(), value.clone());
+            fields.insert(short.into(), value);
         }
     }
     RemotingCommand::request(codes::SEND_MESSAGE_V2, fields).with_body(v1.body)
 }
+
+// Imported here, beside the request builders that alone use it.
+use compact_str::{CompactString, ToCompactString};
 
 /// PULL_MESSAGE (11). `suspend_timeout` sets the suspend bit (long polling); `subscription`
 /// (a tag expression) sets the subscription bit.
@@ -316,35 +319,33 @@ pub fn pull_request(
     if subscription.is_some() {
         sys_flag |= FLAG_SUBSCRIPTION;
     }
-    let mut fields = ExtFields::new();
-    let mut put = |key: &str, value: String| {
-        fields.insert(key.to_owned(), value);
-    };
-    put("consumerGroup", "ringmq-consumer".into());
-    put("topic", topic.into());
-    put("queueId", queue_id.to_string());
-    put("queueOffset", offset.to_string());
-    put("maxMsgNums", max.to_string());
-    put("sysFlag", sys_flag.to_string());
-    put("commitOffset", "0".into());
-    put(
-        "suspendTimeoutMillis",
+    let mut fields = ExtFields::with_capacity(11);
+    fields.insert("consumerGroup".into(), "ringmq-consumer");
+    fields.insert("topic".into(), topic);
+    fields.insert("queueId".into(), queue_id.to_compact_string());
+    fields.insert("queueOffset".into(), offset.to_compact_string());
+    fields.insert("maxMsgNums".into(), max.to_compact_string());
+    fields.insert("sysFlag".into(), sys_flag.to_compact_string());
+    fields.insert("commitOffset".into(), "0");
+    fields.insert(
+        "suspendTimeoutMillis".into(),
         suspend_timeout
             .map_or(0, |timeout| timeout.as_millis())
-            .to_string(),
+            .to_compact_string(),
     );
-    put("subVersion", "0".into());
+    fields.insert("subVersion".into(), "0");
     if let Some(subscription) = subscription {
-        put("subscription", subscription.into());
-        put("expressionType", "TAG".into());
+        fields.insert("subscription".into(), subscription);
+        fields.insert("expressionType".into(), "TAG");
     }
     RemotingCommand::request(codes::PULL_MESSAGE, fields)
 }
 
 /// A query naming a queue (GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME).
 pub fn queue_request(code: i32, topic: &str, queue_id: i32) -> RemotingCommand {
-    let mut fields = ExtFields::new();
-    fields.insert("topic".into(), topic.into());
-    fields.insert("queueId".into(), queue_id.to_string());
+    let fields = ExtFields::from([
+        ("topic", CompactString::from(topic)),
+        ("queueId", queue_id.to_compact_string()),
+    ]);
     RemotingCommand::request(code, fields)
 }
