@@ -26,7 +26,7 @@ fn node(dir: &std::path::Path, tune: impl FnOnce(&mut NodeOptions)) -> NodeHandl
 
 fn consumer_list(group: &str) -> RemotingCommand {
     let mut fields = ExtFields::new();
-    fields.insert("consumerGroup".into(), group.into());
+    fields.insert("consumerGroup".into(), group);
     RemotingCommand::request(request::GET_CONSUMER_LIST_BY_GROUP, fields)
 }
 
@@ -77,8 +77,8 @@ fn two_heartbeating_clients_are_listed_sorted_and_unregister_removes_one() {
         assert_eq!(members(&client, "g1").await.unwrap().len(), 2);
 
         let mut fields = ExtFields::new();
-        fields.insert("clientID".into(), "10.0.0.9@222".into());
-        fields.insert("consumerGroup".into(), "g1".into());
+        fields.insert("clientID".into(), "10.0.0.9@222");
+        fields.insert("consumerGroup".into(), "g1");
         let answer = client
             .request(RemotingCommand::request(request::UNREGISTER_CLIENT, fields))
             .await

@@ -99,7 +99,7 @@ fn heartbeat(client_id: &str) -> RemotingCommand {
 
 fn members(raw: &mut Raw) -> Vec<String> {
     let mut fields = ExtFields::new();
-    fields.insert("consumerGroup".into(), GROUP.into());
+    fields.insert("consumerGroup".into(), GROUP);
     let answer = raw.call(RemotingCommand::request(
         request::GET_CONSUMER_LIST_BY_GROUP,
         fields,
@@ -134,7 +134,7 @@ fn members_are_told_when_their_group_gains_or_loses_a_client() {
         let answer = other.call(heartbeat(&format!("client-{i}")));
         assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
         let notice = a.notification();
-        assert_eq!(notice.ext_fields["consumerGroup"], GROUP, "{notice:?}");
+        assert_eq!(&notice.ext_fields["consumerGroup"], GROUP, "{notice:?}");
         assert!(notice.is_oneway(), "{notice:?}");
     }
     assert_eq!(members(&mut a).len(), 5);

@@ -27,8 +27,8 @@ fn node(dir: &std::path::Path) -> NodeHandle {
 
 fn fields(group: &str, topic: &str, queue_id: i32) -> ExtFields {
     let mut fields = ExtFields::new();
-    fields.insert("consumerGroup".into(), group.into());
-    fields.insert("topic".into(), topic.into());
+    fields.insert("consumerGroup".into(), group);
+    fields.insert("topic".into(), topic);
     fields.insert("queueId".into(), queue_id.to_string());
     fields
 }

@@ -37,7 +37,7 @@ fn a_parked_pull_is_answered_when_a_message_arrives() {
         let elapsed = started.elapsed();
         assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
         assert!(answer.body.windows(7).any(|w| w == b"wake up"));
-        assert_eq!(answer.ext_fields["nextBeginOffset"], "1");
+        assert_eq!(&answer.ext_fields["nextBeginOffset"], "1");
         assert!(
             elapsed < SUSPEND / 3,
             "the parked pull took {elapsed:?}; it should be answered on arrival"

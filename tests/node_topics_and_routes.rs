@@ -31,7 +31,7 @@ fn start(dir: &Path, auto_create: bool) -> NodeHandle {
 fn command(code: i32, fields: &[(&str, &str)]) -> RemotingCommand {
     let mut ext = ExtFields::new();
     for (key, value) in fields {
-        ext.insert((*key).into(), (*value).into());
+        ext.insert((*key).into(), *value);
     }
     RemotingCommand::request(code, ext)
 }

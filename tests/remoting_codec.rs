@@ -493,7 +493,7 @@ fn missing_topic_is_named() {
         Err(FieldError::Missing("b".into()))
     );
     let mut f = v2_fields();
-    f.insert("e".into(), "two".into());
+    f.insert("e".into(), "two");
     assert!(matches!(
         SendMessageRequestHeader::from_v2(&f),
         Err(FieldError::Invalid { field, .. }) if field == "e"

@@ -319,7 +319,7 @@ impl ProduceRun {
         encode_batch(&items, &mut encoded).expect("bench messages fit a batch");
         let mut cmd = send_request_v2(topic, queue_id, body, None, None);
         cmd.code = codes::SEND_BATCH_MESSAGE;
-        cmd.ext_fields.insert("m".into(), "true".into());
+        cmd.ext_fields.insert("m".into(), "true");
         cmd.body = Bytes::from(encoded);
         cmd
     }

@@ -51,7 +51,7 @@ impl Links {
 /// NOTIFY_CONSUMER_IDS_CHANGED for `group`.
 pub fn consumer_ids_changed(group: &str) -> RemotingCommand {
     let mut fields = ExtFields::new();
-    fields.insert("consumerGroup".into(), group.into());
+    fields.insert("consumerGroup".into(), group);
     RemotingCommand::request(request::NOTIFY_CONSUMER_IDS_CHANGED, fields)
 }
 

@@ -27,6 +27,8 @@
 //! request. A language name outside the table is written as `OTHER`, except decimal
 //! digits, which are the code of a language we did not know when decoding.
 
+use compact_str::{CompactString, ToCompactString};
+
 use super::command::{
     language_code, language_name, ExtFields, HeaderError, RemotingCommand, SerializeType,
     LANGUAGE_CODE_OTHER,
@@ -149,11 +151,9 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn string(&mut self, field: &'static str, len: usize) -> Result<String, HeaderError> {
+    fn string(&mut self, field: &'static str, len: usize) -> Result<&'a str, HeaderError> {
         let bytes = self.take(field, len)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| HeaderError::BadUtf8(field))
+        std::str::from_utf8(bytes).map_err(|_| HeaderError::BadUtf8(field))
     }
 }
 
@@ -163,28 +163,32 @@ pub fn decode(header: &[u8]) -> Result<RemotingCommand, HeaderError> {
     let mut r = Reader { buf: header };
     let code = r.i16("code")?.into();
     let [language] = r.array::<1>("language")?;
-    let language = language_name(language).map_or_else(|| language.to_string(), str::to_owned);
+    let language = language_name(language)
+        .map_or_else(|| language.to_compact_string(), CompactString::const_new);
     let version = r.i16("version")?.into();
     let opaque = r.i32("opaque")?;
     let flag = r.i32("flag")?;
     let remark_len = r.len_i32("remark length")?;
     let remark = match remark_len {
         0 => None,
-        n => Some(r.string("remark", n)?),
+        n => Some(r.string("remark", n)?.to_owned()),
     };
     let ext_len = r.len_i32("extFields length")?;
     let mut block = Reader {
         buf: r.take("extFields", ext_len)?,
     };
-    let mut ext_fields = ExtFields::new();
+    // Each entry takes at least 6 bytes; the cap keeps a hostile length from reserving
+    // much more than the header itself.
+    let mut updates = Vec::with_capacity((ext_len / 6).min(32));
     while !block.buf.is_empty() {
         let key_len = block.len_i16("extFields key length")?;
         let key = block.string("extFields key", key_len)?;
         let value_len = block.len_i32("extFields value length")?;
         let value = block.string("extFields value", value_len)?;
-        // A repeated key keeps the later value, as Java's HashMap.put does.
-        ext_fields.insert(key, value);
+        updates.push((CompactString::from(key), Some(CompactString::from(value))));
     }
+    // A repeated key keeps the later value, as Java's HashMap.put does.
+    let ext_fields = ExtFields::from_updates(updates);
     if !r.buf.is_empty() {
         return Err(HeaderError::TrailingBytes(r.buf.len()));
     }

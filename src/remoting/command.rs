@@ -6,15 +6,14 @@
 //! `"true"`/`"false"`), keyed by Java field name; [`HeaderFields`] parses them back with
 //! errors that name the field, so a handler can answer with a remark a human can act on.
 
-use std::collections::BTreeMap;
 use std::fmt::Display;
 
 use bytes::Bytes;
+use compact_str::{CompactString, ToCompactString};
 
 use crate::io::file_body::FileBody;
 
-/// The extFields map. Ordered so that encoded headers are deterministic.
-pub type ExtFields = BTreeMap<String, String>;
+pub use super::ext_fields::ExtFields;
 
 /// Flag bit 0: this command is a response.
 pub const RESPONSE_FLAG: i32 = 1;
@@ -80,7 +79,8 @@ pub struct RemotingCommand {
     pub code: i32,
     /// `LanguageCode` name of the sender (`"JAVA"`, `"GO"`, ...). A binary header with a
     /// code we do not know decodes to that code's decimal digits, which encode back to it.
-    pub language: String,
+    /// Inline (no allocation) for every name: the longest, `NODE_JS`, is 7 bytes.
+    pub language: CompactString,
     /// The sender's `MQVersion` ordinal.
     pub version: i32,
     /// Request id; a response carries its request's.
@@ -105,7 +105,7 @@ impl RemotingCommand {
     pub fn request(code: i32, ext_fields: ExtFields) -> RemotingCommand {
         RemotingCommand {
             code,
-            language: LANGUAGE_JAVA.to_owned(),
+            language: CompactString::const_new(LANGUAGE_JAVA),
             version: DEFAULT_VERSION,
             opaque: 0,
             flag: 0,
@@ -127,7 +127,7 @@ impl RemotingCommand {
     ) -> RemotingCommand {
         RemotingCommand {
             code,
-            language: LANGUAGE_JAVA.to_owned(),
+            language: CompactString::const_new(LANGUAGE_JAVA),
             version: request.version,
             opaque: request.opaque,
             flag: RESPONSE_FLAG,
@@ -158,7 +158,9 @@ impl RemotingCommand {
     /// Sets an extField to `value`'s string form (`Display` of integers and bools matches
     /// Java's `toString`).
     pub fn put_ext(&mut self, key: &str, value: impl Display) {
-        self.ext_fields.insert(key.to_owned(), value.to_string());
+        // Integers format straight into the inline buffer, without a String in between.
+        self.ext_fields
+            .insert(key.into(), value.to_compact_string());
     }
 
     pub fn get_str(&self, field: &str) -> Result<&str, FieldError> {
@@ -250,7 +252,7 @@ pub trait HeaderFields {
 
 impl HeaderFields for ExtFields {
     fn opt_str(&self, field: &str) -> Option<&str> {
-        self.get(field).map(String::as_str)
+        self.get(field)
     }
 }
 

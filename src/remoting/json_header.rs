@@ -22,6 +22,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use compact_str::{format_compact, CompactString, ToCompactString};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::command::{
@@ -137,11 +138,13 @@ fn decode_with(header: &[u8], scan: bool) -> Result<RemotingCommand, HeaderError
     };
     let code = int_field(&raw.code, "code")?.ok_or(HeaderError::MissingField("code"))?;
     let language = match raw.language {
-        None | Some(Scalar::Null) => LANGUAGE_JAVA.to_owned(),
-        Some(Scalar::Str(s)) => s.into_owned(),
+        None | Some(Scalar::Null) => CompactString::const_new(LANGUAGE_JAVA),
+        Some(Scalar::Str(s)) => CompactString::from(s),
         // fastjson reads an enum from its ordinal too.
         Some(Scalar::U64(n)) => match u8::try_from(n) {
-            Ok(c) => language_name(c).map_or_else(|| c.to_string(), str::to_owned),
+            Ok(c) => {
+                language_name(c).map_or_else(|| c.to_compact_string(), CompactString::const_new)
+            }
             Err(_) => return Err(invalid("language", "not a language code")),
         },
         Some(Scalar::I64(_) | Scalar::F64(_)) => {
@@ -191,21 +194,21 @@ fn int_field(value: &Option<Scalar<'_>>, name: &'static str) -> Result<Option<i3
 /// removes it), as a JSON object read into a map does; a nested array or object under
 /// any key refuses the header, naming the (alphabetically) first such key.
 fn ext_fields(fields: Vec<(Cow<'_, str>, Scalar<'_>)>) -> Result<ExtFields, HeaderError> {
-    let mut out = ExtFields::new();
+    let mut updates = Vec::with_capacity(fields.len());
     let mut nested: Option<Cow<'_, str>> = None;
     for (key, value) in fields {
         let text = match value {
-            Scalar::Null => {
-                out.remove(key.as_ref());
-                continue;
-            }
-            Scalar::Str(s) => s.into_owned(),
-            Scalar::I64(n) => n.to_string(),
-            Scalar::U64(n) => n.to_string(),
-            Scalar::F64(f) => {
-                serde_json::Number::from_f64(f).map_or_else(|| f.to_string(), |n| n.to_string())
-            }
-            Scalar::Bool(b) => b.to_string(),
+            Scalar::Null => None,
+            Scalar::Str(s) => Some(CompactString::from(s)),
+            Scalar::I64(n) => Some(n.to_compact_string()),
+            Scalar::U64(n) => Some(n.to_compact_string()),
+            // Display, as before: compact_str's own float formatting spells some
+            // values differently (and serde_json never hands us a non-finite one).
+            Scalar::F64(f) => Some(match serde_json::Number::from_f64(f) {
+                Some(n) => format_compact!("{n}"),
+                None => format_compact!("{f}"),
+            }),
+            Scalar::Bool(b) => Some(b.to_compact_string()),
             Scalar::Nested => {
                 if nested.as_ref().is_none_or(|first| key < *first) {
                     nested = Some(key);
@@ -213,7 +216,7 @@ fn ext_fields(fields: Vec<(Cow<'_, str>, Scalar<'_>)>) -> Result<ExtFields, Head
                 continue;
             }
         };
-        out.insert(key.into_owned(), text);
+        updates.push((CompactString::from(key), text));
     }
     if let Some(key) = nested {
         return Err(HeaderError::InvalidField {
@@ -221,7 +224,7 @@ fn ext_fields(fields: Vec<(Cow<'_, str>, Scalar<'_>)>) -> Result<ExtFields, Head
             reason: "nested arrays and objects are not header values".into(),
         });
     }
-    Ok(out)
+    Ok(ExtFields::from_updates(updates))
 }
 
 /// One JSON value where a header field or extFields value is expected: scalars kept
@@ -744,7 +747,7 @@ mod tests {
             "code": cmd.code,
             "extFields": cmd.ext_fields,
             "flag": cmd.flag,
-            "language": cmd.language,
+            "language": cmd.language.as_str(),
             "opaque": cmd.opaque,
             "remark": cmd.remark,
             "serializeTypeCurrentRPC": "JSON",
@@ -776,10 +779,10 @@ mod tests {
         .unwrap();
         assert_eq!(cmd.code, 11);
         assert!(cmd.is_oneway());
-        assert_eq!(cmd.ext_fields["queueId"], "3");
-        assert_eq!(cmd.ext_fields["commitOffset"], "-1");
-        assert_eq!(cmd.ext_fields["unitMode"], "true");
-        assert_eq!(cmd.ext_fields["s"], "x");
+        assert_eq!(&cmd.ext_fields["queueId"], "3");
+        assert_eq!(&cmd.ext_fields["commitOffset"], "-1");
+        assert_eq!(&cmd.ext_fields["unitMode"], "true");
+        assert_eq!(&cmd.ext_fields["s"], "x");
         assert!(!cmd.ext_fields.contains_key("gone"));
     }
 
@@ -794,9 +797,9 @@ mod tests {
         assert_eq!(cmd.code, 10);
         assert_eq!(cmd.opaque, -7);
         assert_eq!(cmd.remark.as_deref(), Some("a\"b\u{e9}"));
-        assert_eq!(cmd.ext_fields["k1"], "v\n");
-        assert_eq!(cmd.ext_fields["dup"], "2");
-        assert_eq!(cmd.ext_fields["f"], "1.5");
+        assert_eq!(&cmd.ext_fields["k1"], "v\n");
+        assert_eq!(&cmd.ext_fields["dup"], "2");
+        assert_eq!(&cmd.ext_fields["f"], "1.5");
         assert!(!cmd.ext_fields.contains_key("gone"));
         assert_eq!(decode_str("5"), Err(HeaderError::NotAnObject));
         assert_eq!(decode_str("null"), Err(HeaderError::NotAnObject));

@@ -46,6 +46,7 @@
 //!
 //! - [`frame`]: length prefix, incremental decode, encode (whole, or header only).
 //! - [`command`]: [`RemotingCommand`], flags, typed extFields access, errors.
+//! - [`ext_fields`]: [`ExtFields`], the sorted, allocation-light extFields map.
 //! - [`json_header`], [`binary_header`]: the two header encodings.
 //! - [`codes`]: request and response code constants with their Java names.
 //! - [`send_header`]: the send request header (V1 and V2 names) and the batch body.
@@ -60,6 +61,7 @@ pub mod body_send;
 pub mod codes;
 pub mod command;
 pub mod connection;
+pub mod ext_fields;
 pub mod frame;
 pub mod json_header;
 pub mod send_header;
