@@ -382,7 +382,16 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
                     .enable_all()
                     .build()?;
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run_shard(options, start, stop_rx, ready_tx))
+                // The shard runs as a task, not as the LocalSet's own future: that one is
+                // polled every time any task on the shard wakes, and the shard's accept
+                // loop would poll its listener and stop signal with it, once per message.
+                local.block_on(&runtime, async move {
+                    tokio::task::spawn_local(run_shard(options, start, stop_rx, ready_tx))
+                        .await
+                        .unwrap_or_else(|error| {
+                            Err(anyhow::anyhow!("shard {id} panicked: {error}"))
+                        })
+                })
             });
         match spawned {
             Ok(thread) => shards.push(thread),
