@@ -165,17 +165,24 @@ fn a_full_disk_refuses_puts_clearly_without_poisoning_and_recovers_when_space_re
     });
 }
 
+/// A store with a 200 ms flush timeout holding `stored` messages, whose fsyncs from now
+/// on take 2 s.
+async fn open_with_a_stalled_fsync(sim: &ringmq::io::sim::SimDisk, stored: usize) -> Store {
+    let mut config = config();
+    config.sync_flush_timeout = std::time::Duration::from_millis(200);
+    let store = Store::open(config, as_disk(sim), Clock::starting_at(0))
+        .await
+        .unwrap();
+    assert_eq!(put_many(&store, stored).await, stored);
+    sim.set_sync_latency(Some(std::time::Duration::from_secs(2)));
+    store
+}
+
 #[test]
 fn a_flush_slower_than_the_timeout_answers_flush_disk_timeout_and_the_message_still_lands() {
     let sim = sim_disk(14);
     run_local(true, async {
-        let mut config = config();
-        config.sync_flush_timeout = std::time::Duration::from_millis(200);
-        let store = Store::open(config, as_disk(&sim), Clock::starting_at(0))
-            .await
-            .unwrap();
-        assert_eq!(put_many(&store, 2).await, 2);
-        sim.set_sync_latency(Some(std::time::Duration::from_secs(2)));
+        let store = open_with_a_stalled_fsync(&sim, 2).await;
         let started = tokio::time::Instant::now();
         let result = store
             .put(message("T", 0, b"slow", None, None))
@@ -216,13 +223,7 @@ fn a_callback_put_hears_flush_disk_timeout_once_even_when_the_fsync_completes_la
     use std::rc::Rc;
     let sim = sim_disk(16);
     run_local(true, async {
-        let mut config = config();
-        config.sync_flush_timeout = std::time::Duration::from_millis(200);
-        let store = Store::open(config, as_disk(&sim), Clock::starting_at(0))
-            .await
-            .unwrap();
-        assert_eq!(put_many(&store, 1).await, 1);
-        sim.set_sync_latency(Some(std::time::Duration::from_secs(2)));
+        let store = open_with_a_stalled_fsync(&sim, 1).await;
         let outcomes = Rc::new(RefCell::new(Vec::new()));
         let seen = outcomes.clone();
         store.put_with(message("T", 0, b"slow", None, None), move |outcome| {
