@@ -405,3 +405,54 @@ fn put_with_hands_each_outcome_to_its_callback_once_and_refusals_at_once() {
         });
     }
 }
+
+#[test]
+fn put_all_queues_a_group_into_one_write_and_stops_at_the_first_refusal() {
+    for flush in [FlushMode::Sync, FlushMode::Async] {
+        let sim = sim_disk(22);
+        run_local(true, async {
+            let store = Store::open(config(flush), as_disk(&sim), Clock::starting_at(T0))
+                .await
+                .unwrap();
+            let before = store.stats();
+            let bodies: Vec<String> = (0..5).map(|i| format!("batch-{i}")).collect();
+            let outcomes = store
+                .put_all(
+                    bodies
+                        .iter()
+                        .map(|body| message("TopicB", 0, body.as_bytes(), None, None)),
+                )
+                .await;
+            let offsets: Vec<u64> = outcomes
+                .iter()
+                .map(|outcome| outcome.as_ref().unwrap().placement.unwrap().queue_offset)
+                .collect();
+            assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+            let after = store.stats();
+            assert_eq!(after.puts - before.puts, 5);
+            assert_eq!(
+                after.batches - before.batches,
+                1,
+                "{flush:?}: the group shares one appender turn"
+            );
+
+            let outcomes = store
+                .put_all([
+                    message("TopicB", 0, b"ok-1", None, None),
+                    message("TopicB", 0, b"ok-2", None, None),
+                    message("TopicB", -1, b"refused", None, None),
+                    message("TopicB", 0, b"never", None, None),
+                ])
+                .await;
+            assert_eq!(outcomes.len(), 3, "nothing after the refusal is attempted");
+            assert!(outcomes[..2].iter().all(|outcome| outcome.is_ok()));
+            assert!(matches!(&outcomes[2], Err(StoreError::MessageIllegal(_))));
+            assert_eq!(
+                store.max_offset("TopicB", 0),
+                7,
+                "the two before it are stored"
+            );
+            store.shutdown().await.unwrap();
+        });
+    }
+}

@@ -11,11 +11,10 @@
 //!   Busy → SYSTEM_BUSY (clients retry), unavailable states → SERVICE_NOT_AVAILABLE, the rest
 //!   SYSTEM_ERROR, always with the store's text as remark.
 //!
-//! Batches are put message by message in order, each awaited before the next, so their
-//! queue offsets are consecutive within the queue but, unlike Java, a batch is neither
-//! appended under one lock nor atomic: a failure part-way leaves the earlier messages stored
-//! (the error remark says how many). One CommitLog write per batch comes with the store's
-//! multi-record put.
+//! A batch is queued in the store whole ([`crate::store::Store::put_all`]), so its
+//! messages share one CommitLog write (when they fit the appender's batch bytes) and get
+//! consecutive queue offsets. Unlike Java's, a batch is not atomic: a refusal part-way
+//! leaves the earlier messages stored (the error remark says how many).
 
 use std::net::SocketAddr;
 
@@ -290,20 +289,27 @@ pub async fn send_batch(
             )
         }
     };
-    let mut msg_ids = Vec::with_capacity(items.len());
     let mut uniq_keys = Vec::with_capacity(items.len());
+    let records: Vec<RecordInput> = items
+        .into_iter()
+        .map(|item| {
+            let (record, uniq_key) = broker.record_for(
+                &header,
+                queue_id,
+                peer,
+                item.flag,
+                item.body,
+                &item.properties,
+            );
+            uniq_keys.push(uniq_key);
+            record
+        })
+        .collect();
+    let mut msg_ids = Vec::with_capacity(records.len());
     let mut first_offset = None;
     let mut worst = PutStatus::Ok;
-    for (index, item) in items.into_iter().enumerate() {
-        let (record, uniq_key) = broker.record_for(
-            &header,
-            queue_id,
-            peer,
-            item.flag,
-            item.body,
-            &item.properties,
-        );
-        match broker.store.put(record).await {
+    for (index, outcome) in broker.store.put_all(records).await.into_iter().enumerate() {
+        match outcome {
             Ok(result) => {
                 if result.status == PutStatus::FlushDiskTimeout {
                     worst = PutStatus::FlushDiskTimeout;
@@ -312,7 +318,6 @@ pub async fn send_batch(
                     first_offset = result.placement.map(|placement| placement.queue_offset);
                 }
                 msg_ids.push(broker.msg_id(&result).unwrap_or_default());
-                uniq_keys.push(uniq_key);
             }
             Err(error) => {
                 let mut answer = error_response(request, &error);

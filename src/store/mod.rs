@@ -292,6 +292,38 @@ impl Store {
         outcome
     }
 
+    /// Stores `inputs` in order, as one group: every one is queued before any is awaited,
+    /// so they share the appender's turns (one CommitLog write for a batch that fits
+    /// `max_batch_bytes`) and get consecutive offsets in their queues. Queuing stops at the
+    /// first refusal: the outcomes are those of the messages before it, each once it is as
+    /// durable as the flush mode requires, then the refusal; later messages are not stored.
+    pub async fn put_all(
+        &self,
+        inputs: impl IntoIterator<Item = RecordInput>,
+    ) -> Vec<Result<PutResult, StoreError>> {
+        let mut slots = Vec::new();
+        let mut refusal = None;
+        for input in inputs {
+            match self.enqueue(input) {
+                Ok(slot) => slots.push(slot),
+                Err(error) => {
+                    refusal = Some(error);
+                    break;
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(slots.len() + 1);
+        for slot in slots {
+            outcomes.push(put_slot::PutWait(slot).await);
+        }
+        outcomes.extend(refusal.map(Err));
+        let errors = outcomes.iter().filter(|outcome| outcome.is_err()).count() as u64;
+        if errors > 0 {
+            self.shared.update_stats(|stats| stats.put_errors += errors);
+        }
+        outcomes
+    }
+
     /// Stores one message like [`Store::put`], but hands the outcome to `done` instead of
     /// being awaited: at once when the put is refused, else from the appender (or the flush
     /// watchdog) on this shard, once the message is as durable as the flush mode requires.
