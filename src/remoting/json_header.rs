@@ -390,13 +390,20 @@ mod fast {
     const MAX_DEPTH: usize = 64;
 
     struct Scan<'a> {
+        /// `text` as bytes, for the byte-at-a-time scanning.
         bytes: &'a [u8],
+        /// The header, checked as UTF-8 once up front, so each string is a plain slice of
+        /// it: its quotes are ASCII, hence char boundaries.
+        text: &'a str,
         at: usize,
     }
 
     pub(super) fn parse(header: &[u8]) -> Option<Raw<'_>> {
+        // Not UTF-8: serde reports where.
+        let text = std::str::from_utf8(header).ok()?;
         let mut scan = Scan {
             bytes: header,
+            text,
             at: 0,
         };
         let raw = scan.top()?;
@@ -571,7 +578,7 @@ mod fast {
             loop {
                 match *self.bytes.get(self.at)? {
                     b'"' => {
-                        let text = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
+                        let text = self.text.get(start..self.at)?;
                         self.at += 1;
                         return Some(Cow::Borrowed(text));
                     }
