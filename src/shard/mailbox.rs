@@ -19,8 +19,10 @@
 //! - Every forwarded request gets exactly one answer: the owner's response, or, when the
 //!   owner is stopping or gone, a SERVICE_NOT_AVAILABLE response made by the sender.
 //! - A forwarded request runs as its own task on the owner, like a local one, so a parked
-//!   pull there holds up nothing else. If the asking connection goes away, the owner's
-//!   task still finishes (bounded by the pull's timeout); its answer is dropped.
+//!   pull there holds up nothing else; a single-message send forwarded by [`try_forward`]
+//!   needs no task (the owner's store answers it through its [`DirectReply`]). If the
+//!   asking connection goes away, the owner still finishes the request (a pull within its
+//!   timeout); its answer is dropped.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
