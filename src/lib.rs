@@ -13,7 +13,7 @@
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
 //! - [`node`]: the shard thread that owns the listener, the store and the connections
 //!   (`ringmq serve`); [`client`]: the in-project client.
-//! - [`bench`]: the load generator (`ringmq bench store` for now).
+//! - [`mod@bench`]: the load generators (`ringmq bench`, `bench produce|consume`, `bench store`).
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
 //! - [`node_config`]: the node's settings (TOML, RocketMQ `broker.conf`, overrides) and
 //!   the per-shard store settings derived from them (D13).

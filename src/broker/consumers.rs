@@ -18,7 +18,7 @@
 //! ```
 //!
 //! GET_CONSUMER_LIST_BY_GROUP answers `{"consumerIdList":["a@1","b@2"]}`, sorted; a group
-//! with no live client answers SYSTEM_ERROR "no consumer for this group, <group>" (§9.8).
+//! with no live client answers SYSTEM_ERROR "no consumer for this group, `<group>`" (§9.8).
 //!
 //! Invariants:
 //! - A group exists only while it has at least one client; removing the last client (by

@@ -2,10 +2,10 @@
 //!
 //! This module also owns the pieces of real-filesystem logic that the io_uring backend
 //! shares with it, so the two cannot drift apart:
-//! - [`FileTable`]: the map from [`FileId`] to open `std::fs::File`s. Ids come from a
+//! - `FileTable`: the map from [`FileId`] to open `std::fs::File`s. Ids come from a
 //!   counter and are never reused, so a closed id can never silently alias a newer file;
 //!   using it fails with `EBADF`.
-//! - [`StatsCell`]: the `IoStats` counters, shared with futures that finish later.
+//! - `StatsCell`: the `IoStats` counters, shared with futures that finish later.
 //! - the synchronous operations both backends perform with plain syscalls (`read_at`,
 //!   `truncate`, the directory operations) and the `fallocate` fallback.
 //!

@@ -1,7 +1,7 @@
 //! Byte counters of the remoting connections, for the metrics endpoint and benchmarks.
 //!
 //! One [`Traffic`] per shard, shared by every connection that shard serves (the broker's
-//! and the embedded name server's); [`crate::node::NodeHandle::traffic`] hands it out.
+//! and the embedded name server's), kept in its [`crate::metrics::ShardMetrics`].
 //! Connections add to it with relaxed atomics: the counters are statistics, they order
 //! nothing, and a reader on another thread (the metrics endpoint) may see one counter a
 //! little ahead of another.
