@@ -238,3 +238,61 @@ fn a_root_made_with_two_shards_refuses_one_and_reopens_with_two() {
     run_local(false, async move { check_every_queue(addr).await });
     node.shutdown().unwrap();
 }
+
+#[test]
+fn sends_pipelined_past_a_one_slot_mailbox_are_all_stored_and_answered() {
+    // With room for one forwarded request, a burst on one connection finds the other
+    // shard's mailbox full most of the time: those sends must wait for room, not fail.
+    const PER_QUEUE: usize = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(dir.path(), 2);
+    options.mailbox_capacity = 1;
+    let node = ringmq::node::start(options).expect("node starts");
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        let mut sends = Vec::new();
+        for i in 0..PER_QUEUE {
+            for queue in 0..QUEUES {
+                let client = client.clone();
+                sends.push((
+                    queue,
+                    tokio::task::spawn_local(async move {
+                        client
+                            .request(send_request_v1(
+                                TOPIC,
+                                queue,
+                                body(0, queue, i).as_bytes(),
+                                None,
+                                None,
+                            ))
+                            .await
+                    }),
+                ));
+            }
+        }
+        let mut offsets = vec![Vec::new(); QUEUES as usize];
+        for (queue, send) in sends {
+            let answer = send.await.unwrap().expect("answered");
+            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+            assert_eq!(ext(&answer, "queueId"), queue.to_string());
+            offsets[queue as usize].push(ext(&answer, "queueOffset").parse::<u64>().unwrap());
+        }
+        for (queue, mut got) in offsets.into_iter().enumerate() {
+            got.sort_unstable();
+            let expected: Vec<u64> = (0..PER_QUEUE as u64).collect();
+            assert_eq!(
+                got, expected,
+                "queue {queue}: one offset per send, none twice"
+            );
+        }
+    });
+    let forwarded: u64 = node
+        .metrics()
+        .shards()
+        .iter()
+        .map(|shard| shard.forwarded.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    assert!(forwarded > 0, "half the queues belong to the other shard");
+    node.shutdown().unwrap();
+}
