@@ -11,6 +11,7 @@ use ringmq_compat::{
     describe_allocations, group_settled, raw, run_clients, seed, start_member, start_producer,
     wait_until, ConsumerSpec, Delivery, Member, DELIVERY_DEADLINE, REBALANCE_DEADLINE,
 };
+use rocketmq_client_rust::{ClientRuntime, DefaultMQProducer};
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_model::result::SendStatus;
 use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
@@ -20,6 +21,59 @@ use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
 struct Expected {
     tags: String,
     keys: Vec<String>,
+}
+
+impl Expected {
+    fn new(tags: &str, key: String) -> Expected {
+        Expected {
+            tags: tags.into(),
+            keys: vec![key],
+        }
+    }
+}
+
+/// Message `i` of the run called `name`: its body (`{seed}-{name}-{i}`, unique across
+/// runs) and its key.
+fn numbered(seed: u64, name: &str, i: usize) -> (String, String) {
+    (format!("{seed}-{name}-{i}"), format!("{name}-key-{i}"))
+}
+
+/// `count` numbered messages of the run `name`, all tagged `tags`, as expected deliveries.
+fn numbered_batch(seed: u64, name: &str, count: usize, tags: &str) -> BTreeMap<String, Expected> {
+    (0..count)
+        .map(|i| {
+            let (body, key) = numbered(seed, name, i);
+            (body, Expected::new(tags, key))
+        })
+        .collect()
+}
+
+/// Sends every message of `batch` with its tags and key, one sync send after another.
+async fn send_each(
+    producer: &DefaultMQProducer,
+    topic: &str,
+    batch: &BTreeMap<String, Expected>,
+    seed: u64,
+) {
+    for (body, want) in batch {
+        producer
+            .send(message(topic, body, &want.tags, &want.keys[0]))
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: send {body}: {e}"));
+    }
+}
+
+/// Starts `count` members, member `m` from `spec(m)`.
+async fn start_members<'a>(
+    runtime: &Arc<ClientRuntime>,
+    count: usize,
+    spec: impl Fn(usize) -> ConsumerSpec<'a>,
+) -> Vec<Member> {
+    let mut members = Vec::with_capacity(count);
+    for m in 0..count {
+        members.push(start_member(runtime, spec(m)).await);
+    }
+    members
 }
 
 fn message(topic: &str, body: &str, tags: &str, key: &str) -> Message {
@@ -122,8 +176,7 @@ fn producer_send_modes_are_all_consumable() {
         let mut expected: BTreeMap<String, Expected> = BTreeMap::new();
 
         for i in 0..10 {
-            let body = format!("{seed}-sync-{i}");
-            let key = format!("sync-key-{i}");
+            let (body, key) = numbered(seed, "sync", i);
             let result = producer
                 .send(message(&topic, &body, "TagSync", &key))
                 .await
@@ -131,20 +184,13 @@ fn producer_send_modes_are_all_consumable() {
                 .expect("a sync send has a result");
             assert_eq!(result.send_status, SendStatus::SendOk, "sync send {i}");
             assert!(result.msg_id.is_some(), "sync send {i} has a msgId");
-            expected.insert(
-                body,
-                Expected {
-                    tags: "TagSync".into(),
-                    keys: vec![key],
-                },
-            );
+            expected.insert(body, Expected::new("TagSync", key));
         }
 
         let acked: Arc<Mutex<Vec<String>>> = Arc::default();
         let failed: Arc<Mutex<Vec<String>>> = Arc::default();
         for i in 0..10 {
-            let body = format!("{seed}-async-{i}");
-            let key = format!("async-key-{i}");
+            let (body, key) = numbered(seed, "async", i);
             let (acked, failed, done_body) = (acked.clone(), failed.clone(), body.clone());
             producer
                 .send_with_callback(
@@ -158,13 +204,7 @@ fn producer_send_modes_are_all_consumable() {
                 )
                 .await
                 .unwrap_or_else(|e| panic!("seed {seed}: async send {i}: {e}"));
-            expected.insert(
-                body,
-                Expected {
-                    tags: "TagAsync".into(),
-                    keys: vec![key],
-                },
-            );
+            expected.insert(body, Expected::new("TagAsync", key));
         }
         wait_until(
             "every async send's callback",
@@ -180,33 +220,19 @@ fn producer_send_modes_are_all_consumable() {
         );
 
         for i in 0..5 {
-            let body = format!("{seed}-oneway-{i}");
-            let key = format!("oneway-key-{i}");
+            let (body, key) = numbered(seed, "oneway", i);
             producer
                 .send_oneway(message(&topic, &body, "TagOneway", &key))
                 .await
                 .unwrap_or_else(|e| panic!("seed {seed}: oneway send {i}: {e}"));
-            expected.insert(
-                body,
-                Expected {
-                    tags: "TagOneway".into(),
-                    keys: vec![key],
-                },
-            );
+            expected.insert(body, Expected::new("TagOneway", key));
         }
 
         let mut batch = Vec::new();
         for i in 0..8 {
-            let body = format!("{seed}-batch-{i}");
-            let key = format!("batch-key-{i}");
+            let (body, key) = numbered(seed, "batch", i);
             batch.push(message(&topic, &body, "TagBatch", &key));
-            expected.insert(
-                body,
-                Expected {
-                    tags: "TagBatch".into(),
-                    keys: vec![key],
-                },
-            );
+            expected.insert(body, Expected::new("TagBatch", key));
         }
         let result = producer
             .send_batch(batch)
@@ -253,23 +279,16 @@ fn clustering_group_delivers_each_message_once_with_tag_filter() {
     let topic = format!("CompatCluster{seed}");
     let group = format!("CG_cluster_{seed}");
     run_clients("clustering", |runtime| async move {
-        let mut members = Vec::new();
-        for m in 0..2 {
-            members.push(
-                start_member(
-                    &runtime,
-                    ConsumerSpec {
-                        namesrv: &namesrv,
-                        group: &group,
-                        instance: &format!("cluster-{m}-{seed}"),
-                        topic: &topic,
-                        expression: "TagA || TagB",
-                        model: MessageModel::Clustering,
-                    },
-                )
-                .await,
-            );
-        }
+        let instances: Vec<String> = (0..2).map(|m| format!("cluster-{m}-{seed}")).collect();
+        let members = start_members(&runtime, 2, |m| ConsumerSpec {
+            namesrv: &namesrv,
+            group: &group,
+            instance: &instances[m],
+            topic: &topic,
+            expression: "TagA || TagB",
+            model: MessageModel::Clustering,
+        })
+        .await;
         let allocators: Vec<_> = members.iter().map(|m| m.allocator.clone()).collect();
         let refs: Vec<&_> = allocators.iter().map(|a| a.as_ref()).collect();
         wait_until(
@@ -288,8 +307,7 @@ fn clustering_group_delivers_each_message_once_with_tag_filter() {
         let mut expected = BTreeMap::new();
         for i in 0..60 {
             let tags = ["TagA", "TagB", "TagC"][i % 3];
-            let body = format!("{seed}-cluster-{i}");
-            let key = format!("cluster-key-{i}");
+            let (body, key) = numbered(seed, "cluster", i);
             let result = producer
                 .send(message(&topic, &body, tags, &key))
                 .await
@@ -297,13 +315,7 @@ fn clustering_group_delivers_each_message_once_with_tag_filter() {
                 .expect("a result");
             assert_eq!(result.send_status, SendStatus::SendOk);
             if tags != "TagC" {
-                expected.insert(
-                    body,
-                    Expected {
-                        tags: tags.into(),
-                        keys: vec![key],
-                    },
-                );
+                expected.insert(body, Expected::new(tags, key));
             }
         }
         let member_refs: Vec<&Member> = members.iter().collect();
@@ -351,39 +363,25 @@ fn broadcasting_members_each_receive_everything() {
     let topic = format!("CompatBroadcast{seed}");
     let group = format!("CG_broadcast_{seed}");
     run_clients("broadcasting", |runtime| async move {
-        let mut members = Vec::new();
-        for m in 0..2 {
-            members.push(
-                start_member(
-                    &runtime,
-                    ConsumerSpec {
-                        namesrv: &namesrv,
-                        group: &group,
-                        instance: &format!("broadcast-{m}-{seed}"),
-                        topic: &topic,
-                        expression: "*",
-                        model: MessageModel::Broadcasting,
-                    },
-                )
-                .await,
-            );
-        }
+        let instances: Vec<String> = (0..2).map(|m| format!("broadcast-{m}-{seed}")).collect();
+        let members = start_members(&runtime, 2, |m| ConsumerSpec {
+            namesrv: &namesrv,
+            group: &group,
+            instance: &instances[m],
+            topic: &topic,
+            expression: "*",
+            model: MessageModel::Broadcasting,
+        })
+        .await;
         let producer = start_producer(&runtime, &namesrv, &format!("PG_broadcast_{seed}")).await;
         let mut expected = BTreeMap::new();
         for i in 0..30 {
-            let body = format!("{seed}-broadcast-{i}");
-            let key = format!("broadcast-key-{i}");
+            let (body, key) = numbered(seed, "broadcast", i);
             producer
                 .send(message(&topic, &body, "TagB", &key))
                 .await
                 .unwrap_or_else(|e| panic!("seed {seed}: send {i}: {e}"));
-            expected.insert(
-                body,
-                Expected {
-                    tags: "TagB".into(),
-                    keys: vec![key],
-                },
-            );
+            expected.insert(body, Expected::new("TagB", key));
         }
         for (m, member) in members.iter().enumerate() {
             wait_for_all(
@@ -430,17 +428,7 @@ fn committed_offsets_survive_a_clean_restart() {
     };
 
     // Phase 1: produce and consume a first batch; the group commits its offsets.
-    let first: BTreeMap<String, Expected> = (0..20)
-        .map(|i| {
-            (
-                format!("{seed}-first-{i}"),
-                Expected {
-                    tags: "TagA".into(),
-                    keys: vec![format!("first-key-{i}")],
-                },
-            )
-        })
-        .collect();
+    let first = numbered_batch(seed, "first", 20, "TagA");
     let queues: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
     run_clients("restart-1", |runtime| {
         let (first, queues) = (first.clone(), queues.clone());
@@ -448,12 +436,7 @@ fn committed_offsets_survive_a_clean_restart() {
         let (namesrv, topic, broker, group) = (&namesrv, &topic, &broker, &group);
         async move {
             let mut producer = start_producer(&runtime, namesrv, &format!("PG_r1_{seed}")).await;
-            for (body, want) in &first {
-                producer
-                    .send(message(topic, body, &want.tags, &want.keys[0]))
-                    .await
-                    .unwrap_or_else(|e| panic!("seed {seed}: send {body}: {e}"));
-            }
+            send_each(&producer, topic, &first, seed).await;
             producer.shutdown().await;
             let member = start_member(&runtime, spec).await;
             wait_for_all("the first batch", &[&member], &first).await;
@@ -506,29 +489,14 @@ fn committed_offsets_survive_a_clean_restart() {
     }
 
     // Phase 3: more messages; the group restarts and gets exactly those.
-    let second: BTreeMap<String, Expected> = (0..15)
-        .map(|i| {
-            (
-                format!("{seed}-second-{i}"),
-                Expected {
-                    tags: "TagA".into(),
-                    keys: vec![format!("second-key-{i}")],
-                },
-            )
-        })
-        .collect();
+    let second = numbered_batch(seed, "second", 15, "TagA");
     run_clients("restart-2", |runtime| {
         let second = second.clone();
         let spec = spec("restart-second");
         let (namesrv, topic) = (&namesrv, &topic);
         async move {
             let mut producer = start_producer(&runtime, namesrv, &format!("PG_r2_{seed}")).await;
-            for (body, want) in &second {
-                producer
-                    .send(message(topic, body, &want.tags, &want.keys[0]))
-                    .await
-                    .unwrap_or_else(|e| panic!("seed {seed}: send {body}: {e}"));
-            }
+            send_each(&producer, topic, &second, seed).await;
             producer.shutdown().await;
             let member = start_member(&runtime, spec).await;
             wait_for_all("the second batch", &[&member], &second).await;
@@ -573,8 +541,8 @@ fn sync_flush_acknowledged_messages_survive_sigkill() {
                     // Bounded: stops at 100_000 messages, or after the node is gone and
                     // sends have failed a few times.
                     while i < 100_000 && !(stop.load(Ordering::Acquire) && errors >= 3) {
-                        let body = format!("{seed}-crash-{i}");
-                        let msg = message(&topic, &body, "TagK", &format!("crash-key-{i}"));
+                        let (body, key) = numbered(seed, "crash", i);
+                        let msg = message(&topic, &body, "TagK", &key);
                         match producer.send_with_timeout(msg, 3_000).await {
                             Ok(Some(r)) if r.send_status == SendStatus::SendOk => {
                                 acked.lock().unwrap().push(body)
@@ -620,10 +588,7 @@ fn sync_flush_acknowledged_messages_survive_sigkill() {
             let i = body.rsplit('-').next().unwrap();
             (
                 body.clone(),
-                Expected {
-                    tags: "TagK".into(),
-                    keys: vec![format!("crash-key-{i}")],
-                },
+                Expected::new("TagK", format!("crash-key-{i}")),
             )
         })
         .collect();
