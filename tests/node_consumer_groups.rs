@@ -6,13 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{consumer_heartbeat as heartbeat, run_local};
+use common::{consumer_heartbeat as heartbeat, pull_bodies, run_local};
 use ringmq::client::{pull_request, Client};
 use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 use ringmq::store::properties;
-use ringmq::store::record::{decode, Decoded};
 
 fn node(dir: &std::path::Path, tune: impl FnOnce(&mut NodeOptions)) -> NodeHandle {
     let mut options = NodeOptions::new(dir);
@@ -155,17 +154,7 @@ fn a_heartbeat_tag_subscription_filters_a_pull_that_carries_none() {
             .await
             .unwrap();
         assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-        let mut bodies = Vec::new();
-        let mut rest = &answer.body[..];
-        while !rest.is_empty() {
-            match decode(rest, ringmq::store::record::Verify::Full).unwrap() {
-                Decoded::Record(view) => {
-                    bodies.push(String::from_utf8(view.body.to_vec()).unwrap());
-                    rest = &rest[view.total_size as usize..];
-                }
-                Decoded::Blank { .. } => panic!("blank record"),
-            }
-        }
+        let bodies = pull_bodies(&answer.body);
         assert_eq!(bodies, ["m1", "m3"]);
 
         // A pull whose subVersion is newer than the heartbeat's is told to heartbeat again.
@@ -210,17 +199,7 @@ fn a_heartbeat_with_untrimmed_tag_codes_still_selects_the_tags() {
             .await
             .unwrap();
         assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-        let mut bodies = Vec::new();
-        let mut rest = &answer.body[..];
-        while !rest.is_empty() {
-            match decode(rest, ringmq::store::record::Verify::Full).unwrap() {
-                Decoded::Record(view) => {
-                    bodies.push(String::from_utf8(view.body.to_vec()).unwrap());
-                    rest = &rest[view.total_size as usize..];
-                }
-                Decoded::Blank { .. } => panic!("blank record"),
-            }
-        }
+        let bodies = pull_bodies(&answer.body);
         assert_eq!(bodies, ["m0", "m1", "m3"]);
     });
     node.shutdown().unwrap();

@@ -6,29 +6,12 @@
 
 mod common;
 
-use common::{run_local, start_node};
+use common::{pull_records as records, run_local, start_node};
 use ringmq::broker::ids::decode_offset_msg_id;
 use ringmq::client::{pull_request, queue_request, send_request_v1, send_request_v2, Client};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;
 use ringmq::store::properties;
-use ringmq::store::record::{decode, Decoded, RecordView, Verify};
-
-/// Splits a pull body into its records.
-fn records(body: &[u8]) -> Vec<RecordView<'_>> {
-    let mut out = Vec::new();
-    let mut rest = body;
-    while !rest.is_empty() {
-        match decode(rest, Verify::Full).expect("a valid record") {
-            Decoded::Record(view) => {
-                rest = &rest[view.total_size as usize..];
-                out.push(view);
-            }
-            Decoded::Blank { .. } => panic!("a blank record in a pull body"),
-        }
-    }
-    out
-}
 
 fn ext<'a>(cmd: &'a RemotingCommand, field: &str) -> &'a str {
     cmd.ext_fields

@@ -16,7 +16,6 @@ use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;
 use ringmq::shard::routing::queue_owner;
-use ringmq::store::record::{decode, Decoded, Verify};
 
 const TOPIC: &str = "Sharded";
 const QUEUES: i32 = 8;
@@ -45,18 +44,7 @@ fn ext<'a>(cmd: &'a RemotingCommand, field: &str) -> &'a str {
 
 /// The bodies of a pull response's records, in order.
 fn bodies(answer: &RemotingCommand) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = &answer.body[..];
-    while !rest.is_empty() {
-        match decode(rest, Verify::Full).expect("a valid record") {
-            Decoded::Record(view) => {
-                out.push(String::from_utf8(view.body.to_vec()).unwrap());
-                rest = &rest[view.total_size as usize..];
-            }
-            Decoded::Blank { .. } => panic!("a blank record in a pull body"),
-        }
-    }
-    out
+    common::pull_bodies(&answer.body)
 }
 
 fn body(connection: usize, queue: i32, i: usize) -> String {

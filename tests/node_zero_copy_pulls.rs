@@ -23,7 +23,6 @@ use ringmq::remoting::codes::response;
 use ringmq::remoting::connection::{serve_connection, ConnectionLimits, RequestHandler};
 use ringmq::remoting::traffic::Traffic;
 use ringmq::remoting::RemotingCommand;
-use ringmq::store::record::{decode, Decoded, Verify};
 use ringmq::store::segment::segment_name;
 
 const SEGMENT: u64 = 64 * 1024;
@@ -65,24 +64,15 @@ struct Pulled {
 }
 
 fn split(body: &[u8]) -> Vec<Pulled> {
-    let mut out = Vec::new();
-    let mut rest = body;
-    while !rest.is_empty() {
-        match decode(rest, Verify::Full).expect("a valid record") {
-            Decoded::Record(view) => {
-                let len = view.total_size as usize;
-                out.push(Pulled {
-                    phys: view.phys_offset as u64,
-                    queue_offset: view.queue_offset,
-                    body: view.body.to_vec(),
-                    len,
-                });
-                rest = &rest[len..];
-            }
-            Decoded::Blank { .. } => panic!("a blank record in a pull body"),
-        }
-    }
-    out
+    common::pull_records(body)
+        .iter()
+        .map(|view| Pulled {
+            phys: view.phys_offset as u64,
+            queue_offset: view.queue_offset,
+            body: view.body.to_vec(),
+            len: view.total_size as usize,
+        })
+        .collect()
 }
 
 /// The bytes the CommitLog holds for the records `pulled` names, read from the files.

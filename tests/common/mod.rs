@@ -10,7 +10,7 @@ use bytes::Bytes;
 use ringmq::io::sim::{SimConfig, SimDisk};
 use ringmq::io::Disk;
 use ringmq::store::properties;
-use ringmq::store::record::{body_crc, RecordInput};
+use ringmq::store::record::{body_crc, decode, Decoded, RecordInput, RecordView, Verify};
 
 /// Runs `future` on a current-thread runtime inside a `LocalSet`, as a shard does.
 /// With `paused` time, timers advance only when every task is idle, so runs repeat exactly.
@@ -161,4 +161,29 @@ pub fn consumer_heartbeat(
         ringmq::remoting::ExtFields::new(),
     )
     .with_body(body.to_string())
+}
+
+/// Splits a pull response body into its records (fully verified; a blank record, which a
+/// pull never returns, fails the test).
+pub fn pull_records(body: &[u8]) -> Vec<RecordView<'_>> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        match decode(rest, Verify::Full).expect("a valid record") {
+            Decoded::Record(view) => {
+                rest = &rest[view.total_size as usize..];
+                out.push(view);
+            }
+            Decoded::Blank { .. } => panic!("a blank record in a pull body"),
+        }
+    }
+    out
+}
+
+/// The bodies of a pull response's records, in order, as text.
+pub fn pull_bodies(body: &[u8]) -> Vec<String> {
+    pull_records(body)
+        .iter()
+        .map(|record| String::from_utf8(record.body.to_vec()).expect("a text body"))
+        .collect()
 }
