@@ -129,12 +129,15 @@ impl Broker {
         };
         (record, uniq_key)
     }
+}
 
-    fn msg_id(&self, result: &PutResult) -> Option<String> {
-        result
-            .placement
-            .map(|placement| ids::offset_msg_id(self.identity.store_host, placement.phys_offset))
-    }
+/// The offset msgId of a stored message; empty when the store did not say where it went
+/// (a FlushDiskTimeout before encoding), as Java's default would be.
+fn msg_id(store_host: SocketAddr, result: &PutResult) -> String {
+    result
+        .placement
+        .map(|placement| ids::offset_msg_id(store_host, placement.phys_offset))
+        .unwrap_or_default()
 }
 
 fn status_code(status: PutStatus) -> i32 {
@@ -233,11 +236,7 @@ impl PendingSend {
                 answer.code = status_code(result.status);
                 // A FlushDiskTimeout before encoding has no placement; the fields must still
                 // be there, so they say "unknown" the way Java's defaults would.
-                let msg_id = result
-                    .placement
-                    .map(|placement| ids::offset_msg_id(self.store_host, placement.phys_offset))
-                    .unwrap_or_default();
-                answer.put_ext("msgId", msg_id);
+                answer.put_ext("msgId", msg_id(self.store_host, &result));
                 answer.put_ext("queueId", self.queue_id);
                 answer.put_ext(
                     "queueOffset",
@@ -318,7 +317,7 @@ pub async fn send_batch(
                 if first_offset.is_none() {
                     first_offset = result.placement.map(|placement| placement.queue_offset);
                 }
-                msg_ids.push(broker.msg_id(&result).unwrap_or_default());
+                msg_ids.push(msg_id(broker.identity.store_host, &result));
             }
             Err(error) => {
                 let mut answer = error_response(request, &error);

@@ -54,10 +54,13 @@ pub enum ForwardReply {
 /// Exactly one answer, as for awaited requests: dropped unanswered (the owner stopped
 /// before running it), it answers SERVICE_NOT_AVAILABLE itself.
 pub struct DirectReply {
-    respond: Option<Box<dyn FnOnce(RemotingCommand) + Send>>,
-    /// What the unanswered drop sends.
-    unavailable: Option<RemotingCommand>,
+    /// The continuation and what it gets if the reply is dropped unanswered; taken by
+    /// the one answer.
+    pending: Option<(Respond, RemotingCommand)>,
 }
+
+/// Where a [`DirectReply`] delivers its answer.
+type Respond = Box<dyn FnOnce(RemotingCommand) + Send>;
 
 impl DirectReply {
     /// `respond` gets the answer; `unavailable` is sent through it if none comes.
@@ -66,14 +69,13 @@ impl DirectReply {
         unavailable: RemotingCommand,
     ) -> DirectReply {
         DirectReply {
-            respond: Some(Box::new(respond)),
-            unavailable: Some(unavailable),
+            pending: Some((Box::new(respond), unavailable)),
         }
     }
 
     /// Hands over the answer; `None` (a request that takes no response) sends nothing.
     pub fn answer(mut self, answer: Option<RemotingCommand>) {
-        let respond = self.respond.take().expect("answered once");
+        let (respond, _) = self.pending.take().expect("answered once");
         if let Some(answer) = answer {
             respond(answer);
         }
@@ -82,7 +84,7 @@ impl DirectReply {
 
 impl Drop for DirectReply {
     fn drop(&mut self) {
-        if let (Some(respond), Some(unavailable)) = (self.respond.take(), self.unavailable.take()) {
+        if let Some((respond, unavailable)) = self.pending.take() {
             respond(unavailable);
         }
     }
