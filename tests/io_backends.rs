@@ -11,7 +11,7 @@ use bytes::Bytes;
 use ringmq::io::portable::PortableDisk;
 use ringmq::io::sim::{SimConfig, SimDisk, WriteFate};
 use ringmq::io::uring::{UringDisk, WritePath};
-use ringmq::io::{read_exact_at, Disk, FileId, IoStats};
+use ringmq::io::{read_exact_at, Disk, FileId};
 
 /// Runs `future` on a fresh current-thread runtime inside a `LocalSet`, as a shard does.
 fn run_local<F: Future>(future: F) -> F::Output {
@@ -96,16 +96,13 @@ async fn conformance(disk: &dyn Disk, root: &Path) {
     disk.sync_data(b).await.unwrap();
     let after = disk.stats();
     assert_eq!(
-        IoStats {
-            writes: after.writes - before.writes,
-            bytes_written: after.bytes_written - before.bytes_written,
-            syncs: after.syncs - before.syncs,
-        },
-        IoStats {
-            writes: 2,
-            bytes_written: 11,
-            syncs: 1
-        }
+        (
+            after.writes - before.writes,
+            after.bytes_written - before.bytes_written,
+            after.syncs - before.syncs,
+        ),
+        (2, 11, 1),
+        "writes, bytes written and syncs"
     );
 
     let a_path = dir.join("a.log");
@@ -192,6 +189,118 @@ fn uring_conformance() {
 }
 
 #[test]
+fn uring_conformance_with_pwrite_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_local(async {
+        let Some(disk) = uring_or_skip_with(WritePath::Inline) else {
+            return;
+        };
+        assert_eq!(disk.write_path(), WritePath::Inline);
+        conformance(&disk, tmp.path()).await;
+        assert_eq!(disk.stats().mapped_writes, 0);
+    });
+}
+
+#[test]
+fn portable_conformance_with_pwrite_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_local(async {
+        let disk = PortableDisk::with_mapped_writes(false);
+        conformance(&disk, tmp.path()).await;
+        assert_eq!(disk.stats().mapped_writes, 0);
+    });
+}
+
+/// Mapped writes (the default on both real backends): only inside the bytes `allocate`
+/// reserved, visible at once to other readers of the file, and never past its end after
+/// a truncate, through whichever handle truncated it.
+async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Path) {
+    let path = root.join("mapped.log");
+    let file = disk.open(&path, true).unwrap();
+    let mapped = |disk: &dyn Disk| disk.stats().mapped_writes;
+
+    // Not reserved yet: an extending write is a pwrite.
+    disk.write_at(file, 0, Bytes::from_static(b"head"))
+        .await
+        .unwrap();
+    assert_eq!(mapped(disk), 0, "a write past the end cannot be mapped");
+
+    disk.allocate(file, 64 * 1024).await.unwrap();
+    for (i, offset) in [4u64, 4096 + 17, 60_000].into_iter().enumerate() {
+        let data = Bytes::from(pattern(1000, i as u8));
+        disk.write_at(file, offset, data).await.unwrap();
+    }
+    assert_eq!(
+        mapped(disk),
+        3,
+        "writes inside the reservation go through the mapping"
+    );
+    // Another handle (a plain pread) sees the bytes without any sync.
+    let plain = std::fs::File::open(&path).unwrap();
+    let mut seen = vec![0u8; 1000];
+    std::os::unix::fs::FileExt::read_exact_at(&plain, &mut seen, 4096 + 17).unwrap();
+    assert!(
+        seen == pattern(1000, 1),
+        "a mapped write is in the page cache at once"
+    );
+
+    // Straddling the reserved end: the whole write is a pwrite, and extends the file.
+    disk.write_at(file, 65_000, Bytes::from(pattern(1000, 9)))
+        .await
+        .unwrap();
+    assert_eq!(mapped(disk), 3);
+    assert_eq!(disk.file_len(file).unwrap(), 66_000);
+
+    // Reserved further: the new bytes are mapped too.
+    disk.allocate(file, 128 * 1024).await.unwrap();
+    disk.write_at(file, 100_000, Bytes::from(pattern(1000, 5)))
+        .await
+        .unwrap();
+    assert_eq!(mapped(disk), 4, "the mapping follows the file as it grows");
+
+    // Truncated through a second handle: the first one's mapping must not outlive the
+    // bytes, or the next store past the new end would fault (SIGBUS) instead of writing.
+    let other = disk.open(&path, false).unwrap();
+    disk.truncate(other, 6000).unwrap();
+    disk.write_at(file, 50_000, Bytes::from(pattern(1000, 6)))
+        .await
+        .unwrap();
+    assert_eq!(disk.file_len(file).unwrap(), 51_000);
+    disk.sync_data(file).await.unwrap();
+
+    let image = read_all(disk, file);
+    assert_eq!(&image[..4], b"head");
+    assert!(image[4..1004] == pattern(1000, 0)[..]);
+    assert!(image[4096 + 17..4096 + 1017] == pattern(1000, 1)[..]);
+    assert!(
+        image[6000..50_000].iter().all(|&b| b == 0),
+        "truncated bytes are gone"
+    );
+    assert!(image[50_000..] == pattern(1000, 6)[..]);
+    disk.close(other);
+    disk.close(file);
+}
+
+#[test]
+fn portable_mapped_writes_stay_inside_the_reserved_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_local(async {
+        let disk = PortableDisk::new();
+        mapped_writes_stay_inside_the_reserved_bytes(&disk, tmp.path()).await;
+    });
+}
+
+#[test]
+fn uring_mapped_writes_stay_inside_the_reserved_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_local(async {
+        let Some(disk) = uring_or_skip() else { return };
+        assert_eq!(disk.write_path(), WritePath::Mapped);
+        mapped_writes_stay_inside_the_reserved_bytes(&disk, tmp.path()).await;
+    });
+}
+
+#[test]
 fn uring_conformance_with_ring_writes() {
     let tmp = tempfile::tempdir().unwrap();
     run_local(async {
@@ -238,7 +347,7 @@ fn uring_outside_a_local_set_is_an_error_not_a_panic() {
 
 #[test]
 fn uring_many_concurrent_writes_all_land() {
-    for write_path in [WritePath::Ring, WritePath::Inline] {
+    for write_path in [WritePath::Ring, WritePath::Inline, WritePath::Mapped] {
         uring_many_concurrent_writes_all_land_with(write_path);
     }
 }
@@ -280,7 +389,7 @@ fn uring_many_concurrent_writes_all_land_with(write_path: WritePath) {
 
 #[test]
 fn uring_more_writes_in_flight_than_ring_entries() {
-    for write_path in [WritePath::Ring, WritePath::Inline] {
+    for write_path in [WritePath::Ring, WritePath::Inline, WritePath::Mapped] {
         uring_more_writes_in_flight_than_ring_entries_with(write_path);
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! | backend    | writes / syncs                                   | used when                         |
 //! |------------|--------------------------------------------------|-----------------------------------|
-//! | `uring`    | `pwrite` inline (or SQEs, [`uring::WritePath`]); fdatasync and fallocate as io_uring SQEs, completions via the ring eventfd | default, when io_uring can be set up |
-//! | `portable` | `pwrite` inline, `fdatasync` on a blocking thread | io_uring is disabled or forced off |
+//! | `uring`    | inline: copied into the file's mapping where preallocated, else `pwrite` (or SQEs, [`uring::WritePath`]); fdatasync and fallocate as io_uring SQEs, completions via the ring eventfd | default, when io_uring can be set up |
+//! | `portable` | inline as `uring`'s, `fdatasync` on a blocking thread | io_uring is disabled or forced off |
 //! | `sim`      | in memory, seeded faults and crashes             | deterministic crash and fault tests |
 //!
 //! Invariants every backend keeps:
@@ -21,6 +21,7 @@
 //! path overlaps.
 
 pub mod file_body;
+pub mod mapped;
 pub mod portable;
 pub mod sim;
 pub mod uring;
@@ -66,7 +67,10 @@ impl std::str::FromStr for IoChoice {
 /// Counters every backend keeps, for benchmarks and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoStats {
+    /// Data writes, however they were made.
     pub writes: u64,
+    /// Of those, the ones copied into a mapping of the file instead of `pwrite`.
+    pub mapped_writes: u64,
     pub bytes_written: u64,
     pub syncs: u64,
 }

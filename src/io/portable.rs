@@ -1,10 +1,12 @@
-//! The portable backend: `pwrite` inline, `fdatasync` on tokio's blocking pool.
+//! The portable backend: data written inline (copied into the file's mapping, or
+//! `pwrite`), `fdatasync` on tokio's blocking pool.
 //!
 //! This module also owns the pieces of real-filesystem logic that the io_uring backend
 //! shares with it, so the two cannot drift apart:
 //! - `FileTable`: the map from [`FileId`] to open `std::fs::File`s. Ids come from a
 //!   counter and are never reused, so a closed id can never silently alias a newer file;
-//!   using it fails with `EBADF`.
+//!   using it fails with `EBADF`. It also owns the files' write mappings
+//!   ([`super::mapped`]), so closing and truncating drop them in one place.
 //! - `StatsCell`: the `IoStats` counters, shared with futures that finish later.
 //! - the synchronous operations both backends perform with plain syscalls (`read_at`,
 //!   `truncate`, the directory operations) and the `fallocate` fallback.
@@ -28,6 +30,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::mapped::MappedWrites;
 use super::{Disk, FileId, IoFuture, IoStats};
 
 /// Open files of one backend instance, keyed by a never-reused [`FileId`].
@@ -35,6 +38,7 @@ use super::{Disk, FileId, IoFuture, IoStats};
 pub(crate) struct FileTable {
     files: RefCell<HashMap<u32, Arc<File>>>,
     next_id: Cell<u32>,
+    mapped: MappedWrites,
 }
 
 impl FileTable {
@@ -59,7 +63,29 @@ impl FileTable {
     }
 
     pub(crate) fn close(&self, file: FileId) {
+        self.mapped.forget(file);
         self.files.borrow_mut().remove(&file.0);
+    }
+
+    /// Writes all of `data` at `offset`: through the file's mapping when `mapped` is set
+    /// and the range lies in its reserved bytes ([`super::mapped`]), with `pwrite`
+    /// otherwise (which loops on short writes and retries EINTR). Counts it in `stats`.
+    pub(crate) fn write_all_at(
+        &self,
+        id: FileId,
+        offset: u64,
+        data: &[u8],
+        mapped: bool,
+        stats: &StatsCell,
+    ) -> io::Result<()> {
+        let file = self.get(id)?;
+        if mapped && self.mapped.write(id, &file, offset, data) {
+            stats.record_mapped_write(data.len());
+            return Ok(());
+        }
+        file.write_all_at(data, offset)?;
+        stats.record_write(data.len());
+        Ok(())
     }
 
     /// The open file behind `file`, or `EBADF` if it was never opened or is closed.
@@ -89,6 +115,7 @@ impl FileTable {
     /// fdatasync) is what guarantees the size change in metadata is flushed.
     pub(crate) fn truncate(&self, file: FileId, len: u64) -> io::Result<()> {
         let file = self.get(file)?;
+        self.mapped.forget_file(&file);
         file.set_len(len)?;
         file.sync_all()
     }
@@ -98,6 +125,7 @@ impl FileTable {
 #[derive(Default)]
 pub(crate) struct StatsCell {
     writes: Cell<u64>,
+    mapped_writes: Cell<u64>,
     bytes_written: Cell<u64>,
     syncs: Cell<u64>,
 }
@@ -108,12 +136,18 @@ impl StatsCell {
         self.bytes_written
             .set(self.bytes_written.get() + bytes as u64);
     }
+    /// A write that went through the file's mapping: counted as a write too.
+    pub(crate) fn record_mapped_write(&self, bytes: usize) {
+        self.record_write(bytes);
+        self.mapped_writes.set(self.mapped_writes.get() + 1);
+    }
     pub(crate) fn record_sync(&self) {
         self.syncs.set(self.syncs.get() + 1);
     }
     pub(crate) fn snapshot(&self) -> IoStats {
         IoStats {
             writes: self.writes.get(),
+            mapped_writes: self.mapped_writes.get(),
             bytes_written: self.bytes_written.get(),
             syncs: self.syncs.get(),
         }
@@ -194,13 +228,21 @@ fn join_error(error: tokio::task::JoinError) -> io::Error {
 pub struct PortableDisk {
     files: FileTable,
     stats: Rc<StatsCell>,
+    mapped_writes: bool,
 }
 
 impl PortableDisk {
+    /// Data writes go through the files' mappings where they can ([`super::mapped`]).
     pub fn new() -> PortableDisk {
+        PortableDisk::with_mapped_writes(true)
+    }
+
+    /// [`PortableDisk::new`], with every data write a `pwrite` when `mapped` is false.
+    pub fn with_mapped_writes(mapped: bool) -> PortableDisk {
         PortableDisk {
             files: FileTable::new(),
             stats: Rc::new(StatsCell::default()),
+            mapped_writes: mapped,
         }
     }
 }
@@ -225,12 +267,10 @@ impl Disk for PortableDisk {
         self.files.file_len(file)
     }
     fn write_at(&self, file: FileId, offset: u64, data: Bytes) -> IoFuture<()> {
-        // pwrite into the page cache is fast enough to do inline; only the sync blocks.
-        let result = self.files.get(file).and_then(|file| {
-            file.write_all_at(&data, offset)?;
-            self.stats.record_write(data.len());
-            Ok(())
-        });
+        // A copy into the page cache is fast enough to do inline; only the sync blocks.
+        let result = self
+            .files
+            .write_all_at(file, offset, &data, self.mapped_writes, &self.stats);
         Box::pin(std::future::ready(result))
     }
     fn sync_data(&self, file: FileId) -> IoFuture<()> {
