@@ -20,7 +20,7 @@
 //!   allocated would raise `SIGBUS` rather than return `ENOSPC`.) A filesystem without
 //!   `fallocate` gets no mapping and keeps `pwrite`.
 //! - A mapping never covers bytes past the end of its file: the file only shrinks by
-//!   [`MappedWrites::forget_file`]'s caller (`FileTable::truncate`), which drops every
+//!   `MappedWrites::forget_file`'s caller (`FileTable::truncate`), which drops every
 //!   mapping of that file first, through any handle.
 //! - Durability is unchanged: the pages are the file's page cache pages, so a write is
 //!   visible to `pread`, `sendfile` and other mappings at once, survives the process
