@@ -19,6 +19,18 @@ use std::ops::Index;
 
 use compact_str::CompactString;
 
+/// `str`'s byte-wise order, deciding on the first byte where it can: keys are a few bytes
+/// long (single letters for sends) and mostly differ there, where a `memcmp` call costs
+/// more than the compare.
+#[inline]
+fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    match (a.first(), b.first()) {
+        (Some(x), Some(y)) if x != y => x.cmp(y),
+        _ => a.cmp(b),
+    }
+}
+
 /// The extFields of a command; see the module doc for its invariants.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct ExtFields {
@@ -44,9 +56,27 @@ impl ExtFields {
     pub(crate) fn from_updates(
         mut updates: Vec<(CompactString, Option<CompactString>)>,
     ) -> ExtFields {
+        // Senders that write keys in order (fastjson's alphabetical order, our encoder's)
+        // with no duplicates need no sort and no dedup: one pass says so.
+        let ordered = updates
+            .windows(2)
+            .all(|pair| key_order(&pair[0].0, &pair[1].0).is_lt());
+        if !ordered {
+            ExtFields::sort_and_dedup(&mut updates);
+        }
+        // Same element size in and out, so this reuses the allocation.
+        let entries = updates
+            .into_iter()
+            .filter_map(|(key, value)| value.map(|value| (key, value)))
+            .collect();
+        ExtFields { entries }
+    }
+
+    /// Sorts updates by key, keeping only the last update of each key.
+    fn sort_and_dedup(updates: &mut Vec<(CompactString, Option<CompactString>)>) {
         // Stable, so equal keys keep their arrival order and the last of a run is the
-        // latest. Input that is already sorted (our own encoder's) costs one pass.
-        updates.sort_by(|a, b| a.0.cmp(&b.0));
+        // latest.
+        updates.sort_by(|a, b| key_order(&a.0, &b.0));
         // Keep the last update of each run of equal keys.
         updates.dedup_by(|later, earlier| {
             if later.0 == earlier.0 {
@@ -56,19 +86,11 @@ impl ExtFields {
                 false
             }
         });
-        // Same element size in and out, so this reuses the allocation.
-        let entries = updates
-            .into_iter()
-            .filter_map(|(key, value)| value.map(|value| (key, value)))
-            .collect();
-        ExtFields { entries }
     }
 
     fn position(&self, key: &str) -> Result<usize, usize> {
-        // Byte-wise like `str`'s order, but compared inline: keys are a few bytes long
-        // (single letters for sends), where a `memcmp` call costs more than the compare.
         self.entries
-            .binary_search_by(|(probe, _)| probe.as_bytes().iter().cmp(key.as_bytes().iter()))
+            .binary_search_by(|(probe, _)| key_order(probe, key))
     }
 
     /// Sets `key` to `value`; returns the value it replaced.

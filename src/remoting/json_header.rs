@@ -160,6 +160,7 @@ fn decode_with(header: &[u8], scan: bool) -> Result<RemotingCommand, HeaderError
     let ext_fields = match raw.ext_fields {
         None | Some(Ext::Null) => ExtFields::new(),
         Some(Ext::Fields(fields)) => ext_fields(fields)?,
+        Some(Ext::Updates(updates)) => ExtFields::from_updates(updates),
         Some(Ext::Other) => return Err(invalid("extFields", "not an object")),
     };
     Ok(RemotingCommand {
@@ -316,8 +317,13 @@ impl<'de> Deserialize<'de> for Key<'de> {
 enum Ext<'a> {
     Null,
     Fields(Vec<(Cow<'a, str>, Scalar<'a>)>),
+    /// The scanner's form: already the updates [`ext_fields`] would make of `Fields`.
+    Updates(Vec<ExtUpdate>),
     Other,
 }
+
+/// One extFields entry in string form; `None` for a null value (which removes the key).
+type ExtUpdate = (CompactString, Option<CompactString>);
 
 impl<'de> Deserialize<'de> for Ext<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -384,10 +390,33 @@ struct Raw<'a> {
 mod fast {
     use std::borrow::Cow;
 
+    use compact_str::{CompactString, ToCompactString};
+
     use super::{Ext, Raw, Scalar};
 
     /// Nesting skipped inside unknown values before giving up (serde_json allows 128).
     const MAX_DEPTH: usize = 64;
+
+    /// Bytes that end a run of plain string content: `"`, `\\` and the control bytes.
+    const STRING_STOP: [bool; 256] = {
+        let mut stop = [false; 256];
+        let mut byte = 0;
+        while byte < 0x20 {
+            stop[byte] = true;
+            byte += 1;
+        }
+        stop[b'"' as usize] = true;
+        stop[b'\\' as usize] = true;
+        stop
+    };
+
+    /// How many bytes at the start of `bytes` are plain string content.
+    fn plain_run(bytes: &[u8]) -> usize {
+        bytes
+            .iter()
+            .position(|&byte| STRING_STOP[usize::from(byte)])
+            .unwrap_or(bytes.len())
+    }
 
     struct Scan<'a> {
         /// `text` as bytes, for the byte-at-a-time scanning.
@@ -487,15 +516,38 @@ mod fast {
                 b'n' => self.literal(b"null").map(|()| Ext::Null),
                 b'{' => {
                     self.at += 1;
-                    let mut fields = Vec::with_capacity(16);
+                    let mut updates = Vec::with_capacity(16);
                     self.members(|scan, key| {
-                        fields.push((key, scan.scalar(0)?));
+                        updates.push((CompactString::from(key), scan.ext_value()?));
                         Some(())
                     })?;
-                    Some(Ext::Fields(fields))
+                    Some(Ext::Updates(updates))
                 }
                 _ => None,
             }
+        }
+
+        /// An extFields value in the string form `ext_fields` gives it. Arrays and objects
+        /// answer `None`: the serde path words that refusal.
+        fn ext_value(&mut self) -> Option<Option<CompactString>> {
+            Some(match self.peek()? {
+                b'"' => Some(CompactString::from(self.string()?)),
+                b't' => self
+                    .literal(b"true")
+                    .map(|()| CompactString::const_new("true"))?
+                    .into(),
+                b'f' => self
+                    .literal(b"false")
+                    .map(|()| CompactString::const_new("false"))?
+                    .into(),
+                b'n' => self.literal(b"null").map(|()| None)?,
+                b'-' | b'0'..=b'9' => match self.integer()? {
+                    Scalar::U64(n) => Some(n.to_compact_string()),
+                    Scalar::I64(n) => Some(n.to_compact_string()),
+                    _ => return None,
+                },
+                _ => return None,
+            })
         }
 
         /// Any value; arrays and objects are checked and skipped as `Nested`.
@@ -575,20 +627,18 @@ mod fast {
             }
             self.at += 1;
             let start = self.at;
-            loop {
-                match *self.bytes.get(self.at)? {
-                    b'"' => {
-                        let text = self.text.get(start..self.at)?;
-                        self.at += 1;
-                        return Some(Cow::Borrowed(text));
-                    }
-                    b'\\' => break,
-                    0x00..=0x1F => return None,
-                    _ => self.at += 1,
-                }
+            self.at += plain_run(&self.bytes[start..]);
+            if *self.bytes.get(self.at)? == b'"' {
+                let text = self.text.get(start..self.at)?;
+                self.at += 1;
+                return Some(Cow::Borrowed(text));
             }
             let mut out: Vec<u8> = self.bytes[start..self.at].to_vec();
             loop {
+                // Copy the unescaped run up to the next quote, backslash or control byte.
+                let run = plain_run(&self.bytes[self.at..]);
+                out.extend_from_slice(&self.bytes[self.at..self.at + run]);
+                self.at += run;
                 match *self.bytes.get(self.at)? {
                     b'"' => {
                         self.at += 1;
@@ -625,11 +675,8 @@ mod fast {
                             _ => return None,
                         }
                     }
-                    0x00..=0x1F => return None,
-                    byte => {
-                        out.push(byte);
-                        self.at += 1;
-                    }
+                    // A raw control byte: JSON does not allow one in a string.
+                    _ => return None,
                 }
             }
         }
@@ -836,6 +883,10 @@ mod tests {
             r#"{"code":1,"remark":"\ud83d\ude00 \u00e9 \/ \b\f\n\r\t \"q\" \\","language":9}"#,
             r#"{"code":1,"x":{"a":[1,2,{"b":[]}],"c":"\u0041"},"y":[],"z":{}}"#,
             r#"{"code":1,"extFields":{"k":[1]}}"#,
+            r#"{"code":1,"extFields":{"b":"1","a":"x","b":null,"a":"y","t":true,"c":{}}}"#,
+            r#"{"code":1,"extFields":{"b":"1","a":"x","b":null,"a":"y","t":true,"f":false}}"#,
+            r#"{"code":1,"extFields":{"f":1.5,"e":2e3}}"#,
+            r#"{"code":1,"extFields":{"p":"run\\one\u0001two\u0002\"three\"/end","q":"\n"}}"#,
             r#"{"code":4294967296}"#,
             r#"{"code":18446744073709551615}"#,
             r#"{"code":18446744073709551616}"#,
@@ -872,6 +923,9 @@ mod tests {
         assert!(fast::parse(cases[1].as_bytes()).is_some());
         assert!(fast::parse(cases[2].as_bytes()).is_some());
         assert!(fast::parse(cases[3].as_bytes()).is_some());
+        let with = |text: &str| cases.iter().position(|case| case.contains(text)).unwrap();
+        assert!(fast::parse(cases[with(r#""f":false"#)].as_bytes()).is_some());
+        assert!(fast::parse(cases[with("run")].as_bytes()).is_some());
     }
 
     #[test]
