@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::io::DataWrites;
+
 /// `flushDiskType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FlushMode {
@@ -32,6 +34,15 @@ impl std::str::FromStr for FlushMode {
 }
 
 impl FlushMode {
+    /// How a store flushed this way should make its data writes: mapped when syncs are
+    /// rare (ASYNC_FLUSH), `pwrite` when every batch is synced (see [`DataWrites`]).
+    pub fn data_writes(self) -> DataWrites {
+        match self {
+            FlushMode::Sync => DataWrites::Pwrite,
+            FlushMode::Async => DataWrites::Mapped,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FlushMode::Sync => "SYNC_FLUSH",

@@ -490,13 +490,11 @@ async fn run_shard(
     let listener = TcpListener::from_std(listener)?;
     let namesrv_listener = namesrv_listener.map(TcpListener::from_std).transpose()?;
     let clock = Clock::system();
-    let store = Store::open(
-        options.store_config(id, advertised),
-        open_backend(options.io)?,
-        clock,
-    )
-    .await
-    .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
+    let config = options.store_config(id, advertised);
+    let disk = open_backend(options.io, config.flush_mode.data_writes())?;
+    let store = Store::open(config, disk, clock)
+        .await
+        .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
     let broker = Rc::new(Broker::new(
         store.clone(),
         BrokerIdentity {

@@ -329,7 +329,9 @@ fn sim_conformance() {
 #[test]
 fn auto_backend_prefers_uring_when_available() {
     run_local(async {
-        let disk = ringmq::io::open_backend(ringmq::io::IoChoice::Auto).unwrap();
+        let disk =
+            ringmq::io::open_backend(ringmq::io::IoChoice::Auto, ringmq::io::DataWrites::Mapped)
+                .unwrap();
         let expected = if UringDisk::new().is_ok() {
             "uring"
         } else {

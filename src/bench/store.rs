@@ -150,7 +150,7 @@ async fn bench_on_shard(
                 .saturating_sub(crate::config::RECORD_OVERHEAD_MAX + 8) as usize,
         )
         .max(1);
-    let disk = open_backend(options.io)?;
+    let disk = open_backend(options.io, config.flush_mode.data_writes())?;
     let store = Store::open(config, disk, Clock::system()).await?;
     let ack_log = match &options.ack_log {
         Some(path) => Some(File::create(path)?),

@@ -1,0 +1,72 @@
+//! A store on a real disk makes its data writes as its flush mode suits: copied into the
+//! files' mappings under ASYNC_FLUSH, `pwrite` under SYNC_FLUSH (where a mapped tail page
+//! would fault after every sync). Either way every message reads back, also after a
+//! reopen.
+
+mod common;
+
+use common::{message, run_local};
+use ringmq::clock::Clock;
+use ringmq::config::{FlushMode, StoreConfig};
+use ringmq::io::{open_backend, DataWrites, IoChoice};
+use ringmq::store::{GetStatus, PutStatus, Store};
+
+/// Fewer than one pull returns at most (32).
+const MESSAGES: u64 = 30;
+
+fn put_and_read_back(flush: FlushMode) -> ringmq::io::IoStats {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(tmp.path());
+    config.flush_mode = flush;
+    config.commit_log_segment_size = 8 << 20;
+    let read_all = |store: &Store| {
+        let got = store
+            .get_messages("TopicA", 1, 0, MESSAGES as u32, None)
+            .unwrap();
+        assert_eq!(got.status, GetStatus::Found);
+        assert_eq!(got.messages.len() as u64, MESSAGES, "{flush:?}");
+    };
+    let stats = run_local(false, async {
+        let disk = open_backend(IoChoice::Auto, flush.data_writes()).unwrap();
+        let store = Store::open(config.clone(), disk, Clock::system())
+            .await
+            .unwrap();
+        for index in 0..MESSAGES {
+            let body = format!("body-{index}");
+            let put = store
+                .put(message("TopicA", 1, body.as_bytes(), Some("TagA"), None))
+                .await
+                .unwrap();
+            assert_eq!(put.status, PutStatus::Ok);
+        }
+        read_all(&store);
+        let stats = store.io_stats();
+        store.shutdown().await.unwrap();
+        stats
+    });
+    run_local(false, async {
+        let disk = open_backend(IoChoice::Auto, flush.data_writes()).unwrap();
+        let store = Store::open(config, disk, Clock::system()).await.unwrap();
+        read_all(&store);
+        store.shutdown().await.unwrap();
+    });
+    stats
+}
+
+#[test]
+fn async_flush_writes_through_the_mapping() {
+    assert_eq!(FlushMode::Async.data_writes(), DataWrites::Mapped);
+    let stats = put_and_read_back(FlushMode::Async);
+    assert!(
+        stats.mapped_writes >= MESSAGES,
+        "every CommitLog write lands in the preallocated segment: {stats:?}"
+    );
+}
+
+#[test]
+fn sync_flush_writes_with_pwrite() {
+    assert_eq!(FlushMode::Sync.data_writes(), DataWrites::Pwrite);
+    let stats = put_and_read_back(FlushMode::Sync);
+    assert_eq!(stats.mapped_writes, 0, "{stats:?}");
+    assert!(stats.writes >= MESSAGES, "{stats:?}");
+}
