@@ -9,8 +9,12 @@
 # Results: perf/results/node-bench-<shards>shard.md (and .raw.jsonl).
 #
 # Usage: perf/node_bench.sh      env: SECONDS_PER_RUN (default 5), DIR (default /var/tmp),
-#                                     SHARDS (default: the node's default, one per CPU).
-# Results go to perf/results/node-bench-<shards>shard.md.
+#                                     SHARDS (default: the node's default, one per CPU),
+#                                     LOADGEN_CPUS (default: unset, the scheduler places the
+#                                     load generator; a taskset CPU list keeps it there, e.g.
+#                                     1 with SHARDS=1, whose one shard is pinned to CPU 0).
+# Results go to perf/results/node-bench-<shards>shard.md, or
+# node-bench-<shards>shard-loadgen-cpus-<list>.md with LOADGEN_CPUS.
 # The load generator shares the machine with the node: on few cores the figures are a
 # floor, not the node's ceiling.
 set -euo pipefail
@@ -20,7 +24,13 @@ BASE=${DIR:-/var/tmp}
 OUT=perf/results
 mkdir -p "$OUT"
 SHARDS=${SHARDS:-$(nproc)}
-RAW="$OUT/node-bench-${SHARDS}shard.raw.jsonl"
+NAME="node-bench-${SHARDS}shard"
+LOADGEN=()
+if [ -n "${LOADGEN_CPUS:-}" ]; then
+  LOADGEN=(taskset -c "$LOADGEN_CPUS")
+  NAME="$NAME-loadgen-cpus-${LOADGEN_CPUS//,/_}"
+fi
+RAW="$OUT/$NAME.raw.jsonl"
 : > "$RAW"
 cargo build --release --quiet
 BIN=target/release/ringmq
@@ -62,7 +72,7 @@ for flush in sync async; do
   for producers in 1 16; do
     if [ "$producers" = 1 ]; then conns=1; per=1; else conns=4; per=4; fi
     before=$(cpu_ticks "$NODE_PID")
-    json=$("$BIN" bench produce --addr "$addr" --connections $conns --producers-per-connection $per \
+    json=$("${LOADGEN[@]}" "$BIN" bench produce --addr "$addr" --connections $conns --producers-per-connection $per \
       --size 1024 --mode sync --duration "$RUN_SECONDS" --quiet --json)
     after=$(cpu_ticks "$NODE_PID")
     messages=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["messages"])' "$json")
@@ -72,7 +82,7 @@ for flush in sync async; do
     echo "   produce x$producers: $json" >&2
   done
   before=$(cpu_ticks "$NODE_PID")
-  json=$("$BIN" bench consume --addr "$addr" --connections 4 --messages "$total" --duration 60 --quiet --json)
+  json=$("${LOADGEN[@]}" "$BIN" bench consume --addr "$addr" --connections 4 --messages "$total" --duration 60 --quiet --json)
   after=$(cpu_ticks "$NODE_PID")
   cpu=$(python3 -c 'import sys; t,a,b,m=map(float,sys.argv[1:]); print((a-b)/t*1e6/m if m else 0)' "$TICKS" "$after" "$before" "$total")
   record "$flush consume" "$cpu" "$json"
@@ -82,14 +92,17 @@ for flush in sync async; do
   rm -rf "$dir"
 done
 
-python3 - "$RAW" "$OUT/node-bench-${SHARDS}shard.md" "$RUN_SECONDS" "$(nproc)" "$SHARDS" <<'PY'
+python3 - "$RAW" "$OUT/$NAME.md" "$RUN_SECONDS" "$(nproc)" "$SHARDS" "${LOADGEN_CPUS:-}" <<'PY'
 import json, sys
-raw, out, seconds, cores, shards = sys.argv[1:]
+raw, out, seconds, cores, shards, loadgen_cpus = sys.argv[1:]
+placement = (f"the load generator kept on CPUs {loadgen_cpus}" if loadgen_cpus
+             else "the load generator placed by the scheduler")
 rows = [json.loads(line) for line in open(raw)]
 lines = [
     "# ringmq node over the network (`perf/node_bench.sh`)",
     "",
-    f"`ringmq serve` (release, {shards} shards) loaded by `ringmq bench` on the same machine ({cores} cores),",
+    f"`ringmq serve` (release, {shards} shards) loaded by `ringmq bench` on the same machine ({cores} cores,",
+    f"{placement}),",
     f"1 KiB messages, sync-mode sends, {seconds} s per produce run; consume reads back",
     "everything produced. Latency: send (request to response) for produce, end-to-end",
     "(born timestamp to receipt, ms resolution) for consume. Node CPU: utime+stime of the",
