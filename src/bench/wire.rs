@@ -251,7 +251,15 @@ where
                     .enable_all()
                     .build()?;
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, make())
+                // As a task rather than the LocalSet's own future, which is polled again
+                // whenever any task wakes: once per response otherwise (see node.rs).
+                local.block_on(&runtime, async move {
+                    tokio::task::spawn_local(make())
+                        .await
+                        .unwrap_or_else(|error| {
+                            Err(anyhow::anyhow!("the benchmark panicked: {error}"))
+                        })
+                })
             })?;
     thread
         .join()
