@@ -258,10 +258,28 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
         .unwrap();
     assert_eq!(mapped(disk), 4, "the mapping follows the file as it grows");
 
+    // Filled to the end of the reservation: done being appended to, so no longer mapped.
+    let maps_of = |path: &Path| {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let name = path.to_str().unwrap().to_owned();
+        maps.lines().filter(|line| line.ends_with(&name)).count()
+    };
+    assert_eq!(maps_of(&path), 1, "the file is mapped while written");
+    let tail = 128 * 1024 - 1000;
+    disk.write_at(file, tail, Bytes::from(pattern(1000, 8)))
+        .await
+        .unwrap();
+    assert_eq!(mapped(disk), 5);
+    assert_eq!(maps_of(&path), 0, "a file written to its end is unmapped");
+
     // Truncated through a second handle: the first one's mapping must not outlive the
     // bytes, or the next store past the new end would fault (SIGBUS) instead of writing.
     let other = disk.open(&path, false).unwrap();
     disk.truncate(other, 6000).unwrap();
+    disk.write_at(file, 4000, Bytes::from(pattern(100, 7)))
+        .await
+        .unwrap();
+    assert_eq!(mapped(disk), 6, "mapped again for the next write");
     disk.write_at(file, 50_000, Bytes::from(pattern(1000, 6)))
         .await
         .unwrap();
@@ -271,6 +289,7 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
     let image = read_all(disk, file);
     assert_eq!(&image[..4], b"head");
     assert!(image[4..1004] == pattern(1000, 0)[..]);
+    assert!(image[4000..4100] == pattern(100, 7)[..]);
     assert!(image[4096 + 17..4096 + 1017] == pattern(1000, 1)[..]);
     assert!(
         image[6000..50_000].iter().all(|&b| b == 0),

@@ -27,6 +27,10 @@
 //!   being killed, and is made durable by the same `fdatasync` as a `pwrite` would be.
 //! - Writes either go wholly through the mapping or wholly to `pwrite`; a write that
 //!   straddles the reserved end is left to `pwrite`.
+//! - A write that reaches the end of the mapping drops it: an appended file filled to its
+//!   end (a full CommitLog segment ends with a blank record that does exactly that) is
+//!   done being written, and its pages should not stay mapped in the node for as long as
+//!   the file stays open for reads. A later write maps it again.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -117,6 +121,9 @@ impl MappedWrites {
                 mapping.addr.add(offset as usize),
                 data.len(),
             );
+        }
+        if end == mapping.len as u64 {
+            entries.remove(&id.0);
         }
         true
     }
