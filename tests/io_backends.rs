@@ -258,31 +258,44 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
         .unwrap();
     assert_eq!(mapped(disk), 4, "the mapping follows the file as it grows");
 
-    // Filled to the end of the reservation: done being appended to, so no longer mapped.
     let maps_of = |path: &Path| {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let name = path.to_str().unwrap().to_owned();
         maps.lines().filter(|line| line.ends_with(&name)).count()
     };
     assert_eq!(maps_of(&path), 1, "the file is mapped while written");
-    let tail = 128 * 1024 - 1000;
-    disk.write_at(file, tail, Bytes::from(pattern(1000, 8)))
-        .await
-        .unwrap();
-    assert_eq!(mapped(disk), 5);
-    assert_eq!(maps_of(&path), 0, "a file written to its end is unmapped");
 
-    // Truncated through a second handle: the first one's mapping must not outlive the
-    // bytes, or the next store past the new end would fault (SIGBUS) instead of writing.
+    // Truncated through a second handle while mapped: the first handle's mapping must
+    // not outlive the bytes, or the next store past the new end would fault (SIGBUS)
+    // instead of writing.
     let other = disk.open(&path, false).unwrap();
     disk.truncate(other, 6000).unwrap();
+    assert_eq!(
+        maps_of(&path),
+        0,
+        "truncating drops every mapping of the file"
+    );
     disk.write_at(file, 4000, Bytes::from(pattern(100, 7)))
         .await
         .unwrap();
-    assert_eq!(mapped(disk), 6, "mapped again for the next write");
+    assert_eq!(
+        mapped(disk),
+        5,
+        "mapped again, to the new length, for the next write"
+    );
+    assert_eq!(maps_of(&path), 1);
     disk.write_at(file, 50_000, Bytes::from(pattern(1000, 6)))
         .await
         .unwrap();
+    assert_eq!(mapped(disk), 5, "past the new end: a pwrite");
+
+    // Finished with (a full segment): no longer mapped, and still writable.
+    disk.finished_writing(file);
+    assert_eq!(maps_of(&path), 0, "a finished file is unmapped");
+    disk.write_at(file, 4100, Bytes::from(pattern(10, 2)))
+        .await
+        .unwrap();
+    assert_eq!(mapped(disk), 6);
     assert_eq!(disk.file_len(file).unwrap(), 51_000);
     disk.sync_data(file).await.unwrap();
 
@@ -290,6 +303,7 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
     assert_eq!(&image[..4], b"head");
     assert!(image[4..1004] == pattern(1000, 0)[..]);
     assert!(image[4000..4100] == pattern(100, 7)[..]);
+    assert!(image[4100..4110] == pattern(10, 2)[..]);
     assert!(image[4096 + 17..4096 + 1017] == pattern(1000, 1)[..]);
     assert!(
         image[6000..50_000].iter().all(|&b| b == 0),
@@ -383,6 +397,10 @@ fn uring_many_concurrent_writes_all_land_with(write_path: WritePath) {
         let file = disk.open(&tmp.path().join("concurrent"), true).unwrap();
         const WRITES: usize = 64;
         const SIZE: usize = 4096 + 17; // odd size: writes straddle pages
+        if write_path == WritePath::Mapped {
+            // Reserved first, so the writes take the mapping.
+            disk.allocate(file, (WRITES * SIZE) as u64).await.unwrap();
+        }
         let mut tasks = Vec::new();
         for i in 0..WRITES {
             let disk = Rc::clone(&disk);
@@ -404,6 +422,12 @@ fn uring_many_concurrent_writes_all_land_with(write_path: WritePath) {
             );
         }
         assert_eq!(disk.stats().writes, WRITES as u64);
+        let mapped = if write_path == WritePath::Mapped {
+            WRITES as u64
+        } else {
+            0
+        };
+        assert_eq!(disk.stats().mapped_writes, mapped);
         assert_eq!(disk.stats().syncs, 1);
     });
 }

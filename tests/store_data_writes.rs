@@ -70,3 +70,41 @@ fn sync_flush_writes_with_pwrite() {
     assert_eq!(stats.mapped_writes, 0, "{stats:?}");
     assert!(stats.writes >= MESSAGES, "{stats:?}");
 }
+
+#[test]
+fn a_full_commit_log_segment_is_no_longer_mapped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(tmp.path());
+    config.flush_mode = FlushMode::Async;
+    config.commit_log_segment_size = 1 << 20;
+    config.max_message_size = 64 * 1024;
+    let commit_log = tmp.path().join("commitlog");
+    let mapped_segments = || {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let dir = commit_log.to_str().unwrap().to_owned();
+        maps.lines().filter(|line| line.contains(&dir)).count()
+    };
+    run_local(false, async {
+        let disk = open_backend(IoChoice::Auto, DataWrites::Mapped).unwrap();
+        let store = Store::open(config, disk, Clock::system()).await.unwrap();
+        let body = vec![b'x'; 2000];
+        // About 2.3 MiB of records: two full segments and part of a third.
+        for _ in 0..1200 {
+            let put = store
+                .put(message("TopicA", 1, &body, None, None))
+                .await
+                .unwrap();
+            assert_eq!(put.status, PutStatus::Ok);
+        }
+        assert_eq!(store.max_offset("TopicA", 1), 1200);
+        let segments = std::fs::read_dir(&commit_log).unwrap().count();
+        assert!(segments >= 3, "the log rolled: {segments} segments");
+        assert!(store.io_stats().mapped_writes > 0);
+        assert_eq!(
+            mapped_segments(),
+            1,
+            "only the segment being appended to stays mapped"
+        );
+        store.shutdown().await.unwrap();
+    });
+}

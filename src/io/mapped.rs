@@ -27,10 +27,17 @@
 //!   being killed, and is made durable by the same `fdatasync` as a `pwrite` would be.
 //! - Writes either go wholly through the mapping or wholly to `pwrite`; a write that
 //!   straddles the reserved end is left to `pwrite`.
-//! - A write that reaches the end of the mapping drops it: an appended file filled to its
-//!   end (a full CommitLog segment ends with a blank record that does exactly that) is
-//!   done being written, and its pages should not stay mapped in the node for as long as
-//!   the file stays open for reads. A later write maps it again.
+//! - A file the store has finished appending to (a full CommitLog segment, told through
+//!   `Disk::finished_writing`) loses its mapping, so the written pages of old segments do
+//!   not stay mapped in the node for as long as the segments stay open for reads. A later
+//!   write maps it again. (ConsumeQueue files, a few MiB each, keep theirs until closed.)
+//! - Only filesystems that overwrite in place are trusted with mappings: ext4, XFS and
+//!   tmpfs. On copy-on-write ones (btrfs, ZFS) an overwrite needs new space even inside a
+//!   fallocated range, so a full disk would surface as `SIGBUS`; they keep `pwrite`.
+//! - What mappings cannot turn into an error: an I/O error while faulting a page in (a
+//!   failing disk, ext4 remounted read-only after an error) raises `SIGBUS` and stops
+//!   the node, where `pwrite` would have returned it. The node dies rather than
+//!   acknowledge a write it could not make; what it acknowledged before is unaffected.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -122,13 +129,10 @@ impl MappedWrites {
                 data.len(),
             );
         }
-        if end == mapping.len as u64 {
-            entries.remove(&id.0);
-        }
         true
     }
 
-    /// Drops the mapping of handle `id` (it is being closed).
+    /// Drops the mapping of handle `id` (it is being closed, or is full).
     pub(crate) fn forget(&self, id: FileId) {
         self.entries.borrow_mut().remove(&id.0);
     }
@@ -149,6 +153,21 @@ impl MappedWrites {
     }
 }
 
+/// Whether `file` lives on a filesystem that writes a reserved block in place (ext4,
+/// XFS, tmpfs), so that a store into a fallocated range cannot need new space.
+fn overwrites_in_place(file: &File) -> bool {
+    // SAFETY: `statfs` is plain data; fstatfs fills it or fails.
+    let mut stats: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: plain syscall on a descriptor `file` keeps open, into a valid struct.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut stats) } != 0 {
+        return false;
+    }
+    matches!(
+        stats.f_type,
+        libc::EXT4_SUPER_MAGIC | libc::XFS_SUPER_MAGIC | libc::TMPFS_MAGIC
+    )
+}
+
 /// Reserves and maps the first `len` bytes of `file`, or says why not (quietly: `pwrite`
 /// still works, only slower).
 fn map(file: &File, len: u64, inode: (u64, u64)) -> Entry {
@@ -159,11 +178,19 @@ fn map(file: &File, len: u64, inode: (u64, u64)) -> Entry {
     if map_len == 0 {
         return refused;
     }
-    // Already reserved when the store preallocated the file: then this only walks its
-    // extents. Anything else (a sparse file, no fallocate here) is not mapped.
-    // SAFETY: plain syscall on a descriptor `file` keeps open.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, reserve_len) } != 0 {
+    if !overwrites_in_place(file) {
         return refused;
+    }
+    // Already reserved when the store preallocated the file: then this only walks its
+    // extents; holes in a sparse file get their blocks now. Without fallocate, no mapping.
+    loop {
+        // SAFETY: plain syscall on a descriptor `file` keeps open.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, reserve_len) } == 0 {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return refused;
+        }
     }
     // SAFETY: a fresh shared mapping of an open descriptor; the result is checked.
     let addr = unsafe {

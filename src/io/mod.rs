@@ -146,6 +146,11 @@ pub trait Disk {
     fn shared_file(&self, _file: FileId) -> Option<std::sync::Arc<std::fs::File>> {
         None
     }
+
+    /// A hint that nothing more will be appended to `file` (a full CommitLog segment): the
+    /// backend may let go of what it keeps for writing it (its mapping, [`mapped`]).
+    /// Writes to it still work.
+    fn finished_writing(&self, _file: FileId) {}
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` or fails with `UnexpectedEof`.

@@ -67,6 +67,11 @@ impl FileTable {
         self.files.borrow_mut().remove(&file.0);
     }
 
+    /// Nothing more will be appended to `file`: its mapping, if any, goes.
+    pub(crate) fn finished_writing(&self, file: FileId) {
+        self.mapped.forget(file);
+    }
+
     /// Writes all of `data` at `offset`: through the file's mapping when `mapped` is set
     /// and the range lies in its reserved bytes ([`super::mapped`]), with `pwrite`
     /// otherwise (which loops on short writes and retries EINTR). Counts it in `stats`.
@@ -320,5 +325,8 @@ impl Disk for PortableDisk {
     }
     fn shared_file(&self, file: FileId) -> Option<Arc<File>> {
         self.files.get(file).ok()
+    }
+    fn finished_writing(&self, file: FileId) {
+        self.files.finished_writing(file)
     }
 }

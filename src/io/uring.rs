@@ -495,8 +495,8 @@ pub enum WritePath {
     Ring,
 }
 
-/// The default backend: syncs and fallocate through io_uring, data writes inline or
-/// through the ring ([`WritePath`]).
+/// The default backend: syncs and fallocate through io_uring, data writes on the calling
+/// thread (into the file's mapping, or `pwrite`) or through the ring ([`WritePath`]).
 pub struct UringDisk {
     ring: Rc<Ring>,
     files: FileTable,
@@ -695,5 +695,8 @@ impl Disk for UringDisk {
     }
     fn shared_file(&self, file: FileId) -> Option<Arc<File>> {
         self.files.get(file).ok()
+    }
+    fn finished_writing(&self, file: FileId) {
+        self.files.finished_writing(file)
     }
 }

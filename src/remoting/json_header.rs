@@ -384,8 +384,9 @@ struct Raw<'a> {
 
 /// A direct scanner for the headers clients actually send: an object of known fields,
 /// integers, strings (escapes included) and an extFields object of scalars. It answers
-/// `None` for anything else (floats, `-0`, a non-object extFields, lone surrogates, deep
-/// nesting, any syntax error), and the caller then runs the serde path, which decides
+/// `None` for anything else (floats, `-0`, a non-object extFields, an array or object as
+/// an extFields value, lone surrogates, deep nesting, any syntax error), and the caller
+/// then runs the serde path, which decides
 /// and words every error; so the scanner only has to be right about what it accepts.
 mod fast {
     use std::borrow::Cow;

@@ -26,6 +26,8 @@ struct Chunk {
     file: FileId,
     position: u64,
     bytes: Vec<u8>,
+    /// Ends with the blank record that closes its segment: nothing follows it there.
+    closes_segment: bool,
 }
 
 struct Encoded {
@@ -110,6 +112,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
             match log.segment_file(next).await {
                 Ok(file) => {
                     record::encode_blank((segment_size - within) as u32, &mut current.bytes);
+                    current.closes_segment = true;
                     let full = std::mem::replace(
                         &mut current,
                         Chunk {
@@ -119,6 +122,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
                             bytes: Vec::with_capacity(
                                 total_bytes.min(shared.config.max_batch_bytes),
                             ),
+                            closes_segment: false,
                         },
                     );
                     chunks.push(full);
@@ -224,6 +228,7 @@ async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {
         file,
         position: pos - segment_start,
         bytes: Vec::new(),
+        closes_segment: false,
     })
 }
 
@@ -240,6 +245,10 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
                 "write of {len} bytes to CommitLog segment {} at {} failed: {error}",
                 chunk.segment_start, chunk.position
             ));
+        }
+        if chunk.closes_segment {
+            // A full segment is only read from now on; its mapping need not stay.
+            shared.disk.finished_writing(chunk.file);
         }
     }
     Ok(())
