@@ -495,6 +495,8 @@ async fn run_shard(
     let store = Store::open(config, disk, clock)
         .await
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
+    // A turn's send responses leave in one write per connection, from the appender.
+    store.set_answer_scope(Rc::new(crate::remoting::reply_batch::batch_replies));
     let broker = Rc::new(Broker::new(
         store.clone(),
         BrokerIdentity {

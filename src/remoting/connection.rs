@@ -5,6 +5,7 @@
 //!                                                                        │ response
 //!   socket ◀──write_all── encode_frame ◀── writer task ◀──── mpsc ◀──────┘
 //!          ◀──sendfile──── file body ────────┘   (body_send.rs)
+//!          ◀──try_write─── reply batch ◀── Reply::send in the appender's turn
 //! ```
 //!
 //! What this file owns and promises:
@@ -17,7 +18,11 @@
 //!   a single-message send) gets no task. The handler keeps a [`Reply`] and answers through
 //!   it when the work is done (for a send, when the store has the message), so the send
 //!   path costs no task spawn and no wake-ups beyond the appender's and the writer's.
-//! - One writer task owns the write half, so frames never interleave. It encodes every
+//! - A send answered inside a reply batch on this shard (the store's appender turn) skips
+//!   the writer queue: [`super::reply_batch`] writes the turn's responses to each
+//!   connection with one `try_write` when the batch closes, unless the writer task is
+//!   writing, in which case they go out first in its next write.
+//! - One writer task writes everything else, so frames never interleave. It encodes every
 //!   response already queued into one buffer and writes it with one `write_all`. A
 //!   response with a file body (a pull's records, D8) ends the buffer: the buffer goes
 //!   out with the frame's header, then the file ranges go straight from the files
@@ -45,7 +50,6 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -53,6 +57,7 @@ use tokio::task::JoinSet;
 use super::body_send::{BodySend, BodySender};
 use super::command::RemotingCommand;
 use super::frame::{encode_frame_header, take_frame};
+use super::reply_batch::{self, ConnectionWriter};
 use super::traffic::Traffic;
 
 /// Frames to write on a connection: responses, and requests the node itself sends to the
@@ -92,6 +97,8 @@ pub trait RequestHandler: 'static {
 pub struct Reply {
     responses: Outbound,
     oneway: bool,
+    /// The connection's number, for [`reply_batch::hold`].
+    connection: u64,
 }
 
 impl Reply {
@@ -99,6 +106,10 @@ impl Reply {
     /// response after the connection has gone.
     pub fn send(self, response: RemotingCommand) {
         if self.oneway {
+            return;
+        }
+        // Answered inside a batch on the connection's own shard: written when it closes.
+        if reply_batch::hold(self.connection, &response) {
             return;
         }
         match self.responses.try_send(response) {
@@ -171,6 +182,8 @@ pub async fn serve_connection<H: RequestHandler>(
     // Responses are small and latency-bound; do not let Nagle hold them back.
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
+    let writer = ConnectionWriter::register(writer, traffic.clone());
+    let connection = writer.number();
     let (responses, queued) = mpsc::channel(limits.response_queue.max(1));
     let sender = BodySender::new(limits.body_send, traffic.clone());
     let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
@@ -193,6 +206,7 @@ pub async fn serve_connection<H: RequestHandler>(
                     let reply = Reply {
                         responses: responses.clone(),
                         oneway: request.is_oneway(),
+                        connection,
                     };
                     let Some(request) = handler.clone().handle_now(request, peer, reply) else {
                         continue;
@@ -245,32 +259,48 @@ pub async fn serve_connection<H: RequestHandler>(
     ended
 }
 
-/// Writes responses as they come, batching whatever is already queued into one write.
+/// Writes responses as they come, batching whatever is already queued into one write,
+/// behind the bytes a closed reply batch left for it (see [`reply_batch`]).
 async fn write_responses(
-    mut writer: OwnedWriteHalf,
+    writer: Rc<ConnectionWriter>,
     mut queued: mpsc::Receiver<RemotingCommand>,
     mut sender: BodySender,
 ) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(64 * 1024);
-    while let Some(first) = queued.recv().await {
+    loop {
+        let mut next = tokio::select! {
+            biased;
+            first = queued.recv() => match first {
+                Some(first) => Some(first),
+                None => return Ok(()),
+            },
+            () = writer.kicked() => None,
+        };
         out.clear();
-        let mut next = Some(first);
-        while let Some(response) = next {
-            if encode_response(&response, &mut out) {
-                sender
-                    .send_body(&mut writer, &mut out, &response.file_body)
-                    .await?;
+        let Some(mut half) = writer.begin_write(&mut out) else {
+            // Only this task takes the half, and it always hands it back.
+            return Err(std::io::Error::other("the connection's write half is gone"));
+        };
+        let written = async {
+            while let Some(response) = next {
+                if encode_response(&response, &mut out) {
+                    sender
+                        .send_body(&mut half, &mut out, &response.file_body)
+                        .await?;
+                }
+                next = queued.try_recv().ok();
             }
-            next = queued.try_recv().ok();
+            sender.write_buffer(&mut half, &out).await
         }
-        sender.write_buffer(&mut writer, &out).await?;
+        .await;
+        writer.end_write(half);
+        written?;
     }
-    Ok(())
 }
 
 /// Appends the frame header of `response` (its length counting the file body too) and its
 /// byte body; true when its file body must follow.
-fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
+pub(super) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
     let body_len = response.body.len() + response.file_body.len() as usize;
     match encode_frame_header(response, body_len, out) {
         Ok(()) => {
@@ -315,12 +345,14 @@ mod tests {
                 Reply {
                     responses: responses.clone(),
                     oneway: false,
+                    connection: 0,
                 }
                 .send(response(opaque));
             }
             Reply {
                 responses: responses.clone(),
                 oneway: true,
+                connection: 0,
             }
             .send(response(99));
             drop(responses);

@@ -64,6 +64,7 @@ pub mod connection;
 pub mod ext_fields;
 pub mod frame;
 pub mod json_header;
+pub mod reply_batch;
 pub mod send_header;
 pub mod traffic;
 

@@ -208,7 +208,18 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     {
         log.preallocate_after(pos);
     }
-    dispatch(shared, encoded, pos);
+    let scope = shared.answer_scope.borrow().clone();
+    match scope {
+        Some(scope) => {
+            let mut encoded = Some(encoded);
+            scope(&mut || {
+                if let Some(encoded) = encoded.take() {
+                    dispatch(shared, encoded, pos)
+                }
+            });
+        }
+        None => dispatch(shared, encoded, pos),
+    }
 }
 
 async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {

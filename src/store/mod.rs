@@ -175,6 +175,9 @@ pub(crate) struct PendingPut {
 /// ConsumeQueues by topic, then queue id: looked up by `&str` without allocating.
 pub(crate) type QueueMap = HashMap<String, HashMap<i32, Rc<ConsumeQueue>>>;
 
+/// Runs a batch of answers (see [`Store::set_answer_scope`]).
+pub type AnswerScope = Rc<dyn Fn(&mut dyn FnMut())>;
+
 pub(crate) struct Shared {
     pub config: StoreConfig,
     pub disk: Rc<dyn Disk>,
@@ -200,6 +203,8 @@ pub(crate) struct Shared {
     pub appender_busy: Cell<bool>,
     pub lock_file: RefCell<Option<std::fs::File>>,
     pub opened: Cell<OpenKind>,
+    /// Wraps each appender turn's answers ([`Store::set_answer_scope`]).
+    pub answer_scope: RefCell<Option<AnswerScope>>,
 }
 
 impl Shared {
@@ -507,6 +512,14 @@ impl Store {
 
     pub fn stats(&self) -> StoreStats {
         self.shared.stats.get()
+    }
+
+    /// Has every appender turn's answers run inside `scope`, which must call the closure
+    /// it is given exactly once. The node uses it to send a turn's responses to each
+    /// connection in one write without waking its writer task
+    /// ([`crate::remoting::reply_batch`]).
+    pub fn set_answer_scope(&self, scope: AnswerScope) {
+        *self.shared.answer_scope.borrow_mut() = Some(scope);
     }
 
     pub fn io_stats(&self) -> IoStats {
