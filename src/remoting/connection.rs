@@ -324,10 +324,11 @@ pub(super) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn response(opaque: i32) -> RemotingCommand {
+    /// A SEND_MESSAGE response with `opaque` (the reply-batch tests use it too).
+    pub(in crate::remoting) fn response(opaque: i32) -> RemotingCommand {
         let mut request = RemotingCommand::request(10, Default::default());
         request.opaque = opaque;
         RemotingCommand::response_to(&request, 0, None)

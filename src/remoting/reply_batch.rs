@@ -204,13 +204,8 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
+    use crate::remoting::connection::tests::response;
     use crate::remoting::frame::{take_frame, DEFAULT_MAX_FRAME_LEN};
-
-    fn response(opaque: i32) -> RemotingCommand {
-        let mut request = RemotingCommand::request(10, Default::default());
-        request.opaque = opaque;
-        RemotingCommand::response_to(&request, 0, None)
-    }
 
     fn run<F: std::future::Future>(future: F) -> F::Output {
         let runtime = tokio::runtime::Builder::new_current_thread()
