@@ -205,7 +205,7 @@ fn uring_conformance_with_pwrite_writes() {
 fn portable_conformance_with_pwrite_writes() {
     let tmp = tempfile::tempdir().unwrap();
     run_local(async {
-        let disk = PortableDisk::with_mapped_writes(false);
+        let disk = PortableDisk::with_data_writes(ringmq::io::DataWrites::Pwrite);
         conformance(&disk, tmp.path()).await;
         assert_eq!(disk.stats().mapped_writes, 0);
     });

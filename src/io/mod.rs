@@ -178,13 +178,8 @@ pub fn read_exact_at(disk: &dyn Disk, file: FileId, offset: u64, buf: &mut [u8])
 /// old kernel), logs why and uses `portable`.
 /// Must be called inside a tokio `LocalSet` (the uring backend spawns its reactor task).
 pub fn open_backend(choice: IoChoice, writes: DataWrites) -> io::Result<Rc<dyn Disk>> {
-    let mapped = writes == DataWrites::Mapped;
-    let portable = || Rc::new(portable::PortableDisk::with_mapped_writes(mapped));
-    let write_path = if mapped {
-        uring::WritePath::Mapped
-    } else {
-        uring::WritePath::Inline
-    };
+    let portable = || Rc::new(portable::PortableDisk::with_data_writes(writes));
+    let write_path = uring::WritePath::from(writes);
     match choice {
         IoChoice::Portable => Ok(portable()),
         IoChoice::Uring => Ok(Rc::new(uring::UringDisk::with_write_path(write_path)?)),

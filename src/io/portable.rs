@@ -31,7 +31,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::mapped::MappedWrites;
-use super::{Disk, FileId, IoFuture, IoStats};
+use super::{DataWrites, Disk, FileId, IoFuture, IoStats};
 
 /// Open files of one backend instance, keyed by a never-reused [`FileId`].
 #[derive(Default)]
@@ -239,15 +239,15 @@ pub struct PortableDisk {
 impl PortableDisk {
     /// Data writes go through the files' mappings where they can ([`super::mapped`]).
     pub fn new() -> PortableDisk {
-        PortableDisk::with_mapped_writes(true)
+        PortableDisk::with_data_writes(DataWrites::Mapped)
     }
 
-    /// [`PortableDisk::new`], with every data write a `pwrite` when `mapped` is false.
-    pub fn with_mapped_writes(mapped: bool) -> PortableDisk {
+    /// [`PortableDisk::new`], its data writes made as `writes` says.
+    pub fn with_data_writes(writes: DataWrites) -> PortableDisk {
         PortableDisk {
             files: FileTable::new(),
             stats: Rc::new(StatsCell::default()),
-            mapped_writes: mapped,
+            mapped_writes: writes == DataWrites::Mapped,
         }
     }
 }

@@ -61,7 +61,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 use tokio::io::unix::AsyncFd;
 
 use super::portable::{self, FileTable, StatsCell};
-use super::{Disk, FileId, IoFuture, IoStats};
+use super::{DataWrites, Disk, FileId, IoFuture, IoStats};
 
 /// Submission queue size; the completion queue is twice this. Ops beyond it wait for room.
 const RING_ENTRIES: u32 = 256;
@@ -493,6 +493,15 @@ pub enum WritePath {
     Inline,
     /// `IORING_OP_WRITE` through the ring.
     Ring,
+}
+
+impl From<DataWrites> for WritePath {
+    fn from(writes: DataWrites) -> WritePath {
+        match writes {
+            DataWrites::Mapped => WritePath::Mapped,
+            DataWrites::Pwrite => WritePath::Inline,
+        }
+    }
 }
 
 /// The default backend: syncs and fallocate through io_uring, data writes on the calling

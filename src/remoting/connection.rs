@@ -17,7 +17,8 @@
 //! - The exception: a request the handler can take at once ([`RequestHandler::handle_now`],
 //!   a single-message send) gets no task. The handler keeps a [`Reply`] and answers through
 //!   it when the work is done (for a send, when the store has the message), so the send
-//!   path costs no task spawn and no wake-ups beyond the appender's and the writer's.
+//!   path costs no task spawn and no wake-up beyond the appender's (and the writer's,
+//!   for a reply answered outside a reply batch).
 //! - A send answered inside a reply batch on this shard (the store's appender turn) skips
 //!   the writer queue: [`super::reply_batch`] writes the turn's responses to each
 //!   connection with one `try_write` when the batch closes, unless the writer task is

@@ -209,17 +209,12 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         log.preallocate_after(pos);
     }
     let scope = shared.answer_scope.borrow().clone();
-    match scope {
-        Some(scope) => {
-            let mut encoded = Some(encoded);
-            scope(&mut || {
-                if let Some(encoded) = encoded.take() {
-                    dispatch(shared, encoded, pos)
-                }
-            });
+    let mut encoded = Some(encoded);
+    scope(&mut || {
+        if let Some(encoded) = encoded.take() {
+            dispatch(shared, encoded, pos)
         }
-        None => dispatch(shared, encoded, pos),
-    }
+    });
 }
 
 async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {

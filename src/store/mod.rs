@@ -203,8 +203,9 @@ pub(crate) struct Shared {
     pub appender_busy: Cell<bool>,
     pub lock_file: RefCell<Option<std::fs::File>>,
     pub opened: Cell<OpenKind>,
-    /// Wraps each appender turn's answers ([`Store::set_answer_scope`]).
-    pub answer_scope: RefCell<Option<AnswerScope>>,
+    /// Wraps each appender turn's answers ([`Store::set_answer_scope`]); by default it
+    /// just runs them.
+    pub answer_scope: RefCell<AnswerScope>,
 }
 
 impl Shared {
@@ -519,7 +520,7 @@ impl Store {
     /// connection in one write without waking its writer task
     /// ([`crate::remoting::reply_batch`]).
     pub fn set_answer_scope(&self, scope: AnswerScope) {
-        *self.shared.answer_scope.borrow_mut() = Some(scope);
+        *self.shared.answer_scope.borrow_mut() = scope;
     }
 
     pub fn io_stats(&self) -> IoStats {

@@ -99,7 +99,7 @@ pub(crate) async fn open(
         in_flight: RefCell::new(Vec::new()),
         lock_file: RefCell::new(lock_file),
         opened: Cell::new(OpenKind::Fresh),
-        answer_scope: RefCell::new(None),
+        answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
         config,
         disk,
         clock,
