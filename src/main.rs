@@ -15,7 +15,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ringmq::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
 use ringmq::bench::wire::{
     print_consume_summary, print_produce_summary, run_consume, run_embedded, run_produce,
-    ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, SendMode,
+    ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, ProducerIo, SendMode,
 };
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
@@ -279,6 +279,11 @@ struct ProduceArgs {
     /// sync (wait for each response), async (up to --inflight outstanding) or oneway.
     #[arg(long, default_value = "sync")]
     mode: SendMode,
+    /// Producer I/O: tasks (multiplexed on shared connections, one thread), threads (one
+    /// blocking socket and thread per connection; sync mode, one producer per connection),
+    /// or auto (threads where they can run, tasks otherwise).
+    #[arg(long, default_value = "auto")]
+    io: ProducerIo,
     /// Outstanding sends per producer in async mode.
     #[arg(long, default_value_t = 32)]
     inflight: usize,
@@ -525,6 +530,7 @@ fn bench_produce(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     options.topics = args.topics;
     options.queues = args.queues;
     options.mode = args.mode;
+    options.io = args.io;
     options.inflight = args.inflight;
     options.batch = args.batch;
     options.rate = args.rate;

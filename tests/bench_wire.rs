@@ -1,15 +1,17 @@
 //! The wire load generator against a node in-process: produce (sync, async, batch,
-//! oneway) stores exactly the messages it reports, consume reads them all back, and the
-//! embedded `ringmq bench` reports the same count produced and consumed.
+//! oneway; task producers and blocking-thread producers) stores exactly the messages it
+//! reports, consume reads them all back, and the embedded `ringmq bench` reports the same
+//! count produced and consumed.
 
 mod common;
 
+use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{run_local, start_node, wait_for};
 use ringmq::bench::wire::{
-    consume, produce, ConsumeOptions, ProduceOptions, ProduceSummary, SendMode,
+    self, consume, produce, ConsumeOptions, ProduceOptions, ProduceSummary, ProducerIo, SendMode,
 };
 use ringmq::client::{queue_request, Client};
 use ringmq::remoting::codes::{request, response};
@@ -122,6 +124,131 @@ fn rate_limit_paces_the_sends() {
     assert_eq!(summary.messages, 200);
     // 200 messages at 1,000/s cannot take less than ~0.2 s.
     assert!(summary.elapsed_s >= 0.19, "{summary:?}");
+}
+
+/// One sync producer on each of four connections: what `--io auto` runs on threads.
+fn one_sync_producer_per_connection(addr: SocketAddr, topic: &str, batch: usize) -> ProduceOptions {
+    let mut options = options(addr, topic, SendMode::Sync, batch);
+    options.connections = 4;
+    options.producers_per_connection = 1;
+    options
+}
+
+/// Through `run_produce`, which picks the producers' I/O as `options.io` resolves.
+fn run_resolved(options: ProduceOptions) -> ProduceSummary {
+    wire::run_produce(options).expect("the produce round runs")
+}
+
+#[test]
+fn threaded_sync_producers_store_every_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let summary = run_resolved(one_sync_producer_per_connection(
+        node.addr(),
+        "ThreadTopic",
+        1,
+    ));
+    assert_eq!(summary.io, "threads", "{summary:?}");
+    assert_clean(&summary);
+    assert!(summary.latency.p50_us > 0 && summary.latency.max_us >= summary.latency.p99_us);
+    assert!(summary.mb_per_sec > 0.0, "{summary:?}");
+    assert_eq!(stored(node.addr(), "ThreadTopic", 8), 2_000);
+}
+
+#[test]
+fn threaded_batch_producers_store_every_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let mut options = one_sync_producer_per_connection(node.addr(), "ThreadBatchTopic", 10);
+    options.io = ProducerIo::Threads;
+    let summary = run_resolved(options);
+    assert_eq!(summary.io, "threads", "{summary:?}");
+    assert_clean(&summary);
+    assert_eq!(stored(node.addr(), "ThreadBatchTopic", 8), 2_000);
+}
+
+#[test]
+fn threaded_rate_limit_paces_the_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let mut options = one_sync_producer_per_connection(node.addr(), "ThreadRateTopic", 1);
+    options.messages = Some(200);
+    options.rate = 1_000;
+    let summary = run_resolved(options);
+    assert_eq!((summary.io.as_str(), summary.messages), ("threads", 200));
+    // 200 messages at 1,000/s cannot take less than ~0.2 s.
+    assert!(summary.elapsed_s >= 0.19, "{summary:?}");
+}
+
+#[test]
+fn auto_io_runs_threads_only_for_one_sync_producer_per_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let cases = [
+        (SendMode::Sync, 1, ProducerIo::Auto, "threads"),
+        (SendMode::Sync, 2, ProducerIo::Auto, "tasks"),
+        (SendMode::Async, 1, ProducerIo::Auto, "tasks"),
+        (SendMode::Oneway, 1, ProducerIo::Auto, "tasks"),
+        (SendMode::Sync, 1, ProducerIo::Tasks, "tasks"),
+    ];
+    for (mode, per_connection, io, expected) in cases {
+        let mut options = options(node.addr(), "AutoTopic", mode, 1);
+        options.producers_per_connection = per_connection;
+        options.io = io;
+        options.messages = Some(40);
+        let summary = run_resolved(options);
+        assert_eq!(
+            summary.io, expected,
+            "{mode:?} x{per_connection} {io:?}: {summary:?}"
+        );
+        assert_eq!((summary.messages, summary.errors), (40, 0), "{summary:?}");
+    }
+    for (mode, per_connection) in [
+        (SendMode::Async, 1),
+        (SendMode::Oneway, 1),
+        (SendMode::Sync, 2),
+    ] {
+        let mut options = options(node.addr(), "AutoTopic", mode, 1);
+        options.producers_per_connection = per_connection;
+        options.io = ProducerIo::Threads;
+        let error = wire::run_produce(options)
+            .expect_err("threads cannot run this")
+            .to_string();
+        assert!(error.contains("--io threads"), "{error}");
+    }
+}
+
+#[test]
+fn threaded_producer_counts_a_dropped_connection_as_errors_and_finishes() {
+    // A peer that takes the first request whole, then closes without answering.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut length = [0u8; 4];
+        stream.read_exact(&mut length).unwrap();
+        let mut frame = vec![0u8; u32::from_be_bytes(length) as usize];
+        stream.read_exact(&mut frame).unwrap();
+    });
+    let mut options = ProduceOptions::new(addr);
+    options.connections = 1;
+    options.producers_per_connection = 1;
+    options.messages = Some(5);
+    options.io = ProducerIo::Threads;
+    let summary = run_resolved(options);
+    peer.join().unwrap();
+    assert_eq!((summary.messages, summary.errors), (0, 5), "{summary:?}");
+    // The first send sees the close; the rest fail at once on the broken connection.
+    assert_eq!(
+        summary.errors_by_code.get("io:ConnectionAborted"),
+        Some(&1),
+        "{summary:?}"
+    );
+    assert_eq!(
+        summary.errors_by_code.get("io:NotConnected"),
+        Some(&4),
+        "{summary:?}"
+    );
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! `ringmq bench produce` / `consume` (and the embedded `ringmq bench`) drive a node over
 //! the network with the in-project client.
 
+mod counters;
 pub mod latency;
 pub mod store;
+mod threads;
 pub mod wire;

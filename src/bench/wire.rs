@@ -1,23 +1,30 @@
 //! `ringmq bench produce`, `ringmq bench consume` and the embedded `ringmq bench`: load
 //! generators that speak the remoting protocol to a node through the in-project client.
 //!
-//! Everything runs on one thread: a tokio current-thread runtime and a `LocalSet`, like a
-//! shard. Producers are tasks sharing their connection (requests are multiplexed on it by
-//! opaque); consumers are one task per queue, each on its connection's client.
+//! Producers run in one of two ways ([`ProducerIo`]):
+//! - as tasks on one thread (a tokio current-thread runtime and a `LocalSet`, like a
+//!   shard), sharing their connection: requests are multiplexed on it by opaque. Every
+//!   mode and any number of producers per connection.
+//! - as one thread per connection on a blocking socket (`bench/threads.rs`), for sync
+//!   sends with one producer per connection, where a send is a bare round trip.
+//!
+//! Consumers are one task per queue, each on its connection's client.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
-use super::latency::{Latencies, LatencySummary};
+use super::counters::Counters;
+use super::latency::LatencySummary;
 use crate::client::{pull_request, queue_request, send_request_v2, Client};
 use crate::config::FlushMode;
 use crate::remoting::codes::{request as codes, response};
@@ -59,6 +66,55 @@ impl FromStr for SendMode {
     }
 }
 
+/// How producers do their I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProducerIo {
+    /// `Threads` for sync sends with one producer per connection, `Tasks` otherwise.
+    Auto,
+    /// Tasks on one thread, multiplexed on shared connections.
+    Tasks,
+    /// One thread per connection on a blocking socket; sync mode, one producer per
+    /// connection only.
+    Threads,
+}
+
+impl ProducerIo {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProducerIo::Auto => "auto",
+            ProducerIo::Tasks => "tasks",
+            ProducerIo::Threads => "threads",
+        }
+    }
+
+    /// What `self` comes to for `options`, or why it cannot run them.
+    pub fn resolve(self, options: &ProduceOptions) -> anyhow::Result<ProducerIo> {
+        let one_sync_producer_per_connection =
+            options.mode == SendMode::Sync && options.producers_per_connection == 1;
+        match self {
+            ProducerIo::Auto if one_sync_producer_per_connection => Ok(ProducerIo::Threads),
+            ProducerIo::Auto => Ok(ProducerIo::Tasks),
+            ProducerIo::Threads if !one_sync_producer_per_connection => anyhow::bail!(
+                "--io threads runs one sync producer per connection: it needs --mode sync \
+                 and --producers-per-connection 1"
+            ),
+            other => Ok(other),
+        }
+    }
+}
+
+impl FromStr for ProducerIo {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "auto" => Ok(ProducerIo::Auto),
+            "tasks" => Ok(ProducerIo::Tasks),
+            "threads" => Ok(ProducerIo::Threads),
+            other => Err(format!("{other}: expected auto, tasks or threads")),
+        }
+    }
+}
+
 /// Where a consumer starts in each queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FromOffset {
@@ -88,6 +144,7 @@ pub struct ProduceOptions {
     pub topics: usize,
     pub queues: usize,
     pub mode: SendMode,
+    pub io: ProducerIo,
     pub inflight: usize,
     pub batch: usize,
     /// Messages per second over all producers; 0 is unlimited.
@@ -108,6 +165,7 @@ impl ProduceOptions {
             topics: 1,
             queues: 8,
             mode: SendMode::Sync,
+            io: ProducerIo::Auto,
             inflight: 32,
             batch: 1,
             rate: 0,
@@ -156,6 +214,8 @@ impl ConsumeOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct ProduceSummary {
     pub mode: String,
+    /// `tasks` or `threads` ([`ProducerIo`]).
+    pub io: String,
     pub connections: usize,
     pub producers: usize,
     pub size: usize,
@@ -192,23 +252,6 @@ pub struct ConsumeSummary {
     pub latency: LatencySummary,
 }
 
-/// Counters shared by the tasks of one run.
-#[derive(Default)]
-struct Counters {
-    done: Cell<u64>,
-    bytes: Cell<u64>,
-    errors: Cell<u64>,
-    errors_by_code: RefCell<BTreeMap<String, u64>>,
-    latencies: RefCell<Latencies>,
-}
-
-impl Counters {
-    fn error(&self, key: String, messages: u64) {
-        self.errors.set(self.errors.get() + messages);
-        *self.errors_by_code.borrow_mut().entry(key).or_default() += 1;
-    }
-}
-
 fn per_second(count: f64, elapsed: f64) -> f64 {
     if elapsed > 0.0 {
         count / elapsed
@@ -218,19 +261,14 @@ fn per_second(count: f64, elapsed: f64) -> f64 {
 }
 
 /// Prints one progress line a second until aborted.
-async fn report_progress(what: &'static str, counters: Rc<Counters>) {
+async fn report_progress(what: &'static str, counters: Arc<Counters>) {
     let started = Instant::now();
     let mut previous = 0u64;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let done = counters.done.get();
-        eprintln!(
-            "[{:>4.0}s] {done:>10} {what}  {:>9} msgs/s  p99 {:>6} us  errors {}",
-            started.elapsed().as_secs_f64(),
-            done - previous,
-            counters.latencies.borrow().percentile_us(99.0),
-            counters.errors.get()
-        );
+        let done = counters.done();
+        let elapsed = started.elapsed().as_secs_f64();
+        eprintln!("{}", counters.progress_line(what, elapsed, done - previous));
         previous = done;
     }
 }
@@ -269,26 +307,52 @@ where
 // ---------------------------------------------------------------------------------------
 // Produce
 
-struct ProduceRun {
-    options: ProduceOptions,
+pub(super) struct ProduceRun {
+    pub(super) options: ProduceOptions,
     topics: Vec<String>,
-    claimed: Cell<u64>,
-    deadline: Option<Instant>,
+    deadline: Option<StdInstant>,
+    claims: Mutex<Claims>,
+    pub(super) counters: Arc<Counters>,
+}
+
+#[derive(Default)]
+struct Claims {
+    claimed: u64,
     /// Token pacing: the earliest time the next claim may send.
-    next_slot: Cell<Option<Instant>>,
-    counters: Rc<Counters>,
+    next_slot: Option<StdInstant>,
 }
 
 impl ProduceRun {
-    /// Claims the next batch: its first message number and its size; `None` once over.
-    async fn claim(&self) -> Option<(u64, u64)> {
-        if self
-            .deadline
-            .is_some_and(|deadline| Instant::now() >= deadline)
-        {
+    /// A run of `options` whose clock started at `started`.
+    pub(super) fn new(options: ProduceOptions, started: StdInstant) -> ProduceRun {
+        let topics = if options.topics == 1 {
+            vec![options.topic.clone()]
+        } else {
+            (0..options.topics)
+                .map(|topic| format!("{}{topic}", options.topic))
+                .collect()
+        };
+        ProduceRun {
+            deadline: options.duration.map(|duration| started + duration),
+            options,
+            topics,
+            claims: Mutex::new(Claims::default()),
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    /// Claims the next batch: its first message number, its size, and (under a rate
+    /// limit) the time it may be sent if that is still ahead; `None` once the run is over.
+    fn claim_slot(&self) -> Option<(u64, u64, Option<StdInstant>)> {
+        let now = StdInstant::now();
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
             return None;
         }
-        let first = self.claimed.get();
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let first = claims.claimed;
         let mut count = self.options.batch as u64;
         if let Some(limit) = self.options.messages {
             count = count.min(limit.saturating_sub(first));
@@ -296,20 +360,37 @@ impl ProduceRun {
                 return None;
             }
         }
-        self.claimed.set(first + count);
+        claims.claimed = first + count;
+        let mut wait_until = None;
         if self.options.rate > 0 {
-            let now = Instant::now();
-            let slot = self.next_slot.get().map_or(now, |next| next.max(now));
+            let slot = claims.next_slot.map_or(now, |next| next.max(now));
             let step = Duration::from_secs_f64(count as f64 / self.options.rate as f64);
-            self.next_slot.set(Some(slot + step));
-            if slot > now {
-                tokio::time::sleep_until(slot).await;
-            }
+            claims.next_slot = Some(slot + step);
+            wait_until = (slot > now).then_some(slot);
+        }
+        Some((first, count, wait_until))
+    }
+
+    /// [`ProduceRun::claim_slot`], waiting for the slot on the runtime's timer.
+    async fn claim(&self) -> Option<(u64, u64)> {
+        let (first, count, wait_until) = self.claim_slot()?;
+        if let Some(slot) = wait_until {
+            tokio::time::sleep_until(Instant::from_std(slot)).await;
         }
         Some((first, count))
     }
 
-    fn request(&self, body: &[u8], first: u64, count: u64) -> RemotingCommand {
+    /// [`ProduceRun::claim_slot`], waiting for the slot by sleeping the thread.
+    pub(super) fn claim_blocking(&self) -> Option<(u64, u64)> {
+        let (first, count, wait_until) = self.claim_slot()?;
+        if let Some(slot) = wait_until {
+            std::thread::sleep(slot.saturating_duration_since(StdInstant::now()));
+        }
+        Some((first, count))
+    }
+
+    /// The send request for messages `first..first + count`.
+    pub(super) fn request(&self, body: &[u8], first: u64, count: u64) -> RemotingCommand {
         let topic = &self.topics[first as usize % self.topics.len()];
         let queue_id = ((first / self.topics.len() as u64) % self.options.queues as u64) as i32;
         if self.options.batch <= 1 {
@@ -334,7 +415,7 @@ impl ProduceRun {
 }
 
 /// Records the outcome of one send request of `count` messages.
-fn account(
+pub(super) fn account(
     counters: &Counters,
     size: usize,
     count: u64,
@@ -342,17 +423,14 @@ fn account(
 ) {
     match outcome {
         Ok(answer) if answer.code == response::SUCCESS => {
-            counters.done.set(counters.done.get() + count);
-            counters
-                .bytes
-                .set(counters.bytes.get() + count * size as u64);
+            counters.add_done(count, count * size as u64);
         }
         Ok(answer) => counters.error(answer.code.to_string(), count),
         Err(error) => counters.error(format!("io:{:?}", error.kind()), count),
     }
 }
 
-async fn producer(run: Rc<ProduceRun>, client: Client) {
+async fn producer(run: Arc<ProduceRun>, client: Client) {
     let options = &run.options;
     let body = vec![b'x'; options.size];
     let window = std::sync::Arc::new(Semaphore::new(options.inflight.max(1)));
@@ -361,21 +439,13 @@ async fn producer(run: Rc<ProduceRun>, client: Client) {
         let counters = run.counters.clone();
         match options.mode {
             SendMode::Oneway => match client.oneway(cmd).await {
-                Ok(()) => {
-                    counters.done.set(counters.done.get() + count);
-                    counters
-                        .bytes
-                        .set(counters.bytes.get() + count * options.size as u64);
-                }
+                Ok(()) => counters.add_done(count, count * options.size as u64),
                 Err(error) => counters.error(format!("io:{:?}", error.kind()), count),
             },
             SendMode::Sync => {
                 let sent_at = Instant::now();
                 let outcome = client.request(cmd).await;
-                counters
-                    .latencies
-                    .borrow_mut()
-                    .record_us(sent_at.elapsed().as_micros() as u64);
+                counters.record_latency_us(sent_at.elapsed().as_micros() as u64);
                 account(&counters, options.size, count, outcome);
             }
             SendMode::Async => {
@@ -389,10 +459,7 @@ async fn producer(run: Rc<ProduceRun>, client: Client) {
                 tokio::task::spawn_local(async move {
                     let sent_at = Instant::now();
                     let outcome = client.request(cmd).await;
-                    counters
-                        .latencies
-                        .borrow_mut()
-                        .record_us(sent_at.elapsed().as_micros() as u64);
+                    counters.record_latency_us(sent_at.elapsed().as_micros() as u64);
                     account(&counters, size, count, outcome);
                     drop(permit);
                 });
@@ -406,8 +473,8 @@ async fn producer(run: Rc<ProduceRun>, client: Client) {
         .expect("the window is never closed");
 }
 
-/// Runs a produce round; must be called inside a `LocalSet`.
-pub async fn produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary> {
+/// Refuses option values no run can use.
+pub(super) fn check_produce_options(options: &ProduceOptions) -> anyhow::Result<()> {
     if options.connections == 0
         || options.producers_per_connection == 0
         || options.topics == 0
@@ -419,6 +486,35 @@ pub async fn produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary> 
     if options.messages.is_none() && options.duration.is_none() {
         anyhow::bail!("give --messages or --duration");
     }
+    Ok(())
+}
+
+/// The summary of `run`, which took `elapsed_s` with producers doing `io`.
+pub(super) fn produce_summary(run: &ProduceRun, io: ProducerIo, elapsed_s: f64) -> ProduceSummary {
+    let options = &run.options;
+    let counters = &run.counters;
+    let done = counters.done();
+    ProduceSummary {
+        mode: options.mode.as_str().into(),
+        io: io.as_str().into(),
+        connections: options.connections,
+        producers: options.connections * options.producers_per_connection,
+        size: options.size,
+        batch: options.batch,
+        messages: done,
+        errors: counters.errors(),
+        errors_by_code: counters.errors_by_code(),
+        elapsed_s,
+        msgs_per_sec: per_second(done as f64, elapsed_s),
+        mb_per_sec: per_second(counters.bytes() as f64, elapsed_s) / 1e6,
+        latency: counters.latency_summary(),
+    }
+}
+
+/// Runs a produce round with task producers (whatever `options.io` says); must be called
+/// inside a `LocalSet`.
+pub async fn produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary> {
+    check_produce_options(&options)?;
     let mut clients = Vec::new();
     for _ in 0..options.connections {
         clients.push(
@@ -427,29 +523,15 @@ pub async fn produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary> 
                 .map_err(|error| anyhow::anyhow!("connecting to {}: {error}", options.addr))?,
         );
     }
-    let topics = if options.topics == 1 {
-        vec![options.topic.clone()]
-    } else {
-        (0..options.topics)
-            .map(|topic| format!("{}{topic}", options.topic))
-            .collect()
-    };
-    let counters = Rc::new(Counters::default());
-    let started = Instant::now();
-    let run = Rc::new(ProduceRun {
-        deadline: options.duration.map(|duration| started + duration),
-        options: options.clone(),
-        topics,
-        claimed: Cell::new(0),
-        next_slot: Cell::new(None),
-        counters: counters.clone(),
-    });
-    let progress = options
+    let started = StdInstant::now();
+    let run = Arc::new(ProduceRun::new(options, started));
+    let progress = run
+        .options
         .progress
-        .then(|| tokio::task::spawn_local(report_progress("sent", counters.clone())));
+        .then(|| tokio::task::spawn_local(report_progress("sent", run.counters.clone())));
     let mut tasks = Vec::new();
     for client in &clients {
-        for _ in 0..options.producers_per_connection {
+        for _ in 0..run.options.producers_per_connection {
             tasks.push(tokio::task::spawn_local(producer(
                 run.clone(),
                 client.clone(),
@@ -463,28 +545,16 @@ pub async fn produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary> 
     if let Some(progress) = progress {
         progress.abort();
     }
-    let done = counters.done.get();
-    let errors_by_code = counters.errors_by_code.borrow().clone();
-    let latency = counters.latencies.borrow().summary();
-    Ok(ProduceSummary {
-        mode: options.mode.as_str().into(),
-        connections: options.connections,
-        producers: options.connections * options.producers_per_connection,
-        size: options.size,
-        batch: options.batch,
-        messages: done,
-        errors: counters.errors.get(),
-        errors_by_code,
-        elapsed_s: elapsed,
-        msgs_per_sec: per_second(done as f64, elapsed),
-        mb_per_sec: per_second(counters.bytes.get() as f64, elapsed) / 1e6,
-        latency,
-    })
+    Ok(produce_summary(&run, ProducerIo::Tasks, elapsed))
 }
 
-/// Runs a produce round on its own thread.
+/// Runs a produce round: on blocking threads or as tasks on a thread of its own, as
+/// `options.io` resolves.
 pub fn run_produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary> {
-    on_own_thread("ringmq-bench-produce", move || Box::pin(produce(options)))
+    match options.io.resolve(&options)? {
+        ProducerIo::Threads => super::threads::produce(options),
+        _ => on_own_thread("ringmq-bench-produce", move || Box::pin(produce(options))),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -495,14 +565,14 @@ struct ConsumeRun {
     deadline: Option<Instant>,
     finished: Notify,
     pulls: Cell<u64>,
-    counters: Rc<Counters>,
+    counters: Arc<Counters>,
 }
 
 impl ConsumeRun {
     fn target_reached(&self) -> bool {
         self.options
             .messages
-            .is_some_and(|limit| self.counters.done.get() >= limit)
+            .is_some_and(|limit| self.counters.done() >= limit)
     }
 }
 
@@ -523,15 +593,12 @@ fn now_us() -> i64 {
 fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
     let now = now_us();
     let mut rest = body;
-    let mut latencies = counters.latencies.borrow_mut();
+    let mut latencies = counters.latencies();
     while !rest.is_empty() {
         match decode(rest, Verify::Structure) {
             Ok(Decoded::Record(view)) => {
                 latencies.record_us((now - view.born_timestamp * 1000).max(1) as u64);
-                counters.done.set(counters.done.get() + 1);
-                counters
-                    .bytes
-                    .set(counters.bytes.get() + view.body.len() as u64);
+                counters.add_done(1, view.body.len() as u64);
                 rest = &rest[view.total_size as usize..];
             }
             Ok(Decoded::Blank { .. }) => return Err("a blank record in a pull body".into()),
@@ -626,7 +693,7 @@ pub async fn consume(options: ConsumeOptions) -> anyhow::Result<ConsumeSummary> 
                 .map_err(|error| anyhow::anyhow!("connecting to {}: {error}", options.addr))?,
         );
     }
-    let counters = Rc::new(Counters::default());
+    let counters = Arc::new(Counters::default());
     let started = Instant::now();
     let run = Rc::new(ConsumeRun {
         deadline: options.duration.map(|duration| started + duration),
@@ -667,21 +734,19 @@ pub async fn consume(options: ConsumeOptions) -> anyhow::Result<ConsumeSummary> 
     if let Some(progress) = progress {
         progress.abort();
     }
-    let done = counters.done.get();
-    let errors_by_code = counters.errors_by_code.borrow().clone();
-    let latency = counters.latencies.borrow().summary();
+    let done = counters.done();
     Ok(ConsumeSummary {
         connections: clients.len(),
         queues: options.queues,
         messages: done,
-        bytes: counters.bytes.get(),
+        bytes: counters.bytes(),
         pulls: run.pulls.get(),
-        errors: counters.errors.get(),
-        errors_by_code,
+        errors: counters.errors(),
+        errors_by_code: counters.errors_by_code(),
         elapsed_s: elapsed,
         msgs_per_sec: per_second(done as f64, elapsed),
-        mb_per_sec: per_second(counters.bytes.get() as f64, elapsed) / 1e6,
-        latency,
+        mb_per_sec: per_second(counters.bytes() as f64, elapsed) / 1e6,
+        latency: counters.latency_summary(),
     })
 }
 
