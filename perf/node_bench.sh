@@ -3,20 +3,28 @@
 #
 # For SYNC_FLUSH and for ASYNC_FLUSH, a fresh node in a temporary directory:
 #   ringmq bench produce, 1 KiB messages, sync mode, 1 producer, then 16 (4 conns x 4);
+#   the 1-producer run twice: with its I/O as `--io auto` picks (a blocking thread), then
+#   with `--io tasks` (the multiplexing client), to show what the producer's own I/O costs;
 #   ringmq bench consume of everything produced, from the earliest offset.
 # Around each produce run the node's CPU time (utime+stime from /proc/<pid>/stat, in
 # ticks of `getconf CLK_TCK`) is read, giving node CPU microseconds per message.
+# Just before each produce run, the machine's bare loopback round trip is measured for 2 s
+# (examples/loopback_pingpong.rs, its server on CPU 0 like shard 0, its client placed as
+# the load generator is): one producer's sends cannot beat it, and on a VM it moves from
+# run to run (perf/loopback_floor.sh), so each row carries the floor it ran on.
 # Results: perf/results/node-bench-<shards>shard.md (and .raw.jsonl).
 #
 # Usage: perf/node_bench.sh      env: SECONDS_PER_RUN (default 5), DIR (default /var/tmp),
 #                                     SHARDS (default: the node's default, one per CPU),
-#                                     LOADGEN_CPUS (default: unset, the scheduler places the
-#                                     load generator; a taskset CPU list keeps it there, e.g.
-#                                     1 with SHARDS=1, whose one shard is pinned to CPU 0).
-# Results go to perf/results/node-bench-<shards>shard.md, or
-# node-bench-<shards>shard-loadgen-cpus-<list>.md with LOADGEN_CPUS.
+#                                     LOADGEN_CPUS (where the load generator runs: a taskset
+#                                     CPU list, or `any` for wherever the scheduler puts it;
+#                                     default: the CPUs the shards leave free, as shard i is
+#                                     pinned to CPU i, or `any` when there are none).
+# Results go to perf/results/node-bench-<shards>shard.md for the default placement, or
+# node-bench-<shards>shard-loadgen-<any|cpus-list>.md when LOADGEN_CPUS is given.
 # The load generator shares the machine with the node: on few cores the figures are a
-# floor, not the node's ceiling.
+# floor, not the node's ceiling. Kept off the shards' CPUs, it measures the node rather
+# than the two competing for a core, which is also how they sit in production (apart).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_SECONDS=${SECONDS_PER_RUN:-5}
@@ -25,15 +33,32 @@ OUT=perf/results
 mkdir -p "$OUT"
 SHARDS=${SHARDS:-$(nproc)}
 NAME="node-bench-${SHARDS}shard"
-LOADGEN=()
 if [ -n "${LOADGEN_CPUS:-}" ]; then
+  if [ "$LOADGEN_CPUS" = any ]; then
+    NAME="$NAME-loadgen-any"
+  else
+    NAME="$NAME-loadgen-cpus-${LOADGEN_CPUS//,/_}"
+  fi
+elif [ "$SHARDS" -lt "$(nproc)" ]; then
+  LOADGEN_CPUS=$(seq -s, "$SHARDS" $(( $(nproc) - 1 )))
+else
+  LOADGEN_CPUS=any
+fi
+LOADGEN=()
+if [ "$LOADGEN_CPUS" != any ]; then
   LOADGEN=(taskset -c "$LOADGEN_CPUS")
-  NAME="$NAME-loadgen-cpus-${LOADGEN_CPUS//,/_}"
 fi
 RAW="$OUT/$NAME.raw.jsonl"
 : > "$RAW"
 cargo build --release --quiet
+cargo build --release --quiet --example loopback_pingpong
 BIN=target/release/ringmq
+FLOOR_BIN=target/release/examples/loopback_pingpong
+# The floor's client goes where the load generator goes: one CPU, or wherever it is put.
+FLOOR_CLIENT_CPU=-
+if [[ "$LOADGEN_CPUS" =~ ^[0-9]+$ ]]; then
+  FLOOR_CLIENT_CPU=$LOADGEN_CPUS
+fi
 TICKS=$(getconf CLK_TCK)
 
 cpu_ticks() { # pid -> utime+stime
@@ -41,8 +66,12 @@ cpu_ticks() { # pid -> utime+stime
   sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
-record() { # label cpu_us_per_msg json
-  python3 -c 'import json,sys; d=json.loads(sys.argv[3]); d["label"]=sys.argv[1]; d["node_cpu_us_per_msg"]=float(sys.argv[2]); print(json.dumps(d))' "$1" "$2" "$3" >> "$RAW"
+record() { # label cpu_us_per_msg json [loopback_floor_round_trips_per_sec]
+  python3 -c 'import json,sys; d=json.loads(sys.argv[3]); d["label"]=sys.argv[1]; d["node_cpu_us_per_msg"]=float(sys.argv[2]); d["loopback_floor_rt_per_sec"]=float(sys.argv[4]) if len(sys.argv) > 4 else None; print(json.dumps(d))' "$@" >> "$RAW"
+}
+
+loopback_floor() { # -> round trips per second of a bare ping-pong, 2 s
+  "$FLOOR_BIN" 2 0 "$FLOOR_CLIENT_CPU" | python3 -c 'import json,sys; print(json.load(sys.stdin)["round_trips_per_sec"])'
 }
 
 NODE_PID=
@@ -69,17 +98,19 @@ for flush in sync async; do
   [ -n "$addr" ] || { echo "the node did not start" >&2; exit 1; }
   echo "== $flush flush: node $NODE_PID on $addr" >&2
   total=0
-  for producers in 1 16; do
+  for run in "1 auto" "1 tasks" "16 auto"; do
+    read -r producers io <<< "$run"
     if [ "$producers" = 1 ]; then conns=1; per=1; else conns=4; per=4; fi
+    floor=$(loopback_floor)
     before=$(cpu_ticks "$NODE_PID")
     json=$("${LOADGEN[@]}" "$BIN" bench produce --addr "$addr" --connections $conns --producers-per-connection $per \
-      --size 1024 --mode sync --duration "$RUN_SECONDS" --quiet --json)
+      --size 1024 --mode sync --io "$io" --duration "$RUN_SECONDS" --quiet --json)
     after=$(cpu_ticks "$NODE_PID")
     messages=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["messages"])' "$json")
     total=$((total + messages))
     cpu=$(python3 -c 'import sys; t,a,b,m=map(float,sys.argv[1:]); print((a-b)/t*1e6/m if m else 0)' "$TICKS" "$after" "$before" "$messages")
-    record "$flush produce $producers producers" "$cpu" "$json"
-    echo "   produce x$producers: $json" >&2
+    record "$flush produce $producers producers" "$cpu" "$json" "$floor"
+    echo "   produce x$producers (loopback floor $floor round trips/s): $json" >&2
   done
   before=$(cpu_ticks "$NODE_PID")
   json=$("${LOADGEN[@]}" "$BIN" bench consume --addr "$addr" --connections 4 --messages "$total" --duration 60 --quiet --json)
@@ -92,11 +123,11 @@ for flush in sync async; do
   rm -rf "$dir"
 done
 
-python3 - "$RAW" "$OUT/$NAME.md" "$RUN_SECONDS" "$(nproc)" "$SHARDS" "${LOADGEN_CPUS:-}" <<'PY'
+python3 - "$RAW" "$OUT/$NAME.md" "$RUN_SECONDS" "$(nproc)" "$SHARDS" "$LOADGEN_CPUS" <<'PY'
 import json, sys
 raw, out, seconds, cores, shards, loadgen_cpus = sys.argv[1:]
-placement = (f"the load generator kept on CPUs {loadgen_cpus}" if loadgen_cpus
-             else "the load generator placed by the scheduler")
+placement = ("the load generator placed by the scheduler" if loadgen_cpus == "any"
+             else f"the load generator kept on CPUs {loadgen_cpus}, shard i on CPU i")
 rows = [json.loads(line) for line in open(raw)]
 lines = [
     "# ringmq node over the network (`perf/node_bench.sh`)",
@@ -106,17 +137,23 @@ lines = [
     f"1 KiB messages, sync-mode sends, {seconds} s per produce run; consume reads back",
     "everything produced. Latency: send (request to response) for produce, end-to-end",
     "(born timestamp to receipt, ms resolution) for consume. Node CPU: utime+stime of the",
-    "node process over the run, per message. Consume runs after both produce runs, so its",
-    "end-to-end latency is mostly the age of the messages (up to ~2 runs), not delivery time.",
+    "node process over the run, per message. Consume runs after the produce runs, so its",
+    "end-to-end latency is mostly the age of the messages (up to ~3 runs), not delivery time.",
+    "Loopback floor: round trips per second of a bare tokio ping-pong with no work in it,",
+    "measured just before the run (examples/loopback_pingpong.rs): the machine's state then.",
     "",
-    "| run | messages | msgs/s | MB/s | p50 us | p99 us | p99.9 us | max us | node CPU us/msg | errors |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "Producer I/O: `threads`, one blocking socket per producer; `tasks`, producers as tasks on",
+    "the multiplexing client (`ringmq bench produce --io`).",
+    "",
+    "| run | producer I/O | messages | msgs/s | MB/s | p50 us | p99 us | p99.9 us | max us | node CPU us/msg | loopback floor rt/s | errors |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
 for r in rows:
+    floor = r.get("loopback_floor_rt_per_sec")
     lines.append(
-        f"| {r['label']} | {r['messages']} | {r['msgs_per_sec']:.0f} | {r['mb_per_sec']:.1f} | "
+        f"| {r['label']} | {r.get('io', '')} | {r['messages']} | {r['msgs_per_sec']:.0f} | {r['mb_per_sec']:.1f} | "
         f"{r['p50_us']} | {r['p99_us']} | {r['p999_us']} | {r['max_us']} | "
-        f"{r['node_cpu_us_per_msg']:.1f} | {r['errors']} |"
+        f"{r['node_cpu_us_per_msg']:.1f} | {f'{floor:.0f}' if floor else ''} | {r['errors']} |"
     )
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
