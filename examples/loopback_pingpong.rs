@@ -7,9 +7,10 @@
 //! trip, so it bounds what one producer can reach: `1 / rtt` messages per second.
 //!
 //! ```text
-//! cargo run --release --example loopback_pingpong -- [SECONDS] [SERVER_CPU] [CLIENT_CPU] [REQUEST_BYTES] [RESPONSE_BYTES]
+//! cargo run --release --example loopback_pingpong -- [SECONDS] [SERVER_CPUS] [CLIENT_CPUS] [REQUEST_BYTES] [RESPONSE_BYTES]
 //! ```
-//! CPUs are pinned with `sched_setaffinity` (`-` leaves a side unpinned). Prints one JSON
+//! Each side is pinned with `sched_setaffinity` to a CPU list like taskset's (`1`, `1,3`,
+//! `2-5`), or left unpinned with `-`. Prints one JSON
 //! line: round trips per second and each side's CPU (user and system, from
 //! `getrusage(RUSAGE_THREAD)`) per round trip in microseconds.
 
@@ -29,15 +30,36 @@ fn thread_cpu() -> (Duration, Duration) {
     (time(usage.ru_utime), time(usage.ru_stime))
 }
 
-fn pin(cpu: Option<usize>) {
-    let Some(cpu) = cpu else { return };
+/// The CPUs of a taskset-style list (`1`, `1,3`, `2-5`); `-` is none (unpinned).
+fn cpu_list(spec: &str) -> Vec<usize> {
+    if spec == "-" {
+        return Vec::new();
+    }
+    let number = |text: &str| {
+        text.parse::<usize>()
+            .unwrap_or_else(|_| panic!("{spec}: expected a CPU list like 1,3 or 2-5, or -"))
+    };
+    spec.split(',')
+        .flat_map(|item| match item.split_once('-') {
+            Some((first, last)) => (number(first)..=number(last)).collect::<Vec<_>>(),
+            None => vec![number(item)],
+        })
+        .collect()
+}
+
+fn pin(cpus: &[usize]) {
+    if cpus.is_empty() {
+        return;
+    }
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             eprintln!(
-                "pinning to CPU {cpu} failed: {}",
+                "pinning to CPUs {cpus:?} failed: {}",
                 std::io::Error::last_os_error()
             );
         }
@@ -55,8 +77,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let seconds: f64 = arg(0, "5").parse().expect("SECONDS is a number");
-    let cpu = |s: String| (s != "-").then(|| s.parse::<usize>().expect("a CPU number or -"));
-    let (server_cpu, client_cpu) = (cpu(arg(1, "0")), cpu(arg(2, "1")));
+    let (server_cpus, client_cpus) = (cpu_list(&arg(1, "0")), cpu_list(&arg(2, "1")));
     let request_bytes: usize = arg(3, "1328").parse().expect("REQUEST_BYTES");
     let response_bytes: usize = arg(4, "292").parse().expect("RESPONSE_BYTES");
 
@@ -65,7 +86,7 @@ fn main() {
     listener.set_nonblocking(true).expect("nonblocking");
 
     let server = std::thread::spawn(move || {
-        pin(server_cpu);
+        pin(&server_cpus);
         runtime().block_on(async move {
             let listener = TcpListener::from_std(listener).expect("listener");
             let (mut stream, _) = listener.accept().await.expect("accept");
@@ -88,7 +109,7 @@ fn main() {
         })
     });
 
-    pin(client_cpu);
+    pin(&client_cpus);
     let (round_trips, elapsed, client_user, client_system) = runtime().block_on(async move {
         let mut stream = TcpStream::connect(addr).await.expect("connect");
         stream.set_nodelay(true).expect("nodelay");

@@ -9,9 +9,9 @@
 # Around each produce run the node's CPU time (utime+stime from /proc/<pid>/stat, in
 # ticks of `getconf CLK_TCK`) is read, giving node CPU microseconds per message.
 # Just before each produce run, the machine's bare loopback round trip is measured for 2 s
-# (examples/loopback_pingpong.rs, its server on CPU 0 like shard 0, its client placed as
-# the load generator is): one producer's sends cannot beat it, and on a VM it moves from
-# run to run (perf/loopback_floor.sh), so each row carries the floor it ran on.
+# (examples/loopback_pingpong.rs, its server on shard 0's CPU, its client on the load
+# generator's CPUs): one producer's sends cannot beat it, and on a VM it moves from run to
+# run (perf/loopback_floor.sh), so each row carries the floor it ran on.
 # Results: perf/results/node-bench-<shards>shard.md (and .raw.jsonl).
 #
 # Usage: perf/node_bench.sh      env: SECONDS_PER_RUN (default 5), DIR (default /var/tmp),
@@ -19,7 +19,8 @@
 #                                     LOADGEN_CPUS (where the load generator runs: a taskset
 #                                     CPU list, or `any` for wherever the scheduler puts it;
 #                                     default: the CPUs the shards leave free, as shard i is
-#                                     pinned to CPU i, or `any` when there are none).
+#                                     pinned to the i-th CPU this process may use, or `any`
+#                                     when there are none).
 # Results go to perf/results/node-bench-<shards>shard.md for the default placement, or
 # node-bench-<shards>shard-loadgen-<any|cpus-list>.md when LOADGEN_CPUS is given.
 # The load generator shares the machine with the node: on few cores the figures are a
@@ -31,7 +32,9 @@ RUN_SECONDS=${SECONDS_PER_RUN:-5}
 BASE=${DIR:-/var/tmp}
 OUT=perf/results
 mkdir -p "$OUT"
-SHARDS=${SHARDS:-$(nproc)}
+# The CPUs this process may use, in order: shard i is pinned to the i-th (src/shard/pin.rs).
+read -r -a CPUS <<< "$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+SHARDS=${SHARDS:-${#CPUS[@]}}
 NAME="node-bench-${SHARDS}shard"
 if [ -n "${LOADGEN_CPUS:-}" ]; then
   if [ "$LOADGEN_CPUS" = any ]; then
@@ -39,8 +42,8 @@ if [ -n "${LOADGEN_CPUS:-}" ]; then
   else
     NAME="$NAME-loadgen-cpus-${LOADGEN_CPUS//,/_}"
   fi
-elif [ "$SHARDS" -lt "$(nproc)" ]; then
-  LOADGEN_CPUS=$(seq -s, "$SHARDS" $(( $(nproc) - 1 )))
+elif [ "$SHARDS" -lt "${#CPUS[@]}" ]; then
+  LOADGEN_CPUS=$(IFS=,; echo "${CPUS[*]:$SHARDS}")
 else
   LOADGEN_CPUS=any
 fi
@@ -54,10 +57,11 @@ cargo build --release --quiet
 cargo build --release --quiet --example loopback_pingpong
 BIN=target/release/ringmq
 FLOOR_BIN=target/release/examples/loopback_pingpong
-# The floor's client goes where the load generator goes: one CPU, or wherever it is put.
-FLOOR_CLIENT_CPU=-
-if [[ "$LOADGEN_CPUS" =~ ^[0-9]+$ ]]; then
-  FLOOR_CLIENT_CPU=$LOADGEN_CPUS
+# The floor's server sits where shard 0 does, its client where the load generator goes.
+FLOOR_SERVER_CPU=${CPUS[0]}
+FLOOR_CLIENT_CPUS=-
+if [ "$LOADGEN_CPUS" != any ]; then
+  FLOOR_CLIENT_CPUS=$LOADGEN_CPUS
 fi
 TICKS=$(getconf CLK_TCK)
 
@@ -71,7 +75,7 @@ record() { # label cpu_us_per_msg json [loopback_floor_round_trips_per_sec]
 }
 
 loopback_floor() { # -> round trips per second of a bare ping-pong, 2 s
-  "$FLOOR_BIN" 2 0 "$FLOOR_CLIENT_CPU" | python3 -c 'import json,sys; print(json.load(sys.stdin)["round_trips_per_sec"])'
+  "$FLOOR_BIN" 2 "$FLOOR_SERVER_CPU" "$FLOOR_CLIENT_CPUS" | python3 -c 'import json,sys; print(json.load(sys.stdin)["round_trips_per_sec"])'
 }
 
 NODE_PID=

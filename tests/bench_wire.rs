@@ -181,6 +181,25 @@ fn threaded_rate_limit_paces_the_sends() {
 }
 
 #[test]
+fn threaded_producers_stop_at_the_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    let mut options = one_sync_producer_per_connection(node.addr(), "ThreadTimeTopic", 1);
+    options.messages = None;
+    options.duration = Some(Duration::from_millis(300));
+    let summary = run_resolved(options);
+    assert_eq!(summary.io, "threads", "{summary:?}");
+    assert_eq!(summary.errors, 0, "{summary:?}");
+    assert!(summary.messages > 0, "{summary:?}");
+    // Each producer finishes the send in flight at the deadline, then stops.
+    assert!(
+        summary.elapsed_s >= 0.3 && summary.elapsed_s < 5.0,
+        "{summary:?}"
+    );
+    assert_eq!(stored(node.addr(), "ThreadTimeTopic", 8), summary.messages);
+}
+
+#[test]
 fn auto_io_runs_threads_only_for_one_sync_producer_per_connection() {
     let dir = tempfile::tempdir().unwrap();
     let node = start_node(dir.path());

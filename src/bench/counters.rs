@@ -3,8 +3,10 @@
 //!
 //! Shareable between threads: the task-based producers and consumers use it from one
 //! thread, the blocking producers ([`super::threads`]) from one thread per connection.
-//! Every update is one atomic add or one uncontended lock, against a round trip of tens
-//! of microseconds.
+//! A message costs two relaxed atomic adds and one lock of the latency histogram (two
+//! locks for an error), against a round trip of tens of microseconds; with one thread
+//! per connection the histogram lock is shared, but each holds it for well under a
+//! microsecond between round trips.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,17 +14,20 @@
 //!
 //! Invariants:
 //! - A connection carries one request at a time: a frame is written whole, then frames
-//!   are read until the response with its opaque arrives (anything else, such as a
-//!   request from the node, is skipped).
-//! - A connection that failed (I/O error, timeout, undecodable frame) is broken: what
-//!   arrives on it later could not be matched to a request, so every later send on it
-//!   fails at once as `NotConnected`, like the task client's.
+//!   are read until the response with its opaque arrives. Anything else (a request from
+//!   the node, the late response to a request that timed out) is skipped.
+//! - A request that gets no response within the timeout fails as `TimedOut` and the
+//!   connection stays usable, as on the task client: its response, if it comes, is
+//!   skipped by opaque.
+//! - A connection whose stream can no longer be trusted (closed, an I/O error, a frame
+//!   that does not decode, a write cut short) is broken: every later send on it fails at
+//!   once as `NotConnected`, as on the task client.
 //! - The clock starts once every connection is up, as for the task producers.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
@@ -46,26 +49,38 @@ struct Connection {
     /// The frame being sent.
     out: Vec<u8>,
     next_opaque: i32,
+    /// How long a request waits for its response.
+    timeout: Duration,
+    /// The socket's read timeout was shortened to what was left of a request's timeout.
+    read_timeout_shortened: bool,
     broken: bool,
 }
 
+/// Why a response did not come: the connection is still usable or it is not.
+enum Failure {
+    Request(io::Error),
+    Connection(io::Error),
+}
+
 impl Connection {
-    fn connect(addr: std::net::SocketAddr) -> io::Result<Connection> {
-        let stream = TcpStream::connect_timeout(&addr, DEFAULT_TIMEOUT)?;
+    fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<Connection> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(DEFAULT_TIMEOUT))?;
-        stream.set_write_timeout(Some(DEFAULT_TIMEOUT))?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
         Ok(Connection {
             stream,
             buffer: BytesMut::with_capacity(64 * 1024),
             chunk: vec![0; 64 * 1024],
             out: Vec::with_capacity(4096),
             next_opaque: 1,
+            timeout,
+            read_timeout_shortened: false,
             broken: false,
         })
     }
 
-    /// Sends `cmd` and waits for its response. Any failure breaks the connection.
+    /// Sends `cmd` and waits for its response.
     fn request(&mut self, mut cmd: RemotingCommand) -> io::Result<RemotingCommand> {
         if self.broken {
             return Err(io::Error::new(
@@ -75,51 +90,96 @@ impl Connection {
         }
         cmd.opaque = self.next_opaque;
         self.next_opaque = self.next_opaque.wrapping_add(1);
-        let outcome = self.exchange(&cmd);
-        if outcome.is_err() {
-            self.broken = true;
+        match self.exchange(&cmd) {
+            Ok(answer) => Ok(answer),
+            Err(Failure::Request(error)) => Err(error),
+            Err(Failure::Connection(error)) => {
+                self.broken = true;
+                Err(error)
+            }
         }
-        outcome
     }
 
-    fn exchange(&mut self, cmd: &RemotingCommand) -> io::Result<RemotingCommand> {
+    fn exchange(&mut self, cmd: &RemotingCommand) -> Result<RemotingCommand, Failure> {
         self.out.clear();
-        encode_frame(cmd, &mut self.out)
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
-        self.stream.write_all(&self.out)?;
+        encode_frame(cmd, &mut self.out).map_err(|error| {
+            Failure::Request(io::Error::new(io::ErrorKind::InvalidInput, error))
+        })?;
+        let timeout = self.timeout;
+        let timed_out = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no response to request code {} within {timeout:?}",
+                    cmd.code
+                ),
+            )
+        };
+        if self.read_timeout_shortened {
+            self.set_read_timeout(self.timeout)?;
+        }
+        // A frame written in part leaves the stream mid-frame: nothing can follow it.
+        self.stream.write_all(&self.out).map_err(|error| {
+            Failure::Connection(if is_timeout(&error) {
+                timed_out()
+            } else {
+                error
+            })
+        })?;
+        let deadline = Instant::now() + self.timeout;
         loop {
             match take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN) {
                 Ok(Some(frame)) if frame.is_response() && frame.opaque == cmd.opaque => {
                     return Ok(frame)
                 }
-                Ok(Some(_)) => continue,
+                Ok(Some(_)) => {
+                    // Skipped frames must not stretch the wait past the timeout.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Failure::Request(timed_out()));
+                    }
+                    self.set_read_timeout(left)?;
+                    continue;
+                }
                 Ok(None) => {}
-                Err(error) => return Err(io::Error::new(io::ErrorKind::InvalidData, error)),
+                Err(error) => {
+                    return Err(Failure::Connection(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        error,
+                    )))
+                }
             }
             let read = match self.stream.read(&mut self.chunk) {
                 Ok(0) => {
-                    return Err(io::Error::new(
+                    return Err(Failure::Connection(io::Error::new(
                         io::ErrorKind::ConnectionAborted,
                         "the connection closed before the response came",
-                    ))
+                    )))
                 }
                 Ok(read) => read,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                // A read timeout shows as WouldBlock on Linux.
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "no response to request code {} within {DEFAULT_TIMEOUT:?}",
-                            cmd.code
-                        ),
-                    ))
-                }
-                Err(error) => return Err(error),
+                Err(error) if is_timeout(&error) => return Err(Failure::Request(timed_out())),
+                Err(error) => return Err(Failure::Connection(error)),
             };
             self.buffer.extend_from_slice(&self.chunk[..read]);
         }
     }
+
+    fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), Failure> {
+        self.stream
+            .set_read_timeout(Some(timeout))
+            .map_err(Failure::Connection)?;
+        self.read_timeout_shortened = timeout != self.timeout;
+        Ok(())
+    }
+}
+
+/// A socket timeout shows as `WouldBlock` on Linux (`EAGAIN`), `TimedOut` elsewhere.
+fn is_timeout(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// One producer: claims, sends and accounts until the run is over.
@@ -157,7 +217,7 @@ pub(super) fn produce(options: ProduceOptions) -> anyhow::Result<ProduceSummary>
     ProducerIo::Threads.resolve(&options)?;
     let connections = (0..options.connections)
         .map(|_| {
-            Connection::connect(options.addr)
+            Connection::connect(options.addr, DEFAULT_TIMEOUT)
                 .map_err(|error| anyhow::anyhow!("connecting to {}: {error}", options.addr))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -231,7 +291,7 @@ mod tests {
     }
 
     fn ask(addr: std::net::SocketAddr) -> io::Result<RemotingCommand> {
-        let mut connection = Connection::connect(addr).unwrap();
+        let mut connection = Connection::connect(addr, DEFAULT_TIMEOUT).unwrap();
         connection.request(RemotingCommand::request(
             codes::HEART_BEAT,
             ExtFields::default(),
@@ -253,11 +313,56 @@ mod tests {
         assert_eq!(answer.ext_fields.get("queueOffset"), Some("7"));
     }
 
+    /// Reads one frame off `stream` into `buffer`'s leftovers.
+    fn read_frame(stream: &mut TcpStream, buffer: &mut BytesMut) -> RemotingCommand {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(frame) = take_frame(buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
+                return frame;
+            }
+            let read = stream.read(&mut chunk).unwrap();
+            assert!(read > 0, "the client closed");
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+    }
+
+    #[test]
+    fn a_timed_out_request_leaves_the_connection_usable_and_its_late_response_skipped() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (go_on, told) = std::sync::mpsc::channel::<()>();
+        let peer = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut buffer = BytesMut::new();
+            let first = read_frame(&mut stream, &mut buffer);
+            // Answers the first request only once the client has given up on it.
+            told.recv().unwrap();
+            let mut out = Vec::new();
+            let late = RemotingCommand::response_to(&first, response::SYSTEM_ERROR, None);
+            encode_frame(&late, &mut out).unwrap();
+            stream.write_all(&out).unwrap();
+            let second = read_frame(&mut stream, &mut buffer);
+            out.clear();
+            let answer = RemotingCommand::response_to(&second, response::SUCCESS, None);
+            encode_frame(&answer, &mut out).unwrap();
+            stream.write_all(&out).unwrap();
+        });
+        let mut connection = Connection::connect(addr, Duration::from_millis(200)).unwrap();
+        let heartbeat = || RemotingCommand::request(codes::HEART_BEAT, ExtFields::default());
+        let first = connection.request(heartbeat()).unwrap_err();
+        assert_eq!(first.kind(), io::ErrorKind::TimedOut, "{first:?}");
+        go_on.send(()).unwrap();
+        let second = connection.request(heartbeat()).unwrap();
+        peer.join().unwrap();
+        assert_eq!(second.code, response::SUCCESS);
+        assert_eq!(second.opaque, 2);
+    }
+
     #[test]
     fn a_connection_that_failed_refuses_later_requests() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut connection = Connection::connect(addr).unwrap();
+        let mut connection = Connection::connect(addr, DEFAULT_TIMEOUT).unwrap();
         // Accepted and closed at once: the request meets a closed connection.
         drop(listener.accept().unwrap());
         let heartbeat = || RemotingCommand::request(codes::HEART_BEAT, ExtFields::default());

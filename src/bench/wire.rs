@@ -815,8 +815,13 @@ pub fn run_embedded(options: EmbeddedOptions) -> anyhow::Result<EmbeddedSummary>
 
 pub fn print_produce_summary(summary: &ProduceSummary) {
     println!(
-        "ringmq bench produce: {} connections, {} producers, {} B messages, {} mode, batch {}",
-        summary.connections, summary.producers, summary.size, summary.mode, summary.batch
+        "ringmq bench produce: {} connections, {} producers ({} I/O), {} B messages, {} mode, batch {}",
+        summary.connections,
+        summary.producers,
+        summary.io,
+        summary.size,
+        summary.mode,
+        summary.batch
     );
     println!(
         "  {} messages in {:.2} s: {:.0} msgs/s, {:.1} MB/s",
