@@ -259,6 +259,23 @@ mod tests {
     use crate::remoting::codes::{request as codes, response};
     use crate::remoting::ext_fields::ExtFields;
 
+    /// Reads one frame off `stream` into `buffer`'s leftovers.
+    fn read_frame(stream: &mut TcpStream, buffer: &mut BytesMut) -> RemotingCommand {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(frame) = take_frame(buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
+                return frame;
+            }
+            let read = stream.read(&mut chunk).unwrap();
+            assert!(read > 0, "the client closed");
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+    }
+
+    fn heartbeat() -> RemotingCommand {
+        RemotingCommand::request(codes::HEART_BEAT, ExtFields::default())
+    }
+
     /// A peer that reads one request, then sends `before` (built from it) and its response.
     fn peer_answering_after(
         before: fn(&RemotingCommand) -> Vec<RemotingCommand>,
@@ -267,16 +284,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let peer = std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
-            let mut buffer = BytesMut::new();
-            let mut chunk = [0u8; 4096];
-            let request = loop {
-                if let Some(request) = take_frame(&mut buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
-                    break request;
-                }
-                let read = stream.read(&mut chunk).unwrap();
-                assert!(read > 0, "the client closed before sending");
-                buffer.extend_from_slice(&chunk[..read]);
-            };
+            let request = read_frame(&mut stream, &mut BytesMut::new());
             let mut out = Vec::new();
             for frame in before(&request) {
                 encode_frame(&frame, &mut out).unwrap();
@@ -292,10 +300,7 @@ mod tests {
 
     fn ask(addr: std::net::SocketAddr) -> io::Result<RemotingCommand> {
         let mut connection = Connection::connect(addr, DEFAULT_TIMEOUT).unwrap();
-        connection.request(RemotingCommand::request(
-            codes::HEART_BEAT,
-            ExtFields::default(),
-        ))
+        connection.request(heartbeat())
     }
 
     #[test]
@@ -311,19 +316,6 @@ mod tests {
         peer.join().unwrap();
         assert_eq!(answer.code, response::SUCCESS);
         assert_eq!(answer.ext_fields.get("queueOffset"), Some("7"));
-    }
-
-    /// Reads one frame off `stream` into `buffer`'s leftovers.
-    fn read_frame(stream: &mut TcpStream, buffer: &mut BytesMut) -> RemotingCommand {
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some(frame) = take_frame(buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
-                return frame;
-            }
-            let read = stream.read(&mut chunk).unwrap();
-            assert!(read > 0, "the client closed");
-            buffer.extend_from_slice(&chunk[..read]);
-        }
     }
 
     #[test]
@@ -348,7 +340,6 @@ mod tests {
             stream.write_all(&out).unwrap();
         });
         let mut connection = Connection::connect(addr, Duration::from_millis(200)).unwrap();
-        let heartbeat = || RemotingCommand::request(codes::HEART_BEAT, ExtFields::default());
         let first = connection.request(heartbeat()).unwrap_err();
         assert_eq!(first.kind(), io::ErrorKind::TimedOut, "{first:?}");
         go_on.send(()).unwrap();
@@ -365,7 +356,6 @@ mod tests {
         let mut connection = Connection::connect(addr, DEFAULT_TIMEOUT).unwrap();
         // Accepted and closed at once: the request meets a closed connection.
         drop(listener.accept().unwrap());
-        let heartbeat = || RemotingCommand::request(codes::HEART_BEAT, ExtFields::default());
         let first = connection.request(heartbeat()).unwrap_err();
         assert!(
             matches!(
