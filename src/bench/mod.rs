@@ -4,6 +4,7 @@
 
 mod counters;
 pub mod latency;
+mod produce_run;
 pub mod store;
 mod threads;
 pub mod wire;

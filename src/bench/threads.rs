@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::wire::{
+use super::produce_run::{
     account, check_produce_options, produce_summary, ProduceOptions, ProduceRun, ProduceSummary,
     ProducerIo,
 };

@@ -8,6 +8,9 @@
 //! - as one thread per connection on a blocking socket (`bench/threads.rs`), for sync
 //!   sends with one producer per connection, where a send is a bare round trip.
 //!
+//! Both drive a `ProduceRun` (`bench/produce_run.rs`), which owns the options, the claims
+//! and the summary, so neither I/O model depends on the other.
+//!
 //! Consumers are one task per queue, each on its connection's client.
 
 use std::cell::Cell;
@@ -15,105 +18,22 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::counters::Counters;
 use super::latency::LatencySummary;
-use crate::client::{pull_request, queue_request, send_request_v2, Client};
+use super::produce_run::{account, check_produce_options, per_second, produce_summary, ProduceRun};
+pub use super::produce_run::{ProduceOptions, ProduceSummary, ProducerIo, SendMode};
+use crate::client::{pull_request, queue_request, Client};
 use crate::config::FlushMode;
 use crate::remoting::codes::{request as codes, response};
-use crate::remoting::send_header::{encode_batch, BatchItem};
 use crate::remoting::RemotingCommand;
-use crate::store::properties;
 use crate::store::record::{decode, Decoded, Verify};
-
-/// How a producer sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendMode {
-    /// Waits for each response before the next send.
-    Sync,
-    /// Keeps up to `inflight` sends outstanding.
-    Async,
-    /// Fire and forget: no response, no latency.
-    Oneway,
-}
-
-impl SendMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SendMode::Sync => "sync",
-            SendMode::Async => "async",
-            SendMode::Oneway => "oneway",
-        }
-    }
-}
-
-impl FromStr for SendMode {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "sync" => Ok(SendMode::Sync),
-            "async" => Ok(SendMode::Async),
-            "oneway" => Ok(SendMode::Oneway),
-            other => Err(format!("{other}: expected sync, async or oneway")),
-        }
-    }
-}
-
-/// How producers do their I/O.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProducerIo {
-    /// `Threads` for sync sends with one producer per connection, `Tasks` otherwise.
-    Auto,
-    /// Tasks on one thread, multiplexed on shared connections.
-    Tasks,
-    /// One thread per connection on a blocking socket; sync mode, one producer per
-    /// connection only.
-    Threads,
-}
-
-impl ProducerIo {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProducerIo::Auto => "auto",
-            ProducerIo::Tasks => "tasks",
-            ProducerIo::Threads => "threads",
-        }
-    }
-
-    /// What `self` comes to for `options`, or why it cannot run them.
-    pub fn resolve(self, options: &ProduceOptions) -> anyhow::Result<ProducerIo> {
-        let one_sync_producer_per_connection =
-            options.mode == SendMode::Sync && options.producers_per_connection == 1;
-        match self {
-            ProducerIo::Auto if one_sync_producer_per_connection => Ok(ProducerIo::Threads),
-            ProducerIo::Auto => Ok(ProducerIo::Tasks),
-            ProducerIo::Threads if !one_sync_producer_per_connection => anyhow::bail!(
-                "--io threads runs one sync producer per connection: it needs --mode sync \
-                 and --producers-per-connection 1"
-            ),
-            other => Ok(other),
-        }
-    }
-}
-
-impl FromStr for ProducerIo {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "auto" => Ok(ProducerIo::Auto),
-            "tasks" => Ok(ProducerIo::Tasks),
-            "threads" => Ok(ProducerIo::Threads),
-            other => Err(format!("{other}: expected auto, tasks or threads")),
-        }
-    }
-}
 
 /// Where a consumer starts in each queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,49 +49,6 @@ impl FromStr for FromOffset {
             "earliest" => Ok(FromOffset::Earliest),
             "latest" => Ok(FromOffset::Latest),
             other => Err(format!("{other}: expected earliest or latest")),
-        }
-    }
-}
-
-/// Options of `ringmq bench produce`.
-#[derive(Clone, Debug)]
-pub struct ProduceOptions {
-    pub addr: SocketAddr,
-    pub connections: usize,
-    pub producers_per_connection: usize,
-    pub size: usize,
-    pub topic: String,
-    pub topics: usize,
-    pub queues: usize,
-    pub mode: SendMode,
-    pub io: ProducerIo,
-    pub inflight: usize,
-    pub batch: usize,
-    /// Messages per second over all producers; 0 is unlimited.
-    pub rate: u64,
-    pub messages: Option<u64>,
-    pub duration: Option<Duration>,
-    pub progress: bool,
-}
-
-impl ProduceOptions {
-    pub fn new(addr: SocketAddr) -> ProduceOptions {
-        ProduceOptions {
-            addr,
-            connections: 4,
-            producers_per_connection: 4,
-            size: 1024,
-            topic: "BenchTopic".into(),
-            topics: 1,
-            queues: 8,
-            mode: SendMode::Sync,
-            io: ProducerIo::Auto,
-            inflight: 32,
-            batch: 1,
-            rate: 0,
-            messages: Some(200_000),
-            duration: None,
-            progress: false,
         }
     }
 }
@@ -210,30 +87,6 @@ impl ConsumeOptions {
     }
 }
 
-/// The figures a produce run ends with (`--json` prints this).
-#[derive(Clone, Debug, Serialize)]
-pub struct ProduceSummary {
-    pub mode: String,
-    /// `tasks` or `threads` ([`ProducerIo`]).
-    pub io: String,
-    pub connections: usize,
-    pub producers: usize,
-    pub size: usize,
-    pub batch: usize,
-    /// Messages acknowledged (sent, for oneway).
-    pub messages: u64,
-    /// Messages whose send failed.
-    pub errors: u64,
-    /// Failed requests by response code, or by I/O error kind (`io:...`).
-    pub errors_by_code: BTreeMap<String, u64>,
-    pub elapsed_s: f64,
-    pub msgs_per_sec: f64,
-    pub mb_per_sec: f64,
-    /// Send latency (per request) in microseconds.
-    #[serde(flatten)]
-    pub latency: LatencySummary,
-}
-
 /// The figures a consume run ends with.
 #[derive(Clone, Debug, Serialize)]
 pub struct ConsumeSummary {
@@ -250,14 +103,6 @@ pub struct ConsumeSummary {
     /// End-to-end latency (born timestamp to receipt) in microseconds.
     #[serde(flatten)]
     pub latency: LatencySummary,
-}
-
-fn per_second(count: f64, elapsed: f64) -> f64 {
-    if elapsed > 0.0 {
-        count / elapsed
-    } else {
-        0.0
-    }
 }
 
 /// Prints one progress line a second until aborted.
@@ -307,129 +152,6 @@ where
 // ---------------------------------------------------------------------------------------
 // Produce
 
-pub(super) struct ProduceRun {
-    pub(super) options: ProduceOptions,
-    topics: Vec<String>,
-    deadline: Option<StdInstant>,
-    claims: Mutex<Claims>,
-    pub(super) counters: Arc<Counters>,
-}
-
-#[derive(Default)]
-struct Claims {
-    claimed: u64,
-    /// Token pacing: the earliest time the next claim may send.
-    next_slot: Option<StdInstant>,
-}
-
-impl ProduceRun {
-    /// A run of `options` whose clock started at `started`.
-    pub(super) fn new(options: ProduceOptions, started: StdInstant) -> ProduceRun {
-        let topics = if options.topics == 1 {
-            vec![options.topic.clone()]
-        } else {
-            (0..options.topics)
-                .map(|topic| format!("{}{topic}", options.topic))
-                .collect()
-        };
-        ProduceRun {
-            deadline: options.duration.map(|duration| started + duration),
-            options,
-            topics,
-            claims: Mutex::new(Claims::default()),
-            counters: Arc::new(Counters::default()),
-        }
-    }
-
-    /// Claims the next batch: its first message number, its size, and (under a rate
-    /// limit) the time it may be sent if that is still ahead; `None` once the run is over.
-    fn claim_slot(&self) -> Option<(u64, u64, Option<StdInstant>)> {
-        let now = StdInstant::now();
-        if self.deadline.is_some_and(|deadline| now >= deadline) {
-            return None;
-        }
-        let mut claims = self
-            .claims
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let first = claims.claimed;
-        let mut count = self.options.batch as u64;
-        if let Some(limit) = self.options.messages {
-            count = count.min(limit.saturating_sub(first));
-            if count == 0 {
-                return None;
-            }
-        }
-        claims.claimed = first + count;
-        let mut wait_until = None;
-        if self.options.rate > 0 {
-            let slot = claims.next_slot.map_or(now, |next| next.max(now));
-            let step = Duration::from_secs_f64(count as f64 / self.options.rate as f64);
-            claims.next_slot = Some(slot + step);
-            wait_until = (slot > now).then_some(slot);
-        }
-        Some((first, count, wait_until))
-    }
-
-    /// [`ProduceRun::claim_slot`], waiting for the slot on the runtime's timer.
-    async fn claim(&self) -> Option<(u64, u64)> {
-        let (first, count, wait_until) = self.claim_slot()?;
-        if let Some(slot) = wait_until {
-            tokio::time::sleep_until(Instant::from_std(slot)).await;
-        }
-        Some((first, count))
-    }
-
-    /// [`ProduceRun::claim_slot`], waiting for the slot by sleeping the thread.
-    pub(super) fn claim_blocking(&self) -> Option<(u64, u64)> {
-        let (first, count, wait_until) = self.claim_slot()?;
-        if let Some(slot) = wait_until {
-            std::thread::sleep(slot.saturating_duration_since(StdInstant::now()));
-        }
-        Some((first, count))
-    }
-
-    /// The send request for messages `first..first + count`.
-    pub(super) fn request(&self, body: &[u8], first: u64, count: u64) -> RemotingCommand {
-        let topic = &self.topics[first as usize % self.topics.len()];
-        let queue_id = ((first / self.topics.len() as u64) % self.options.queues as u64) as i32;
-        if self.options.batch <= 1 {
-            return send_request_v2(topic, queue_id, body, Some("TagA"), None);
-        }
-        let props = properties::encode([(properties::TAGS, "TagA"), (properties::WAIT, "true")]);
-        let items: Vec<BatchItem> = (0..count)
-            .map(|_| BatchItem {
-                flag: 0,
-                body: Bytes::copy_from_slice(body),
-                properties: props.clone(),
-            })
-            .collect();
-        let mut encoded = Vec::with_capacity(count as usize * (body.len() + 64));
-        encode_batch(&items, &mut encoded).expect("bench messages fit a batch");
-        let mut cmd = send_request_v2(topic, queue_id, body, None, None);
-        cmd.code = codes::SEND_BATCH_MESSAGE;
-        cmd.ext_fields.insert("m".into(), "true");
-        cmd.body = Bytes::from(encoded);
-        cmd
-    }
-}
-
-/// Records the outcome of one send request of `count` messages.
-pub(super) fn account(
-    counters: &Counters,
-    size: usize,
-    count: u64,
-    outcome: std::io::Result<RemotingCommand>,
-) {
-    match outcome {
-        Ok(answer) if answer.code == response::SUCCESS => {
-            counters.add_done(count, count * size as u64);
-        }
-        Ok(answer) => counters.error(answer.code.to_string(), count),
-        Err(error) => counters.error(format!("io:{:?}", error.kind()), count),
-    }
-}
-
 async fn producer(run: Arc<ProduceRun>, client: Client) {
     let options = &run.options;
     let body = vec![b'x'; options.size];
@@ -471,44 +193,6 @@ async fn producer(run: Arc<ProduceRun>, client: Client) {
         .acquire_many(options.inflight.max(1) as u32)
         .await
         .expect("the window is never closed");
-}
-
-/// Refuses option values no run can use.
-pub(super) fn check_produce_options(options: &ProduceOptions) -> anyhow::Result<()> {
-    if options.connections == 0
-        || options.producers_per_connection == 0
-        || options.topics == 0
-        || options.queues == 0
-        || options.batch == 0
-    {
-        anyhow::bail!("--connections, --producers-per-connection, --topics, --queues and --batch must each be at least 1");
-    }
-    if options.messages.is_none() && options.duration.is_none() {
-        anyhow::bail!("give --messages or --duration");
-    }
-    Ok(())
-}
-
-/// The summary of `run`, which took `elapsed_s` with producers doing `io`.
-pub(super) fn produce_summary(run: &ProduceRun, io: ProducerIo, elapsed_s: f64) -> ProduceSummary {
-    let options = &run.options;
-    let counters = &run.counters;
-    let done = counters.done();
-    ProduceSummary {
-        mode: options.mode.as_str().into(),
-        io: io.as_str().into(),
-        connections: options.connections,
-        producers: options.connections * options.producers_per_connection,
-        size: options.size,
-        batch: options.batch,
-        messages: done,
-        errors: counters.errors(),
-        errors_by_code: counters.errors_by_code(),
-        elapsed_s,
-        msgs_per_sec: per_second(done as f64, elapsed_s),
-        mb_per_sec: per_second(counters.bytes() as f64, elapsed_s) / 1e6,
-        latency: counters.latency_summary(),
-    }
 }
 
 /// Runs a produce round with task producers (whatever `options.io` says); must be called
