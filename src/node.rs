@@ -515,8 +515,10 @@ async fn run_shard(
         broker.clone(),
     ))];
     background.push(tokio::task::spawn_local(sample_metrics(broker.clone())));
-    let namesrv =
-        namesrv_listener.map(|listener| (listener, Rc::new(NameServer::new(broker.clone()))));
+    let namesrv = namesrv_listener.map(|listener| {
+        let handler = NameServer::new(broker.identity().clone(), broker.topics.clone(), clock);
+        (listener, Rc::new(handler))
+    });
     if id == 0 {
         // Node-wide housekeeping runs once, on shard 0.
         background.push(tokio::task::spawn_local(sweep_clients(broker.clone())));

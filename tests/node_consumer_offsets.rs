@@ -6,10 +6,10 @@
 mod common;
 
 use common::run_local;
-use ringmq::broker::pull::FLAG_COMMIT_OFFSET;
 use ringmq::client::{pull_request, Client};
 use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
 fn options(dir: &std::path::Path) -> NodeOptions {

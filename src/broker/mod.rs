@@ -385,18 +385,7 @@ impl RequestHandler for Broker {
     }
 }
 
-/// The response to a request whose header cannot be used: SYSTEM_ERROR (what Java's
-/// processors answer when decoding the custom header throws), remark naming the field.
-pub(crate) fn bad_header(
-    request: &RemotingCommand,
-    error: impl std::fmt::Display,
-) -> RemotingCommand {
-    RemotingCommand::response_to(
-        request,
-        response::SYSTEM_ERROR,
-        Some(format!("bad request header: {error}")),
-    )
-}
+pub(crate) use crate::remoting::command::bad_header;
 
 /// `topic` and `queueId`, the pair most requests start with.
 pub(crate) fn topic_and_queue(request: &RemotingCommand) -> Result<(&str, i32), FieldError> {

@@ -28,17 +28,11 @@
 //! committed offset for the queue, once, before the pull reads or parks.
 
 use crate::remoting::codes::response;
+use crate::remoting::requests::{FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND};
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::store::{properties, GetStatus, PullRead};
 
 use super::{bad_header, Broker};
-
-/// `PullSysFlag` bits.
-pub const FLAG_COMMIT_OFFSET: i32 = 0x1;
-pub const FLAG_SUSPEND: i32 = 0x2;
-pub const FLAG_SUBSCRIPTION: i32 = 0x4;
-pub const FLAG_CLASS_FILTER: i32 = 0x8;
-pub const FLAG_LITE_PULL: i32 = 0x10;
 
 /// The request header fields this slice uses.
 #[derive(Clone, Debug)]

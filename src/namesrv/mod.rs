@@ -1,7 +1,7 @@
 //! The embedded name server endpoint (ARCHITECTURE D1): a second listener on `namesrvPort`
 //! (default 9876) on the same shard, served by the same connection code
 //! ([`crate::remoting::connection::serve_connection`]) with [`NameServer`] as the handler.
-//! It knows exactly one broker, this node, and answers from the broker's topic table:
+//! It knows exactly one broker, this node, and answers from the node-wide topic table:
 //!
 //! - GET_ROUTEINFO_BY_TOPIC (105): TopicRouteData (shape in [`route`]). An unknown topic is
 //!   TOPIC_NOT_EXIST (17), unless `autoCreateTopicEnable`, in which case the topic is created
@@ -19,27 +19,38 @@ pub mod route;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::broker::topics::TopicTable;
+use crate::broker::BrokerIdentity;
+use crate::clock::Clock;
 use crate::remoting::codes::{request, response};
+use crate::remoting::command::bad_header;
 use crate::remoting::connection::RequestHandler;
 use crate::remoting::RemotingCommand;
 use crate::store::topic::validate_topic;
 
 use route::BrokerEntry;
 
-/// The name-server request handler of one shard.
+/// The name-server request handler of one shard: the node's identity and the node-wide
+/// topic table are all it reads (and the clock, to stamp a topic it auto-creates).
 pub struct NameServer {
-    broker: Rc<Broker>,
+    identity: BrokerIdentity,
+    topics: Arc<TopicTable>,
+    clock: Clock,
 }
 
 impl NameServer {
-    pub fn new(broker: Rc<Broker>) -> NameServer {
-        NameServer { broker }
+    pub fn new(identity: BrokerIdentity, topics: Arc<TopicTable>, clock: Clock) -> NameServer {
+        NameServer {
+            identity,
+            topics,
+            clock,
+        }
     }
 
     fn entry(&self) -> BrokerEntry<'_> {
-        let identity = self.broker.identity();
+        let identity = &self.identity;
         BrokerEntry {
             cluster: &identity.cluster_name,
             broker_name: &identity.broker_name,
@@ -66,9 +77,9 @@ impl NameServer {
     fn route(&self, request: &RemotingCommand) -> RemotingCommand {
         let topic = match request.get_str("topic") {
             Ok(topic) => topic,
-            Err(error) => return crate::broker::bad_header(request, error),
+            Err(error) => return bad_header(request, error),
         };
-        let topics = self.broker.topics();
+        let topics = &self.topics;
         let config = match topics.get(topic) {
             Some(config) => config,
             None => {
@@ -85,7 +96,7 @@ impl NameServer {
                 if !topics.auto_create() || validate_topic(topic).is_err() {
                     return not_exist();
                 }
-                match topics.get_or_create(topic, self.broker.now_ms()) {
+                match topics.get_or_create(topic, self.clock.now_ms()) {
                     Ok(config) => config,
                     Err((code, remark)) => {
                         return RemotingCommand::response_to(request, code, Some(remark))

@@ -310,6 +310,16 @@ pub enum HeaderError {
     },
 }
 
+/// The response to a request whose header cannot be used: SYSTEM_ERROR (what Java's
+/// processors answer when decoding the custom header throws), remark naming the field.
+pub fn bad_header(request: &RemotingCommand, error: impl std::fmt::Display) -> RemotingCommand {
+    RemotingCommand::response_to(
+        request,
+        super::codes::response::SYSTEM_ERROR,
+        Some(format!("bad request header: {error}")),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

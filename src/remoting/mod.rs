@@ -65,6 +65,7 @@ pub mod ext_fields;
 pub mod frame;
 pub mod json_header;
 pub mod reply_batch;
+pub mod requests;
 pub mod send_header;
 pub mod traffic;
 
