@@ -21,6 +21,9 @@
 #                                     default: the CPUs the shards leave free, as shard i is
 #                                     pinned to the i-th CPU this process may use, or `any`
 #                                     when there are none).
+#                                     RINGMQ_BIN (a ringmq binary to measure instead of
+#                                     building this checkout; perf/compare_commits.sh
+#                                     uses it), RESULTS_TAG (appended to the results name).
 # Results go to perf/results/node-bench-<shards>shard.md for the default placement, or
 # node-bench-<shards>shard-loadgen-<any|cpus-list>.md when LOADGEN_CPUS is given.
 # The load generator shares the machine with the node: on few cores the figures are a
@@ -51,11 +54,14 @@ LOADGEN=()
 if [ "$LOADGEN_CPUS" != any ]; then
   LOADGEN=(taskset -c "$LOADGEN_CPUS")
 fi
+NAME="$NAME${RESULTS_TAG:-}"
 RAW="$OUT/$NAME.raw.jsonl"
 : > "$RAW"
-cargo build --release --quiet
+if [ -z "${RINGMQ_BIN:-}" ]; then
+  cargo build --release --quiet
+fi
 cargo build --release --quiet --example loopback_pingpong
-BIN=target/release/ringmq
+BIN=${RINGMQ_BIN:-target/release/ringmq}
 FLOOR_BIN=target/release/examples/loopback_pingpong
 # The floor's server sits where shard 0 does, its client where the load generator goes.
 FLOOR_SERVER_CPU=${CPUS[0]}

@@ -8,7 +8,9 @@
 # and the medians over ROUNDS rounds go to perf/results/store-vs-fio.md (plus raw JSON).
 #
 # Usage: perf/store_vs_fio.sh [ROUNDS]      env: DIR (scratch dir, default under /var/tmp),
-#        SECONDS_PER_RUN (default 5), IO (auto, uring or portable; default auto).
+#        SECONDS_PER_RUN (default 5), IO (auto, uring or portable; default auto),
+#        RINGMQ_BIN (a ringmq binary to measure instead of building this checkout;
+#        perf/compare_commits.sh uses it), RESULTS_TAG (appended to the results name).
 # Results go to perf/results/store-vs-fio[-IO].md. Run nothing else meanwhile: the disk
 # is shared.
 set -euo pipefail
@@ -18,7 +20,7 @@ RUN_SECONDS=${SECONDS_PER_RUN:-5}
 DIR=${DIR:-/var/tmp/ringmq-perf}
 IO=${IO:-auto}
 OUT=perf/results
-SUFFIX=$([ "$IO" = auto ] && echo "" || echo "-$IO")
+SUFFIX=$([ "$IO" = auto ] && echo "" || echo "-$IO")${RESULTS_TAG:-}
 mkdir -p "$OUT" "$DIR"
 RAW="$OUT/store-vs-fio$SUFFIX.raw.jsonl"
 : > "$RAW"
@@ -27,8 +29,10 @@ if ! command -v fio >/dev/null; then
   echo "installing fio" >&2
   (apt-get update -qq && apt-get install -y -qq fio) >/dev/null
 fi
-cargo build --release --quiet
-BIN=target/release/ringmq
+if [ -z "${RINGMQ_BIN:-}" ]; then
+  cargo build --release --quiet
+fi
+BIN=${RINGMQ_BIN:-target/release/ringmq}
 
 record() { # label json
   python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d["label"]=sys.argv[1]; print(json.dumps(d))' "$1" "$2" >> "$RAW"
