@@ -36,6 +36,7 @@ pub mod assignment;
 pub mod consumer_offsets;
 pub mod consumers;
 pub mod ids;
+pub mod names;
 pub mod notify;
 pub mod offsets;
 pub mod pull;
