@@ -247,7 +247,11 @@ impl Broker {
         if queue_id >= 0 {
             return Some(self.shard.owner(topic, queue_id));
         }
-        if !fields.is_send || validate_topic(topic).is_err() {
+        // A send the broker refuses is answered here, before a topic is created for it.
+        if !fields.is_send
+            || validate_topic(topic).is_err()
+            || names::is_not_allowed_send_topic(topic)
+        {
             return None;
         }
         let topic = topic.to_owned();

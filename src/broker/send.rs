@@ -7,6 +7,10 @@
 //! Invariants:
 //! - Every send response that reports a stored message (SUCCESS, FLUSH_DISK_TIMEOUT) carries
 //!   `msgId`, `queueId`, `queueOffset` and `transactionId`: clients unbox them.
+//! - A send to a topic only the node writes ([`names::is_not_allowed_send_topic`]) is
+//!   refused with NO_PERMISSION and Java's remark, and creates nothing.
+//! - The client's properties are normalised before the node appends its pairs, so each
+//!   pair the client sent keeps its value and the appended ones parse whole.
 //! - Store errors map as Java's `handlePutMessageResult`: MessageIllegal → MESSAGE_ILLEGAL,
 //!   Busy → SYSTEM_BUSY (clients retry), unavailable states → SERVICE_NOT_AVAILABLE, the rest
 //!   SYSTEM_ERROR, always with the store's text as remark.
@@ -22,10 +26,10 @@ use crate::remoting::codes::response;
 use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
 use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
-use crate::store::{properties, topic, PutResult, PutStatus, StoreError};
+use crate::store::{properties, PutResult, PutStatus, StoreError};
 
 use super::topics::PERM_WRITE;
-use super::{bad_header, ids, Broker};
+use super::{bad_header, ids, names, Broker};
 
 /// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
 const CLUSTER: &str = "CLUSTER";
@@ -54,8 +58,15 @@ impl Broker {
     /// creatable (auto-create, system topics); the queue id must be below its write
     /// queue count.
     fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
-        if let Err(why) = topic::validate_topic(&header.topic) {
+        if let Err(why) = names::validate_topic(&header.topic) {
             return Err((response::MESSAGE_ILLEGAL, why));
+        }
+        // Before `get_or_create`: a refused send must not create the system topic either.
+        if names::is_not_allowed_send_topic(&header.topic) {
+            return Err((
+                response::NO_PERMISSION,
+                names::not_allowed_send_remark(&header.topic),
+            ));
         }
         let config = self
             .topics
