@@ -99,7 +99,9 @@ impl Broker {
     }
 
     /// The record for one message: `properties` are the message's own, UNIQ_KEY and CLUSTER
-    /// are added here. Returns the record and its UNIQ_KEY.
+    /// are added here, after the client's string is normalised (its last pair terminated),
+    /// so an appended pair never runs into the client's last value. Returns the record and
+    /// its UNIQ_KEY.
     fn record_for(
         &self,
         header: &SendMessageRequestHeader,
@@ -109,7 +111,7 @@ impl Broker {
         body: bytes::Bytes,
         own_properties: &str,
     ) -> (RecordInput, String) {
-        let mut properties = own_properties.to_owned();
+        let mut properties = properties::normalized(own_properties).into_owned();
         let uniq_key = match properties::get(&properties, properties::UNIQ_KEY) {
             Some(key) => key.to_owned(),
             None => {
