@@ -56,7 +56,7 @@ pub fn check_config(config: &TopicConfig) -> Result<(), String> {
         ("readQueueNums", config.read_queue_nums),
         ("writeQueueNums", config.write_queue_nums),
     ] {
-        if value < 1 || value > MAX_QUEUE_NUMS {
+        if !(1..=MAX_QUEUE_NUMS).contains(&value) {
             return Err(format!(
                 "{field} {value} is out of range: 1 to {MAX_QUEUE_NUMS}"
             ));
