@@ -100,6 +100,35 @@ fn a_client_send_to_a_system_topic_is_refused_with_no_permission_and_creates_not
 }
 
 #[test]
+fn a_route_query_for_a_system_topic_does_not_create_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = ringmq::node::start(options(dir.path(), 1)).expect("node starts");
+    let (broker, namesrv) = (node.addr(), node.namesrv_addr());
+    run_local(false, async move {
+        let names = Client::connect(namesrv).await.unwrap();
+        for topic in refused_topics() {
+            let mut fields = ExtFields::new();
+            fields.insert("topic".into(), topic);
+            let answer = names
+                .request(RemotingCommand::request(
+                    request::GET_ROUTEINFO_BY_TOPIC,
+                    fields,
+                ))
+                .await
+                .unwrap();
+            assert_eq!(
+                answer.code,
+                response::TOPIC_NOT_EXIST,
+                "{topic}: {answer:?}"
+            );
+        }
+        let client = Client::connect(broker).await.unwrap();
+        sends_are_refused(&client).await;
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
 fn a_system_topic_send_left_to_the_broker_is_refused_on_two_shards_before_routing() {
     let dir = tempfile::tempdir().unwrap();
     let node = ringmq::node::start(options(dir.path(), 2)).expect("node starts");
