@@ -22,7 +22,11 @@
 //!   consumers then resume from an older offset and see those messages again (at-least-once
 //!   redelivery, as with Java's 5 s flush).
 //! - A file that cannot be read or parsed stops the node's start with an error naming the
-//!   file; a missing file is an empty table.
+//!   file; a missing file is an empty table. So does an entry the requests would refuse
+//!   (names and queue ids by [`super::names`], offsets below -1), naming the entry too.
+//! - Every (group, topic, queue) stored passed [`super::names`]: neither name holds `@`,
+//!   so a `topic@group` key splits back into the same pair and a reload never moves an
+//!   offset to another topic or group.
 //! - Writes are small, synchronous `std::fs` calls on the shard thread.
 
 use std::collections::BTreeMap;
@@ -37,7 +41,7 @@ use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::sync::Locked;
 
-use super::{bad_header, Broker};
+use super::{bad_header, names, Broker};
 
 /// The file's name inside `<store dir>/config/`.
 pub const FILE_NAME: &str = "consumerOffset.json";
@@ -101,7 +105,14 @@ impl ConsumerOffsets {
         &self.path
     }
 
+    /// Stores `offset` for the queue. The caller validated the names
+    /// ([`super::names::validate_group_topic_queue`]); a name with `@` would make the file
+    /// ambiguous, so it is refused here outright.
     pub fn commit(&self, group: &str, topic: &str, queue_id: i32, offset: i64) {
+        assert!(
+            !topic.contains('@') && !group.contains('@'),
+            "an unvalidated name reached the offset table: topic {topic:?}, group {group:?}"
+        );
         let mut table = self.table.lock();
         let queues = table
             .entry((topic.to_owned(), group.to_owned()))
@@ -139,7 +150,7 @@ impl ConsumerOffsets {
                 .table
                 .lock()
                 .iter()
-                .map(|((topic, group), queues)| (format!("{topic}@{group}"), queues.clone()))
+                .map(|((topic, group), queues)| (names::offset_key(topic, group), queues.clone()))
                 .collect(),
         };
         let written = self.write_file(&file);
@@ -173,12 +184,27 @@ fn parse(text: &str) -> anyhow::Result<Table> {
     };
     let mut table = Table::new();
     for (key, queues) in file.offset_table {
-        let (topic, group) = key
-            .split_once('@')
-            .with_context(|| format!("key {key:?} is not topic@group"))?;
+        check_entry(&key, &queues)
+            .map_err(|why| anyhow::anyhow!("entry {key:?}: {why}; fix or remove it"))?;
+        let (topic, group) = key.split_once('@').expect("check_entry split it");
         table.insert((topic.to_owned(), group.to_owned()), queues);
     }
     Ok(table)
+}
+
+/// One loaded entry against the rules the requests apply. The topic table may no longer
+/// hold the topic (deleted topics keep their offsets), so queue ids are bounded by
+/// [`names::MAX_QUEUE_NUMS`]. -1 is accepted as an offset: fastjson files written by
+/// Java hold it for queues with nothing committed yet.
+fn check_entry(key: &str, queues: &BTreeMap<i32, i64>) -> Result<(), String> {
+    let (topic, group) = names::split_offset_key(key)?;
+    for (&queue_id, &offset) in queues {
+        names::validate_group_topic_queue(group, topic, None, queue_id)?;
+        if offset < -1 {
+            return Err(format!("queue {queue_id} has the offset {offset}"));
+        }
+    }
+    Ok(())
 }
 
 /// Quotes object keys that are bare integers (`{0:5}` → `{"0":5}`), leaving strings and
@@ -247,24 +273,27 @@ fn offset_header(request: &RemotingCommand) -> Result<OffsetHeader<'_>, FieldErr
     })
 }
 
-/// A queue id must be non-negative and, for a topic the broker knows, below its queue
-/// count (the larger of read and write: consumers may commit on either).
-fn check_queue(
+/// The one check for every request that names a committed offset (UPDATE, QUERY and a
+/// pull's `commitOffset`): the names by the send rules, the queue id within the topic's
+/// queues ([`names::validate_group_topic_queue`]). The error is the reason.
+pub fn check_target(
     broker: &Broker,
-    request: &RemotingCommand,
+    group: &str,
     topic: &str,
     queue_id: i32,
+) -> Result<(), String> {
+    names::validate_group_topic_queue(group, topic, broker.topics().get(topic).as_ref(), queue_id)
+}
+
+/// [`check_target`] as the refusal UPDATE and QUERY answer: INVALID_PARAMETER.
+fn check_header(
+    broker: &Broker,
+    request: &RemotingCommand,
+    header: &OffsetHeader<'_>,
 ) -> Option<RemotingCommand> {
-    let beyond_topic = broker.topics().get(topic).is_some_and(|config| {
-        queue_id as i64 >= config.read_queue_nums.max(config.write_queue_nums) as i64
-    });
-    (queue_id < 0 || beyond_topic).then(|| {
-        RemotingCommand::response_to(
-            request,
-            response::INVALID_PARAMETER,
-            Some(format!("queueId {queue_id} is out of range")),
-        )
-    })
+    check_target(broker, header.group, header.topic, header.queue_id)
+        .err()
+        .map(|why| RemotingCommand::response_to(request, response::INVALID_PARAMETER, Some(why)))
 }
 
 /// UPDATE_CONSUMER_OFFSET (15).
@@ -274,7 +303,7 @@ pub fn update(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
             Ok(fields) => fields,
             Err(error) => return bad_header(request, error),
         };
-    if let Some(refusal) = check_queue(broker, request, header.topic, header.queue_id) {
+    if let Some(refusal) = check_header(broker, request, &header) {
         return refusal;
     }
     if offset < 0 {
@@ -298,6 +327,9 @@ pub fn query(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
         Ok(fields) => fields,
         Err(error) => return bad_header(request, error),
     };
+    if let Some(refusal) = check_header(broker, request, &header) {
+        return refusal;
+    }
     let found = broker
         .consumer_offsets
         .query(header.group, header.topic, header.queue_id)
@@ -330,6 +362,28 @@ mod tests {
             parse(r#"{"offsetTable":{"T@g":{0:5, 1 :7},"%RETRY%g@g":{0:-1}},"x":[1,2]}"#).unwrap();
         assert_eq!(table[&("T".into(), "g".into())][&1], 7);
         assert_eq!(table[&("%RETRY%g".into(), "g".into())][&0], -1);
+    }
+
+    #[test]
+    fn entries_the_requests_would_refuse_stop_the_load_naming_the_entry() {
+        for (text, entry) in [
+            (
+                r#"{"offsetTable":{"abuse@topic@grp":{"0":1}}}"#,
+                "abuse@topic@grp",
+            ),
+            (r#"{"offsetTable":{"nogroup":{"0":1}}}"#, "nogroup"),
+            (
+                r#"{"offsetTable":{"../../etc/x@g":{"0":1}}}"#,
+                "../../etc/x@g",
+            ),
+            (r#"{"offsetTable":{"T@g":{"-5":1}}}"#, "T@g"),
+            (r#"{"offsetTable":{"T@g":{"1024":1}}}"#, "T@g"),
+            (r#"{"offsetTable":{"T@g":{"0":-2}}}"#, "T@g"),
+        ] {
+            let error = format!("{:#}", parse(text).unwrap_err());
+            assert!(error.contains(&format!("{entry:?}")), "{text}: {error}");
+        }
+        assert!(parse(r#"{"offsetTable":{"T@g":{"1023":-1}}}"#).is_ok());
     }
 
     #[test]

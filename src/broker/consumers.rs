@@ -344,10 +344,34 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
             Some("HeartbeatData has no clientID".into()),
         );
     }
+    if let Some(why) = refused_name(&data) {
+        return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
+    }
     for group in broker.groups.heartbeat(&data, Instant::now(), peer) {
         broker.notify_consumer_ids_changed(&group);
     }
     RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// The first group or subscribed topic of a heartbeat that the rules every request
+/// applies ([`super::names`]) refuse, as the remark to answer; nothing is registered then.
+fn refused_name(data: &HeartbeatData) -> Option<String> {
+    let producers = data
+        .producer_data_set
+        .iter()
+        .map(|producer| super::names::validate_group(&producer.group_name));
+    let consumers = data.consumer_data_set.iter().flat_map(|consumer| {
+        std::iter::once(super::names::validate_group(&consumer.group_name)).chain(
+            consumer
+                .subscription_data_set
+                .iter()
+                .map(|sub| super::names::validate_topic(&sub.topic)),
+        )
+    });
+    producers
+        .chain(consumers)
+        .find_map(Result::err)
+        .map(|why| format!("bad HeartbeatData: {why}"))
 }
 
 /// UNREGISTER_CLIENT (35).

@@ -36,6 +36,7 @@ pub mod assignment;
 pub mod consumer_offsets;
 pub mod consumers;
 pub mod ids;
+pub mod names;
 pub mod notify;
 pub mod offsets;
 pub mod pull;
@@ -246,7 +247,11 @@ impl Broker {
         if queue_id >= 0 {
             return Some(self.shard.owner(topic, queue_id));
         }
-        if !fields.is_send || validate_topic(topic).is_err() {
+        // A send the broker refuses is answered here, before a topic is created for it.
+        if !fields.is_send
+            || validate_topic(topic).is_err()
+            || names::is_not_allowed_send_topic(topic)
+        {
             return None;
         }
         let topic = topic.to_owned();

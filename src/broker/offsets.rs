@@ -1,8 +1,8 @@
 //! Queue offset queries (reference §9.6): GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 //! SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32).
 //!
-//! Invariants: SUCCESS answers always carry their one header field (`offset`, or
-//! `timestamp` for 32); an unknown queue answers 0 offsets and timestamp -1, as Java does
+//! Invariants: the topic is checked by [`names`] (an illegal one is a bad header);
+//! SUCCESS answers always carry their one header field (`offset`, or `timestamp` for 32); an unknown queue answers 0 offsets and timestamp -1, as Java does
 //! for a queue it has no ConsumeQueue for. `committed` (30) is accepted and ignored: only
 //! durable messages are visible here anyway (D7). `boundaryType=upper` (29) is not
 //! implemented yet and is refused with INVALID_PARAMETER rather than answered wrongly.
@@ -10,7 +10,15 @@
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
-use super::{bad_header, topic_and_queue, Broker};
+use super::{bad_header, names, topic_and_queue, Broker};
+
+/// `topic` and `queueId`, the topic checked by the rules every request applies
+/// ([`names::validate_topic`]); the error is what to name in the refusal.
+fn named_queue(request: &RemotingCommand) -> Result<(&str, i32), String> {
+    let (topic, queue_id) = topic_and_queue(request).map_err(|error| error.to_string())?;
+    names::validate_topic(topic)?;
+    Ok((topic, queue_id))
+}
 
 fn offset_response(
     request: &RemotingCommand,
@@ -27,7 +35,7 @@ fn store_error(request: &RemotingCommand, error: crate::store::StoreError) -> Re
 }
 
 pub fn max_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    match topic_and_queue(request) {
+    match named_queue(request) {
         Ok((topic, queue_id)) => {
             offset_response(request, "offset", broker.store.max_offset(topic, queue_id))
         }
@@ -36,7 +44,7 @@ pub fn max_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
 }
 
 pub fn min_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    match topic_and_queue(request) {
+    match named_queue(request) {
         Ok((topic, queue_id)) => {
             offset_response(request, "offset", broker.store.min_offset(topic, queue_id))
         }
@@ -45,8 +53,12 @@ pub fn min_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
 }
 
 pub fn search_by_timestamp(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    let fields = topic_and_queue(request)
-        .and_then(|(topic, queue_id)| Ok((topic, queue_id, request.get_i64("timestamp")?)));
+    let fields = named_queue(request).and_then(|(topic, queue_id)| {
+        let timestamp = request
+            .get_i64("timestamp")
+            .map_err(|error| error.to_string())?;
+        Ok((topic, queue_id, timestamp))
+    });
     let (topic, queue_id, timestamp) = match fields {
         Ok(fields) => fields,
         Err(error) => return bad_header(request, error),
@@ -69,7 +81,7 @@ pub fn search_by_timestamp(broker: &Broker, request: &RemotingCommand) -> Remoti
 }
 
 pub fn earliest_store_time(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    let (topic, queue_id) = match topic_and_queue(request) {
+    let (topic, queue_id) = match named_queue(request) {
         Ok(fields) => fields,
         Err(error) => return bad_header(request, error),
     };

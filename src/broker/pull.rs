@@ -24,6 +24,11 @@
 //! lenient so tools and tests can pull without heartbeating). SQL92 is refused with
 //! SUBSCRIPTION_PARSE_FAILED.
 //!
+//! Names: the group, topic and queue id pass the one check the offset requests use
+//! ([`super::consumer_offsets::check_target`]) before anything else happens; a pull that
+//! fails it is refused with SYSTEM_ERROR (as Java's `PullMessageProcessor` answers an
+//! illegal queueId), so neither it nor its `commitOffset` touches any table.
+//!
 //! Commit: with the commit bit (0x1) a non-negative `commitOffset` is stored as the group's
 //! committed offset for the queue, once, before the pull reads or parks.
 
@@ -32,6 +37,7 @@ use crate::remoting::requests::{FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSP
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::store::{properties, GetStatus, PullRead};
 
+use super::consumer_offsets::check_target;
 use super::{bad_header, Broker};
 
 /// The request header fields this slice uses.
@@ -150,6 +156,14 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
     };
+    if let Err(why) = check_target(
+        broker,
+        &header.consumer_group,
+        &header.topic,
+        header.queue_id,
+    ) {
+        return refusal(request, response::SYSTEM_ERROR, why);
+    }
     if header.queue_offset < 0 {
         return RemotingCommand::response_to(
             request,
@@ -252,8 +266,11 @@ fn not_tag(request: &RemotingCommand, expression_type: &str) -> RemotingCommand 
 }
 
 fn store_error(request: &RemotingCommand, error: crate::store::StoreError) -> RemotingCommand {
-    let mut answer =
-        RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(error.to_string()));
+    refusal(request, response::SYSTEM_ERROR, error.to_string())
+}
+
+fn refusal(request: &RemotingCommand, code: i32, remark: String) -> RemotingCommand {
+    let mut answer = RemotingCommand::response_to(request, code, Some(remark));
     // Even an error carries the fields the client unboxes; zeros send it back to offset 0
     // only if it acts on them, which it does not for SYSTEM_ERROR.
     answer.put_ext("nextBeginOffset", 0);

@@ -7,6 +7,10 @@
 //! Invariants:
 //! - Every send response that reports a stored message (SUCCESS, FLUSH_DISK_TIMEOUT) carries
 //!   `msgId`, `queueId`, `queueOffset` and `transactionId`: clients unbox them.
+//! - A send to a topic only the node writes ([`names::is_not_allowed_send_topic`]) is
+//!   refused with NO_PERMISSION and Java's remark, and creates nothing.
+//! - The client's properties are normalised before the node appends its pairs, so each
+//!   pair the client sent keeps its value and the appended ones parse whole.
 //! - Store errors map as Java's `handlePutMessageResult`: MessageIllegal → MESSAGE_ILLEGAL,
 //!   Busy → SYSTEM_BUSY (clients retry), unavailable states → SERVICE_NOT_AVAILABLE, the rest
 //!   SYSTEM_ERROR, always with the store's text as remark.
@@ -22,10 +26,10 @@ use crate::remoting::codes::response;
 use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
 use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
-use crate::store::{properties, topic, PutResult, PutStatus, StoreError};
+use crate::store::{properties, PutResult, PutStatus, StoreError};
 
 use super::topics::PERM_WRITE;
-use super::{bad_header, ids, Broker};
+use super::{bad_header, ids, names, Broker};
 
 /// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
 const CLUSTER: &str = "CLUSTER";
@@ -54,8 +58,15 @@ impl Broker {
     /// creatable (auto-create, system topics); the queue id must be below its write
     /// queue count.
     fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
-        if let Err(why) = topic::validate_topic(&header.topic) {
+        if let Err(why) = names::validate_topic(&header.topic) {
             return Err((response::MESSAGE_ILLEGAL, why));
+        }
+        // Before `get_or_create`: a refused send must not create the system topic either.
+        if names::is_not_allowed_send_topic(&header.topic) {
+            return Err((
+                response::NO_PERMISSION,
+                names::not_allowed_send_remark(&header.topic),
+            ));
         }
         let config = self
             .topics
@@ -88,7 +99,9 @@ impl Broker {
     }
 
     /// The record for one message: `properties` are the message's own, UNIQ_KEY and CLUSTER
-    /// are added here. Returns the record and its UNIQ_KEY.
+    /// are added here, after the client's string is normalised (its last pair terminated),
+    /// so an appended pair never runs into the client's last value. Returns the record and
+    /// its UNIQ_KEY.
     fn record_for(
         &self,
         header: &SendMessageRequestHeader,
@@ -98,7 +111,7 @@ impl Broker {
         body: bytes::Bytes,
         own_properties: &str,
     ) -> (RecordInput, String) {
-        let mut properties = own_properties.to_owned();
+        let mut properties = properties::normalized(own_properties).into_owned();
         let uniq_key = match properties::get(&properties, properties::UNIQ_KEY) {
             Some(key) => key.to_owned(),
             None => {

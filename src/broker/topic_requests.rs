@@ -7,17 +7,17 @@
 //!   `{"topicConfigTable":{...},"dataVersion":{...}}`.
 //! - DELETE_TOPIC_IN_BROKER (215): header `topic`; removes it from the table.
 //!
-//! Invariant: SUCCESS is answered only once the table is on disk.
+//! Invariants: SUCCESS is answered only once the table is on disk; a topic is stored only
+//! if it passes [`check_config`], the check the table's load applies.
 
+use super::names::validate_topic;
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
-use crate::store::topic::validate_topic;
 
-use super::topics::{TopicConfig, PERM_READ_WRITE};
+use super::topics::{check_config, TopicConfig, PERM_READ_WRITE};
 use super::{bad_header, Broker};
 
-/// Most queues a topic may have (Java caps `defaultTopicQueueNums` likewise).
-pub const MAX_QUEUE_NUMS: u32 = 1024;
+pub use super::topics::MAX_QUEUE_NUMS;
 
 fn invalid(request: &RemotingCommand, remark: String) -> RemotingCommand {
     RemotingCommand::response_to(request, response::INVALID_PARAMETER, Some(remark))
@@ -74,6 +74,10 @@ pub fn update_and_create(broker: &Broker, request: &RemotingCommand) -> Remoting
         }
         config.topic_filter_type = filter.to_owned();
     }
+    // The rules loading applies, so the node never writes a table it would refuse to start on.
+    if let Err(why) = check_config(&config) {
+        return invalid(request, why);
+    }
     match broker.topics.put(config, broker.now_ms()) {
         Ok(()) => RemotingCommand::response_to(request, response::SUCCESS, None),
         Err(error) => RemotingCommand::response_to(
@@ -99,6 +103,14 @@ pub fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
         Ok(topic) => topic,
         Err(error) => return bad_header(request, error),
     };
+    if let Err(why) = validate_topic(topic) {
+        // No such name can be in the table; refused as UPDATE_AND_CREATE_TOPIC refuses it.
+        return RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(format!("the topic name is illegal: {why}")),
+        );
+    }
     match broker.topics.remove(topic, broker.now_ms()) {
         Ok(_) => RemotingCommand::response_to(request, response::SUCCESS, None),
         Err(error) => RemotingCommand::response_to(

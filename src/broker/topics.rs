@@ -15,7 +15,10 @@
 //! - A change is visible in memory only once it is on disk: if persisting fails the table
 //!   is rolled back and the caller gets the error.
 //! - A `topics.json` that exists but cannot be parsed stops the start with an error naming
-//!   the file; it is never silently replaced by an empty table.
+//!   the file; it is never silently replaced by an empty table. So does one holding an
+//!   entry the admin requests would refuse ([`check_config`]: the name rules of
+//!   [`super::names`], 1 to [`MAX_QUEUE_NUMS`] read and write queues, known perm bits and
+//!   filter type, the key equal to `topicName`), naming the file and the entry.
 //! - `dataVersion.counter` grows by one with every change.
 //!
 //! Topic changes are rare (admin requests, the first send to a new topic), so the file is
@@ -38,6 +41,56 @@ use crate::remoting::codes::response;
 pub const PERM_READ_WRITE: i32 = 6;
 pub const PERM_READ: i32 = 4;
 pub const PERM_WRITE: i32 = 2;
+/// Every PermName bit: PRIORITY 8 | READ 4 | WRITE 2 | INHERIT 1.
+pub const PERM_ALL: i32 = 0xF;
+/// The `topicFilterType` values Java knows.
+pub const FILTER_TYPES: [&str; 2] = ["SINGLE_TAG", "MULTI_TAG"];
+
+pub use super::names::MAX_QUEUE_NUMS;
+
+/// Checks one topic's configuration against the rules every writer of the table follows;
+/// the error says what is wrong. What admin requests and loading both apply.
+pub fn check_config(config: &TopicConfig) -> Result<(), String> {
+    super::names::validate_topic(&config.topic_name)?;
+    for (field, value) in [
+        ("readQueueNums", config.read_queue_nums),
+        ("writeQueueNums", config.write_queue_nums),
+    ] {
+        if !(1..=MAX_QUEUE_NUMS).contains(&value) {
+            return Err(format!(
+                "{field} {value} is out of range: 1 to {MAX_QUEUE_NUMS}"
+            ));
+        }
+    }
+    if config.perm & !PERM_ALL != 0 {
+        return Err(format!(
+            "perm {} has bits other than {PERM_ALL:#x}",
+            config.perm
+        ));
+    }
+    if !FILTER_TYPES.contains(&config.topic_filter_type.as_str()) {
+        return Err(format!(
+            "topicFilterType {:?}: expected SINGLE_TAG or MULTI_TAG",
+            config.topic_filter_type
+        ));
+    }
+    Ok(())
+}
+
+/// Every entry of a loaded table by [`check_config`], its key equal to its name; the error
+/// names the entry.
+fn check_table(table: &TopicConfigWrapper) -> Result<(), String> {
+    for (key, config) in &table.topic_config_table {
+        if *key != config.topic_name {
+            return Err(format!(
+                "entry {key:?} holds the topicName {:?}",
+                config.topic_name
+            ));
+        }
+        check_config(config).map_err(|why| format!("entry {key:?}: {why}"))?;
+    }
+    Ok(())
+}
 
 /// One topic's configuration, field names as Java's `TopicConfig`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +190,12 @@ impl TopicTable {
                 anyhow::bail!("cannot read the topic table {}: {error}", path.display())
             }
         };
+        check_table(&state).map_err(|why| {
+            anyhow::anyhow!(
+                "the topic table {} has a bad {why}; fix or remove it",
+                path.display()
+            )
+        })?;
         Ok(TopicTable {
             path,
             auto_create,
@@ -317,6 +376,55 @@ mod tests {
             table.get_or_create("%DLQ%g", 1).unwrap().write_queue_nums,
             1
         );
+    }
+
+    #[test]
+    fn every_kind_of_bad_entry_stops_the_load_naming_the_file_and_entry() {
+        let good = TopicConfig::new("Good", 4);
+        let bad = |change: fn(&mut TopicConfig)| {
+            let mut config = TopicConfig::new("Bad", 4);
+            change(&mut config);
+            config
+        };
+        let cases = [
+            (
+                "Bad",
+                bad(|c| c.read_queue_nums = 1_000_000),
+                "readQueueNums",
+            ),
+            (
+                "Bad",
+                bad(|c| c.write_queue_nums = u32::MAX),
+                "writeQueueNums",
+            ),
+            ("Bad", bad(|c| c.read_queue_nums = 0), "readQueueNums"),
+            ("Bad", bad(|c| c.perm = 0x40), "perm"),
+            (
+                "Bad",
+                bad(|c| c.topic_filter_type = "SQL".into()),
+                "topicFilterType",
+            ),
+            ("../x", bad(|c| c.topic_name = "../x".into()), "'.'"),
+            ("Bad", bad(|c| c.topic_name = "Other".into()), "Other"),
+        ];
+        for (key, config, why) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let mut table = TopicConfigWrapper::default();
+            table.topic_config_table.insert("Good".into(), good.clone());
+            table.topic_config_table.insert(key.into(), config);
+            std::fs::create_dir_all(dir.path().join("config")).unwrap();
+            std::fs::write(
+                dir.path().join("config/topics.json"),
+                serde_json::to_vec(&table).unwrap(),
+            )
+            .unwrap();
+            let error = TopicTable::load(dir.path(), true, 8)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("topics.json"), "{error}");
+            assert!(error.contains(&format!("entry {key:?}")), "{error}");
+            assert!(error.contains(why), "{error}");
+        }
     }
 
     #[test]

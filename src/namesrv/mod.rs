@@ -92,8 +92,11 @@ impl NameServer {
                         )),
                     )
                 };
-                // Only auto-create names a send could use.
-                if !topics.auto_create() || validate_topic(topic).is_err() {
+                // Only auto-create names a send could use (system topics are the node's).
+                if !topics.auto_create()
+                    || validate_topic(topic).is_err()
+                    || crate::broker::names::is_not_allowed_send_topic(topic)
+                {
                     return not_exist();
                 }
                 match topics.get_or_create(topic, self.clock.now_ms()) {

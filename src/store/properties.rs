@@ -1,7 +1,8 @@
 //! RocketMQ message properties and Java's `String.hashCode`. Pure: no I/O.
 //!
 //! Properties travel and are stored as one string of `key\x01value\x02` pairs; every
-//! pair, the last included, ends with `\x02`. Parsing follows the Java broker
+//! pair, the last included, ends with `\x02` (clients may omit the last one:
+//! [`normalized`] restores it before anything is appended). Parsing follows the Java broker
 //! (`MessageDecoder.string2messageProperties`) so that a string written by either side
 //! means the same thing to both: malformed segments are skipped rather than rejected,
 //! because a broker must not refuse a message over a property it does not understand.
@@ -39,6 +40,25 @@ pub fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String
         out.push(PROPERTY_SEPARATOR);
     }
     out
+}
+
+/// The properties string with its last pair terminated: `properties` itself when it is
+/// empty or already ends with `\x02`, else a copy with one `\x02` appended.
+///
+/// What the send path does before appending its own pairs: clients may omit the final
+/// separator (`TAGS\x01tagA`), and a pair appended to that would become part of the last
+/// value. [`parse`] gives the same pairs for the string with or without the added
+/// separator (the empty segment it makes is dropped), so the client's meaning is kept
+/// exactly and its bytes are kept whenever they were already terminated.
+pub fn normalized(properties: &str) -> std::borrow::Cow<'_, str> {
+    if properties.is_empty() || properties.ends_with(PROPERTY_SEPARATOR) {
+        std::borrow::Cow::Borrowed(properties)
+    } else {
+        let mut terminated = String::with_capacity(properties.len() + 1);
+        terminated.push_str(properties);
+        terminated.push(PROPERTY_SEPARATOR);
+        std::borrow::Cow::Owned(terminated)
+    }
 }
 
 /// One `\x02`-separated segment as a pair, or `None` where the Java parser drops it.
@@ -171,6 +191,35 @@ mod tests {
                 assert_eq!(get(s, key), expected, "get({s:?}, {key:?})");
             }
         }
+    }
+
+    #[test]
+    fn a_pair_appended_after_normalising_keeps_every_value_whole() {
+        let strings = [
+            "TAGS\u{1}tagA",
+            "TAGS\u{1}tagA\u{2}",
+            "TAGS\u{1}",
+            "TAGS",
+            "\u{1}",
+            "a\u{1}1\u{2}b\u{1}2",
+            "",
+        ];
+        for s in strings {
+            let normal = normalized(s);
+            assert_eq!(parse(&normal), parse(s), "{s:?}");
+            let mut appended = normal.into_owned();
+            appended.push_str(&encode([(UNIQ_KEY, "K1")]));
+            let mut expected = parse(s);
+            expected.push((UNIQ_KEY, "K1"));
+            assert_eq!(parse(&appended), expected, "{s:?}");
+            assert_eq!(get(&appended, UNIQ_KEY), Some("K1"), "{s:?}");
+        }
+        assert_eq!(get(&normalized("TAGS\u{1}tagA"), TAGS), Some("tagA"));
+        // Already terminated strings are kept as they are, without a copy.
+        assert!(matches!(
+            normalized("TAGS\u{1}tagA\u{2}"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
