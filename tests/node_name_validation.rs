@@ -8,7 +8,7 @@
 mod common;
 
 use common::{consumer_heartbeat, run_local};
-use ringmq::broker::pull::FLAG_COMMIT_OFFSET;
+use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::client::{pull_request, queue_request, Client};
 use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
