@@ -1,48 +1,141 @@
-//! The Prometheus endpoint: a small HTTP/1.1 server on its own thread, off the shards, that
-//! answers `GET /metrics` with [`super::NodeMetrics::render`] and anything else with 404
-//! (405 for another method). One request per connection (`Connection: close`); a request
-//! head over 8 KiB or slower than 5 s is dropped. Scrapes are rare (seconds apart), so a
-//! blocking accept loop is all it needs, and it can never hold up a shard.
+//! The Prometheus endpoint: hyper's HTTP/1.1 server on a current-thread tokio runtime of its
+//! own thread, off the shards, answering `GET /metrics` with [`super::NodeMetrics::render`]
+//! (`text/plain; version=0.0.4`), any other path with 404 and any other method with 405.
+//!
+//! Connections are served concurrently, so one slow or idle client cannot hold up a scrape.
+//! Invariants, each bounded by a limit in [`HttpLimits`]:
+//! - at most `max_connections` connections are open at once; one accepted beyond that is
+//!   closed at once (and counted in [`MetricsServer::refused`]) rather than left in the
+//!   kernel's backlog, where it would queue behind the slow ones;
+//! - a request head must arrive whole within `header_timeout` of the connection opening
+//!   (hyper's `header_read_timeout`, a deadline for the whole head, not per read), so a
+//!   client trickling a request line or sending nothing is cut then;
+//! - no connection lives longer than `connection_deadline`, whatever it is doing (hyper has
+//!   no write timeout: this also ends a client that asks and never reads the answer);
+//! - one request per connection (`keep_alive(false)`, the server closes after answering), so
+//!   an idle keep-alive connection cannot hold a slot, and a head is at most `MAX_BUF` bytes.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{oneshot, Semaphore};
+
 use super::NodeMetrics;
+
+/// The content type of the Prometheus text exposition format.
+pub const CONTENT_TYPE_METRICS: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// hyper's read buffer, which bounds a request head. Its smallest allowed value: a scrape's
+/// head is a few hundred bytes.
+const MAX_BUF: usize = 8192;
+
+/// The bounds of the metrics endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Time from accepting a connection to having its whole request head.
+    pub header_timeout: Duration,
+    /// Time a connection may stay open at all.
+    pub connection_deadline: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> HttpLimits {
+        HttpLimits {
+            // Prometheus sends its head in one write; 5 s is generous for a slow network
+            // and short enough that a flood of idle connections drains quickly.
+            header_timeout: Duration::from_secs(5),
+            // A render is milliseconds and the body a few KiB; Prometheus' default scrape
+            // timeout is 10 s, so 30 s never cuts a real scrape.
+            connection_deadline: Duration::from_secs(30),
+            // Scrapers are a handful of Prometheus servers and an operator's curl. Each
+            // connection costs a task and an 8 KiB buffer, so 256 bound memory to a few
+            // MiB while leaving room for many idle or slow clients before a scrape is
+            // refused; those are cut within `header_timeout` anyway.
+            max_connections: 256,
+        }
+    }
+}
+
+impl HttpLimits {
+    /// Refuses limits that could not work, naming the values.
+    fn check(&self) {
+        assert!(
+            !self.header_timeout.is_zero() && self.header_timeout <= self.connection_deadline,
+            "metrics header timeout {:?} must be above zero and at most the connection \
+             deadline {:?}",
+            self.header_timeout,
+            self.connection_deadline
+        );
+        assert!(
+            self.max_connections >= 1,
+            "metrics max_connections {} must be at least 1",
+            self.max_connections
+        );
+    }
+}
 
 /// A running metrics endpoint; dropping it stops it.
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    refused: Arc<AtomicU64>,
+    stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MetricsServer {
-    /// Serves `metrics` on `listener` (already bound) from a new thread.
+    /// Serves `metrics` on `listener` (already bound) from a new thread, with the default
+    /// [`HttpLimits`].
     pub fn start(listener: TcpListener, metrics: NodeMetrics) -> std::io::Result<MetricsServer> {
+        MetricsServer::start_with(listener, metrics, HttpLimits::default())
+    }
+
+    /// Serves `metrics` on `listener` within `limits`.
+    pub fn start_with(
+        listener: TcpListener,
+        metrics: NodeMetrics,
+        limits: HttpLimits,
+    ) -> std::io::Result<MetricsServer> {
+        limits.check();
         let addr = listener.local_addr()?;
-        listener.set_nonblocking(false)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
+        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let refused = Arc::new(AtomicU64::new(0));
+        let counted = refused.clone();
+        let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("ringmq-metrics".into())
             .spawn(move || {
-                for stream in listener.incoming() {
-                    if stopping.load(Ordering::Acquire) {
-                        break;
-                    }
-                    if let Ok(stream) = stream {
-                        if let Err(error) = answer(stream, &metrics) {
-                            tracing::debug!(%error, "metrics request failed");
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => {
+                            tokio::select! {
+                                _ = stopped => {}
+                                _ = accept_loop(listener, metrics, limits, counted) => {}
+                            }
                         }
+                        Err(error) => tracing::error!(%error, "metrics endpoint cannot listen"),
                     }
-                }
+                });
+                // Dropping the runtime here ends every connection still open.
             })?;
         Ok(MetricsServer {
             addr,
-            stop,
+            refused,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
@@ -50,62 +143,106 @@ impl MetricsServer {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// Connections closed on arrival because `max_connections` were open.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        // Wake the blocking accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn answer(stream: TcpStream, metrics: &NodeMetrics) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(std::io::Read::take(&stream, 8192));
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Drain the head so the client is not reset before it reads the answer.
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 2 {
-        line.clear();
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    metrics: NodeMetrics,
+    limits: HttpLimits,
+    refused: Arc<AtomicU64>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors, most likely: back off rather than spin, the
+                // shards' connections need the descriptors more.
+                tracing::debug!(%error, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                max_connections = limits.max_connections,
+                "metrics connection refused: at the limit"
+            );
+            drop(stream);
+            continue;
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = answer(&request, &metrics);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .keep_alive(false)
+                .max_buf_size(MAX_BUF)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(limits.connection_deadline, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::debug!(%error, "metrics connection failed"),
+                Err(_) => tracing::debug!("metrics connection cut at its deadline"),
+            }
+            drop(slot);
+        });
     }
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics.render(),
-        ),
-        ("GET", _) => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
+}
+
+/// The answer to one request; the body of a request is never read (GET has none, and
+/// anything else is refused).
+fn answer(request: &Request<Incoming>, metrics: &NodeMetrics) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE_METRICS, metrics.render()),
+        (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into()),
         _ => (
-            "405 Method Not Allowed",
+            StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
-            "only GET\n".to_string(),
+            "only GET\n".into(),
         ),
     };
-    let mut stream = stream;
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        headers.insert(ALLOW, HeaderValue::from_static("GET"));
+    }
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
 
     fn get(addr: SocketAddr, request: &str) -> String {
         let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         stream.write_all(request.as_bytes()).unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).unwrap();
@@ -113,18 +250,57 @@ mod tests {
     }
 
     #[test]
-    fn serves_metrics_and_refuses_other_paths() {
+    fn serves_metrics_and_refuses_other_paths_and_methods() {
         let metrics = NodeMetrics::new(1);
         metrics.shard(0).traffic.add_in(7);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = MetricsServer::start(listener, metrics).unwrap();
         let ok = get(server.addr(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            "{ok}"
+        );
         assert!(ok.contains("ringmq_bytes_in_total{shard=\"0\"} 7"), "{ok}");
-        let missing = get(server.addr(), "GET /other HTTP/1.1\r\n\r\n");
+        let query = get(
+            server.addr(),
+            "GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        );
+        assert!(query.starts_with("HTTP/1.1 200 OK\r\n"), "{query}");
+        let missing = get(server.addr(), "GET /other HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-        let post = get(server.addr(), "POST /metrics HTTP/1.1\r\n\r\n");
+        let post = get(server.addr(), "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+        assert!(
+            post.to_ascii_lowercase().contains("allow: get\r\n"),
+            "{post}"
+        );
         drop(server);
+    }
+
+    #[test]
+    #[should_panic(expected = "metrics max_connections 0 must be at least 1")]
+    fn limits_without_a_connection_are_refused() {
+        let limits = HttpLimits {
+            max_connections: 0,
+            ..HttpLimits::default()
+        };
+        limits.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "must be above zero and at most the connection deadline")]
+    fn a_header_timeout_past_the_connection_deadline_is_refused() {
+        let limits = HttpLimits {
+            header_timeout: Duration::from_secs(31),
+            ..HttpLimits::default()
+        };
+        limits.check();
+    }
+
+    #[test]
+    fn the_default_limits_pass_their_own_check() {
+        HttpLimits::default().check();
     }
 }

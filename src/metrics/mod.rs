@@ -4,8 +4,8 @@
 //! Ownership: each shard owns one [`ShardMetrics`] and is its only writer; the metrics
 //! thread only reads. Counters and gauges are relaxed atomics (a scrape may see one
 //! counter a few events ahead of another, never a torn value); the per-code counters are
-//! an atomic per code below [`CodeCounts::DIRECT`], which every RocketMQ request and
-//! response code in use is, and a locked map for the rest. Latency histograms are
+//! an atomic per code the node knows and one shared by every other code, so what a peer
+//! sends can never add a series ([`CodeCounts`]). Latency histograms are
 //! HDR histograms behind [`Locked`]: the shard takes the lock once per recorded request
 //! and a scrape once per histogram, so it is never contended on the data path.
 //!
@@ -18,8 +18,8 @@
 //!
 //! | name | type | what |
 //! |---|---|---|
-//! | `ringmq_requests_total{code}` | counter | requests received, by request code |
-//! | `ringmq_responses_total{status}` | counter | responses sent, by response code (errors included) |
+//! | `ringmq_requests_total{code}` | counter | requests received, by request code; codes the node does not know under `code="unknown"` |
+//! | `ringmq_responses_total{status}` | counter | responses sent, by response code (errors included); others under `status="unknown"` |
 //! | `ringmq_messages_in_total` | counter | messages stored (the store's puts) |
 //! | `ringmq_messages_out_total` | counter | messages returned by pulls |
 //! | `ringmq_bytes_in_total` | counter | bytes read from client connections |
@@ -38,7 +38,6 @@
 
 pub mod http;
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,7 +45,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::remoting::codes::request;
+use crate::remoting::codes::{request, response};
 use crate::remoting::traffic::{Traffic, TrafficSnapshot};
 use crate::store::StoreStats;
 use crate::sync::Locked;
@@ -80,62 +79,75 @@ impl Family {
     }
 }
 
-/// Counts by request or response code, without a lock for the codes in use.
+/// Counts by request or response code: one counter per code of a table the node knows
+/// (`codes::request::ALL`, `codes::response::ALL`), and one for every other code.
+///
+/// A peer picks the request code, so a counter per code seen would let it add a label
+/// value, and a line to every scrape, per request (100k distinct codes grew `/metrics`
+/// from 4 KiB to 5 MiB): the series are fixed when the counts are made, never by traffic.
 #[derive(Debug)]
 pub struct CodeCounts {
-    direct: Box<[AtomicU64]>,
-    /// Codes outside `0..DIRECT` (custom or malformed ones a client sent).
-    others: Locked<BTreeMap<i32, u64>>,
-}
-
-impl Default for CodeCounts {
-    fn default() -> CodeCounts {
-        CodeCounts {
-            direct: (0..CodeCounts::DIRECT).map(|_| AtomicU64::new(0)).collect(),
-            others: Locked::default(),
-        }
-    }
+    /// The known codes with their counters, sorted by code for a binary search.
+    known: Box<[(i32, AtomicU64)]>,
+    /// Every code outside `known`, custom or malformed ones a client sent.
+    unknown: AtomicU64,
 }
 
 impl CodeCounts {
-    /// Codes below this have their own atomic counter.
-    pub const DIRECT: usize = 1024;
+    /// The label value of the codes outside the table.
+    pub const UNKNOWN: &'static str = "unknown";
+
+    /// Counters for the codes of `table` (`(name, code)`, as `codes::*::ALL`).
+    pub fn new(table: &[(&str, i32)]) -> CodeCounts {
+        let mut codes: Vec<i32> = table.iter().map(|(_, code)| *code).collect();
+        codes.sort_unstable();
+        let before = codes.len();
+        codes.dedup();
+        assert!(
+            codes.len() == before,
+            "a code table lists a code twice: {} codes, {before} entries",
+            codes.len()
+        );
+        CodeCounts {
+            known: codes
+                .into_iter()
+                .map(|code| (code, AtomicU64::new(0)))
+                .collect(),
+            unknown: AtomicU64::new(0),
+        }
+    }
+
+    fn counter(&self, code: i32) -> Option<&AtomicU64> {
+        let index = self.known.binary_search_by_key(&code, |(c, _)| *c).ok()?;
+        Some(&self.known[index].1)
+    }
 
     pub fn add(&self, code: i32) {
-        match usize::try_from(code).ok().and_then(|i| self.direct.get(i)) {
-            Some(counter) => {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-            None => *self.others.lock().entry(code).or_default() += 1,
-        }
+        self.counter(code)
+            .unwrap_or(&self.unknown)
+            .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The count of a known `code`; 0 for a code outside the table (see [`Self::unknown`]).
     pub fn get(&self, code: i32) -> u64 {
-        match usize::try_from(code).ok().and_then(|i| self.direct.get(i)) {
-            Some(counter) => counter.load(Ordering::Relaxed),
-            None => self.others.lock().get(&code).copied().unwrap_or(0),
-        }
+        self.counter(code)
+            .map_or(0, |counter| counter.load(Ordering::Relaxed))
     }
 
-    /// Every code counted at least once, in code order.
+    /// Codes outside the table, all together.
+    pub fn unknown(&self) -> u64 {
+        self.unknown.load(Ordering::Relaxed)
+    }
+
+    /// Every known code counted at least once, in code order.
     pub fn snapshot(&self) -> Vec<(i32, u64)> {
-        let mut all: Vec<(i32, u64)> = self
-            .others
-            .lock()
+        self.known
             .iter()
-            .map(|(code, n)| (*code, *n))
-            .collect();
-        all.extend(
-            self.direct
-                .iter()
-                .enumerate()
-                .filter_map(|(code, counter)| {
-                    let n = counter.load(Ordering::Relaxed);
-                    (n > 0).then_some((code as i32, n))
-                }),
-        );
-        all.sort_unstable();
-        all
+            .filter_map(|(code, counter)| {
+                let n = counter.load(Ordering::Relaxed);
+                (n > 0).then_some((*code, n))
+            })
+            .collect()
     }
 }
 
@@ -165,8 +177,8 @@ impl ShardMetrics {
     pub fn new(shard: u8) -> ShardMetrics {
         ShardMetrics {
             shard,
-            requests: CodeCounts::default(),
-            responses: CodeCounts::default(),
+            requests: CodeCounts::new(request::ALL),
+            responses: CodeCounts::new(response::ALL),
             messages_out: AtomicU64::new(0),
             traffic: Arc::new(Traffic::new()),
             connections: AtomicI64::new(0),
@@ -212,6 +224,11 @@ impl ShardMetrics {
     /// Responses with status `code` so far (tests, benchmarks).
     pub fn responses_with(&self, code: i32) -> u64 {
         self.responses.get(code)
+    }
+
+    /// Requests whose code the node does not know, so far.
+    pub fn unknown_requests(&self) -> u64 {
+        self.requests.unknown()
     }
 }
 
@@ -275,7 +292,9 @@ fn family(
     }
 }
 
-/// Writes a counter family with one sample per shard and code, the code under `label`.
+/// Writes a counter family with one sample per shard and known code, the code under
+/// `label`, and one per shard for all the other codes (`label="unknown"`, even at 0, so the
+/// series exists before the first one arrives).
 fn by_code(
     out: &mut String,
     shards: &[Arc<ShardMetrics>],
@@ -292,6 +311,13 @@ fn by_code(
                 shard.shard
             );
         }
+        let _ = writeln!(
+            out,
+            "{name}{{shard=\"{}\",{label}=\"{}\"}} {}",
+            shard.shard,
+            CodeCounts::UNKNOWN,
+            counts(shard).unknown()
+        );
     }
 }
 
@@ -453,21 +479,62 @@ mod tests {
     use super::*;
 
     #[test]
-    fn code_counts_keep_codes_in_and_out_of_the_direct_range_in_code_order() {
-        let counts = CodeCounts::default();
-        for code in [310, 11, 310, -1, 5000, 1023, 1024, 310] {
+    fn code_counts_count_known_codes_apart_in_code_order_and_the_rest_together() {
+        let counts = CodeCounts::new(request::ALL);
+        for code in [310, 11, 310, -1, 5000, 200050, 1024, 310, i32::MIN] {
             counts.add(code);
         }
         assert_eq!(counts.get(310), 3);
-        assert_eq!(counts.get(-1), 1);
-        assert_eq!(counts.get(5000), 1);
+        assert_eq!(counts.get(request::POP_MESSAGE), 1);
         assert_eq!(counts.get(12), 0);
         assert_eq!(
+            counts.get(5000),
+            0,
+            "an unknown code has no counter of its own"
+        );
+        assert_eq!(counts.unknown(), 4, "-1, 5000, 1024 and i32::MIN");
+        assert_eq!(
             counts.snapshot(),
-            vec![(-1, 1), (11, 1), (310, 3), (1023, 1), (1024, 1), (5000, 1)]
+            vec![(11, 1), (310, 3), (request::POP_MESSAGE, 1)]
         );
     }
-    use crate::remoting::codes::response;
+
+    #[test]
+    fn unknown_request_codes_share_one_series_whatever_their_number() {
+        let metrics = NodeMetrics::new(1);
+        let shard = metrics.shard(0);
+        let before = metrics.render().len();
+        for code in 0..20_000 {
+            if request::name(code).is_none() {
+                shard.request(code);
+            }
+        }
+        let known = request::ALL.iter().filter(|(_, c)| (0..20_000).contains(c));
+        let sent = 20_000 - known.count() as u64;
+        assert_eq!(shard.unknown_requests(), sent);
+        let text = metrics.render();
+        let line = format!("ringmq_requests_total{{shard=\"0\",code=\"unknown\"}} {sent}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+        // The one series grew only its digits.
+        assert!(text.len() <= before + 8, "{before} -> {} bytes", text.len());
+    }
+
+    #[test]
+    fn the_unknown_series_is_there_before_any_unknown_code() {
+        let text = NodeMetrics::new(1).render();
+        for line in [
+            "ringmq_requests_total{shard=\"0\",code=\"unknown\"} 0",
+            "ringmq_responses_total{shard=\"0\",status=\"unknown\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
 
     #[test]
     fn every_family_renders_per_shard_with_help_and_type() {
