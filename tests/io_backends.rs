@@ -912,36 +912,55 @@ fn uring_inside_a_runtime_but_outside_a_local_set_is_an_error() {
     assert!(result.is_err());
 }
 
+/// Creates /d/kept (synced, dir synced) and /d/new (data synced, dir not synced),
+/// crashes and returns what /d lists afterwards.
+async fn create_then_crash(seed: u64) -> Vec<String> {
+    let disk = sim(seed);
+    disk.create_dir_all(Path::new("/d")).unwrap();
+    let kept = disk.open(Path::new("/d/kept"), true).unwrap();
+    disk.write_at(kept, 0, Bytes::from_static(b"k"))
+        .await
+        .unwrap();
+    disk.sync_data(kept).await.unwrap();
+    disk.sync_dir(Path::new("/d")).unwrap();
+    assert!(disk.durably_named(Path::new("/d/kept")));
+    let new = disk.open(Path::new("/d/new"), true).unwrap();
+    disk.write_at(new, 0, Bytes::from_static(b"n"))
+        .await
+        .unwrap();
+    disk.sync_data(new).await.unwrap();
+    assert!(!disk.durably_named(Path::new("/d/new")));
+    disk.crash_now();
+    disk.restart();
+    let kept = disk.open(Path::new("/d/kept"), false).unwrap();
+    assert_eq!(read_all(&disk, kept), b"k");
+    if let Ok(new) = disk.open(Path::new("/d/new"), false) {
+        assert_eq!(
+            read_all(&disk, new),
+            b"n",
+            "a surviving new file has its synced data"
+        );
+    }
+    disk.list_dir(Path::new("/d")).unwrap()
+}
+
 #[test]
-fn sim_a_file_created_without_a_directory_sync_is_lost_at_a_crash() {
+fn sim_a_file_created_without_a_directory_sync_may_be_lost_at_a_crash() {
     run_local(async {
-        let disk = sim(16);
-        disk.create_dir_all(Path::new("/d")).unwrap();
-        let kept = disk.open(Path::new("/d/kept"), true).unwrap();
-        disk.write_at(kept, 0, Bytes::from_static(b"k"))
-            .await
-            .unwrap();
-        disk.sync_data(kept).await.unwrap();
-        disk.sync_dir(Path::new("/d")).unwrap();
-        // Created after the directory sync: its data is synced, its name is not.
-        let lost = disk.open(Path::new("/d/lost"), true).unwrap();
-        disk.write_at(lost, 0, Bytes::from_static(b"l"))
-            .await
-            .unwrap();
-        disk.sync_data(lost).await.unwrap();
-        assert!(!disk.durably_named(Path::new("/d/lost")));
-        disk.crash_now();
-        disk.restart();
-        assert_eq!(disk.list_dir(Path::new("/d")).unwrap(), vec!["kept"]);
-        let kept = disk.open(Path::new("/d/kept"), false).unwrap();
-        assert_eq!(read_all(&disk, kept), b"k");
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            seen.insert(create_then_crash(seed).await);
+        }
+        let lost = vec!["kept".to_string()];
+        let kept = vec!["kept".to_string(), "new".to_string()];
+        assert_eq!(seen, [lost, kept].into_iter().collect(), "both fates occur");
     });
 }
 
 /// Writes "old" to /d/t durably, then "new" to /d/t.tmp (synced) and renames it over
 /// /d/t; syncs /d only when `sync_dir`. Returns what /d holds after a crash.
-async fn rename_then_crash(sync_dir: bool) -> (Vec<String>, Vec<u8>) {
-    let disk = sim(17);
+async fn rename_then_crash(seed: u64, sync_dir: bool) -> (Vec<String>, Vec<u8>) {
+    let disk = sim(seed);
     disk.create_dir_all(Path::new("/d")).unwrap();
     let old = disk.open(Path::new("/d/t"), true).unwrap();
     disk.write_at(old, 0, Bytes::from_static(b"old"))
@@ -971,14 +990,23 @@ async fn rename_then_crash(sync_dir: bool) -> (Vec<String>, Vec<u8>) {
 }
 
 #[test]
-fn sim_a_rename_without_a_directory_sync_is_undone_at_a_crash() {
+fn sim_a_rename_without_a_directory_sync_may_be_undone_at_a_crash() {
     run_local(async {
-        let (names, content) = rename_then_crash(false).await;
-        // t.tmp was never durably named, so nothing of the rename is left.
-        assert_eq!(names, vec!["t"], "the rename was lost whole");
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            seen.insert(rename_then_crash(seed, false).await);
+        }
+        let t = || vec!["t".to_string()];
+        let t_and_tmp = vec!["t".to_string(), "t.tmp".to_string()];
+        let expected = [
+            (t(), b"old".to_vec()),       // the creation of t.tmp was lost
+            (t_and_tmp, b"old".to_vec()), // t.tmp created, the rename lost
+            (t(), b"new".to_vec()),       // both reached the disk
+        ];
         assert_eq!(
-            content, b"old",
-            "the replaced file is back with its content"
+            seen,
+            expected.into_iter().collect(),
+            "every fate occurs, no other"
         );
     });
 }
@@ -986,9 +1014,11 @@ fn sim_a_rename_without_a_directory_sync_is_undone_at_a_crash() {
 #[test]
 fn sim_a_rename_followed_by_a_directory_sync_survives_a_crash() {
     run_local(async {
-        let (names, content) = rename_then_crash(true).await;
-        assert_eq!(names, vec!["t"]);
-        assert_eq!(content, b"new");
+        for seed in 0..8 {
+            let (names, content) = rename_then_crash(seed, true).await;
+            assert_eq!(names, vec!["t"], "seed {seed}");
+            assert_eq!(content, b"new", "seed {seed}");
+        }
     });
 }
 

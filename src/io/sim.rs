@@ -19,11 +19,15 @@
 //! `open`, `list_dir`, `exists` and reads see) and the *durable* one (what a crash
 //! leaves). Creating a file (`open` with `create`, [`MetaFiles::write_file_synced`]) and
 //! [`MetaFiles::rename`] change the current namespace only; [`Disk::sync_dir`] copies the
-//! current entries of that one directory into the durable namespace. So at a crash a
-//! file created or renamed since its directory was last synced is lost: a new file
-//! vanishes (even if its data was synced), a renamed file is back under its old name, and
-//! the file a rename replaced is back with its old content. A handle names the inode, so
-//! it keeps working across a rename, as a real descriptor does.
+//! current entries of that one directory into the durable namespace. The changes made
+//! since a directory's last sync are kept in order, and at a crash each of them, in
+//! order, reaches the disk whole or not at all on a seeded coin flip (a journal commits a
+//! rename whole; one whose source name was lost is lost too). So a file created or
+//! renamed since its directory was last synced may be lost: a new file vanishes (even if
+//! its data was synced), a renamed file is back under its old name, and the file a
+//! rename replaced is back with its old content. Renames across directories are refused
+//! (`Unsupported`). A handle names the inode, so it keeps working across a rename, as a
+//! real descriptor does.
 //!
 //! **Other metadata is durable immediately.** A simplification: `remove_file` (from both
 //! namespaces: a removed file never comes back), `create_dir_all` (directories are never
@@ -68,9 +72,10 @@
 //! over `ENOSPC`.
 //!
 //! **Determinism.** All randomness comes from one splitmix64 generator seeded by
-//! [`SimConfig::seed`], drawn only during `restart`, in a fixed order (files by current
-//! path, then files only the durable namespace still names, by path; then each file's
-//! writes in order, then sectors by offset). Every future the sim returns is
+//! [`SimConfig::seed`], drawn only during `restart`, in a fixed order: first the unsynced
+//! writes (files by current path, then files only the durable namespace or an unsynced
+//! creation still names; each file's writes in order, then sectors by offset), then the
+//! unsynced namespace changes in the order they were made. Every future the sim returns is
 //! already complete: an operation takes effect when it is called, not when its future is
 //! polled. The same seed and the same sequence of calls therefore give the same disk image.
 //!
@@ -157,6 +162,43 @@ struct SimFile {
 
 type Inode = u64;
 
+/// A namespace change not yet made durable by a sync of its directory.
+#[derive(Clone, Debug)]
+enum NameChange {
+    Create {
+        path: PathBuf,
+        inode: Inode,
+    },
+    /// Within one directory (the sim refuses others).
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        inode: Inode,
+    },
+}
+
+impl NameChange {
+    fn dir(&self) -> Option<&Path> {
+        match self {
+            NameChange::Create { path, .. } => path.parent(),
+            NameChange::Rename { to, .. } => to.parent(),
+        }
+    }
+    fn inode(&self) -> Inode {
+        match self {
+            NameChange::Create { inode, .. } | NameChange::Rename { inode, .. } => *inode,
+        }
+    }
+    /// Whether the change puts a name at `path`.
+    fn names(&self, path: &Path) -> bool {
+        match self {
+            NameChange::Create { path: named, .. } | NameChange::Rename { to: named, .. } => {
+                named == path
+            }
+        }
+    }
+}
+
 /// Copies `data` into `image` at `offset`, growing it with zeros as needed.
 fn apply(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let start = offset as usize;
@@ -198,6 +240,9 @@ struct SimState {
     /// The namespace a crash leaves: each directory's entries as of its last sync (and
     /// every removal, which is durable at once).
     durable_names: BTreeMap<PathBuf, Inode>,
+    /// The changes from `durable_names` to `names` not yet synced, in order; a crash keeps
+    /// each on a coin flip, in order.
+    unsynced_names: Vec<NameChange>,
     /// Every inode either namespace names; no other.
     inodes: BTreeMap<Inode, SimFile>,
     next_inode: Inode,
@@ -269,6 +314,10 @@ impl SimState {
         self.next_inode += 1;
         self.inodes.insert(inode, SimFile::default());
         self.names.insert(path.to_path_buf(), inode);
+        self.unsynced_names.push(NameChange::Create {
+            path: path.to_path_buf(),
+            inode,
+        });
         Ok(inode)
     }
 
@@ -288,6 +337,7 @@ impl SimState {
             .values()
             .chain(self.durable_names.values())
             .copied()
+            .chain(self.unsynced_names.iter().map(NameChange::inode))
             .collect();
         self.inodes.retain(|inode, _| named.contains(inode));
     }
@@ -420,10 +470,21 @@ impl SimState {
         if !self.is_dir(parent) {
             return Err(not_found(parent));
         }
+        if from.parent() != to.parent() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the sim renames within one directory only",
+            ));
+        }
         self.begin_data_op()?;
         let inode = self.names.remove(from).expect("checked above");
         // The replaced file stays in the durable namespace until `to`'s directory is synced.
         self.names.insert(to.to_path_buf(), inode);
+        self.unsynced_names.push(NameChange::Rename {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            inode,
+        });
         self.forget_unnamed();
         Ok(())
     }
@@ -442,6 +503,8 @@ impl SimState {
             .map(|(path, inode)| (path.clone(), *inode))
             .collect();
         self.durable_names.extend(entries);
+        self.unsynced_names
+            .retain(|change| change.dir() != Some(dir));
         self.forget_unnamed();
         Ok(())
     }
@@ -458,6 +521,13 @@ impl SimState {
         for (path, inode) in self.names.iter().chain(self.durable_names.iter()) {
             if seen.insert(*inode) {
                 order.push((path.clone(), *inode));
+            }
+        }
+        for change in &self.unsynced_names {
+            if let NameChange::Create { path, inode } = change {
+                if seen.insert(*inode) {
+                    order.push((path.clone(), *inode));
+                }
             }
         }
         for (path, inode) in order {
@@ -497,6 +567,24 @@ impl SimState {
                 });
             }
             file.current = file.durable.clone();
+        }
+        // Then the namespace: each unsynced change, in order, reached the disk or did not
+        // (a journal commits a rename whole). One that depends on a lost one is lost too.
+        for change in std::mem::take(&mut self.unsynced_names) {
+            if self.rng.next_u64() & 1 == 0 {
+                continue;
+            }
+            match change {
+                NameChange::Create { path, inode } => {
+                    self.durable_names.insert(path, inode);
+                }
+                NameChange::Rename { from, to, inode } => {
+                    if self.durable_names.get(&from) == Some(&inode) {
+                        self.durable_names.remove(&from);
+                        self.durable_names.insert(to, inode);
+                    }
+                }
+            }
         }
         self.names = self.durable_names.clone();
         self.forget_unnamed();
@@ -566,6 +654,7 @@ impl SimDisk {
                 dirs: BTreeSet::new(),
                 names: BTreeMap::new(),
                 durable_names: BTreeMap::new(),
+                unsynced_names: Vec::new(),
                 inodes: BTreeMap::new(),
                 next_inode: 0,
                 handles: HashMap::new(),
@@ -730,6 +819,7 @@ impl Disk for SimDisk {
         // Durable at once (see the fault model): the name goes from both namespaces.
         state.names.remove(path);
         state.durable_names.remove(path);
+        state.unsynced_names.retain(|change| !change.names(path));
         state.forget_unnamed();
         Ok(())
     }
