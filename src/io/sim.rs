@@ -748,7 +748,7 @@ impl SimDisk {
     /// Whether a crash now would leave a file at `path` naming the same file as now.
     pub fn durably_named(&self, path: &Path) -> bool {
         let state = self.state();
-        state.names.get(path).is_some() && state.names.get(path) == state.durable_names.get(path)
+        state.names.contains_key(path) && state.names.get(path) == state.durable_names.get(path)
     }
     /// Bytes written to the file at `path` since its last sync that a crash could lose.
     pub fn unsynced_bytes(&self, path: &Path) -> u64 {
