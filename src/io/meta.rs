@@ -84,7 +84,22 @@ impl MetaFiles for RealFiles {
         std::fs::rename(from, to)
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(dir)
+        // A new directory is an entry of its parent: sync the parents of the ones created
+        // here, or a crash can lose `config/` with every table in it.
+        let missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.is_dir())
+            .collect();
+        std::fs::create_dir_all(dir)?;
+        for created in missing {
+            match created.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => {
+                    super::portable::sync_dir(parent)?
+                }
+                _ => super::portable::sync_dir(Path::new("."))?,
+            }
+        }
+        Ok(())
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         super::portable::sync_dir(dir)

@@ -610,7 +610,9 @@ fn make_durable(file: &mut SimFile) {
     assert_eq!(
         file.durable.len(),
         file.current.len(),
-        "a synced file's durable image must be as long as its current one"
+        "a synced file's durable image ({} bytes) must be as long as its current one ({})",
+        file.durable.len(),
+        file.current.len()
     );
 }
 
