@@ -8,7 +8,9 @@
 //!   flusher had synced before the crash) reads back byte-identical at the same offsets;
 //! - every ConsumeQueue entry points at a valid record of its queue, in order, with no
 //!   gaps, and nothing at or past the recovered log end is served;
-//! - queue offsets continue where the recovered queue ends.
+//! - queue offsets continue where the recovered queue ends;
+//! - while a store is open, a second store on its directory is refused by the lock (taken
+//!   through the disk seam), and a crash releases it for the next life.
 //!
 //! A failure names its seed; `RINGMQ_SIM_SEEDS=START..END cargo test --test crash_simulation`
 //! sweeps other seeds.
@@ -24,7 +26,7 @@ use ringmq::clock::Clock;
 use ringmq::config::{FlushMode, StoreConfig};
 use ringmq::io::sim::SimDisk;
 use ringmq::store::record::{decode, Decoded, Verify};
-use ringmq::store::{GetStatus, OpenKind, PutStatus, Store};
+use ringmq::store::{GetStatus, OpenKind, PutStatus, Store, StoreError};
 
 const TOPICS: [&str; 3] = ["Orders", "Payments", "%RETRY%group_a"];
 const QUEUES: i32 = 3;
@@ -127,6 +129,11 @@ fn run_life(
             &shared_model.borrow(),
             &format!("life {life} after recovery"),
         );
+        match Store::open(config.clone(), as_disk(sim), Clock::starting_at(0)).await {
+            Err(StoreError::Locked(_)) => {}
+            Err(other) => panic!("life {life}: a second open failed otherwise: {other}"),
+            Ok(_) => panic!("life {life}: a second store opened the same directory"),
+        }
         sim.crash_after_ops(crash_after);
         // Acks under ASYNC_FLUSH count once the flusher has synced past them.
         let async_acks: Rc<RefCell<Vec<(MessageKey, Acked)>>> = Rc::default();

@@ -166,6 +166,15 @@ async fn conformance(disk: &dyn Disk, root: &Path) {
 
     // A closed handle is rejected rather than aliasing another file.
     assert!(disk.file_len(a).is_err());
+
+    // The lock is exclusive while held and free again once dropped.
+    let lock_path = dir.join("lock");
+    let held = disk.lock(&lock_path).unwrap();
+    assert!(disk.exists(&lock_path), "taking the lock creates its file");
+    let refused = disk.lock(&lock_path).unwrap_err();
+    assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "{refused}");
+    drop(held);
+    drop(disk.lock(&lock_path).unwrap());
 }
 
 #[test]
@@ -542,6 +551,7 @@ fn sim_synced_writes_survive_a_crash_byte_identical() {
         disk.create_dir_all(Path::new("/data")).unwrap();
         let path = Path::new("/data/seg");
         let file = disk.open(path, true).unwrap();
+        disk.sync_dir(Path::new("/data")).unwrap();
         let synced = pattern(10_000, 1);
         disk.write_at(file, 0, Bytes::from(synced.clone()))
             .await
@@ -569,6 +579,7 @@ fn sim_synced_writes_survive_a_crash_byte_identical() {
 async fn crash_with_unsynced_writes(disk: &SimDisk) -> (Vec<u8>, Vec<(usize, Vec<u8>)>, Vec<u8>) {
     let path = Path::new("/seg");
     let file = disk.open(path, true).unwrap();
+    disk.sync_dir(Path::new("/")).unwrap();
     let base = vec![0xAAu8; 64 * 8 * SECTOR];
     disk.write_at(file, 0, Bytes::from(base.clone()))
         .await
@@ -661,6 +672,7 @@ fn sim_unaligned_torn_writes_split_on_absolute_sector_boundaries() {
         config.drop_probability = 0.0; // every unsynced write is torn
         let disk = SimDisk::new(config);
         let file = disk.open(Path::new("/f"), true).unwrap();
+        disk.sync_dir(Path::new("/")).unwrap();
         disk.write_at(file, 0, Bytes::from(vec![1u8; 4 * SECTOR]))
             .await
             .unwrap();
@@ -707,6 +719,7 @@ fn sim_crash_after_ops_fails_exactly_the_nth_data_op() {
     run_local(async {
         let disk = sim(5);
         let file = disk.open(Path::new("/log"), true).unwrap();
+        disk.sync_dir(Path::new("/")).unwrap();
         let ops_before = disk.data_ops();
         disk.crash_after_ops(3);
         disk.write_at(file, 0, Bytes::from_static(b"one"))
@@ -753,6 +766,7 @@ fn sim_file_ids_are_stale_after_restart() {
     run_local(async {
         let disk = sim(11);
         let old = disk.open(Path::new("/a"), true).unwrap();
+        disk.sync_dir(Path::new("/")).unwrap();
         disk.restart();
         let error = disk
             .write_at(old, 0, Bytes::from_static(b"x"))
@@ -852,11 +866,12 @@ fn sim_capacity_gives_enospc_and_changes_nothing() {
 }
 
 #[test]
-fn sim_metadata_is_durable_immediately() {
+fn sim_metadata_other_than_names_is_durable_immediately() {
     run_local(async {
         let disk = sim(15);
         disk.create_dir_all(Path::new("/d/e")).unwrap();
         let file = disk.open(Path::new("/d/e/f"), true).unwrap();
+        disk.sync_dir(Path::new("/d/e")).unwrap();
         disk.allocate(file, 8192).await.unwrap();
         disk.write_at(file, 0, Bytes::from_static(b"unsynced"))
             .await
@@ -895,4 +910,155 @@ fn uring_inside_a_runtime_but_outside_a_local_set_is_an_error() {
     // tokio panics in spawn_local here; new() must turn that into an error.
     let result = runtime.block_on(async { UringDisk::new().map(|_| ()) });
     assert!(result.is_err());
+}
+
+/// Creates /d/kept (synced, dir synced) and /d/new (data synced, dir not synced),
+/// crashes and returns what /d lists afterwards.
+async fn create_then_crash(seed: u64) -> Vec<String> {
+    let disk = sim(seed);
+    disk.create_dir_all(Path::new("/d")).unwrap();
+    let kept = disk.open(Path::new("/d/kept"), true).unwrap();
+    disk.write_at(kept, 0, Bytes::from_static(b"k"))
+        .await
+        .unwrap();
+    disk.sync_data(kept).await.unwrap();
+    disk.sync_dir(Path::new("/d")).unwrap();
+    assert!(disk.durably_named(Path::new("/d/kept")));
+    let new = disk.open(Path::new("/d/new"), true).unwrap();
+    disk.write_at(new, 0, Bytes::from_static(b"n"))
+        .await
+        .unwrap();
+    disk.sync_data(new).await.unwrap();
+    assert!(!disk.durably_named(Path::new("/d/new")));
+    disk.crash_now();
+    disk.restart();
+    let kept = disk.open(Path::new("/d/kept"), false).unwrap();
+    assert_eq!(read_all(&disk, kept), b"k");
+    if let Ok(new) = disk.open(Path::new("/d/new"), false) {
+        assert_eq!(
+            read_all(&disk, new),
+            b"n",
+            "a surviving new file has its synced data"
+        );
+    }
+    disk.list_dir(Path::new("/d")).unwrap()
+}
+
+#[test]
+fn sim_a_file_created_without_a_directory_sync_may_be_lost_at_a_crash() {
+    run_local(async {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            seen.insert(create_then_crash(seed).await);
+        }
+        let lost = vec!["kept".to_string()];
+        let kept = vec!["kept".to_string(), "new".to_string()];
+        assert_eq!(seen, [lost, kept].into_iter().collect(), "both fates occur");
+    });
+}
+
+/// Writes "old" to /d/t durably, then "new" to /d/t.tmp (synced) and renames it over
+/// /d/t; syncs /d only when `sync_dir`. Returns what /d holds after a crash.
+async fn rename_then_crash(seed: u64, sync_dir: bool) -> (Vec<String>, Vec<u8>) {
+    let disk = sim(seed);
+    disk.create_dir_all(Path::new("/d")).unwrap();
+    let old = disk.open(Path::new("/d/t"), true).unwrap();
+    disk.write_at(old, 0, Bytes::from_static(b"old"))
+        .await
+        .unwrap();
+    disk.sync_data(old).await.unwrap();
+    disk.sync_dir(Path::new("/d")).unwrap();
+    let new = disk.open(Path::new("/d/t.tmp"), true).unwrap();
+    disk.write_at(new, 0, Bytes::from_static(b"new"))
+        .await
+        .unwrap();
+    disk.sync_data(new).await.unwrap();
+    ringmq::io::meta::MetaFiles::rename(&disk, Path::new("/d/t.tmp"), Path::new("/d/t")).unwrap();
+    // The handles name the files, not the paths: both still read what they wrote.
+    assert_eq!(read_all(&disk, new), b"new");
+    assert_eq!(read_all(&disk, old), b"old");
+    if sync_dir {
+        disk.sync_dir(Path::new("/d")).unwrap();
+    }
+    disk.crash_now();
+    disk.restart();
+    let file = disk.open(Path::new("/d/t"), false).unwrap();
+    (
+        disk.list_dir(Path::new("/d")).unwrap(),
+        read_all(&disk, file),
+    )
+}
+
+#[test]
+fn sim_a_rename_without_a_directory_sync_may_be_undone_at_a_crash() {
+    run_local(async {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            seen.insert(rename_then_crash(seed, false).await);
+        }
+        let t = || vec!["t".to_string()];
+        let t_and_tmp = vec!["t".to_string(), "t.tmp".to_string()];
+        let expected = [
+            (t(), b"old".to_vec()),       // the creation of t.tmp was lost
+            (t_and_tmp, b"old".to_vec()), // t.tmp created, the rename lost
+            (t(), b"new".to_vec()),       // both reached the disk
+        ];
+        assert_eq!(
+            seen,
+            expected.into_iter().collect(),
+            "every fate occurs, no other"
+        );
+    });
+}
+
+#[test]
+fn sim_a_rename_followed_by_a_directory_sync_survives_a_crash() {
+    run_local(async {
+        for seed in 0..8 {
+            let (names, content) = rename_then_crash(seed, true).await;
+            assert_eq!(names, vec!["t"], "seed {seed}");
+            assert_eq!(content, b"new", "seed {seed}");
+        }
+    });
+}
+
+#[test]
+fn sim_fail_next_read_once() {
+    run_local(async {
+        let disk = sim(18);
+        let file = disk.open(Path::new("/a"), true).unwrap();
+        disk.write_at(file, 0, Bytes::from_static(b"data"))
+            .await
+            .unwrap();
+        disk.fail_next_read(libc::EIO);
+        let mut buf = [0u8; 4];
+        let error = disk.read_at(file, 0, &mut buf).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        assert_eq!(read_all(&disk, file), b"data", "only one read fails");
+        disk.fail_next_read(libc::EIO);
+        let error = ringmq::io::meta::MetaFiles::read_file(&disk, Path::new("/a")).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        assert_eq!(
+            ringmq::io::meta::MetaFiles::read_file(&disk, Path::new("/a")).unwrap(),
+            b"data"
+        );
+    });
+}
+
+#[test]
+fn sim_a_crash_releases_locks_and_a_stale_lock_cannot_release_a_new_one() {
+    let disk = sim(19);
+    let path = Path::new("/lock");
+    let stale = disk.lock(path).unwrap();
+    disk.crash_now();
+    disk.restart();
+    let fresh = disk.lock(path).expect("the crashed holder's lock is gone");
+    drop(stale);
+    assert_eq!(
+        disk.lock(path).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock,
+        "dropping the pre-crash lock must not release the new holder's"
+    );
+    drop(fresh);
+    disk.lock(path).unwrap();
 }

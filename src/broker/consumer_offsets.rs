@@ -27,16 +27,18 @@
 //! - Every (group, topic, queue) stored passed [`super::names`]: neither name holds `@`,
 //!   so a `topic@group` key splits back into the same pair and a reload never moves an
 //!   offset to another topic or group.
-//! - Writes are small, synchronous `std::fs` calls on the shard thread.
+//! - Writes are small and synchronous, on the shard thread, through the disk seam's
+//!   [`MetaFiles`] (the real filesystem in the node, the simulated disk in crash tests).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::io::meta::{replace_file, MetaFiles, RealFiles};
 use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::sync::Locked;
@@ -59,6 +61,8 @@ type Table = BTreeMap<(String, String), BTreeMap<i32, i64>>;
 /// The shard's committed consumer offsets.
 #[derive(Debug)]
 pub struct ConsumerOffsets {
+    /// Where the table is read from and written to.
+    files: Arc<dyn MetaFiles>,
     path: PathBuf,
     table: Locked<Table>,
     dirty: AtomicBool,
@@ -73,17 +77,30 @@ impl ConsumerOffsets {
         store_dir.join("config").join(FILE_NAME)
     }
 
-    /// Loads the table of the store in `store_dir`; a missing file is an empty table.
+    /// Loads the table of the store in `store_dir` from the real filesystem; a missing
+    /// file is an empty table.
     pub fn load(store_dir: &Path) -> anyhow::Result<ConsumerOffsets> {
+        ConsumerOffsets::load_from(Arc::new(RealFiles), store_dir)
+    }
+
+    /// [`ConsumerOffsets::load`] through `files`, which the table also writes through.
+    pub fn load_from(
+        files: Arc<dyn MetaFiles>,
+        store_dir: &Path,
+    ) -> anyhow::Result<ConsumerOffsets> {
         let path = ConsumerOffsets::file_path(store_dir);
-        let table = match std::fs::read_to_string(&path) {
-            Ok(text) => parse(&text).with_context(|| format!("corrupt {}", path.display()))?,
+        let table = match files.read_file(&path) {
+            Ok(bytes) => std::str::from_utf8(&bytes)
+                .map_err(anyhow::Error::from)
+                .and_then(parse)
+                .with_context(|| format!("corrupt {}", path.display()))?,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Table::new(),
             Err(error) => {
                 return Err(error).with_context(|| format!("cannot read {}", path.display()))
             }
         };
         Ok(ConsumerOffsets {
+            files,
             path,
             table: Locked::new(table),
             dirty: AtomicBool::new(false),
@@ -94,6 +111,7 @@ impl ConsumerOffsets {
     /// An empty table persisted nowhere useful until [`ConsumerOffsets::persist`] (tests).
     pub fn in_memory(store_dir: &Path) -> ConsumerOffsets {
         ConsumerOffsets {
+            files: Arc::new(RealFiles),
             path: ConsumerOffsets::file_path(store_dir),
             table: Locked::new(Table::new()),
             dirty: AtomicBool::new(false),
@@ -162,17 +180,7 @@ impl ConsumerOffsets {
 
     fn write_file(&self, file: &OffsetFile) -> std::io::Result<()> {
         let text = serde_json::to_vec_pretty(file).map_err(std::io::Error::other)?;
-        let dir = self.path.parent().expect("the file lives in config/");
-        std::fs::create_dir_all(dir)?;
-        let temp = self.path.with_extension("json.tmp");
-        {
-            let mut out = std::fs::File::create(&temp)?;
-            out.write_all(&text)?;
-            out.sync_all()?;
-        }
-        std::fs::rename(&temp, &self.path)?;
-        std::fs::File::open(dir)?.sync_all()?;
-        Ok(())
+        replace_file(&*self.files, &self.path, &text)
     }
 }
 

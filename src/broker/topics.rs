@@ -22,16 +22,19 @@
 //! - `dataVersion.counter` grows by one with every change.
 //!
 //! Topic changes are rare (admin requests, the first send to a new topic), so the file is
-//! written with blocking std I/O on the shard thread; the shard stalls for one fsync then.
+//! written synchronously on the shard thread, through the disk seam's
+//! [`MetaFiles`] (the real filesystem in the node, the simulated disk in crash tests); the
+//! shard stalls for one fsync then.
 //!
 //! Auto-creation (`autoCreateTopicEnable`, default true): a send to, or a route query for,
 //! an unknown topic creates it with `defaultTopicQueueNums` queues. System topics
 //! (`%RETRY%<group>`, `%DLQ%<group>`) are always created on demand, with one queue.
 
+use crate::io::meta::{replace_file, MetaFiles, RealFiles};
 use crate::sync::Locked;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -162,6 +165,8 @@ pub fn is_system_topic(topic: &str) -> bool {
 /// The topic table of one broker.
 #[derive(Debug)]
 pub struct TopicTable {
+    /// Where the table is read from and written to.
+    files: Arc<dyn MetaFiles>,
     path: PathBuf,
     auto_create: bool,
     default_queue_nums: u32,
@@ -169,14 +174,30 @@ pub struct TopicTable {
 }
 
 impl TopicTable {
-    /// Loads `<store_dir>/config/topics.json`; a missing file is an empty table.
+    /// Loads `<store_dir>/config/topics.json` from the real filesystem; a missing file is
+    /// an empty table.
     pub fn load(
         store_dir: &Path,
         auto_create: bool,
         default_queue_nums: u32,
     ) -> anyhow::Result<TopicTable> {
+        TopicTable::load_from(
+            Arc::new(RealFiles),
+            store_dir,
+            auto_create,
+            default_queue_nums,
+        )
+    }
+
+    /// [`TopicTable::load`] through `files`, which the table also writes through.
+    pub fn load_from(
+        files: Arc<dyn MetaFiles>,
+        store_dir: &Path,
+        auto_create: bool,
+        default_queue_nums: u32,
+    ) -> anyhow::Result<TopicTable> {
         let path = store_dir.join("config").join("topics.json");
-        let state = match std::fs::read(&path) {
+        let state = match files.read_file(&path) {
             Ok(bytes) => serde_json::from_slice::<TopicConfigWrapper>(&bytes).map_err(|error| {
                 anyhow::anyhow!(
                     "the topic table {} is corrupt: {error}; fix or remove it",
@@ -197,6 +218,7 @@ impl TopicTable {
             )
         })?;
         Ok(TopicTable {
+            files,
             path,
             auto_create,
             default_queue_nums: default_queue_nums.max(1),
@@ -301,7 +323,7 @@ impl TopicTable {
         state.data_version.counter += 1;
         state.data_version.timestamp = now_ms;
         let json = serde_json::to_vec_pretty(&*state).expect("the topic table serialises");
-        match write_atomically(&self.path, &json) {
+        match replace_file(&*self.files, &self.path, &json) {
             Ok(()) => Ok(()),
             Err(error) => {
                 undo(state);
@@ -310,23 +332,6 @@ impl TopicTable {
             }
         }
     }
-}
-
-/// Writes `bytes` to `path` so that a crash leaves the old content or the new one: temp
-/// file, fsync, rename, fsync of the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut temp = path.as_os_str().to_owned();
-    temp.push(".tmp");
-    let temp = PathBuf::from(temp);
-    {
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&temp, path)?;
-    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -433,6 +438,7 @@ mod tests {
         // `config` is a file, so the table cannot be written below it.
         std::fs::write(dir.path().join("config"), b"not a directory").unwrap();
         let table = TopicTable {
+            files: Arc::new(RealFiles),
             path: dir.path().join("config").join("topics.json"),
             auto_create: true,
             default_queue_nums: 8,

@@ -16,12 +16,18 @@
 //! - A backend instance belongs to one shard thread (`Rc`, not `Send`); its futures must be
 //!   polled on that thread inside a tokio `LocalSet`.
 //!
-//! Metadata operations (create, remove, list, truncate, allocate) are synchronous or
-//! cheap and rare; data writes and syncs are futures because those are what the write
+//! Metadata operations (create, remove, list, truncate, allocate, lock) are synchronous
+//! or cheap and rare; data writes and syncs are futures because those are what the write
 //! path overlaps.
+//!
+//! The node-wide tables (`topics.json`, `consumerOffset.json`) go through the second,
+//! thread-shared half of the seam, [`meta::MetaFiles`]; the store's `lock` file through
+//! [`Disk::lock`]. Nothing the node persists bypasses the seam, so the simulator's crash
+//! model covers all of it.
 
 pub mod file_body;
 pub mod mapped;
+pub mod meta;
 pub mod portable;
 pub mod sim;
 pub mod uring;
@@ -41,6 +47,28 @@ pub type IoFuture<T> = Pin<Box<dyn Future<Output = io::Result<T>>>>;
 /// issued it; it stays valid until [`Disk::close`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileId(pub u32);
+
+/// An exclusive lock on a file, held until this value is dropped ([`Disk::lock`]). What
+/// it holds is the backend's business: an open, `flock`ed file on the real backends, a
+/// token in the simulator.
+pub struct FileLock {
+    _held: Box<dyn std::any::Any>,
+}
+
+impl FileLock {
+    /// Wraps whatever keeps the lock held; dropping it releases the lock.
+    pub fn new(held: impl std::any::Any) -> FileLock {
+        FileLock {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for FileLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileLock")
+    }
+}
 
 /// Which backend to use; `Auto` tries io_uring and falls back to portable with a logged reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +163,11 @@ pub trait Disk {
 
     /// Makes the directory's entries (created or removed files) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Takes an exclusive lock on the file at `path`, creating the file if needed, for as
+    /// long as the returned value lives (`flock(LOCK_EX | LOCK_NB)` on the real backends).
+    /// A lock another holder has fails at once with `WouldBlock`. A crash releases it.
+    fn lock(&self, path: &Path) -> io::Result<FileLock>;
 
     /// Counters since this backend was created.
     fn stats(&self) -> IoStats;

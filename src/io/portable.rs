@@ -9,7 +9,8 @@
 //!   ([`super::mapped`]), so closing and truncating drop them in one place.
 //! - `StatsCell`: the `IoStats` counters, shared with futures that finish later.
 //! - the synchronous operations both backends perform with plain syscalls (`read_at`,
-//!   `truncate`, the directory operations) and the `fallocate` fallback.
+//!   `truncate`, the directory operations, the `flock` of [`Disk::lock`]) and the
+//!   `fallocate` fallback.
 //!
 //! Invariants:
 //! - `write_at` writes the whole buffer or fails (`write_all_at` loops on short writes).
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::mapped::MappedWrites;
-use super::{DataWrites, Disk, FileId, IoFuture, IoStats};
+use super::{DataWrites, Disk, FileId, FileLock, IoFuture, IoStats};
 
 /// Open files of one backend instance, keyed by a never-reused [`FileId`].
 #[derive(Default)]
@@ -223,6 +224,27 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// `flock(LOCK_EX | LOCK_NB)` on `path` (created if missing, never truncated), held while
+/// the returned lock keeps the file open. Held elsewhere: `WouldBlock`.
+pub(crate) fn lock_file(path: &Path) -> io::Result<FileLock> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    loop {
+        // SAFETY: flock on a descriptor `file` keeps open; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(FileLock::new(file));
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
 /// Turns a failed `spawn_blocking` join (the closure panicked or the runtime is shutting
 /// down) into an I/O error, since callers only handle `io::Error`.
 fn join_error(error: tokio::task::JoinError) -> io::Error {
@@ -319,6 +341,9 @@ impl Disk for PortableDisk {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         sync_dir(dir)
+    }
+    fn lock(&self, path: &Path) -> io::Result<FileLock> {
+        lock_file(path)
     }
     fn stats(&self) -> IoStats {
         self.stats.snapshot()

@@ -20,7 +20,7 @@
 //! - Dropping the last reference to the ring waits for every in-flight operation first,
 //!   because the kernel may still be reading a buffer we would otherwise free.
 //! - `write_at` resubmits the remainder after a short write, so callers never see one.
-//! - Reads, truncation and directory operations are plain synchronous syscalls shared
+//! - Reads, truncation, directory operations and the lock are plain synchronous syscalls shared
 //!   with the portable backend (`portable::FileTable` and friends): they are rare, or
 //!   served from the page cache, and gain nothing from the ring.
 //!
@@ -698,6 +698,9 @@ impl Disk for UringDisk {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         portable::sync_dir(dir)
+    }
+    fn lock(&self, path: &Path) -> io::Result<super::FileLock> {
+        portable::lock_file(path)
     }
     fn stats(&self) -> IoStats {
         self.stats.snapshot()

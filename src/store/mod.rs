@@ -7,7 +7,7 @@
 //!     consumequeue/<topic>/<queueId>/000...   20-byte entries per queue   (consume_queue.rs)
 //!     checkpoint                              safe offset, two slots      (checkpoint.rs)
 //!     abort                                   present while the store is open
-//!     lock                                    flock'd while the store is open
+//!     lock                                    locked while the store is open (Disk::lock)
 //! ```
 //!
 //! The write path: [`Store::put`] validates and queues the message; the appender task
@@ -201,7 +201,8 @@ pub(crate) struct Shared {
     /// Answer slots of the batch the appender is writing.
     pub in_flight: RefCell<Vec<Rc<put_slot::PutSlot>>>,
     pub appender_busy: Cell<bool>,
-    pub lock_file: RefCell<Option<std::fs::File>>,
+    /// The directory lock ([`crate::io::Disk::lock`]), dropped at a clean close.
+    pub lock_file: RefCell<Option<crate::io::FileLock>>,
     pub opened: Cell<OpenKind>,
     /// Wraps each appender turn's answers ([`Store::set_answer_scope`]); by default it
     /// just runs them.

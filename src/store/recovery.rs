@@ -33,7 +33,7 @@ use super::{properties, topic, OpenKind, QueueMap, Shared, StoreError, StoreStat
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
 use crate::clock::Clock;
 use crate::config::StoreConfig;
-use crate::io::Disk;
+use crate::io::{Disk, FileLock};
 
 /// Bytes read at a time while scanning.
 const SCAN_WINDOW: usize = 8 << 20;
@@ -51,11 +51,7 @@ pub(crate) async fn open(
     };
     disk.create_dir_all(&dir)
         .map_err(io_error("creating the store directory"))?;
-    let lock_file = if disk.backend_name() == "sim" {
-        None
-    } else {
-        Some(lock_directory(&dir)?)
-    };
+    let lock_file = Some(lock_directory(&*disk, &dir)?);
     let crashed = disk.exists(&dir.join(ABORT_FILE));
     let checkpoint =
         CheckpointFile::open(disk.clone(), &dir).map_err(io_error("opening the checkpoint"))?;
@@ -275,20 +271,14 @@ pub(crate) fn queue_for(
     Ok(queue)
 }
 
-/// Takes an exclusive `flock` on `<dir>/lock` for as long as the returned file lives.
-fn lock_directory(dir: &Path) -> Result<std::fs::File, StoreError> {
-    use std::os::fd::AsRawFd;
-    let path = dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|error| StoreError::from_io("opening the lock file", &error))?;
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if locked != 0 {
-        return Err(StoreError::Locked(dir.display().to_string()));
-    }
-    Ok(file)
+/// Takes the store's exclusive lock on `<dir>/lock` through the disk seam, for as long as
+/// the returned lock lives: a second store on the same directory is refused.
+fn lock_directory(disk: &dyn Disk, dir: &Path) -> Result<FileLock, StoreError> {
+    disk.lock(&dir.join(LOCK_FILE)).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::WouldBlock {
+            StoreError::Locked(dir.display().to_string())
+        } else {
+            StoreError::from_io("locking the store directory", &error)
+        }
+    })
 }
