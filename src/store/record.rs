@@ -508,10 +508,8 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
     })?;
     let view = parse_fields(rec, v2).map_err(mismatch)?;
 
-    let topic = std::str::from_utf8(view.topic).map_err(|_| DecodeError::BadUtf8("topic"))?;
-    let props =
-        std::str::from_utf8(view.properties).map_err(|_| DecodeError::BadUtf8("properties"))?;
-
+    // The CRCs come before the UTF-8 checks, so that under Verify::Full a BadUtf8 always
+    // means a record written whole (recovery must not discard it as torn; see scan.rs).
     if verify == Verify::Full {
         let computed = body_crc(view.body);
         if computed != view.body_crc {
@@ -529,6 +527,10 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
             });
         }
     }
+
+    let topic = std::str::from_utf8(view.topic).map_err(|_| DecodeError::BadUtf8("topic"))?;
+    let props =
+        std::str::from_utf8(view.properties).map_err(|_| DecodeError::BadUtf8("properties"))?;
 
     Ok(Decoded::Record(RecordView {
         total_size: total as u32,
