@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
 use super::record::{self, BLANK_RECORD_LEN};
-use super::{PendingPut, Placement, Shared, StoreError};
+use super::{PendingPut, Placement, Shared, StoreError, StoreTask};
 use crate::config::FlushMode;
 use crate::io::FileId;
 
@@ -49,6 +49,7 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
         }
         shared.appender_busy.set(true);
         *shared.in_flight.borrow_mut() = batch.iter().map(|put| put.slot.clone()).collect();
+        super::watch::panic_point(&shared, StoreTask::Appender);
         append_batch(&shared, batch).await;
         shared.in_flight.borrow_mut().clear();
         shared.appender_busy.set(false);
@@ -206,7 +207,17 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     if pos - log.segment_start(start_pos) > segment_size / 2
         || log.segment_start(pos) != log.segment_start(start_pos)
     {
-        log.preallocate_after(pos);
+        log.preallocate_after(pos, |future| {
+            let hook = shared.clone();
+            tokio::task::spawn_local(super::watch::watched(
+                shared,
+                StoreTask::Preallocator.name(),
+                async move {
+                    super::watch::panic_point(&hook, StoreTask::Preallocator);
+                    future.await
+                },
+            ))
+        });
     }
     let scope = shared.answer_scope.borrow().clone();
     let mut encoded = Some(encoded);

@@ -32,6 +32,9 @@ use tokio::task::JoinHandle;
 use super::segment::SegmentSet;
 use crate::io::FileId;
 
+/// The work of preallocating one segment, for [`CommitLog::preallocate_after`] to spawn.
+pub type Preallocation = std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<FileId>>>>;
+
 pub struct CommitLog {
     pub segments: Rc<RefCell<SegmentSet>>,
     segment_size: u64,
@@ -39,7 +42,7 @@ pub struct CommitLog {
     written_pos: Cell<u64>,
     flushed_pos: Cell<u64>,
     /// The next segment being preallocated in the background, so a roll rarely waits.
-    preallocating: RefCell<Option<(u64, JoinHandle<io::Result<FileId>>)>>,
+    preallocating: RefCell<Option<(u64, JoinHandle<Option<io::Result<FileId>>>)>>,
 }
 
 impl CommitLog {
@@ -116,15 +119,21 @@ impl CommitLog {
             }
         };
         if let Some(handle) = pending {
-            // Its error (a full disk, say) is retried below, and reported from there.
+            // Its error (a full disk, say) is retried below, and reported from there; its
+            // panic has poisoned the store already.
             let _ = handle.await;
         }
         SegmentSet::ensure(&self.segments, start).await
     }
 
     /// Starts preallocating the segment after the one holding `pos`, unless that is done
-    /// or under way.
-    pub fn preallocate_after(&self, pos: u64) {
+    /// or under way. `spawn` runs the preallocation as a task (the store's watched one);
+    /// it yields `None` when that task panicked.
+    pub fn preallocate_after(
+        &self,
+        pos: u64,
+        spawn: impl FnOnce(Preallocation) -> JoinHandle<Option<io::Result<FileId>>>,
+    ) {
         let next = self.segment_start(pos) + self.segment_size;
         if self.segments.borrow().file(next).is_some() {
             return;
@@ -134,13 +143,13 @@ impl CommitLog {
             return;
         }
         let segments = self.segments.clone();
-        let handle = tokio::task::spawn_local(async move {
+        let handle = spawn(Box::pin(async move {
             let result = SegmentSet::ensure(&segments, next).await;
             if let Err(error) = &result {
                 tracing::warn!("preallocating CommitLog segment {next} failed: {error}");
             }
             result
-        });
+        }));
         if let Some((_, previous)) = slot.replace((next, handle)) {
             previous.abort();
         }

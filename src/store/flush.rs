@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use super::consume_queue::ConsumeQueue;
 use super::segment::SegmentSet;
-use super::{Shared, StoreError, ABORT_FILE};
+use super::watch::panic_point;
+use super::{Shared, StoreError, StoreTask, ABORT_FILE};
 
 pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
     let config = &shared.config;
@@ -36,6 +37,7 @@ pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
             _ = tokio::time::sleep(config.flush_interval) => {}
             _ = shared.flusher_wake.notified() => {}
         }
+        panic_point(&shared, StoreTask::Flusher);
         if shared.closing.get() || shared.poisoned().is_some() {
             return;
         }
@@ -80,6 +82,7 @@ pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
         .max(std::time::Duration::from_millis(1));
     loop {
         tokio::time::sleep(period).await;
+        panic_point(&shared, StoreTask::Watchdog);
         let tick = shared.watchdog_tick.get() + 1;
         shared.watchdog_tick.set(tick);
         let overdue = |enqueued: u64| tick - enqueued >= TIMEOUT_TICKS;
@@ -101,6 +104,7 @@ pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
 pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
     loop {
         tokio::time::sleep(shared.config.checkpoint_interval).await;
+        panic_point(&shared, StoreTask::Checkpointer);
         if shared.closing.get() || shared.poisoned().is_some() {
             return;
         }

@@ -105,6 +105,7 @@ pub(crate) async fn open(
         lock_file: RefCell::new(lock_file),
         opened: Cell::new(OpenKind::Fresh),
         answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
+        injected_panic: Cell::new(None),
         config,
         disk,
         clock,
