@@ -47,7 +47,11 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
             shared.appender_wake.notified().await;
             continue;
         }
-        shared.appender_busy.set(true);
+        assert!(
+            !shared.appender_busy.replace(true) && shared.in_flight.borrow().is_empty(),
+            "the appender took a batch while {} puts of the last one were in flight",
+            shared.in_flight.borrow().len()
+        );
         *shared.in_flight.borrow_mut() = batch.iter().map(|put| put.slot.clone()).collect();
         super::watch::panic_point(&shared, StoreTask::Appender);
         append_batch(&shared, batch).await;
@@ -160,7 +164,12 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
                 .answer(Err(StoreError::MessageIllegal(error.to_string())));
             continue;
         }
-        debug_assert_eq!(current.bytes.len() - before, len as usize);
+        assert_eq!(
+            current.bytes.len() - before,
+            len as usize,
+            "the encoder wrote a record of another length than encoded_len said (topic {})",
+            put.input.topic
+        );
         let placement = Placement {
             phys_offset: pos,
             queue_offset,
@@ -282,6 +291,18 @@ fn fail(shared: &Shared, encoded: Vec<Encoded>, cause: String) {
 
 /// Makes the batch visible: ConsumeQueue entries, then the answers, then the wake-up.
 fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
+    // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced.
+    let log = &shared.log;
+    let durable = match shared.config.flush_mode {
+        FlushMode::Sync => log.flushed_pos(),
+        FlushMode::Async => log.written_pos(),
+    };
+    let dispatched = shared.dispatched_pos.get();
+    assert!(
+        dispatched <= end && end <= durable,
+        "dispatch to {end} (from {dispatched}) would pass what {:?} flush allows ({durable})",
+        shared.config.flush_mode
+    );
     let mut bytes = 0u64;
     let count = encoded.len() as u64;
     for item in encoded {

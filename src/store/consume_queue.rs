@@ -31,6 +31,8 @@ use super::segment::SegmentSet;
 use crate::io::Disk;
 
 pub const CQ_ENTRY_LEN: u64 = 20;
+// phys offset i64, size i32, tags code i64 (RocketMQ's CQ_STORE_UNIT_SIZE).
+const _: () = assert!(CQ_ENTRY_LEN == 8 + 4 + 8);
 
 /// One 20-byte ConsumeQueue entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
