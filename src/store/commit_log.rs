@@ -35,6 +35,9 @@ use crate::io::FileId;
 /// The work of preallocating one segment, for [`CommitLog::preallocate_after`] to spawn.
 pub type Preallocation = std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<FileId>>>>;
 
+/// A spawned [`Preallocation`]: its segment, or `None` when the task panicked.
+pub type PreallocationTask = JoinHandle<Option<io::Result<FileId>>>;
+
 pub struct CommitLog {
     pub segments: Rc<RefCell<SegmentSet>>,
     segment_size: u64,
@@ -42,7 +45,7 @@ pub struct CommitLog {
     written_pos: Cell<u64>,
     flushed_pos: Cell<u64>,
     /// The next segment being preallocated in the background, so a roll rarely waits.
-    preallocating: RefCell<Option<(u64, JoinHandle<Option<io::Result<FileId>>>)>>,
+    preallocating: RefCell<Option<(u64, PreallocationTask)>>,
 }
 
 impl CommitLog {
@@ -158,7 +161,7 @@ impl CommitLog {
     pub fn preallocate_after(
         &self,
         pos: u64,
-        spawn: impl FnOnce(Preallocation) -> JoinHandle<Option<io::Result<FileId>>>,
+        spawn: impl FnOnce(Preallocation) -> PreallocationTask,
     ) {
         let next = self.segment_start(pos) + self.segment_size;
         if self.segments.borrow().file(next).is_some() {
@@ -221,15 +224,19 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "written position 1000 -> 1100 must grow and stay within the \
-                               encoded position 1000")]
+    #[should_panic(
+        expected = "written position 1000 -> 1100 must grow and stay within the \
+                               encoded position 1000"
+    )]
     fn written_past_encoded_is_refused_with_the_positions() {
         log().set_written_pos(1100);
     }
 
     #[test]
-    #[should_panic(expected = "flushed position 1000 -> 1100 must grow and stay within the \
-                               written position 1000")]
+    #[should_panic(
+        expected = "flushed position 1000 -> 1100 must grow and stay within the \
+                               written position 1000"
+    )]
     fn flushed_past_written_is_refused_with_the_positions() {
         let log = log();
         log.set_write_pos(1100);
