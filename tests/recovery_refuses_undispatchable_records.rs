@@ -150,6 +150,16 @@ fn a_whole_record_that_claims_another_position_stops_the_open_and_deletes_nothin
     let victim = placements[VICTIM];
     rewrite_victim(&sim, victim, "abc", victim.phys_offset + 4096);
     assert_open_refused_and_nothing_deleted(&sim, victim.phys_offset);
+    // `store verify` calls it damage, not an unrecovered tail the next start would cut.
+    let report =
+        ringmq::store::inspect::verify(as_disk(&sim), std::path::Path::new("/store")).unwrap();
+    let at = format!("at {}: inconsistent record", victim.phys_offset);
+    assert!(
+        report.damage.iter().any(|damage| damage.contains(&at)),
+        "verify should report '{at}': {:?}",
+        report.damage
+    );
+    assert_eq!(report.unrecovered_tail, None);
 }
 
 #[test]

@@ -220,7 +220,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
             let hook = shared.clone();
             tokio::task::spawn_local(super::watch::watched(
                 shared,
-                StoreTask::Preallocator.name(),
+                super::watch::Watchee::Store(StoreTask::Preallocator),
                 async move {
                     super::watch::panic_point(&hook, StoreTask::Preallocator);
                     future.await

@@ -18,6 +18,10 @@
 //! flusher task syncs in the background. The checkpointer task periodically writes the
 //! ConsumeQueues out, syncs them and records the safe offset recovery starts from.
 //!
+//! Every one of these tasks runs under watch (`watch.rs`): a panic poisons the store with
+//! its message, like a failed write (D11), instead of leaving the shard up with nobody
+//! writing.
+//!
 //! A store and everything in it belongs to one thread: run it inside a tokio `LocalSet`.
 
 mod append;
@@ -275,7 +279,7 @@ impl Store {
         let shared = &self.shared;
         let spawn =
             |task: StoreTask, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
-                let watched = watch::watched(shared, task.name(), future);
+                let watched = watch::watched(shared, watch::Watchee::Store(task), future);
                 tokio::task::spawn_local(async move {
                     watched.await;
                 })
@@ -305,7 +309,7 @@ impl Store {
     /// the store is poisoned with the panic message (and the panic logged and counted), as
     /// for the store's own tasks. Resolves to `None` after a panic.
     pub fn watch<F: std::future::Future>(&self, task: &'static str, future: F) -> Watched<F> {
-        watch::watched(&self.shared, task, future)
+        watch::watched(&self.shared, watch::Watchee::Shard(task), future)
     }
 
     /// Test hook: `task` panics at its next turn (the appender: once it has taken a batch),

@@ -11,8 +11,9 @@
 //! that panicked is never polled again; the watcher ends it. The watcher holds the store
 //! weakly, so it keeps nothing alive that its task does not.
 //!
-//! Invariant: after a watched task panicked, the store is poisoned, no put waits on a slot
-//! nobody will answer, and the appender counts as idle (so `shutdown` does not wait for it).
+//! Invariant: after a watched task panicked, the store is poisoned and every put that was
+//! queued or in flight has its answer; when the task was the appender, the appender counts
+//! as idle (so `shutdown` does not wait for it).
 
 use std::any::Any;
 use std::future::Future;
@@ -45,14 +46,31 @@ impl StoreTask {
     }
 }
 
+/// Which task a watcher watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Watchee {
+    Store(StoreTask),
+    /// A shard task, by name ([`super::Store::watch`]).
+    Shard(&'static str),
+}
+
+impl Watchee {
+    fn name(self) -> &'static str {
+        match self {
+            Watchee::Store(task) => task.name(),
+            Watchee::Shard(name) => name,
+        }
+    }
+}
+
 /// A task under watch: its output, or `None` when it panicked.
 pub struct Watched<F> {
-    task: &'static str,
+    task: Watchee,
     shared: Weak<Shared>,
     future: Pin<Box<F>>,
 }
 
-pub(crate) fn watched<F: Future>(shared: &Rc<Shared>, task: &'static str, future: F) -> Watched<F> {
+pub(crate) fn watched<F: Future>(shared: &Rc<Shared>, task: Watchee, future: F) -> Watched<F> {
     Watched {
         task,
         shared: Rc::downgrade(shared),
@@ -73,7 +91,7 @@ impl<F: Future> Future for Watched<F> {
                 let message = panic_message(payload.as_ref());
                 match this.shared.upgrade() {
                     Some(shared) => task_panicked(&shared, this.task, &message),
-                    None => tracing::error!("task {} panicked: {message}", this.task),
+                    None => tracing::error!("task {} panicked: {message}", this.task.name()),
                 }
                 Poll::Ready(None)
             }
@@ -92,7 +110,8 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 /// Poisons the store for the panic, counts and logs it, and answers every waiting put.
-pub(crate) fn task_panicked(shared: &Shared, task: &str, message: &str) {
+pub(crate) fn task_panicked(shared: &Shared, watchee: Watchee, message: &str) {
+    let task = watchee.name();
     shared.update_stats(|stats| stats.task_panics += 1);
     tracing::error!(
         "store {}: the {task} task panicked: {message}",
@@ -103,10 +122,16 @@ pub(crate) fn task_panicked(shared: &Shared, task: &str, message: &str) {
         .poisoned()
         .expect("the store was poisoned just above");
     fail_waiting_puts(shared, &error);
+    if watchee == Watchee::Store(StoreTask::Appender) {
+        // Nobody will finish its batch: shutdown must not wait for it.
+        shared.appender_busy.set(false);
+        shared.appender_idle.notify_waiters();
+    }
 }
 
 /// Answers every queued and in-flight put with `error`. The slots are taken out first: an
-/// answer may run a callback that queues a put (which the poison then refuses).
+/// answer may run a callback that queues a put (which the poison then refuses). When the
+/// appender is alive, it still finishes its batch; its answers are then ignored.
 fn fail_waiting_puts(shared: &Shared, error: &StoreError) {
     let queued: Vec<_> = shared.pending.borrow_mut().drain(..).collect();
     let in_flight = std::mem::take(&mut *shared.in_flight.borrow_mut());
@@ -116,8 +141,6 @@ fn fail_waiting_puts(shared: &Shared, error: &StoreError) {
     {
         slot.answer(Err(error.clone()));
     }
-    shared.appender_busy.set(false);
-    shared.appender_idle.notify_waiters();
 }
 
 /// The test hook behind [`super::Store::inject_task_panic`]: panics in `task` when a test
