@@ -119,6 +119,10 @@ impl CheckpointFile {
         clean: bool,
         now_ms: i64,
     ) -> io::Result<()> {
+        assert!(
+            !clean || log_end == safe_offset,
+            "a clean checkpoint resumes at its safe offset: log end {log_end}, safe {safe_offset}"
+        );
         let sequence = self.last.map(|last| last.sequence + 1).unwrap_or(1);
         let checkpoint = Checkpoint {
             sequence,

@@ -297,6 +297,17 @@ impl ConsumeQueue {
             address += len as u64;
         }
         let mut state = self.state.borrow_mut();
+        // One writer (the checkpoint); appends meanwhile only grow the tail.
+        assert!(
+            state.written == first && state.tail.len() as u64 >= count,
+            "consume queue {}/{}: wrote out entries [{first}, {}) but the queue now has {} \
+             written and {} in its tail",
+            self.topic,
+            self.queue_id,
+            first + count,
+            state.written,
+            state.tail.len()
+        );
         state.written += count;
         state.tail.drain(..count as usize);
         Ok(())

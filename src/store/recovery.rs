@@ -162,6 +162,10 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<u64, StoreError> {
     };
     let scan_end = result.map_err(|error| StoreError::from_io("scanning the CommitLog", &error))?;
     let end = scan_end.end;
+    assert!(
+        end >= safe,
+        "the scan from {safe} ended before it, at {end}"
+    );
     match scan_end.stop {
         ScanStop::CleanEnd => {}
         ScanStop::Invalid(why) => tracing::warn!(
