@@ -510,34 +510,49 @@ async fn run_shard(
         context,
         metrics.clone(),
     ));
-    let mut background = vec![tokio::task::spawn_local(mailbox::serve_mailbox(
-        inbox,
-        broker.clone(),
-    ))];
-    background.push(tokio::task::spawn_local(sample_metrics(broker.clone())));
+    // Every shard task runs under the store's watch: a panic poisons the store (D11).
+    let spawn_watched =
+        |task: &'static str, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
+            tokio::task::spawn_local(store.watch(task, future))
+        };
+    let mut background = vec![spawn_watched(
+        "mailbox",
+        Box::pin(mailbox::serve_mailbox(inbox, broker.clone())),
+    )];
+    background.push(spawn_watched(
+        "metrics sampler",
+        Box::pin(sample_metrics(broker.clone())),
+    ));
     let namesrv = namesrv_listener.map(|listener| {
         let handler = NameServer::new(broker.identity().clone(), broker.topics.clone(), clock);
         (listener, Rc::new(handler))
     });
     if id == 0 {
         // Node-wide housekeeping runs once, on shard 0.
-        background.push(tokio::task::spawn_local(sweep_clients(broker.clone())));
-        background.push(tokio::task::spawn_local(flush_consumer_offsets(
-            broker.clone(),
-        )));
+        background.push(spawn_watched(
+            "client sweep",
+            Box::pin(sweep_clients(broker.clone())),
+        ));
+        background.push(spawn_watched(
+            "consumer offset flush",
+            Box::pin(flush_consumer_offsets(broker.clone())),
+        ));
     }
     tracing::info!(shard = id, %advertised, backend = store.backend_name(), "shard serving");
     let _ = ready.send(id);
 
     if let Some((listener, namesrv)) = namesrv {
-        background.push(tokio::task::spawn_local(accept_connections(
-            listener,
-            namesrv,
-            options.connection,
-            stop.clone(),
-            metrics.traffic.clone(),
-            None,
-        )));
+        background.push(spawn_watched(
+            "name server listener",
+            Box::pin(accept_connections(
+                listener,
+                namesrv,
+                options.connection,
+                stop.clone(),
+                metrics.traffic.clone(),
+                None,
+            )),
+        ));
     }
     accept_connections(
         listener,

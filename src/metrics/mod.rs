@@ -30,6 +30,7 @@
 //! | `ringmq_store_bytes_total` | counter | record bytes stored |
 //! | `ringmq_appends_total` | counter | CommitLog writes (one per group-commit batch) |
 //! | `ringmq_fsyncs_total` | counter | CommitLog fdatasyncs |
+//! | `ringmq_store_task_panics_total` | counter | store or shard tasks that panicked; each poisons the store |
 //! | `ringmq_connections` | gauge | open client connections |
 //! | `ringmq_connections_total` | counter | connections accepted |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
@@ -420,6 +421,14 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     family(
         &mut out,
         shards,
+        "ringmq_store_task_panics_total",
+        "counter",
+        "Store or shard tasks that panicked (each poisons the store).",
+        |s| s.store.lock().task_panics as i128,
+    );
+    family(
+        &mut out,
+        shards,
         "ringmq_connections",
         "gauge",
         "Open client connections.",
@@ -559,6 +568,7 @@ mod tests {
             batches: 1,
             log_syncs: 1,
             put_errors: 0,
+            task_panics: 1,
         });
         let text = metrics.render();
         for line in [
@@ -569,6 +579,7 @@ mod tests {
             "ringmq_messages_in_total{shard=\"0\"} 0",
             "ringmq_bytes_in_total{shard=\"1\"} 2048",
             "ringmq_fsyncs_total{shard=\"1\"} 1",
+            "ringmq_store_task_panics_total{shard=\"1\"} 1",
             "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
             "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",
         ] {

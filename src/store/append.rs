@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
 use super::record::{self, BLANK_RECORD_LEN};
-use super::{PendingPut, Placement, Shared, StoreError};
+use super::{PendingPut, Placement, Shared, StoreError, StoreTask};
 use crate::config::FlushMode;
 use crate::io::FileId;
 
@@ -47,8 +47,13 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
             shared.appender_wake.notified().await;
             continue;
         }
-        shared.appender_busy.set(true);
+        assert!(
+            !shared.appender_busy.replace(true) && shared.in_flight.borrow().is_empty(),
+            "the appender took a batch while {} puts of the last one were in flight",
+            shared.in_flight.borrow().len()
+        );
         *shared.in_flight.borrow_mut() = batch.iter().map(|put| put.slot.clone()).collect();
+        super::watch::panic_point(&shared, StoreTask::Appender);
         append_batch(&shared, batch).await;
         shared.in_flight.borrow_mut().clear();
         shared.appender_busy.set(false);
@@ -159,7 +164,12 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
                 .answer(Err(StoreError::MessageIllegal(error.to_string())));
             continue;
         }
-        debug_assert_eq!(current.bytes.len() - before, len as usize);
+        assert_eq!(
+            current.bytes.len() - before,
+            len as usize,
+            "the encoder wrote a record of another length than encoded_len said (topic {})",
+            put.input.topic
+        );
         let placement = Placement {
             phys_offset: pos,
             queue_offset,
@@ -206,7 +216,17 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     if pos - log.segment_start(start_pos) > segment_size / 2
         || log.segment_start(pos) != log.segment_start(start_pos)
     {
-        log.preallocate_after(pos);
+        log.preallocate_after(pos, |future| {
+            let hook = shared.clone();
+            tokio::task::spawn_local(super::watch::watched(
+                shared,
+                super::watch::Watchee::Store(StoreTask::Preallocator),
+                async move {
+                    super::watch::panic_point(&hook, StoreTask::Preallocator);
+                    future.await
+                },
+            ))
+        });
     }
     let scope = shared.answer_scope.borrow().clone();
     let mut encoded = Some(encoded);
@@ -271,6 +291,18 @@ fn fail(shared: &Shared, encoded: Vec<Encoded>, cause: String) {
 
 /// Makes the batch visible: ConsumeQueue entries, then the answers, then the wake-up.
 fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
+    // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced.
+    let log = &shared.log;
+    let durable = match shared.config.flush_mode {
+        FlushMode::Sync => log.flushed_pos(),
+        FlushMode::Async => log.written_pos(),
+    };
+    let dispatched = shared.dispatched_pos.get();
+    assert!(
+        dispatched <= end && end <= durable,
+        "dispatch to {end} (from {dispatched}) would pass what {:?} flush allows ({durable})",
+        shared.config.flush_mode
+    );
     let mut bytes = 0u64;
     let count = encoded.len() as u64;
     for item in encoded {

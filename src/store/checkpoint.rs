@@ -31,6 +31,13 @@ const VERSION: u16 = 1;
 const SLOT_LEN: u64 = 512;
 const BODY_LEN: usize = 40;
 const FLAG_CLEAN: u16 = 1;
+/// A slot as written: the body and its CRC32C.
+const SLOT_BYTES: usize = BODY_LEN + 4;
+
+// The slot layout, checked when compiling: the body is magic, version, flags and four
+// 8-byte fields; a slot must fit one 512-byte sector so a torn write hits only one.
+const _: () = assert!(BODY_LEN == 4 + 2 + 2 + 8 + 8 + 8 + 8);
+const _: () = assert!(SLOT_BYTES == 44 && SLOT_BYTES as u64 <= SLOT_LEN && SLOT_LEN <= 512);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -112,6 +119,10 @@ impl CheckpointFile {
         clean: bool,
         now_ms: i64,
     ) -> io::Result<()> {
+        assert!(
+            !clean || log_end == safe_offset,
+            "a clean checkpoint resumes at its safe offset: log end {log_end}, safe {safe_offset}"
+        );
         let sequence = self.last.map(|last| last.sequence + 1).unwrap_or(1);
         let checkpoint = Checkpoint {
             sequence,

@@ -32,6 +32,12 @@ use tokio::task::JoinHandle;
 use super::segment::SegmentSet;
 use crate::io::FileId;
 
+/// The work of preallocating one segment, for [`CommitLog::preallocate_after`] to spawn.
+pub type Preallocation = std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<FileId>>>>;
+
+/// A spawned [`Preallocation`]: its segment, or `None` when the task panicked.
+pub type PreallocationTask = JoinHandle<Option<io::Result<FileId>>>;
+
 pub struct CommitLog {
     pub segments: Rc<RefCell<SegmentSet>>,
     segment_size: u64,
@@ -39,7 +45,7 @@ pub struct CommitLog {
     written_pos: Cell<u64>,
     flushed_pos: Cell<u64>,
     /// The next segment being preallocated in the background, so a roll rarely waits.
-    preallocating: RefCell<Option<(u64, JoinHandle<io::Result<FileId>>)>>,
+    preallocating: RefCell<Option<(u64, PreallocationTask)>>,
 }
 
 impl CommitLog {
@@ -74,23 +80,49 @@ impl CommitLog {
 
     /// Where appends resume after recovery; everything below is durable.
     pub fn reset_positions(&self, end: u64) {
+        let start = self.segments.borrow().base();
+        assert!(
+            end >= start,
+            "CommitLog end {end} lies below the log's base {start}"
+        );
         self.write_pos.set(end);
         self.written_pos.set(end);
         self.flushed_pos.set(end);
     }
 
+    // The setters check the ordering `flushed <= written <= write` and that every position
+    // only grows, always: one batch or one sync each, so three comparisons cost nothing,
+    // and a breach means an acknowledgement could claim bytes that were never written.
+
+    /// The appender encoded up to `pos` (its write is in flight).
     pub fn set_write_pos(&self, pos: u64) {
-        debug_assert!(pos >= self.write_pos.get());
+        let (write, written) = (self.write_pos.get(), self.written_pos.get());
+        assert!(
+            pos >= write && pos >= written,
+            "CommitLog write position may only grow: {write} -> {pos} (written {written})"
+        );
         self.write_pos.set(pos);
     }
 
+    /// The write up to `pos` completed (the bytes are in the page cache).
     pub fn set_written_pos(&self, pos: u64) {
-        debug_assert!(pos >= self.written_pos.get() && pos <= self.write_pos.get());
+        let (write, written) = (self.write_pos.get(), self.written_pos.get());
+        assert!(
+            written <= pos && pos <= write,
+            "CommitLog written position {written} -> {pos} must grow and stay within the \
+             encoded position {write}"
+        );
         self.written_pos.set(pos);
     }
 
+    /// A sync up to `pos` completed (the bytes are durable).
     pub fn set_flushed_pos(&self, pos: u64) {
-        debug_assert!(pos >= self.flushed_pos.get() && pos <= self.written_pos.get());
+        let (written, flushed) = (self.written_pos.get(), self.flushed_pos.get());
+        assert!(
+            flushed <= pos && pos <= written,
+            "CommitLog flushed position {flushed} -> {pos} must grow and stay within the \
+             written position {written}"
+        );
         self.flushed_pos.set(pos);
     }
 
@@ -116,15 +148,21 @@ impl CommitLog {
             }
         };
         if let Some(handle) = pending {
-            // Its error (a full disk, say) is retried below, and reported from there.
+            // Its error (a full disk, say) is retried below, and reported from there; its
+            // panic has poisoned the store already.
             let _ = handle.await;
         }
         SegmentSet::ensure(&self.segments, start).await
     }
 
     /// Starts preallocating the segment after the one holding `pos`, unless that is done
-    /// or under way.
-    pub fn preallocate_after(&self, pos: u64) {
+    /// or under way. `spawn` runs the preallocation as a task (the store's watched one);
+    /// it yields `None` when that task panicked.
+    pub fn preallocate_after(
+        &self,
+        pos: u64,
+        spawn: impl FnOnce(Preallocation) -> PreallocationTask,
+    ) {
         let next = self.segment_start(pos) + self.segment_size;
         if self.segments.borrow().file(next).is_some() {
             return;
@@ -134,13 +172,13 @@ impl CommitLog {
             return;
         }
         let segments = self.segments.clone();
-        let handle = tokio::task::spawn_local(async move {
+        let handle = spawn(Box::pin(async move {
             let result = SegmentSet::ensure(&segments, next).await;
             if let Err(error) = &result {
                 tracing::warn!("preallocating CommitLog segment {next} failed: {error}");
             }
             result
-        });
+        }));
         if let Some((_, previous)) = slot.replace((next, handle)) {
             previous.abort();
         }
@@ -156,5 +194,58 @@ impl CommitLog {
             handle.abort();
         }
         self.segments.borrow_mut().close_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::sim::{SimConfig, SimDisk};
+
+    /// A log over an empty simulated directory whose appends resume at 1000.
+    fn log() -> CommitLog {
+        let disk: Rc<dyn crate::io::Disk> = Rc::new(SimDisk::new(SimConfig::with_seed(1)));
+        let segments =
+            SegmentSet::load(disk, std::path::Path::new("/log"), 64 * 1024, 0).expect("load");
+        CommitLog::new(segments, 1000)
+    }
+
+    #[test]
+    fn positions_advance_in_order_encoded_then_written_then_flushed() {
+        let log = log();
+        log.set_write_pos(1200);
+        log.set_written_pos(1100);
+        log.set_flushed_pos(1100);
+        log.set_written_pos(1200);
+        assert_eq!(
+            (log.flushed_pos(), log.written_pos(), log.write_pos()),
+            (1100, 1200, 1200)
+        );
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "written position 1000 -> 1100 must grow and stay within the \
+                               encoded position 1000"
+    )]
+    fn written_past_encoded_is_refused_with_the_positions() {
+        log().set_written_pos(1100);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "flushed position 1000 -> 1100 must grow and stay within the \
+                               written position 1000"
+    )]
+    fn flushed_past_written_is_refused_with_the_positions() {
+        let log = log();
+        log.set_write_pos(1100);
+        log.set_flushed_pos(1100);
+    }
+
+    #[test]
+    #[should_panic(expected = "write position may only grow: 1000 -> 900")]
+    fn the_write_position_never_moves_back() {
+        log().set_write_pos(900);
     }
 }

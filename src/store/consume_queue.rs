@@ -31,6 +31,8 @@ use super::segment::SegmentSet;
 use crate::io::Disk;
 
 pub const CQ_ENTRY_LEN: u64 = 20;
+// phys offset i64, size i32, tags code i64 (RocketMQ's CQ_STORE_UNIT_SIZE).
+const _: () = assert!(CQ_ENTRY_LEN == 8 + 4 + 8);
 
 /// One 20-byte ConsumeQueue entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,6 +297,17 @@ impl ConsumeQueue {
             address += len as u64;
         }
         let mut state = self.state.borrow_mut();
+        // One writer (the checkpoint); appends meanwhile only grow the tail.
+        assert!(
+            state.written == first && state.tail.len() as u64 >= count,
+            "consume queue {}/{}: wrote out entries [{first}, {}) but the queue now has {} \
+             written and {} in its tail",
+            self.topic,
+            self.queue_id,
+            first + count,
+            state.written,
+            state.tail.len()
+        );
         state.written += count;
         state.tail.drain(..count as usize);
         Ok(())

@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use super::consume_queue::ConsumeQueue;
 use super::segment::SegmentSet;
-use super::{Shared, StoreError, ABORT_FILE};
+use super::watch::panic_point;
+use super::{Shared, StoreError, StoreTask, ABORT_FILE};
 
 pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
     let config = &shared.config;
@@ -36,6 +37,7 @@ pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
             _ = tokio::time::sleep(config.flush_interval) => {}
             _ = shared.flusher_wake.notified() => {}
         }
+        panic_point(&shared, StoreTask::Flusher);
         if shared.closing.get() || shared.poisoned().is_some() {
             return;
         }
@@ -74,15 +76,24 @@ async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
 
 /// Watchdog ticks per `syncFlushTimeout`.
 pub(crate) const TIMEOUT_TICKS: u64 = 4;
+// At least one tick, or nothing would ever be overdue.
+const _: () = assert!(TIMEOUT_TICKS >= 1);
 
 pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
     let period = (shared.config.sync_flush_timeout / TIMEOUT_TICKS as u32)
         .max(std::time::Duration::from_millis(1));
     loop {
         tokio::time::sleep(period).await;
+        panic_point(&shared, StoreTask::Watchdog);
         let tick = shared.watchdog_tick.get() + 1;
         shared.watchdog_tick.set(tick);
-        let overdue = |enqueued: u64| tick - enqueued >= TIMEOUT_TICKS;
+        let overdue = |enqueued: u64| {
+            assert!(
+                enqueued <= tick,
+                "a put was queued at watchdog tick {enqueued}, after the current tick {tick}"
+            );
+            tick - enqueued >= TIMEOUT_TICKS
+        };
         for slot in shared.in_flight.borrow().iter() {
             if overdue(slot.enqueued_tick) {
                 slot.time_out();
@@ -101,6 +112,7 @@ pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
 pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
     loop {
         tokio::time::sleep(shared.config.checkpoint_interval).await;
+        panic_point(&shared, StoreTask::Checkpointer);
         if shared.closing.get() || shared.poisoned().is_some() {
             return;
         }
@@ -136,6 +148,19 @@ pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), Store
         })?;
     }
     let safe = dispatched.min(shared.log.flushed_pos());
+    let last = shared
+        .checkpoint
+        .borrow()
+        .as_ref()
+        .and_then(|file| file.last());
+    if let Some(last) = last {
+        // Recovery trusts everything below the safe offset; it only ever moves forward.
+        assert!(
+            safe >= last.safe_offset,
+            "the checkpoint's safe offset would move back from {} to {safe}",
+            last.safe_offset
+        );
+    }
     let Some(mut file) = shared.checkpoint.borrow_mut().take() else {
         return Ok(());
     };

@@ -17,7 +17,7 @@ use super::checkpoint::read_checkpoint;
 use super::consume_queue::{CqEntry, CQ_ENTRY_LEN};
 use super::properties;
 use super::record::{self, Decoded, RecordView, Verify};
-use super::scan::scan;
+use super::scan::{scan, ScanStop};
 use super::segment::{parse_segment_name, SegmentSet};
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR};
 use crate::io::Disk;
@@ -135,19 +135,25 @@ pub fn verify(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<VerifyReport> {
     let end = scan(&segments, first, Verify::Full, WINDOW, |_, view| {
         report.records += 1;
         report.record_bytes += view.total_size as u64;
-        Ok(())
+        Ok::<(), std::convert::Infallible>(())
     })?;
+    let reason = end.reason();
     report.log_end = end.end;
     if end.end < report.durable_point {
         report.damage.push(format!(
             "the log's valid records end at {} but the checkpoint promises {} durable: {}",
             end.end,
             report.durable_point,
-            end.invalid
-                .as_deref()
-                .unwrap_or("the data after it is missing")
+            reason.as_deref().unwrap_or("the data after it is missing")
         ));
-    } else if let Some(reason) = end.invalid {
+    } else if !end.stop.may_cut() {
+        // A whole record the next start would refuse: damage wherever it is.
+        report.damage.push(format!(
+            "at {}: {}",
+            end.end,
+            reason.as_deref().unwrap_or_default()
+        ));
+    } else if let Some(reason) = reason {
         report.unrecovered_tail = Some(format!("at {}: {reason}", end.end));
     }
     verify_queues(disk.as_ref(), dir, &segments, &mut report)?;
@@ -275,16 +281,12 @@ pub fn dump(
         return Ok((0, None));
     };
     let first = segments.first_start().unwrap_or(segments.base());
-    let mut failure: Option<io::Error> = None;
     let end = scan(&segments, first, Verify::Full, WINDOW, |phys, view| {
-        emit(DumpedRecord::new(phys, view)).map_err(|error| {
-            let text = error.to_string();
-            failure = Some(error);
-            text
-        })
+        emit(DumpedRecord::new(phys, view))
     })?;
-    if let Some(error) = failure {
-        return Err(error);
+    let reason = end.reason();
+    match end.stop {
+        ScanStop::Refused(error) => Err(error),
+        _ => Ok((end.end, reason)),
     }
-    Ok((end.end, end.invalid))
 }

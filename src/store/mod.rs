@@ -18,6 +18,10 @@
 //! flusher task syncs in the background. The checkpointer task periodically writes the
 //! ConsumeQueues out, syncs them and records the safe offset recovery starts from.
 //!
+//! Every one of these tasks runs under watch (`watch.rs`): a panic poisons the store with
+//! its message, like a failed write (D11), instead of leaving the shard up with nobody
+//! writing.
+//!
 //! A store and everything in it belongs to one thread: run it inside a tokio `LocalSet`.
 
 mod append;
@@ -34,6 +38,7 @@ mod recovery;
 pub mod scan;
 pub mod segment;
 pub mod topic;
+mod watch;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -51,6 +56,7 @@ use consume_queue::{ConsumeQueue, CqEntry};
 pub use put_slot::PutDone;
 pub use read::{PullRead, RecordLoc};
 use record::{Decoded, RecordInput, Verify};
+pub use watch::{StoreTask, Watched};
 
 pub const COMMIT_LOG_DIR: &str = "commitlog";
 pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
@@ -60,7 +66,7 @@ pub const LOCK_FILE: &str = "lock";
 /// Why the store refused or failed an operation. Every variant names its cause.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StoreError {
-    #[error("the store refuses writes since a disk write or sync failed: {0}")]
+    #[error("the store refuses writes after a failure: {0}")]
     Poisoned(String),
     #[error("disk full: {0}")]
     DiskFull(String),
@@ -163,6 +169,8 @@ pub struct StoreStats {
     pub batches: u64,
     pub log_syncs: u64,
     pub put_errors: u64,
+    /// Store or shard tasks that panicked (each poisons the store, `watch.rs`).
+    pub task_panics: u64,
 }
 
 pub(crate) struct PendingPut {
@@ -207,6 +215,8 @@ pub(crate) struct Shared {
     /// Wraps each appender turn's answers ([`Store::set_answer_scope`]); by default it
     /// just runs them.
     pub answer_scope: RefCell<AnswerScope>,
+    /// The task [`Store::inject_task_panic`] asked to panic at its next turn.
+    pub injected_panic: Cell<Option<StoreTask>>,
 }
 
 impl Shared {
@@ -265,22 +275,49 @@ impl Store {
         Ok(store)
     }
 
+    /// Spawns the store's tasks, each under watch (`watch.rs`).
     fn start_tasks(&self) {
-        let mut tasks = self.shared.tasks.borrow_mut();
-        tasks.push(tokio::task::spawn_local(append::run_appender(
-            self.shared.clone(),
-        )));
-        if self.shared.config.flush_mode == FlushMode::Async {
-            tasks.push(tokio::task::spawn_local(flush::run_async_flusher(
-                self.shared.clone(),
-            )));
+        let shared = &self.shared;
+        let spawn =
+            |task: StoreTask, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
+                let watched = watch::watched(shared, watch::Watchee::Store(task), future);
+                tokio::task::spawn_local(async move {
+                    watched.await;
+                })
+            };
+        let mut tasks = shared.tasks.borrow_mut();
+        tasks.push(spawn(
+            StoreTask::Appender,
+            Box::pin(append::run_appender(shared.clone())),
+        ));
+        if shared.config.flush_mode == FlushMode::Async {
+            tasks.push(spawn(
+                StoreTask::Flusher,
+                Box::pin(flush::run_async_flusher(shared.clone())),
+            ));
         }
-        tasks.push(tokio::task::spawn_local(flush::run_checkpointer(
-            self.shared.clone(),
-        )));
-        tasks.push(tokio::task::spawn_local(flush::run_flush_watchdog(
-            self.shared.clone(),
-        )));
+        tasks.push(spawn(
+            StoreTask::Checkpointer,
+            Box::pin(flush::run_checkpointer(shared.clone())),
+        ));
+        tasks.push(spawn(
+            StoreTask::Watchdog,
+            Box::pin(flush::run_flush_watchdog(shared.clone())),
+        ));
+    }
+
+    /// Runs `future`, a task of this store's shard, under the store's watch: if it panics,
+    /// the store is poisoned with the panic message (and the panic logged and counted), as
+    /// for the store's own tasks. Resolves to `None` after a panic.
+    pub fn watch<F: std::future::Future>(&self, task: &'static str, future: F) -> Watched<F> {
+        watch::watched(&self.shared, watch::Watchee::Shard(task), future)
+    }
+
+    /// Test hook: `task` panics at its next turn (the appender: once it has taken a batch),
+    /// to check the failure policy. Nothing a client sends can reach it.
+    #[doc(hidden)]
+    pub fn inject_task_panic(&self, task: StoreTask) {
+        self.shared.injected_panic.set(Some(task));
     }
 
     pub fn config(&self) -> &StoreConfig {

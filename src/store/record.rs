@@ -204,6 +204,29 @@ const CRC_DIGITS: usize = 10;
 const CRC_PREFIX_LEN: usize = RECORD_CRC_KEY.len() + 1;
 const TOPIC_MAX_LEN: usize = i16::MAX as usize;
 
+// The layout above, checked when compiling: each fixed field starts where the one before
+// it ends, the fixed part adds up to RocketMQ's 68 bytes, and the CRC pair fits the
+// properties field.
+const _: () = assert!(TOTAL_SIZE_POS == 0 && MAGIC_POS == TOTAL_SIZE_POS + 4);
+const _: () = assert!(BODY_CRC_POS == MAGIC_POS + 4 && QUEUE_ID_POS == BODY_CRC_POS + 4);
+const _: () = assert!(FLAG_POS == QUEUE_ID_POS + 4 && QUEUE_OFFSET_POS == FLAG_POS + 4);
+const _: () = assert!(PHYS_OFFSET_POS == QUEUE_OFFSET_POS + 8);
+const _: () = assert!(SYSFLAG_POS == PHYS_OFFSET_POS + 8);
+const _: () = assert!(BORN_TIMESTAMP_POS == SYSFLAG_POS + 4);
+const _: () = assert!(BORN_HOST_POS == BORN_TIMESTAMP_POS + 8);
+// totalsize, magic, bodyCRC, queueId, flag, queueOffset, physOffset, sysFlag,
+// bornTimestamp, storeTimestamp, reconsumeTimes, preparedTransactionOffset.
+const _: () = assert!(FIXED_FIELDS_LEN == 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8);
+// Fixed part, two IPv4 hosts, body length, a 1-byte topic length, properties length.
+const _: () = assert!(MIN_RECORD_LEN == FIXED_FIELDS_LEN + 2 * HOST_V4_LEN + 4 + 1 + 2);
+const _: () = assert!(HOST_V4_LEN == 4 + 4 && HOST_V6_LEN == 16 + 4);
+const _: () = assert!(RECORD_CRC_PROPERTY_LEN == CRC_PREFIX_LEN + CRC_DIGITS + 1);
+const _: () = assert!(RECORD_CRC_PROPERTY_LEN < PROPERTIES_MAX_LEN);
+// A blank is its two header ints, and fits in front of any record's place.
+const _: () = assert!(BLANK_RECORD_LEN == 4 + 4 && BLANK_RECORD_LEN < MIN_RECORD_LEN);
+// u32::MAX has 10 decimal digits.
+const _: () = assert!(CRC_DIGITS == 10);
+
 /// RocketMQ's `calMsgLength`: the TOTALSIZE a record with these field lengths must have.
 ///
 /// `props_len` is the full properties length as stored (including any CRC pair).
@@ -369,7 +392,12 @@ pub fn encode_into(
     out.push(NAME_VALUE_SEPARATOR_BYTE);
     out.extend_from_slice(&crc_digits(crc));
     out.push(PROPERTY_SEPARATOR_BYTE);
-    debug_assert_eq!(out.len() - start, total);
+    assert_eq!(
+        out.len() - start,
+        total,
+        "record encoded to {} bytes, but its length was computed as {total}",
+        out.len() - start
+    );
     Ok(())
 }
 
@@ -418,9 +446,9 @@ fn trailing_crc(props: &[u8]) -> Option<u32> {
 
 /// Appends a blank record of `len` (>= 8) bytes' worth: only its 8-byte header is written.
 pub fn encode_blank(len: u32, out: &mut Vec<u8>) {
-    debug_assert!(
+    assert!(
         len as usize >= BLANK_RECORD_LEN,
-        "blank record of {len} bytes"
+        "blank record of {len} bytes; at least {BLANK_RECORD_LEN} are needed"
     );
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(&MAGIC_BLANK.to_be_bytes());
@@ -508,10 +536,8 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
     })?;
     let view = parse_fields(rec, v2).map_err(mismatch)?;
 
-    let topic = std::str::from_utf8(view.topic).map_err(|_| DecodeError::BadUtf8("topic"))?;
-    let props =
-        std::str::from_utf8(view.properties).map_err(|_| DecodeError::BadUtf8("properties"))?;
-
+    // The CRCs come before the UTF-8 checks, so that under Verify::Full a BadUtf8 always
+    // means a record written whole (recovery must not discard it as torn; see scan.rs).
     if verify == Verify::Full {
         let computed = body_crc(view.body);
         if computed != view.body_crc {
@@ -529,6 +555,10 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
             });
         }
     }
+
+    let topic = std::str::from_utf8(view.topic).map_err(|_| DecodeError::BadUtf8("topic"))?;
+    let props =
+        std::str::from_utf8(view.properties).map_err(|_| DecodeError::BadUtf8("properties"))?;
 
     Ok(Decoded::Record(RecordView {
         total_size: total as u32,
@@ -624,7 +654,14 @@ fn parse_fields(rec: &[u8], v2: bool) -> Result<RawFields<'_>, i64> {
         return Err(need);
     }
     let properties = r.take(props_len as usize).ok_or(need)?;
-    debug_assert_eq!(r.pos, rec.len());
+    // Guaranteed by the `need != total` check above; a plain comparison per record.
+    assert_eq!(
+        r.pos,
+        rec.len(),
+        "record fields end at {} of its {} bytes",
+        r.pos,
+        rec.len()
+    );
 
     Ok(RawFields {
         body_crc,

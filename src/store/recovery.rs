@@ -11,8 +11,13 @@
 //!    past the safe offset (entries below it were synced before the checkpoint said so).
 //! 2. The CommitLog is scanned from the safe offset, checking magic, size, body CRC and
 //!    the whole-record CRC32C; every valid record is dispatched to its queue again.
-//! 3. The first invalid record ends the log: the rest of its segment is zeroed and later
-//!    segments are removed, so nothing half-written can ever be read or served.
+//! 3. The first invalid record (bad magic, size or CRC: what a torn write leaves) ends the
+//!    log: the rest of its segment is zeroed and later segments are removed, so nothing
+//!    half-written can ever be read or served. A record that is whole (its CRC32C holds)
+//!    but cannot be taken (a topic today's rules refuse, a queue offset that does not
+//!    continue its queue, a phys offset naming another position) is not a torn write:
+//!    the open fails naming its offset and nothing of the CommitLog is deleted. The scan's
+//!    [`ScanStop`] decides which, never the text of an error.
 //! 4. The recovered range is synced, the queues are written and synced, and a checkpoint
 //!    at the recovered end is written before the abort marker is (re)created.
 
@@ -26,8 +31,8 @@ use tokio::sync::Notify;
 use super::checkpoint::CheckpointFile;
 use super::commit_log::CommitLog;
 use super::consume_queue::{ConsumeQueue, CqEntry};
-use super::record::Verify;
-use super::scan::scan;
+use super::record::{RecordView, Verify};
+use super::scan::{scan, ScanStop};
 use super::segment::SegmentSet;
 use super::{properties, topic, OpenKind, QueueMap, Shared, StoreError, StoreStats};
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
@@ -96,6 +101,7 @@ pub(crate) async fn open(
         lock_file: RefCell::new(lock_file),
         opened: Cell::new(OpenKind::Fresh),
         answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
+        injected_panic: Cell::new(None),
         config,
         disk,
         clock,
@@ -137,35 +143,37 @@ pub(crate) async fn open(
 }
 
 /// Scans from `safe`, re-dispatching every valid record, and cuts the log after the last.
+///
+/// Only a stop that [`ScanStop::may_cut`] allows (a clean end or an invalid record) cuts
+/// the tail. Any other stop is a whole record recovery cannot take: the open fails with
+/// an error naming its offset, before anything of the CommitLog is deleted or zeroed,
+/// since the acknowledged records after it are still there for an operator to save.
 async fn recover_log(shared: &Shared, safe: u64) -> Result<u64, StoreError> {
     let mut recovered = 0u64;
     let result = {
         let segments = shared.log.segments.borrow();
         scan(&segments, safe, Verify::Full, SCAN_WINDOW, |phys, view| {
-            let Some(queue) = queue_for(shared, view.topic, view.queue_id).ok() else {
-                return Err(format!("record at {phys} has an invalid topic or queue id"));
-            };
-            let tags_code = properties::get(view.properties, properties::TAGS)
-                .map(|tags| properties::java_string_hash(tags) as i64)
-                .unwrap_or(0);
-            let entry = CqEntry {
-                phys_offset: phys as i64,
-                size: view.total_size as i32,
-                tags_code,
-            };
-            recovered += 1;
-            queue.append(view.queue_offset as u64, entry).map(|_| ())
+            redispatch(shared, phys, view).map(|()| recovered += 1)
         })
     };
     let scan_end = result.map_err(|error| StoreError::from_io("scanning the CommitLog", &error))?;
     let end = scan_end.end;
-    if let Some(reason) = &scan_end.invalid {
-        if reason.starts_with("consume queue") {
-            return Err(StoreError::Corrupt(reason.clone()));
+    assert!(
+        end >= safe,
+        "the scan from {safe} ended before it, at {end}"
+    );
+    match scan_end.stop {
+        ScanStop::CleanEnd => {}
+        ScanStop::Invalid(why) => tracing::warn!(
+            "CommitLog ends at {end}: invalid record ({why}); the rest is discarded as never \
+             acknowledged"
+        ),
+        ScanStop::Inconsistent(why) => {
+            return Err(StoreError::Corrupt(format!(
+                "CommitLog record at {end} was written whole but {why}; nothing was deleted"
+            )))
         }
-        tracing::warn!(
-            "CommitLog ends at {end}: {reason}; the rest is discarded as never acknowledged"
-        );
+        ScanStop::Refused(error) => return Err(error),
     }
     let segments = shared.log.segments.clone();
     let size = shared.log.segment_size();
@@ -184,6 +192,42 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<u64, StoreError> {
         .map_err(io_error)?;
     tracing::info!("recovery re-dispatched {recovered} records from {safe} to {end}");
     Ok(end)
+}
+
+/// Appends the ConsumeQueue entry of the valid record at `phys` again. A record whose
+/// topic or queue id today's rules refuse, or whose queue offset does not continue its
+/// queue, is corruption naming the offset; an I/O error creating its queue stays one.
+fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), StoreError> {
+    let queue = queue_for(shared, view.topic, view.queue_id).map_err(|error| match error {
+        StoreError::MessageIllegal(why) => StoreError::Corrupt(format!(
+            "CommitLog record at {phys} (valid CRC32C) cannot be dispatched: topic {:?} queue \
+             {}: {why}; nothing was deleted",
+            view.topic, view.queue_id
+        )),
+        StoreError::Io(why) => StoreError::Io(format!(
+            "dispatching CommitLog record at {phys}: {why}; nothing was deleted"
+        )),
+        StoreError::DiskFull(why) => StoreError::DiskFull(format!(
+            "dispatching CommitLog record at {phys}: {why}; nothing was deleted"
+        )),
+        other => other,
+    })?;
+    let tags_code = properties::get(view.properties, properties::TAGS)
+        .map(|tags| properties::java_string_hash(tags) as i64)
+        .unwrap_or(0);
+    let entry = CqEntry {
+        phys_offset: phys as i64,
+        size: view.total_size as i32,
+        tags_code,
+    };
+    queue
+        .append(view.queue_offset as u64, entry)
+        .map(|_| ())
+        .map_err(|why| {
+            StoreError::Corrupt(format!(
+                "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
+            ))
+        })
 }
 
 /// Loads every `consumequeue/<topic>/<queueId>` directory.

@@ -1,46 +1,138 @@
 //! Walks the CommitLog record by record: the one reader of the log's structure, shared by
 //! recovery and the offline `store verify` / `store dump` tools.
 //!
-//! The walk stops at the first position that does not hold a valid record. Two kinds of
-//! stop are told apart: a clean end (no further segment, or an all-zero header, which is
-//! what a preallocated segment holds past its last record) and an invalid record (bad
-//! magic, size, CRC, or a truncated record), whose position and reason are reported.
+//! The walk stops at the first position that does not hold a record it can hand on, and
+//! says why as a [`ScanStop`], a type rather than a message, because recovery decides
+//! from it alone whether the bytes from there on may be deleted:
+//!
+//! - [`ScanStop::CleanEnd`]: no further segment, or an all-zero header (what a
+//!   preallocated segment holds past its last record).
+//! - [`ScanStop::Invalid`]: the bytes are not a whole record: bad magic, a size that
+//!   disagrees with the fields or runs past the segment, or a body CRC / CRC32C mismatch.
+//!   This is what a torn or never-finished write leaves, and the only stop after which
+//!   recovery may cut the tail.
+//! - [`ScanStop::Inconsistent`]: a record whose CRC32C holds (so it was written whole)
+//!   but which cannot be what the appender wrote there: its phys offset field names
+//!   another position, or a text field is not UTF-8. A crash cannot produce this.
+//! - [`ScanStop::Refused`]: a valid record the visitor could not take (recovery: one it
+//!   cannot dispatch).
+//!
+//! Invariant: the CRCs are checked before anything else is read into a [`RecordView`]
+//! (the decoder checks them before the UTF-8 of the text fields under [`Verify::Full`]),
+//! so every stop other than `Invalid` is at a record that was written whole.
 
+use std::fmt;
 use std::io;
 
-use super::record::{self, Decoded, RecordView, Verify};
+use super::record::{self, DecodeError, Decoded, RecordView, Verify};
 use super::segment::SegmentSet;
 
-/// Where a scan stopped.
+/// Why the bytes at a position are not a whole record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScanEnd {
-    /// One past the last valid record (a segment start when the last thing was a blank).
-    pub end: u64,
-    /// Why it stopped at `end`, when that was not a clean end of data.
-    pub invalid: Option<String>,
+pub enum InvalidRecord {
+    /// Neither a record's nor a blank's magic code.
+    Magic(u32),
+    /// The size field disagrees with the fields or with the segment.
+    Size(String),
+    /// The body CRC or the record CRC32C does not match, or the CRC32C is missing.
+    Crc(String),
 }
 
-/// What a visitor says after a record.
-pub type Visit = Result<(), String>;
+impl fmt::Display for InvalidRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidRecord::Magic(magic) => write!(f, "unknown magic code {magic:#010x}"),
+            InvalidRecord::Size(why) => write!(f, "bad size: {why}"),
+            InvalidRecord::Crc(why) => write!(f, "bad checksum: {why}"),
+        }
+    }
+}
+
+/// Why a scan stopped where it did; see the module docs for what each allows.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ScanStop<E> {
+    CleanEnd,
+    Invalid(InvalidRecord),
+    Inconsistent(String),
+    Refused(E),
+}
+
+impl<E> ScanStop<E> {
+    /// Whether the bytes from the stop on can only be an unfinished write, which recovery
+    /// may discard: a clean end or an invalid record, never a whole record.
+    pub fn may_cut(&self) -> bool {
+        matches!(self, ScanStop::CleanEnd | ScanStop::Invalid(_))
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for ScanStop<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScanStop::CleanEnd => write!(f, "end of data"),
+            ScanStop::Invalid(why) => write!(f, "invalid record: {why}"),
+            ScanStop::Inconsistent(why) => write!(f, "inconsistent record: {why}"),
+            ScanStop::Refused(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// Where a scan stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ScanEnd<E> {
+    /// One past the last record handed on (a segment start when the last thing was a
+    /// blank): the position of whatever stopped the walk.
+    pub end: u64,
+    pub stop: ScanStop<E>,
+}
+
+impl<E: fmt::Display> ScanEnd<E> {
+    /// The stop as text, `None` for a clean end (what the offline tools print).
+    pub fn reason(&self) -> Option<String> {
+        match self.stop {
+            ScanStop::CleanEnd => None,
+            _ => Some(self.stop.to_string()),
+        }
+    }
+}
+
+/// Sorts a decoder error into the stop it makes. Exhaustive on purpose: a new decoder
+/// error must be placed on one side of the cut line or the other.
+fn stop_for<E>(error: DecodeError) -> ScanStop<E> {
+    match error {
+        DecodeError::BadMagic(magic) => ScanStop::Invalid(InvalidRecord::Magic(magic)),
+        error @ (DecodeError::Truncated { .. } | DecodeError::SizeMismatch { .. }) => {
+            ScanStop::Invalid(InvalidRecord::Size(error.to_string()))
+        }
+        error @ (DecodeError::BodyCrc { .. }
+        | DecodeError::MissingRecordCrc
+        | DecodeError::RecordCrc { .. }) => {
+            ScanStop::Invalid(InvalidRecord::Crc(error.to_string()))
+        }
+        // Checked after the CRCs under Verify::Full, so the record was written whole.
+        error @ DecodeError::BadUtf8(_) => ScanStop::Inconsistent(error.to_string()),
+    }
+}
 
 /// Reads records from `from` and hands each to `visit` with its physical offset.
-/// A visitor error stops the scan and is returned as the stop reason.
-pub fn scan(
+/// A visitor error stops the scan as [`ScanStop::Refused`]. Only [`Verify::Full`] tells
+/// an invalid record from an inconsistent one, so that is what every caller passes.
+pub fn scan<E>(
     segments: &SegmentSet,
     from: u64,
     verify: Verify,
     window_bytes: usize,
-    mut visit: impl FnMut(u64, &RecordView<'_>) -> Visit,
-) -> io::Result<ScanEnd> {
+    mut visit: impl FnMut(u64, &RecordView<'_>) -> Result<(), E>,
+) -> io::Result<ScanEnd<E>> {
+    assert!(
+        verify == Verify::Full,
+        "a scan must verify CRCs to tell torn records from whole ones (asked for {verify:?})"
+    );
     let segment_size = segments.size();
     let mut pos = from;
     loop {
         let segment_start = segments.start_of(pos);
         if segments.file(segment_start).is_none() {
-            return Ok(ScanEnd {
-                end: pos,
-                invalid: None,
-            });
+            return Ok(stop(pos, ScanStop::CleanEnd));
         }
         let segment_end = segment_start + segment_size;
         let mut window = window_bytes.max(4096) as u64;
@@ -54,21 +146,21 @@ pub fn scan(
             }
             let rest = &buf[at..];
             if rest.len() >= 8 && rest[..8].iter().all(|&byte| byte == 0) {
-                return Ok(ScanEnd {
-                    end: here,
-                    invalid: None,
-                });
+                return Ok(stop(here, ScanStop::CleanEnd));
             }
             match record::decode(rest, verify) {
                 Ok(Decoded::Record(view)) => {
                     if view.phys_offset as u64 != here {
                         return Ok(stop(
                             here,
-                            format!("record claims phys offset {}", view.phys_offset),
+                            ScanStop::Inconsistent(format!(
+                                "record with a valid CRC32C claims phys offset {}",
+                                view.phys_offset
+                            )),
                         ));
                     }
-                    if let Err(reason) = visit(here, &view) {
-                        return Ok(stop(here, reason));
+                    if let Err(refusal) = visit(here, &view) {
+                        return Ok(stop(here, ScanStop::Refused(refusal)));
                     }
                     at += view.total_size as usize;
                 }
@@ -76,13 +168,15 @@ pub fn scan(
                     if here + len as u64 != segment_end {
                         return Ok(stop(
                             here,
-                            format!("blank record of {len} bytes does not reach the segment end"),
+                            ScanStop::Invalid(InvalidRecord::Size(format!(
+                                "blank record of {len} bytes does not reach the segment end"
+                            ))),
                         ));
                     }
                     pos = segment_end;
                     break;
                 }
-                Err(record::DecodeError::Truncated { needed, .. })
+                Err(DecodeError::Truncated { needed, .. })
                     if (here + needed as u64) <= segment_end
                         && (rest.len() as u64) < segment_end - here =>
                 {
@@ -92,15 +186,66 @@ pub fn scan(
                     buf = segments.read_bytes(pos, window.min(segment_end - pos) as usize)?;
                     at = 0;
                 }
-                Err(error) => return Ok(stop(here, error.to_string())),
+                Err(error) => return Ok(stop(here, stop_for(error))),
             }
         }
     }
 }
 
-fn stop(end: u64, reason: String) -> ScanEnd {
-    ScanEnd {
-        end,
-        invalid: Some(reason),
+fn stop<E>(end: u64, stop: ScanStop<E>) -> ScanEnd<E> {
+    ScanEnd { end, stop }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_clean_ends_and_invalid_records_may_be_cut() {
+        assert!(ScanStop::<String>::CleanEnd.may_cut());
+        assert!(ScanStop::<String>::Invalid(InvalidRecord::Magic(7)).may_cut());
+        assert!(!ScanStop::<String>::Inconsistent("x".into()).may_cut());
+        assert!(!ScanStop::Refused("x".to_string()).may_cut());
+    }
+
+    #[test]
+    fn every_decoder_error_lands_on_its_side_of_the_cut_line() {
+        let cases = [
+            (DecodeError::BadMagic(1), true),
+            (
+                DecodeError::Truncated {
+                    needed: 9,
+                    available: 8,
+                },
+                true,
+            ),
+            (
+                DecodeError::SizeMismatch {
+                    stored: 1,
+                    computed: 2,
+                },
+                true,
+            ),
+            (
+                DecodeError::BodyCrc {
+                    stored: 1,
+                    computed: 2,
+                },
+                true,
+            ),
+            (DecodeError::MissingRecordCrc, true),
+            (
+                DecodeError::RecordCrc {
+                    stored: 1,
+                    computed: 2,
+                },
+                true,
+            ),
+            (DecodeError::BadUtf8("topic"), false),
+        ];
+        for (error, cut) in cases {
+            let text = error.to_string();
+            assert_eq!(stop_for::<String>(error).may_cut(), cut, "{text}");
+        }
     }
 }

@@ -120,7 +120,12 @@ impl SegmentSet {
 
     /// Start of the segment that holds `address`.
     pub fn start_of(&self, address: u64) -> u64 {
-        debug_assert!(address >= self.base);
+        assert!(
+            address >= self.base,
+            "address {address} lies below the base {} of {}",
+            self.base,
+            self.dir.display()
+        );
         address - (address - self.base) % self.size
     }
 
@@ -145,7 +150,12 @@ impl SegmentSet {
     /// Creates and opens the segment file at `start`, returning it for the caller to
     /// preallocate with [`Disk::allocate`] before [`SegmentSet::insert`] admits it.
     pub fn create_file(&self, start: u64) -> io::Result<FileId> {
-        debug_assert_eq!(self.start_of(start), start);
+        assert_eq!(
+            self.start_of(start),
+            start,
+            "segment start {start} is not on a segment boundary of {}",
+            self.dir.display()
+        );
         let file = self.disk.open(&self.dir.join(segment_name(start)), true)?;
         self.disk.sync_dir(&self.dir)?;
         Ok(file)
@@ -154,7 +164,11 @@ impl SegmentSet {
     /// Admits a created and preallocated segment.
     pub fn insert(&mut self, start: u64, file: FileId) {
         let previous = self.segments.insert(start, file);
-        debug_assert!(previous.is_none(), "segment {start} inserted twice");
+        assert!(
+            previous.is_none(),
+            "segment {start} of {} inserted twice",
+            self.dir.display()
+        );
     }
 
     /// Creates, preallocates and admits the segment at `start` unless it exists.
