@@ -19,6 +19,10 @@
 //!   [`response_cost`], and the writer subtracts the same figure once it is written, so
 //!   the count returns to zero when nothing is queued.
 //!
+//! So the bytes bound is reached, not held to the byte: requests already in flight when
+//! the reader stops are still answered into the queue, so a connection queues at most
+//! `max_bytes` plus the responses of `max_requests` requests.
+//!
 //! Invariants: the counts never go below zero (asserted, with the values); a response is
 //! counted before its request's guard is released, so the read loop never sees a
 //! momentary gap. Both counts are atomics: a reply can be sent from another shard.

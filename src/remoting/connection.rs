@@ -202,6 +202,10 @@ pub struct ConnectionLimits {
     /// Connection warnings a shard logs per `warn_interval` before it only counts them.
     pub warn_burst: u32,
     pub warn_interval: Duration,
+    /// `SO_SNDBUF` of each accepted socket; 0 keeps the system's (autotuned) size. Small
+    /// values make tests reach the backlog bounds without hundreds of MiB of kernel
+    /// buffering; RocketMQ's `serverSocketSndBufSize` means the same.
+    pub socket_send_buffer: usize,
 }
 
 /// Default of `max_requests_in_flight_per_connection`.
@@ -226,6 +230,7 @@ impl Default for ConnectionLimits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             warn_burst: 5,
             warn_interval: Duration::from_secs(10),
+            socket_send_buffer: 0,
         }
     }
 }
@@ -317,6 +322,9 @@ pub async fn serve_admitted<H: RequestHandler>(
 ) -> Ended {
     // Responses are small and latency-bound; do not let Nagle hold them back.
     let _ = stream.set_nodelay(true);
+    if limits.socket_send_buffer > 0 {
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(limits.socket_send_buffer);
+    }
     let (mut reader, writer) = stream.into_split();
     let backlog = Backlog::new(
         limits.max_requests_in_flight,
