@@ -151,24 +151,33 @@ impl Reply {
         if reply_batch::hold(connection, &response) {
             return;
         }
+        // Charged before it is queued: the writer may run on another thread and take it
+        // off the moment it is on the queue.
         let cost = response_cost(&response);
-        match responses.try_send(response) {
-            Ok(()) => {
-                in_flight.answered(cost);
+        let backlog = in_flight.answered(cost);
+        let uncharge = || {
+            if let Some(backlog) = &backlog {
+                backlog.written(cost);
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        };
+        match responses.try_send(response) {
+            Ok(()) => {}
+            // The writer is gone, and nothing will write it.
+            Err(mpsc::error::TrySendError::Closed(_)) => uncharge(),
             Err(mpsc::error::TrySendError::Full(response)) => {
                 // The writer is that far behind: wait for room in a task rather than here,
                 // where the caller (the store's appender) must not block. A plain runtime
                 // task, not a local one: a reply can be dropped (and answer "unavailable")
                 // wherever a store or mailbox is torn down. Without a runtime there is no
-                // writer left to wait for. Charged now: the response is held from here on,
-                // and the backlog's bound is what keeps such tasks few.
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    in_flight.answered(cost);
-                    runtime.spawn(async move {
-                        let _ = responses.send(response).await;
-                    });
+                // writer left to wait for. It stays charged while it waits: the backlog's
+                // bound is what keeps such tasks few.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        runtime.spawn(async move {
+                            let _ = responses.send(response).await;
+                        });
+                    }
+                    Err(_) => uncharge(),
                 }
             }
         }

@@ -62,12 +62,10 @@ pub struct LogSafe<'a> {
 
 impl fmt::Display for LogSafe<'_> {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = 0;
-        for c in self.text.chars() {
+        for (shown, c) in self.text.chars().enumerate() {
             if shown == self.max_chars {
                 return write!(out, "...({} bytes)", self.text.len());
             }
-            shown += 1;
             match c {
                 '\\' => out.write_str("\\\\")?,
                 '\n' => out.write_str("\\n")?,
