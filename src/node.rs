@@ -13,6 +13,11 @@
 //! serves, with the bound addresses and a [`NodeHandle`]. If one shard fails to start,
 //! the others are stopped cleanly and the start fails with that shard's error.
 //!
+//! Every listener's accept loop (broker and name server, all shards) admits connections
+//! through one node-wide [`Admission`]: at most `max_connections` open, and at most
+//! `max_partial_frame_bytes` held in frames still arriving; a connection beyond the first
+//! is closed as it is accepted, counted, and reported once per interval.
+//!
 //! Shutdown order, and why: every shard stops accepting and tells its connections to end
 //! (their request tasks, parked pulls included, are aborted with them); then each shard's
 //! `Store::shutdown` lets puts already queued finish, flushes, writes a clean checkpoint

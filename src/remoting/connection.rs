@@ -588,6 +588,48 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_reply_is_charged_when_queued_and_a_reply_to_a_closed_connection_is_not() {
+        let traffic = Arc::new(Traffic::new());
+        let backlog = Backlog::new(8, 1 << 20, traffic.clone());
+        let (responses, mut queued) = mpsc::channel(4);
+        let answer = response(1);
+        let cost = response_cost(&answer);
+        Reply {
+            responses: responses.clone(),
+            oneway: false,
+            connection: 0,
+            in_flight: backlog.start_request(),
+        }
+        .send(answer);
+        // Queued (and so charged) before a writer on any thread could see it.
+        assert_eq!((backlog.requests(), backlog.bytes()), (0, cost));
+        assert!(queued.try_recv().is_ok());
+        backlog.written(cost);
+        // A oneway request, and a reply after the writer has gone, charge nothing.
+        Reply {
+            responses: responses.clone(),
+            oneway: true,
+            connection: 0,
+            in_flight: backlog.start_request(),
+        }
+        .send(response(2));
+        drop(queued);
+        Reply {
+            responses,
+            oneway: false,
+            connection: 0,
+            in_flight: backlog.start_request(),
+        }
+        .send(response(3));
+        assert_eq!((backlog.requests(), backlog.bytes()), (0, 0));
+        let snapshot = traffic.snapshot();
+        assert_eq!(
+            (snapshot.requests_in_flight, snapshot.queued_response_bytes),
+            (0, 0)
+        );
+    }
+
+    #[test]
     fn a_reply_waits_for_room_instead_of_dropping_and_a_oneway_reply_sends_nothing() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
