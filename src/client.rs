@@ -578,6 +578,9 @@ async fn read_responses(mut reader: OwnedReadHalf, client: Weak<Inner>) {
                     Ok(Some(_)) => {}
                     Ok(None) => break,
                     Err(error) => {
+                        let error =
+                            crate::remoting::log_safe::log_safe_max(&error.to_string(), 256)
+                                .to_string();
                         tracing::warn!(%error, "bad frame from the server; closing");
                         break 'read;
                     }

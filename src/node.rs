@@ -13,6 +13,11 @@
 //! serves, with the bound addresses and a [`NodeHandle`]. If one shard fails to start,
 //! the others are stopped cleanly and the start fails with that shard's error.
 //!
+//! Every listener's accept loop (broker and name server, all shards) admits connections
+//! through one node-wide [`Admission`]: at most `max_connections` open, and at most
+//! `max_partial_frame_bytes` held in frames still arriving; a connection beyond the first
+//! is closed as it is accepted, counted, and reported once per interval.
+//!
 //! Shutdown order, and why: every shard stops accepting and tells its connections to end
 //! (their request tasks, parked pulls included, are aborted with them); then each shard's
 //! `Store::shutdown` lets puts already queued finish, flushes, writes a clean checkpoint
@@ -45,8 +50,9 @@ use crate::metrics::http::MetricsServer;
 use crate::metrics::{NodeMetrics, ShardMetrics};
 use crate::namesrv::NameServer;
 use crate::node_config::NodeConfig;
-use crate::remoting::connection::{serve_connection, ConnectionLimits, RequestHandler};
-use crate::remoting::traffic::Traffic;
+use crate::remoting::admission::Admission;
+use crate::remoting::connection::{serve_admitted, ConnectionLimits, RequestHandler};
+use crate::remoting::traffic::{LimitEvent, Traffic};
 use crate::shard::mailbox::{self, MailboxReceiver};
 use crate::shard::{layout, pin, ShardContext};
 use crate::store::Store;
@@ -71,6 +77,12 @@ pub struct NodeOptions {
     /// Connection backlog of the listener.
     pub backlog: i32,
     pub connection: ConnectionLimits,
+    /// `max_connections`: connections open at once, all shards and both listeners (broker
+    /// and name server) together; more are closed as they are accepted.
+    pub max_connections: usize,
+    /// `max_partial_frame_bytes`: bytes all connections together may hold in read
+    /// buffers beyond their initial size (frames still arriving).
+    pub max_partial_frame_bytes: usize,
     /// Per-shard broker settings (limits such as `max_parked_pulls` are per shard).
     pub broker: BrokerConfig,
     /// Port of the embedded name server (`namesrvPort`); 0 picks a free port (tests).
@@ -108,6 +120,8 @@ impl NodeOptions {
             segment_size: None,
             backlog: 1024,
             connection: ConnectionLimits::default(),
+            max_connections: 10_000,
+            max_partial_frame_bytes: 256 * 1024 * 1024,
             broker: BrokerConfig::default(),
             namesrv_port: 9876,
             auto_create_topics: true,
@@ -133,6 +147,13 @@ impl NodeOptions {
         options.cluster_name = config.broker_cluster_name.clone();
         options.segment_size = Some(config.maped_file_size_commit_log);
         options.connection.max_frame_len = config.max_frame_size;
+        options.connection.max_requests_in_flight = config.max_requests_in_flight_per_connection;
+        options.connection.max_queued_response_bytes =
+            config.max_queued_response_bytes_per_connection;
+        options.connection.frame_timeout = config.frame_timeout;
+        options.connection.idle_timeout = config.server_channel_max_idle_time_seconds;
+        options.max_connections = config.max_connections;
+        options.max_partial_frame_bytes = config.max_partial_frame_bytes;
         options.broker.max_parked_pulls =
             (config.max_parked_pulls / config.shards.max(1) as usize).max(1);
         options.namesrv_port = config.namesrv_port;
@@ -264,6 +285,8 @@ struct ShardStart {
     context: ShardContext,
     tables: NodeTables,
     metrics: Arc<ShardMetrics>,
+    /// The node-wide connection bounds, shared by every shard.
+    admission: Arc<Admission>,
 }
 
 /// Starts the node's shards and returns once all serve (or the start failed).
@@ -336,6 +359,11 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             .map_err(|error| anyhow::anyhow!(error))?;
     }
 
+    let admission = Admission::new(
+        options.max_connections,
+        options.max_partial_frame_bytes,
+        options.connection.warn_interval,
+    );
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..options.shards)
         .map(|_| mailbox::mailbox(options.mailbox_capacity))
         .unzip();
@@ -354,6 +382,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             context: ShardContext::new(id, senders.clone()),
             tables: tables.clone(),
             metrics: metrics.shard(id),
+            admission: admission.clone(),
         };
         let (options, stop_rx, ready_tx, ended_tx) = (
             options.clone(),
@@ -486,6 +515,7 @@ async fn run_shard(
         context,
         tables,
         metrics,
+        admission,
     } = start;
     let listener = TcpListener::from_std(listener)?;
     let namesrv_listener = namesrv_listener.map(TcpListener::from_std).transpose()?;
@@ -550,6 +580,7 @@ async fn run_shard(
                 options.connection,
                 stop.clone(),
                 metrics.traffic.clone(),
+                admission.clone(),
                 None,
             )),
         ));
@@ -560,6 +591,7 @@ async fn run_shard(
         options.connection,
         stop.clone(),
         metrics.traffic.clone(),
+        admission,
         Some(metrics),
     )
     .await;
@@ -573,13 +605,16 @@ async fn run_shard(
 }
 
 /// Accepts connections on `listener` and serves each with `handler` until `stop`; the
-/// listener is closed when this returns.
+/// listener is closed when this returns. A connection beyond `max_connections` is closed
+/// as soon as it is accepted (the kernel would otherwise keep it queued, unanswered),
+/// counted, and reported at most once per interval.
 async fn accept_connections<H: RequestHandler>(
     listener: TcpListener,
     handler: Rc<H>,
     limits: ConnectionLimits,
     mut stop: watch::Receiver<bool>,
     traffic: Arc<Traffic>,
+    admission: Arc<Admission>,
     metrics: Option<Arc<ShardMetrics>>,
 ) {
     // Connections get their own receivers; `stop` itself is borrowed by the select.
@@ -588,12 +623,28 @@ async fn accept_connections<H: RequestHandler>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let served = serve_connection(
+                    let Some(admitted) = admission.admit() else {
+                        drop(stream);
+                        traffic.count(LimitEvent::ConnectionRefused);
+                        if let Some(report) = admission.refused() {
+                            tracing::warn!(
+                                %peer,
+                                refused = report.refused,
+                                max_connections = report.max_connections,
+                                "max_connections are open; refusing connections \
+                                 ({} refused since the last report)",
+                                report.refused
+                            );
+                        }
+                        continue;
+                    };
+                    let served = serve_admitted(
                         stream,
                         peer,
                         handler.clone(),
                         limits,
                         traffic.clone(),
+                        admitted,
                         for_connections.clone(),
                     );
                     let metrics = metrics.clone();

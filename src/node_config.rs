@@ -63,6 +63,11 @@
 //! | `max_parked_pulls` | `maxParkedPulls` *(ringmq)* | 65536 | long-polling pulls parked at once, all shards together |
 //! | `max_frame_size` | `maxFrameSize` *(ringmq)* | 16777216 | largest remoting frame, bytes; at least `max_message_size` + 64 KiB |
 //! | `shard_mailbox_capacity` | `shardMailboxCapacity` *(ringmq)* | 4096 | requests queued for another shard before the sender waits (D3) |
+//! | `max_requests_in_flight_per_connection` | `maxRequestsInFlightPerConnection` *(ringmq)* | 1024 | requests read and not yet answered on one connection before it stops reading (TCP backpressure) |
+//! | `max_queued_response_bytes_per_connection` | `maxQueuedResponseBytesPerConnection` *(ringmq)* | 4194304 | response bytes queued and not yet written on one connection before it stops reading |
+//! | `frame_timeout` | `frameTimeout` *(ringmq)* | 30000 | ms a frame may take from its first byte to its last before the connection is closed |
+//! | `server_channel_max_idle_time_seconds` | `serverChannelMaxIdleTimeSeconds` | 120 | seconds a connection may go without a request (none in flight) before it is closed, at least 1 |
+//! | `max_partial_frame_bytes` | `maxPartialFrameBytes` *(ringmq)* | 268435456 | bytes all connections together may hold of frames still arriving; at least `max_frame_size` |
 //!
 //! `mappedFileSizeCommitLog` and `mappedFileSizeConsumeQueue` (RocketMQ 5's spelling) are
 //! accepted too.
@@ -203,6 +208,12 @@ pub struct NodeConfig {
     pub max_parked_pulls: usize,
     pub max_frame_size: usize,
     pub shard_mailbox_capacity: usize,
+    pub max_requests_in_flight_per_connection: usize,
+    pub max_queued_response_bytes_per_connection: usize,
+    pub frame_timeout: Duration,
+    /// Configured in whole seconds, as RocketMQ's key is.
+    pub server_channel_max_idle_time_seconds: Duration,
+    pub max_partial_frame_bytes: usize,
 }
 
 impl Default for NodeConfig {
@@ -243,6 +254,11 @@ impl Default for NodeConfig {
             max_parked_pulls: 65_536,
             max_frame_size: 16 * MIB as usize,
             shard_mailbox_capacity: 4096,
+            max_requests_in_flight_per_connection: 1024,
+            max_queued_response_bytes_per_connection: 4 * MIB as usize,
+            frame_timeout: Duration::from_secs(30),
+            server_channel_max_idle_time_seconds: Duration::from_secs(120),
+            max_partial_frame_bytes: 256 * MIB as usize,
         }
     }
 }
@@ -464,10 +480,36 @@ impl NodeConfig {
             ("max_connections", self.max_connections),
             ("max_parked_pulls", self.max_parked_pulls),
             ("shard_mailbox_capacity", self.shard_mailbox_capacity),
+            (
+                "max_requests_in_flight_per_connection",
+                self.max_requests_in_flight_per_connection,
+            ),
+            (
+                "max_queued_response_bytes_per_connection",
+                self.max_queued_response_bytes_per_connection,
+            ),
         ] {
             if value == 0 {
                 return fail(key, "must be at least 1".into());
             }
+        }
+        if self.frame_timeout.is_zero() {
+            return fail("frame_timeout", "must be at least 1 ms".into());
+        }
+        if self.server_channel_max_idle_time_seconds < Duration::from_secs(1) {
+            return fail(
+                "server_channel_max_idle_time_seconds",
+                "must be at least 1 second".into(),
+            );
+        }
+        if self.max_partial_frame_bytes < self.max_frame_size {
+            return fail(
+                "max_partial_frame_bytes",
+                format!(
+                    "{} must be at least max_frame_size ({}): one whole frame must fit",
+                    self.max_partial_frame_bytes, self.max_frame_size
+                ),
+            );
         }
         if self.max_frame_size < self.max_message_size + FRAME_HEADER_ROOM {
             return fail(
@@ -921,6 +963,37 @@ static KEYS: &[Key] = &[
         ["shardMailboxCapacity"],
         |c, v| c.shard_mailbox_capacity = uint(v, u32::MAX as u64)? as usize,
         |c| c.shard_mailbox_capacity.to_string()
+    ),
+    key!(
+        "max_requests_in_flight_per_connection",
+        ["maxRequestsInFlightPerConnection"],
+        |c, v| c.max_requests_in_flight_per_connection = uint(v, u32::MAX as u64)? as usize,
+        |c| c.max_requests_in_flight_per_connection.to_string()
+    ),
+    key!(
+        "max_queued_response_bytes_per_connection",
+        ["maxQueuedResponseBytesPerConnection"],
+        |c, v| c.max_queued_response_bytes_per_connection = uint(v, i64::MAX as u64)? as usize,
+        |c| c.max_queued_response_bytes_per_connection.to_string()
+    ),
+    key!(
+        "frame_timeout",
+        ["frameTimeout"],
+        |c, v| c.frame_timeout = millis(v)?,
+        |c| c.frame_timeout.as_millis().to_string()
+    ),
+    key!(
+        "server_channel_max_idle_time_seconds",
+        ["serverChannelMaxIdleTimeSeconds"],
+        |c, v| c.server_channel_max_idle_time_seconds =
+            Duration::from_secs(uint(v, u32::MAX as u64)?),
+        |c| c.server_channel_max_idle_time_seconds.as_secs().to_string()
+    ),
+    key!(
+        "max_partial_frame_bytes",
+        ["maxPartialFrameBytes"],
+        |c, v| c.max_partial_frame_bytes = uint(v, i64::MAX as u64)? as usize,
+        |c| c.max_partial_frame_bytes.to_string()
     ),
 ];
 

@@ -60,7 +60,11 @@ impl Broker {
     pub fn notify_consumer_ids_changed(&self, group: &str) {
         for peer in self.groups.consumer_peers(group) {
             if !self.links.send_oneway(peer, consumer_ids_changed(group)) {
-                tracing::debug!(%peer, group, "consumer ids change not delivered");
+                tracing::debug!(
+                    %peer,
+                    group = %crate::remoting::log_safe::log_safe(group),
+                    "consumer ids change not delivered"
+                );
             }
         }
     }

@@ -33,6 +33,13 @@
 //! | `ringmq_store_task_panics_total` | counter | store or shard tasks that panicked; each poisons the store |
 //! | `ringmq_connections` | gauge | open client connections |
 //! | `ringmq_connections_total` | counter | connections accepted |
+//! | `ringmq_connections_refused_total` | counter | connections closed at accept because `max_connections` were open |
+//! | `ringmq_connection_read_pauses_total` | counter | times a connection stopped reading because its requests in flight or queued responses reached their bound |
+//! | `ringmq_connection_idle_closes_total` | counter | connections closed after the idle timeout |
+//! | `ringmq_connection_frame_timeouts_total` | counter | connections closed because a frame did not complete within `frame_timeout` |
+//! | `ringmq_connection_partial_frame_refusals_total` | counter | connections closed because the node held `max_partial_frame_bytes` of partial frames |
+//! | `ringmq_requests_in_flight` | gauge | requests read and not yet answered, all connections |
+//! | `ringmq_queued_response_bytes` | gauge | response bytes queued and not yet written, all connections |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
 //! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send` and `pull` (parked time included) |
@@ -268,6 +275,13 @@ impl NodeMetrics {
             total.bytes_out_zero_copy += one.bytes_out_zero_copy;
             total.bytes_out_mmap += one.bytes_out_mmap;
             total.bytes_out_copied += one.bytes_out_copied;
+            total.requests_in_flight += one.requests_in_flight;
+            total.queued_response_bytes += one.queued_response_bytes;
+            total.read_pauses += one.read_pauses;
+            total.idle_closes += one.idle_closes;
+            total.frame_timeouts += one.frame_timeouts;
+            total.partial_frame_refusals += one.partial_frame_refusals;
+            total.connections_refused += one.connections_refused;
         }
         total
     }
@@ -442,6 +456,52 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "Connections accepted.",
         |s| relaxed(&s.connections_total),
     );
+    for (name, kind, help, pick) in [
+        (
+            "ringmq_connections_refused_total",
+            "counter",
+            "Connections closed at accept because max_connections were open.",
+            (|t: TrafficSnapshot| t.connections_refused as i128) as fn(TrafficSnapshot) -> i128,
+        ),
+        (
+            "ringmq_connection_read_pauses_total",
+            "counter",
+            "Times a connection stopped reading until its backlog drained.",
+            |t| t.read_pauses as i128,
+        ),
+        (
+            "ringmq_connection_idle_closes_total",
+            "counter",
+            "Connections closed after the idle timeout.",
+            |t| t.idle_closes as i128,
+        ),
+        (
+            "ringmq_connection_frame_timeouts_total",
+            "counter",
+            "Connections closed because a frame did not complete in time.",
+            |t| t.frame_timeouts as i128,
+        ),
+        (
+            "ringmq_connection_partial_frame_refusals_total",
+            "counter",
+            "Connections closed at the node-wide bound on partial-frame bytes.",
+            |t| t.partial_frame_refusals as i128,
+        ),
+        (
+            "ringmq_requests_in_flight",
+            "gauge",
+            "Requests read and not yet answered.",
+            |t| t.requests_in_flight as i128,
+        ),
+        (
+            "ringmq_queued_response_bytes",
+            "gauge",
+            "Response bytes queued and not yet written.",
+            |t| t.queued_response_bytes as i128,
+        ),
+    ] {
+        family(&mut out, shards, name, kind, help, |s| pick(traffic(s)));
+    }
     family(
         &mut out,
         shards,
@@ -562,6 +622,10 @@ mod tests {
             Duration::from_micros(750),
         );
         shard.traffic.add_in(2048);
+        shard
+            .traffic
+            .count(crate::remoting::traffic::LimitEvent::ConnectionRefused);
+        shard.traffic.add_queued_response_bytes(300);
         shard.set_store(StoreStats {
             puts: 2,
             put_bytes: 2400,
@@ -578,6 +642,8 @@ mod tests {
             "ringmq_messages_in_total{shard=\"1\"} 2",
             "ringmq_messages_in_total{shard=\"0\"} 0",
             "ringmq_bytes_in_total{shard=\"1\"} 2048",
+            "ringmq_connections_refused_total{shard=\"1\"} 1",
+            "ringmq_queued_response_bytes{shard=\"1\"} 300",
             "ringmq_fsyncs_total{shard=\"1\"} 1",
             "ringmq_store_task_panics_total{shard=\"1\"} 1",
             "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",

@@ -40,29 +40,57 @@
 //!   are left to finish on their own (a parked pull ends at its suspend timeout, at most
 //!   `max_suspend`); only a node shutdown aborts them (the store still finishes every put
 //!   already queued). The writer task goes with the connection in every case.
+//! - Work a peer causes is bounded per connection ([`super::backlog`]): at most
+//!   `max_requests_in_flight` requests read and not yet answered, and at most
+//!   `max_queued_response_bytes` of responses not yet written. When either is reached the
+//!   connection stops taking frames and stops reading its socket until the backlog
+//!   drains, so a peer that does not read its answers is held back by TCP, not by the
+//!   node's memory. Every pause is counted (`read_pauses`).
+//! - Time a peer may hold a connection without progress is bounded: a frame that began
+//!   must complete within `frame_timeout`, and a connection with no request read for
+//!   `idle_timeout` and none in flight is closed. Both are checked on a tick of a quarter
+//!   of the shorter timeout, so a close comes at most that much late.
+//! - Bytes held in read buffers beyond the initial buffer size are charged to the node's
+//!   [`Admission`]; a connection whose buffer would take the node past
+//!   `max_partial_frame_bytes` is closed. Every close for a limit is counted in the
+//!   shard's [`Traffic`] and logged (rate-limited per shard, see below).
+//! - Warnings are bounded: text a peer sent reaches a log line only through
+//!   [`log_safe`], and connection-closing warnings pass a per-shard [`WarnLimiter`]
+//!   (repeated ones on one connection, its pauses, a per-connection one), so a flood of
+//!   hostile connections cannot flood the log.
 //!
 //! This file knows nothing about what a request means: that is the [`RequestHandler`]'s job
 //! (the broker, in production). It is shard-local: it uses `spawn_local` and `Rc`.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
+use super::admission::{Admission, Admitted};
+use super::backlog::{response_cost, Backlog, InFlight};
 use super::body_send::{BodySend, BodySender};
 use super::command::RemotingCommand;
 use super::frame::{encode_frame_header, take_frame};
+use super::log_safe::{log_safe_max, Warn, WarnLimiter};
 use super::reply_batch::{self, ConnectionWriter};
-use super::traffic::Traffic;
+use super::traffic::{LimitEvent, Traffic};
 
 /// Frames to write on a connection: responses, and requests the node itself sends to the
 /// client (NOTIFY_CONSUMER_IDS_CHANGED). `Send`, so any shard can write to any connection.
+///
+/// Responses on it are charged to the connection's backlog by whoever queues them (only
+/// this file does); requests the node sends are not (their senders `try_send` and drop
+/// what does not fit), and the writer tells the two apart by the response flag.
 pub type Outbound = mpsc::Sender<RemotingCommand>;
 
 /// What a connection needs from the code that gives requests their meaning.
@@ -94,38 +122,62 @@ pub trait RequestHandler: 'static {
 }
 
 /// Where the response to a request taken by [`RequestHandler::handle_now`] goes: the
-/// connection's writer. Dropping it unused sends nothing.
+/// connection's writer. Dropping it unused sends nothing (and ends the request's count
+/// in the connection's backlog).
 pub struct Reply {
     responses: Outbound,
     oneway: bool,
     /// The connection's number, for [`reply_batch::hold`].
     connection: u64,
+    /// The request's place in the connection's backlog.
+    in_flight: InFlight,
 }
 
 impl Reply {
     /// Queues `response` for the writer; a oneway request's response is dropped, as is any
     /// response after the connection has gone.
     pub fn send(self, response: RemotingCommand) {
-        if self.oneway {
+        let Reply {
+            responses,
+            oneway,
+            connection,
+            in_flight,
+        } = self;
+        if oneway {
             return;
         }
         // Answered inside a batch on the connection's own shard: written when it closes.
-        if reply_batch::hold(self.connection, &response) {
+        // `hold` charges the held bytes; the request ends when `in_flight` drops after.
+        if reply_batch::hold(connection, &response) {
             return;
         }
-        match self.responses.try_send(response) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+        // Charged before it is queued: the writer may run on another thread and take it
+        // off the moment it is on the queue.
+        let cost = response_cost(&response);
+        let backlog = in_flight.answered(cost);
+        let uncharge = || {
+            if let Some(backlog) = &backlog {
+                backlog.written(cost);
+            }
+        };
+        match responses.try_send(response) {
+            Ok(()) => {}
+            // The writer is gone, and nothing will write it.
+            Err(mpsc::error::TrySendError::Closed(_)) => uncharge(),
             Err(mpsc::error::TrySendError::Full(response)) => {
                 // The writer is that far behind: wait for room in a task rather than here,
                 // where the caller (the store's appender) must not block. A plain runtime
                 // task, not a local one: a reply can be dropped (and answer "unavailable")
                 // wherever a store or mailbox is torn down. Without a runtime there is no
-                // writer left to wait for.
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    let responses = self.responses;
-                    runtime.spawn(async move {
-                        let _ = responses.send(response).await;
-                    });
+                // writer left to wait for. It stays charged while it waits: the backlog's
+                // bound is what keeps such tasks few.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        runtime.spawn(async move {
+                            let _ = responses.send(response).await;
+                        });
+                    }
+                    Err(_) => uncharge(),
                 }
             }
         }
@@ -139,12 +191,40 @@ pub struct ConnectionLimits {
     pub max_frame_len: usize,
     /// Responses waiting for the writer before handler tasks wait for room.
     pub response_queue: usize,
-    /// Initial read buffer capacity.
+    /// Initial read buffer capacity; also the bytes a connection may hold in its read
+    /// buffer before they are charged to the node's partial-frame bound.
     pub read_buffer: usize,
     /// How file bodies (pulled records) are sent: sendfile, writev from an mmap, or auto
     /// (sendfile for large ranges, the mapping for small ones).
     pub body_send: BodySend,
+    /// Requests read and not yet answered before the connection stops reading
+    /// (`max_requests_in_flight_per_connection`).
+    pub max_requests_in_flight: usize,
+    /// Response bytes queued and not yet written before the connection stops reading
+    /// (`max_queued_response_bytes_per_connection`).
+    pub max_queued_response_bytes: usize,
+    /// How long a frame may take from its first byte to its last (`frame_timeout`).
+    pub frame_timeout: Duration,
+    /// How long a connection may go without a request while none is in flight
+    /// (`server_channel_max_idle_time_seconds`).
+    pub idle_timeout: Duration,
+    /// Connection warnings a shard logs per `warn_interval` before it only counts them.
+    pub warn_burst: u32,
+    pub warn_interval: Duration,
+    /// `SO_SNDBUF` of each accepted socket; 0 keeps the system's (autotuned) size. Small
+    /// values make tests reach the backlog bounds without hundreds of MiB of kernel
+    /// buffering; RocketMQ's `serverSocketSndBufSize` means the same.
+    pub socket_send_buffer: usize,
 }
+
+/// Default of `max_requests_in_flight_per_connection`.
+pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 1024;
+/// Default of `max_queued_response_bytes_per_connection`.
+pub const DEFAULT_MAX_QUEUED_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+/// Default of `frame_timeout`.
+pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of the idle timeout (Java's `serverChannelMaxIdleTimeSeconds`, 120).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Default for ConnectionLimits {
     fn default() -> ConnectionLimits {
@@ -153,7 +233,22 @@ impl Default for ConnectionLimits {
             response_queue: 1024,
             read_buffer: 64 * 1024,
             body_send: BodySend::default(),
+            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            max_queued_response_bytes: DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
+            frame_timeout: DEFAULT_FRAME_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            warn_burst: 5,
+            warn_interval: Duration::from_secs(10),
+            socket_send_buffer: 0,
         }
+    }
+}
+
+impl ConnectionLimits {
+    /// How often a connection checks its timeouts: a quarter of the shorter one (at
+    /// least 1 ms), so a timeout closes at most that much late.
+    fn tick(&self) -> Duration {
+        (self.frame_timeout.min(self.idle_timeout) / 4).max(Duration::from_millis(1))
     }
 }
 
@@ -162,28 +257,90 @@ impl Default for ConnectionLimits {
 pub enum Ended {
     /// The peer closed its side.
     PeerClosed,
-    /// The bytes stopped making frames; the connection was closed on purpose.
+    /// The bytes stopped making frames; the connection was closed on purpose. The text is
+    /// the error, escaped and truncated (it can carry what the peer sent).
     BadFrame(String),
+    /// A frame did not complete within `frame_timeout`.
+    FrameTimeout,
+    /// No request for `idle_timeout`, none in flight.
+    Idle,
+    /// Its read buffer would have taken the node past `max_partial_frame_bytes`.
+    PartialFrameLimit,
     /// Reading or writing the socket failed.
     Io(String),
     /// The node is shutting down.
     Shutdown,
 }
 
-/// Serves `stream` until the peer closes it, it breaks, or `shutdown` turns true,
-/// counting its bytes in `traffic`.
+thread_local! {
+    /// The shard's limiter for connection-closing warnings: a flood of hostile
+    /// connections logs a burst per interval, then one line saying how many were left out.
+    static SHARD_WARNINGS: RefCell<Option<WarnLimiter>> = const { RefCell::new(None) };
+}
+
+/// Whether this shard logs a connection warning now (see [`SHARD_WARNINGS`]).
+fn shard_warning(limits: &ConnectionLimits) -> Warn {
+    SHARD_WARNINGS.with(|limiter| {
+        limiter
+            .borrow_mut()
+            .get_or_insert_with(|| WarnLimiter::new(limits.warn_burst, limits.warn_interval))
+            .check(std::time::Instant::now())
+    })
+}
+
+/// Logs a warning about a connection through `decision`; `$($field)*` as for `warn!`.
+macro_rules! limited_warn {
+    ($decision:expr, $($field:tt)*) => {
+        match $decision {
+            Warn::Log => tracing::warn!($($field)*),
+            Warn::LogAfterSuppressed(left_out) => {
+                tracing::warn!(left_out, "{left_out} similar warnings were left out");
+                tracing::warn!($($field)*);
+            }
+            Warn::Suppress => {}
+        }
+    };
+}
+
+/// Serves `stream` until the peer closes it, it breaks, a limit closes it, or `shutdown`
+/// turns true, counting its bytes in `traffic`. Not counted against any node-wide bound:
+/// the node admits its connections with [`serve_admitted`].
 pub async fn serve_connection<H: RequestHandler>(
     stream: TcpStream,
     peer: SocketAddr,
     handler: Rc<H>,
     limits: ConnectionLimits,
     traffic: Arc<Traffic>,
+    shutdown: watch::Receiver<bool>,
+) -> Ended {
+    let unbounded = Admission::new(usize::MAX, usize::MAX, limits.warn_interval);
+    let admitted = unbounded.admit().expect("an unbounded admission admits");
+    serve_admitted(stream, peer, handler, limits, traffic, admitted, shutdown).await
+}
+
+/// [`serve_connection`] for a connection `admitted` by the node: it holds its place until
+/// it ends, and charges its read buffer to the node's partial-frame bound.
+pub async fn serve_admitted<H: RequestHandler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    traffic: Arc<Traffic>,
+    admitted: Admitted,
     mut shutdown: watch::Receiver<bool>,
 ) -> Ended {
     // Responses are small and latency-bound; do not let Nagle hold them back.
     let _ = stream.set_nodelay(true);
+    if limits.socket_send_buffer > 0 {
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(limits.socket_send_buffer);
+    }
     let (mut reader, writer) = stream.into_split();
-    let writer = ConnectionWriter::register(writer, traffic.clone());
+    let backlog = Backlog::new(
+        limits.max_requests_in_flight,
+        limits.max_queued_response_bytes,
+        traffic.clone(),
+    );
+    let writer = ConnectionWriter::register(writer, traffic.clone(), backlog.clone());
     let connection = writer.number();
     let (responses, queued) = mpsc::channel(limits.response_queue.max(1));
     let sender = BodySender::new(limits.body_send, traffic.clone());
@@ -191,55 +348,116 @@ pub async fn serve_connection<H: RequestHandler>(
     handler.connection_opened(peer, responses.clone());
     let mut requests = JoinSet::new();
     let mut buffer = BytesMut::with_capacity(limits.read_buffer);
+    let mut partial = admitted.partial_frame(limits.read_buffer);
+    // Pauses are this connection's own repeated event: logged through its own limiter.
+    let mut pause_log = WarnLimiter::new(limits.warn_burst, limits.warn_interval);
     // Made once and kept registered: a fresh wait per read would join and leave the watch's
     // waiter list (a mutex) for every batch of requests.
     let stopping = shutdown.wait_for(|stop| *stop);
     tokio::pin!(stopping);
+    // One timer for both timeouts, re-armed only when it fires: a timer per read would
+    // touch the timer wheel on every batch of requests.
+    let mut ticks = tokio::time::interval_at(Instant::now() + limits.tick(), limits.tick());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_request = Instant::now();
+    // When the partial frame now in `buffer` began; `None` when it holds none.
+    let mut frame_began: Option<Instant> = None;
+    let mut paused = false;
     let ended = 'serve: loop {
-        loop {
+        // Take whole frames while the backlog has room; stopped by a full one, the rest
+        // wait in `buffer` (and the socket) until it drains.
+        let mut took = false;
+        let mut waiting_for_bytes = false;
+        while !backlog.is_full() {
             match take_frame(&mut buffer, limits.max_frame_len) {
                 Ok(Some(request)) => {
+                    took = true;
                     if request.is_response() {
                         // We send no requests to clients yet, so nothing can be waiting.
                         tracing::debug!(%peer, opaque = request.opaque, "unexpected response dropped");
                         continue;
                     }
+                    let in_flight = backlog.start_request();
+                    let oneway = request.is_oneway();
                     let reply = Reply {
                         responses: responses.clone(),
-                        oneway: request.is_oneway(),
+                        oneway,
                         connection,
+                        in_flight,
                     };
                     let Some(request) = handler.clone().handle_now(request, peer, reply) else {
                         continue;
                     };
+                    // Handed back: `handle_now` dropped its reply, so count the request again
+                    // for the task that runs it.
+                    let in_flight = backlog.start_request();
                     let handler = handler.clone();
                     let responses = responses.clone();
                     requests.spawn_local(async move {
-                        let oneway = request.is_oneway();
                         let response = handler.handle(request, peer).await;
                         if let (Some(response), false) = (response, oneway) {
+                            in_flight.answered(response_cost(&response));
                             // A closed channel means the connection is going away.
                             let _ = responses.send(response).await;
                         }
                     });
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    waiting_for_bytes = !buffer.is_empty();
+                    break;
+                }
                 Err(error) => {
-                    tracing::warn!(%peer, %error, "bad frame; closing the connection");
-                    break 'serve Ended::BadFrame(error.to_string());
+                    let error = log_safe_max(&error.to_string(), 256).to_string();
+                    limited_warn!(shard_warning(&limits), %peer, %error, "bad frame; closing the connection");
+                    break 'serve Ended::BadFrame(error);
                 }
             }
         }
+        let now = Instant::now();
+        if took {
+            last_request = now;
+            frame_began = None;
+        }
+        if waiting_for_bytes {
+            frame_began.get_or_insert(now);
+        }
+        if let Err(refused) = partial.hold(buffer.len()) {
+            traffic.count(LimitEvent::PartialFrameRefusal);
+            limited_warn!(
+                shard_warning(&limits),
+                %peer,
+                held = refused.held,
+                node_total = refused.node_total,
+                max_partial_frame_bytes = refused.max,
+                "the node holds too many bytes of partial frames; closing the connection"
+            );
+            break Ended::PartialFrameLimit;
+        }
         // Reap finished request tasks so the set holds only the live ones.
         while requests.try_join_next().is_some() {}
+        let full = backlog.is_full();
+        if full && !paused {
+            traffic.count(LimitEvent::ReadPause);
+            let decision = pause_log.check(std::time::Instant::now());
+            if decision != Warn::Suppress {
+                tracing::info!(
+                    %peer,
+                    requests_in_flight = backlog.requests(),
+                    queued_response_bytes = backlog.bytes(),
+                    "responses are not being taken; reading paused until they drain"
+                );
+            }
+        }
+        paused = full;
         tokio::select! {
-            // Reads first: they are what this loop is for; the other two end it once.
+            // Reads first: they are what this loop is for; the others end it or wake it.
             biased;
-            read = reader.read_buf(&mut buffer) => match read {
+            read = reader.read_buf(&mut buffer), if !paused => match read {
                 Ok(0) => break Ended::PeerClosed,
                 Ok(read) => traffic.add_in(read),
                 Err(error) => break Ended::Io(error.to_string()),
             },
+            () = backlog.wait_for_room(), if paused => {}
             written = &mut writer_task => {
                 break match written {
                     Ok(Err(error)) => Ended::Io(error.to_string()),
@@ -247,6 +465,32 @@ pub async fn serve_connection<H: RequestHandler>(
                 };
             }
             _ = &mut stopping => break Ended::Shutdown,
+            now = ticks.tick() => {
+                // A paused connection holds whole frames it has not taken, not a late one.
+                if let (Some(began), false) = (frame_began, paused) {
+                    if now.duration_since(began) >= limits.frame_timeout {
+                        traffic.count(LimitEvent::FrameTimeout);
+                        limited_warn!(
+                            shard_warning(&limits),
+                            %peer,
+                            held = buffer.len(),
+                            timeout_ms = limits.frame_timeout.as_millis() as u64,
+                            "a frame did not complete in time; closing the connection"
+                        );
+                        break Ended::FrameTimeout;
+                    }
+                }
+                if now.duration_since(last_request) >= limits.idle_timeout {
+                    if backlog.requests() > 0 {
+                        // Waiting for its own answers (a parked pull) is not idle.
+                        last_request = now;
+                    } else {
+                        traffic.count(LimitEvent::IdleClose);
+                        tracing::debug!(%peer, "idle; closing the connection");
+                        break Ended::Idle;
+                    }
+                }
+            }
         }
     };
     if ended == Ended::Shutdown {
@@ -261,7 +505,8 @@ pub async fn serve_connection<H: RequestHandler>(
 }
 
 /// Writes responses as they come, batching whatever is already queued into one write,
-/// behind the bytes a closed reply batch left for it (see [`reply_batch`]).
+/// behind the bytes a closed reply batch left for it (see [`reply_batch`]); once a write
+/// is out, what its responses were charged comes off the connection's backlog.
 async fn write_responses(
     writer: Rc<ConnectionWriter>,
     mut queued: mpsc::Receiver<RemotingCommand>,
@@ -278,12 +523,18 @@ async fn write_responses(
             () = writer.kicked() => None,
         };
         out.clear();
-        let Some(mut half) = writer.begin_write(&mut out) else {
+        let Some((mut half, held)) = writer.begin_write(&mut out) else {
             // Only this task takes the half, and it always hands it back.
             return Err(std::io::Error::other("the connection's write half is gone"));
         };
+        // Held bytes were charged exactly; a queued response, its cost (requests the node
+        // sends were not charged).
+        let mut charged = held;
         let written = async {
             while let Some(response) = next {
+                if response.is_response() {
+                    charged += response_cost(&response);
+                }
                 if encode_response(&response, &mut out) {
                     sender
                         .send_body(&mut half, &mut out, &response.file_body)
@@ -296,6 +547,7 @@ async fn write_responses(
         .await;
         writer.end_write(half);
         written?;
+        writer.backlog().written(charged);
     }
 }
 
@@ -336,6 +588,48 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_reply_is_charged_when_queued_and_a_reply_to_a_closed_connection_is_not() {
+        let traffic = Arc::new(Traffic::new());
+        let backlog = Backlog::new(8, 1 << 20, traffic.clone());
+        let (responses, mut queued) = mpsc::channel(4);
+        let answer = response(1);
+        let cost = response_cost(&answer);
+        Reply {
+            responses: responses.clone(),
+            oneway: false,
+            connection: 0,
+            in_flight: backlog.start_request(),
+        }
+        .send(answer);
+        // Queued (and so charged) before a writer on any thread could see it.
+        assert_eq!((backlog.requests(), backlog.bytes()), (0, cost));
+        assert!(queued.try_recv().is_ok());
+        backlog.written(cost);
+        // A oneway request, and a reply after the writer has gone, charge nothing.
+        Reply {
+            responses: responses.clone(),
+            oneway: true,
+            connection: 0,
+            in_flight: backlog.start_request(),
+        }
+        .send(response(2));
+        drop(queued);
+        Reply {
+            responses,
+            oneway: false,
+            connection: 0,
+            in_flight: backlog.start_request(),
+        }
+        .send(response(3));
+        assert_eq!((backlog.requests(), backlog.bytes()), (0, 0));
+        let snapshot = traffic.snapshot();
+        assert_eq!(
+            (snapshot.requests_in_flight, snapshot.queued_response_bytes),
+            (0, 0)
+        );
+    }
+
+    #[test]
     fn a_reply_waits_for_room_instead_of_dropping_and_a_oneway_reply_sends_nothing() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -348,6 +642,7 @@ pub(super) mod tests {
                     responses: responses.clone(),
                     oneway: false,
                     connection: 0,
+                    in_flight: InFlight::untracked(),
                 }
                 .send(response(opaque));
             }
@@ -355,6 +650,7 @@ pub(super) mod tests {
                 responses: responses.clone(),
                 oneway: true,
                 connection: 0,
+                in_flight: InFlight::untracked(),
             }
             .send(response(99));
             drop(responses);

@@ -54,8 +54,16 @@
 //!   dispatching each request to a handler (the broker) and writing the responses.
 //! - [`body_send`]: how the connection writer sends a response's file body (sendfile, or
 //!   writev from an mmap).
-//! - [`traffic`]: byte counters of the connections (in, out, zero-copy, copied).
+//! - [`traffic`]: byte counters of the connections (in, out, zero-copy, copied), and the
+//!   counters of the connection limits.
+//! - [`backlog`]: the per-connection bound on requests in flight and response bytes
+//!   queued, which makes a connection stop reading (TCP backpressure).
+//! - [`admission`]: the node-wide bounds: open connections, bytes held in partial frames.
+//! - [`log_safe`]: the one way text a peer sent reaches a log line (escaped, truncated),
+//!   and the limiter for repeated warnings.
 
+pub mod admission;
+pub mod backlog;
 pub mod binary_header;
 pub mod body_send;
 pub mod codes;
@@ -64,6 +72,7 @@ pub mod connection;
 pub mod ext_fields;
 pub mod frame;
 pub mod json_header;
+pub mod log_safe;
 pub mod reply_batch;
 pub mod requests;
 pub mod send_header;

@@ -27,6 +27,10 @@
 //!   own shard's thread; a reply answered on another shard (a forwarded send) takes the
 //!   writer queue, which is `Send`.
 //! - A batch that unwinds (a panic in an answer) still closes and sends what it holds.
+//! - Held bytes are charged to the connection's [`Backlog`] when they are encoded and
+//!   taken off it as the socket takes them (here, or in the writer task after
+//!   [`ConnectionWriter::begin_write`] handed them over), so a peer that does not read
+//!   cannot make them grow past the backlog's bound by much: its reader stops.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -37,6 +41,7 @@ use std::sync::Arc;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
+use super::backlog::Backlog;
 use super::command::RemotingCommand;
 use super::traffic::Traffic;
 
@@ -63,11 +68,17 @@ pub(crate) struct ConnectionWriter {
     /// Tells the writer task that `held` has bytes for it.
     kick: Notify,
     traffic: Arc<Traffic>,
+    /// What the connection has queued and not written, held bytes included.
+    backlog: Arc<Backlog>,
 }
 
 impl ConnectionWriter {
     /// Registers a connection's write half with this thread.
-    pub(crate) fn register(half: OwnedWriteHalf, traffic: Arc<Traffic>) -> Rc<ConnectionWriter> {
+    pub(crate) fn register(
+        half: OwnedWriteHalf,
+        traffic: Arc<Traffic>,
+        backlog: Arc<Backlog>,
+    ) -> Rc<ConnectionWriter> {
         let writer = Rc::new(ConnectionWriter {
             number: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
             half: RefCell::new(Some(half)),
@@ -75,6 +86,7 @@ impl ConnectionWriter {
             in_batch: Cell::new(false),
             kick: Notify::new(),
             traffic,
+            backlog,
         });
         WRITERS.with(|writers| {
             writers
@@ -89,6 +101,11 @@ impl ConnectionWriter {
         self.number
     }
 
+    /// The connection's backlog, which the writer task takes written bytes off.
+    pub(crate) fn backlog(&self) -> &Backlog {
+        &self.backlog
+    }
+
     /// Waits until held bytes are waiting for the writer task.
     pub(crate) async fn kicked(&self) {
         self.kick.notified().await
@@ -96,16 +113,20 @@ impl ConnectionWriter {
 
     /// Starts a write by the writer task: the held bytes move to the front of `out`
     /// (they were answered first), and the task takes the write half, so no batch writes
-    /// until it is handed back with [`ConnectionWriter::end_write`]. `None` if a write is
-    /// already under way (the writer task is the only caller, one write at a time).
-    pub(crate) fn begin_write(&self, out: &mut Vec<u8>) -> Option<OwnedWriteHalf> {
+    /// until it is handed back with [`ConnectionWriter::end_write`]; with it, how many
+    /// held bytes moved (still charged to the backlog: the caller takes them off once
+    /// written). `None` if a write is already under way (the writer task is the only
+    /// caller, one write at a time).
+    pub(crate) fn begin_write(&self, out: &mut Vec<u8>) -> Option<(OwnedWriteHalf, usize)> {
         let mut held = self.held.borrow_mut();
+        let moved = held.len();
         if !held.is_empty() {
             held.extend_from_slice(out);
             std::mem::swap(&mut *held, out);
             held.clear();
         }
-        self.half.borrow_mut().take()
+        let half = self.half.borrow_mut().take()?;
+        Some((half, moved))
     }
 
     /// Ends a write begun with [`ConnectionWriter::begin_write`].
@@ -125,6 +146,7 @@ impl ConnectionWriter {
             // report) the bytes stay held.
             if let Ok(written) = half.try_write(&held) {
                 self.traffic.add_copied(written);
+                self.backlog.written(written);
                 held.drain(..written);
             }
         }
@@ -187,7 +209,11 @@ pub(crate) fn hold(number: u64, response: &RemotingCommand) -> bool {
         let Some(writer) = writer else {
             return false;
         };
-        super::connection::encode_response(response, &mut writer.held.borrow_mut());
+        let mut held = writer.held.borrow_mut();
+        let before = held.len();
+        super::connection::encode_response(response, &mut held);
+        writer.backlog.queued(held.len() - before);
+        drop(held);
         if !writer.in_batch.replace(true) {
             batch.push(writer);
         }
@@ -223,7 +249,9 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         let (_read, write) = server.into_split();
-        let writer = ConnectionWriter::register(write, Arc::new(Traffic::new()));
+        let traffic = Arc::new(Traffic::new());
+        let backlog = Backlog::new(1024, 1 << 20, traffic.clone());
+        let writer = ConnectionWriter::register(write, traffic, backlog);
         (writer, peer)
     }
 
@@ -299,7 +327,7 @@ mod tests {
             let (writer, mut peer) = connection().await;
             let number = writer.number();
             let mut out = Vec::new();
-            let half = writer.begin_write(&mut out).unwrap();
+            let (half, _) = writer.begin_write(&mut out).unwrap();
             assert!(
                 writer.begin_write(&mut out).is_none(),
                 "one write at a time"
@@ -318,7 +346,12 @@ mod tests {
             writer.end_write(half);
             let mut own = Vec::new();
             crate::remoting::connection::encode_response(&response(8), &mut own);
-            let half = writer.begin_write(&mut own).unwrap();
+            let (half, moved) = writer.begin_write(&mut own).unwrap();
+            assert_eq!(
+                writer.backlog().bytes(),
+                moved,
+                "the held frame is still charged"
+            );
             half.try_write(&own).unwrap();
             writer.end_write(half);
             assert_eq!(read_frames(&mut peer, 2).await, vec![7, 8]);

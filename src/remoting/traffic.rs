@@ -1,4 +1,5 @@
-//! Byte counters of the remoting connections, for the metrics endpoint and benchmarks.
+//! Byte counters and limit counters of the remoting connections, for the metrics endpoint,
+//! tests and benchmarks.
 //!
 //! One [`Traffic`] per shard, shared by every connection that shard serves (the broker's
 //! and the embedded name server's), kept in its [`crate::metrics::ShardMetrics`].
@@ -15,8 +16,15 @@
 //! | `bytes_out_zero_copy` | file bytes sent without a copy through a user-space buffer: `sendfile`, or `writev` from an mmap of the segment |
 //! | `bytes_out_mmap`      | the part of `bytes_out_zero_copy` that went the mmap/writev way     |
 //! | `bytes_out_copied`    | bytes written from user-space buffers: frame headers, ordinary bodies, records the simulator backend copied |
+//! | `requests_in_flight`  | gauge: requests read and not yet answered ([`super::backlog`]) |
+//! | `queued_response_bytes` | gauge: response bytes queued and not yet written ([`super::backlog`]) |
+//! | `read_pauses`         | times a connection stopped reading because its backlog was full |
+//! | `idle_closes`         | connections closed after the idle timeout |
+//! | `frame_timeouts`      | connections closed because a frame did not complete in time |
+//! | `partial_frame_refusals` | connections closed because the node-wide bound on partial-frame bytes was reached |
+//! | `connections_refused` | connections closed at accept because `max_connections` were open |
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Byte counters; `Send + Sync`, shared as `Arc<Traffic>`.
 #[derive(Debug, Default)]
@@ -26,6 +34,23 @@ pub struct Traffic {
     bytes_out_zero_copy: AtomicU64,
     bytes_out_mmap: AtomicU64,
     bytes_out_copied: AtomicU64,
+    requests_in_flight: AtomicI64,
+    queued_response_bytes: AtomicI64,
+    read_pauses: AtomicU64,
+    idle_closes: AtomicU64,
+    frame_timeouts: AtomicU64,
+    partial_frame_refusals: AtomicU64,
+    connections_refused: AtomicU64,
+}
+
+/// The limit counters [`Traffic::count`] adds to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitEvent {
+    ReadPause,
+    IdleClose,
+    FrameTimeout,
+    PartialFrameRefusal,
+    ConnectionRefused,
 }
 
 /// A point-in-time copy of the counters.
@@ -36,6 +61,13 @@ pub struct TrafficSnapshot {
     pub bytes_out_zero_copy: u64,
     pub bytes_out_mmap: u64,
     pub bytes_out_copied: u64,
+    pub requests_in_flight: i64,
+    pub queued_response_bytes: i64,
+    pub read_pauses: u64,
+    pub idle_closes: u64,
+    pub frame_timeouts: u64,
+    pub partial_frame_refusals: u64,
+    pub connections_refused: u64,
 }
 
 impl Traffic {
@@ -68,6 +100,29 @@ impl Traffic {
             .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// Moves the requests-in-flight gauge by `delta`.
+    pub fn add_requests_in_flight(&self, delta: i64) {
+        self.requests_in_flight.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Moves the queued-response-bytes gauge by `delta`.
+    pub fn add_queued_response_bytes(&self, delta: i64) {
+        self.queued_response_bytes
+            .fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Counts one `event`.
+    pub fn count(&self, event: LimitEvent) {
+        let counter = match event {
+            LimitEvent::ReadPause => &self.read_pauses,
+            LimitEvent::IdleClose => &self.idle_closes,
+            LimitEvent::FrameTimeout => &self.frame_timeouts,
+            LimitEvent::PartialFrameRefusal => &self.partial_frame_refusals,
+            LimitEvent::ConnectionRefused => &self.connections_refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> TrafficSnapshot {
         TrafficSnapshot {
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
@@ -75,6 +130,13 @@ impl Traffic {
             bytes_out_zero_copy: self.bytes_out_zero_copy.load(Ordering::Relaxed),
             bytes_out_mmap: self.bytes_out_mmap.load(Ordering::Relaxed),
             bytes_out_copied: self.bytes_out_copied.load(Ordering::Relaxed),
+            requests_in_flight: self.requests_in_flight.load(Ordering::Relaxed),
+            queued_response_bytes: self.queued_response_bytes.load(Ordering::Relaxed),
+            read_pauses: self.read_pauses.load(Ordering::Relaxed),
+            idle_closes: self.idle_closes.load(Ordering::Relaxed),
+            frame_timeouts: self.frame_timeouts.load(Ordering::Relaxed),
+            partial_frame_refusals: self.partial_frame_refusals.load(Ordering::Relaxed),
+            connections_refused: self.connections_refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -90,6 +152,12 @@ mod tests {
         traffic.add_copied(3);
         traffic.add_sendfile(100);
         traffic.add_mmap(7);
+        traffic.add_requests_in_flight(2);
+        traffic.add_requests_in_flight(-1);
+        traffic.add_queued_response_bytes(40);
+        traffic.count(LimitEvent::ReadPause);
+        traffic.count(LimitEvent::ConnectionRefused);
+        traffic.count(LimitEvent::ConnectionRefused);
         assert_eq!(
             traffic.snapshot(),
             TrafficSnapshot {
@@ -98,6 +166,11 @@ mod tests {
                 bytes_out_zero_copy: 107,
                 bytes_out_mmap: 7,
                 bytes_out_copied: 3,
+                requests_in_flight: 1,
+                queued_response_bytes: 40,
+                read_pauses: 1,
+                connections_refused: 2,
+                ..TrafficSnapshot::default()
             }
         );
         fn shared<T: Send + Sync>() {}
