@@ -19,14 +19,7 @@ use ringmq::node_config::{ConfigLoader, NodeConfig};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{decode_frame, encode_frame, ExtFields, RemotingCommand};
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
-    options
-}
+use common::node_options as options;
 
 fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).unwrap();

@@ -7,19 +7,12 @@ mod common;
 
 use common::run_local;
 use ringmq::client::{pull_request, Client};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
-    options
-}
+use common::node_options as options;
 
 fn node(dir: &std::path::Path) -> NodeHandle {
     ringmq::node::start(options(dir)).expect("node starts")

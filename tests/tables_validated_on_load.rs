@@ -7,16 +7,8 @@
 
 mod common;
 
-use ringmq::node::NodeOptions;
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
-    options
-}
+use common::node_options as options;
 
 fn topic(name: &str, read: u64, write: u64, perm: i64, filter: &str) -> serde_json::Value {
     serde_json::json!({"topicName": name, "readQueueNums": read, "writeQueueNums": write,

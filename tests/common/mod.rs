@@ -110,15 +110,20 @@ pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
     }
 }
 
-/// A node started in-process on an ephemeral port, with small CommitLog segments and the
-/// portable disk backend, storing into `dir`.
-pub fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
+/// The options of a test node storing into `dir`: ephemeral ports, small CommitLog
+/// segments and the portable disk backend; a test changes what it is about.
+pub fn node_options(dir: &std::path::Path) -> ringmq::node::NodeOptions {
     let mut options = ringmq::node::NodeOptions::new(dir);
     options.port = 0;
     options.namesrv_port = 0;
     options.io = ringmq::io::IoChoice::Portable;
     options.segment_size = Some(4 * 1024 * 1024);
-    ringmq::node::start(options).expect("node starts")
+    options
+}
+
+/// A node started in-process with [`node_options`].
+pub fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
+    ringmq::node::start(node_options(dir)).expect("node starts")
 }
 
 /// A push consumer's heartbeat: `topic` with `tags`, plus the automatic retry subscription.
