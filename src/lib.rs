@@ -1,5 +1,8 @@
 //! ringmq: a RocketMQ-compatible message storage node.
 //!
+//! `D1` ... `D15` in the docs of this crate are the decisions recorded in
+//! `docs/architecture.md`; `reference §N` is a section of `docs/rocketmq-reference.md`.
+//!
 //! The crate is laid out along the path a message takes:
 //!
 //! - [`io`]: the disk I/O seam with its `uring`, `portable` and `sim` backends (D5).

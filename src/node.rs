@@ -1,4 +1,4 @@
-//! The network node: N shard threads (ARCHITECTURE D3), each pinned to a CPU and running a
+//! The network node: N shard threads (D3), each pinned to a CPU and running a
 //! tokio current-thread runtime with a `LocalSet`; each owns its `SO_REUSEPORT` listener on
 //! the broker port, the connections the kernel gives it, its own store in
 //! `<dir>/shard-<n>` and its own broker (see [`crate::shard`] for ownership and the

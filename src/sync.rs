@@ -4,7 +4,7 @@
 //! Why a plain mutex: these tables change on heartbeats, topic admin and offset commits,
 //! a few times per second per client, never once per message, so a lock held for a map
 //! lookup or insert costs nothing measurable; the data path (puts, pulls) stays lock-free
-//! inside each shard (ARCHITECTURE D3).
+//! inside each shard (D3).
 //!
 //! Invariant: a panic while the lock is held does not poison the table for everyone
 //! else. Each critical section leaves the table consistent before any call that can

@@ -1,4 +1,4 @@
-//! The failure policy (ARCHITECTURE D11): a failed CommitLog write or fsync poisons the
+//! The failure policy (D11): a failed CommitLog write or fsync poisons the
 //! store, which then refuses every write naming the cause; a full disk is a clear error
 //! that poisons nothing. In every case, what was acknowledged before stays readable.
 

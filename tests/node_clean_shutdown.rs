@@ -2,6 +2,8 @@
 //! stored; SIGTERM stops it with exit code 0, no shard leaves an `abort` marker, and
 //! `ringmq store verify` passes on every shard's store, which together hold every message
 //! sent.
+// Allowed here only (Cargo.toml denies it crate-wide): kill(2) sends the node its SIGTERM.
+#![allow(unsafe_code)]
 
 mod common;
 
@@ -78,6 +80,7 @@ fn sigterm_stops_serve_cleanly() {
     });
 
     let pid = child.id() as libc::pid_t;
+    // SAFETY: kill takes plain integers; `pid` is the child this test spawned and still owns.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let mut status = None;
     wait_for(

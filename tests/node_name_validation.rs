@@ -8,10 +8,10 @@
 mod common;
 
 use common::{consumer_heartbeat, run_local};
-use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::client::{pull_request, queue_request, Client};
 use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
 fn node(dir: &std::path::Path) -> NodeHandle {

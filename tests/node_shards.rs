@@ -1,4 +1,4 @@
-//! A node of two shards in-process (ARCHITECTURE D3): every queue of a topic is served
+//! A node of two shards in-process (D3): every queue of a topic is served
 //! whichever shard a connection lands on (requests for the other shard's queues cross its
 //! mailbox); each message is stored by the shard that owns its queue (the top byte of its
 //! physical offset, D4); a send that leaves the queue to the broker gets a valid one; a

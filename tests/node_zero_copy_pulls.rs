@@ -1,4 +1,4 @@
-//! Pull bodies go out straight from the CommitLog files (ARCHITECTURE D8), and the client
+//! Pull bodies go out straight from the CommitLog files (D8), and the client
 //! receives exactly the stored bytes: across segment boundaries (64 KiB segments), with
 //! tag filtering, with many pulls in flight on one connection, through the sendfile path,
 //! the mmap/writev path and the auto mix of both; the zero-copy byte counters show which

@@ -1,4 +1,4 @@
-//! The failure policy for panics (ARCHITECTURE D11): a panic in any store task (appender,
+//! The failure policy for panics (D11): a panic in any store task (appender,
 //! flusher, checkpointer, flush watchdog, segment preallocator) or in a shard task run
 //! under the store's watch poisons the store with the panic message and counts it. Every
 //! put that was waiting hears that error at once (not FLUSH_DISK_TIMEOUT after the flush

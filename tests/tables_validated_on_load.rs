@@ -7,7 +7,6 @@
 
 mod common;
 
-
 use common::node_options as options;
 
 fn topic(name: &str, read: u64, write: u64, perm: i64, filter: &str) -> serde_json::Value {

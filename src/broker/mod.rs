@@ -21,7 +21,7 @@
 //! - Responses carry every header field the Java client unboxes, on error paths too
 //!   (reference §14 items 5 and 6).
 //!
-//! Shards (ARCHITECTURE D3): each shard has its own `Broker` over its own store. A
+//! Shards (D3): each shard has its own `Broker` over its own store. A
 //! request that names a queue ([`crate::shard::routing::queue_fields`]) is first routed:
 //! if another shard owns the queue, [`Broker::handle`] forwards it over that shard's
 //! bounded mailbox and returns the owner's answer; otherwise [`Broker::handle_owned`]

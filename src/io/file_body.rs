@@ -1,5 +1,5 @@
 //! A message body that lives in files: the byte ranges a pull response sends straight
-//! from the CommitLog segments (ARCHITECTURE D8).
+//! from the CommitLog segments (D8).
 //!
 //! A [`FileBody`] is an ordered list of [`BodyChunk`]s; its bytes are the chunks' bytes
 //! back to back. A chunk is either a [`FileRange`] (a segment file, an offset, a length)

@@ -38,6 +38,8 @@
 //!   failing disk, ext4 remounted read-only after an error) raises `SIGBUS` and stops
 //!   the node, where `pwrite` would have returned it. The node dies rather than
 //!   acknowledge a write it could not make; what it acknowledged before is unaffected.
+// Allowed here only (Cargo.toml denies it crate-wide): the shared segment mappings are raw memory (mmap, copies into it, munmap).
+#![allow(unsafe_code)]
 
 use std::cell::RefCell;
 use std::collections::HashMap;

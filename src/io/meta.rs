@@ -1,5 +1,5 @@
 //! The seam for the node's small whole files: `config/topics.json`,
-//! `config/consumerOffset.json` (ARCHITECTURE D5).
+//! `config/consumerOffset.json` (D5).
 //!
 //! What it owns: the [`MetaFiles`] trait, its real-filesystem backend [`RealFiles`] (the
 //! `uring` and `portable` backends make metadata changes with the same plain syscalls, so

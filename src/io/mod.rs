@@ -1,4 +1,4 @@
-//! The disk I/O seam (ARCHITECTURE D5).
+//! The disk I/O seam (D5).
 //!
 //! Every byte the store puts on disk, and every byte it reads back, goes through a
 //! [`Disk`]. There are three backends:

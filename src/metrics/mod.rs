@@ -1,4 +1,4 @@
-//! Node metrics (ARCHITECTURE D15): per-shard counters, gauges and HDR latency histograms,
+//! Node metrics (D15): per-shard counters, gauges and HDR latency histograms,
 //! rendered in the Prometheus text format by [`render`] and served by [`http`].
 //!
 //! Ownership: each shard owns one [`ShardMetrics`] and is its only writer; the metrics

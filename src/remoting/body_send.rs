@@ -1,4 +1,4 @@
-//! Sending a response's file body from the connection writer (ARCHITECTURE D8).
+//! Sending a response's file body from the connection writer (D8).
 //!
 //! ```text
 //!   sendfile:  [TCP_CORK] send(header bytes, MSG_MORE) ─▶ sendfile(range) ... [uncork]
@@ -22,6 +22,8 @@
 //! - A sendfile that reports it cannot work on this file or socket switches this sender to
 //!   the mmap path for the rest of the connection; the bytes already sent stay sent and the
 //!   range resumes where sendfile stopped.
+// Allowed here only (Cargo.toml denies it crate-wide): sendfile and writev from a segment mapping are system calls with raw pointers.
+#![allow(unsafe_code)]
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;

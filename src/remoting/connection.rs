@@ -55,7 +55,7 @@
 //!   `max_partial_frame_bytes` is closed. Every close for a limit is counted in the
 //!   shard's [`Traffic`] and logged (rate-limited per shard, see below).
 //! - Warnings are bounded: text a peer sent reaches a log line only through
-//!   [`log_safe`], and connection-closing warnings pass a per-shard [`WarnLimiter`]
+//!   [`log_safe`](super::log_safe), and connection-closing warnings pass a per-shard [`WarnLimiter`]
 //!   (repeated ones on one connection, its pauses, a per-connection one), so a flood of
 //!   hostile connections cannot flood the log.
 //!

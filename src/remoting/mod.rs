@@ -1,4 +1,4 @@
-//! Remoting: the pure codec of RocketMQ's wire protocol (ARCHITECTURE D1; reference §8,
+//! Remoting: the pure codec of RocketMQ's wire protocol (D1; reference §8,
 //! §9). No sockets, no I/O, no runtime: the connection layer feeds bytes in and writes
 //! bytes out, and everything here is testable from byte arrays.
 //!

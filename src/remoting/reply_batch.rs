@@ -29,7 +29,7 @@
 //! - A batch that unwinds (a panic in an answer) still closes and sends what it holds.
 //! - Held bytes are charged to the connection's [`Backlog`] when they are encoded and
 //!   taken off it as the socket takes them (here, or in the writer task after
-//!   [`ConnectionWriter::begin_write`] handed them over), so a peer that does not read
+//!   `ConnectionWriter::begin_write` handed them over), so a peer that does not read
 //!   cannot make them grow past the backlog's bound by much: its reader stops.
 
 use std::cell::{Cell, RefCell};

@@ -1,4 +1,4 @@
-//! The bounded channels between shards (ARCHITECTURE D3): a request for a queue another
+//! The bounded channels between shards (D3): a request for a queue another
 //! shard owns is handed to that shard whole, answered there, and the response comes back
 //! to the connection that received it.
 //!

@@ -1,4 +1,4 @@
-//! Thread-per-core (ARCHITECTURE D3): what a shard is, which queues it owns, and how
+//! Thread-per-core (D3): what a shard is, which queues it owns, and how
 //! work for another shard's queue gets there.
 //!
 //! A node runs N shards. Each is one OS thread, pinned to a CPU ([`pin`]), running a tokio

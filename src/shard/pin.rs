@@ -1,8 +1,10 @@
-//! Pinning a shard's thread to one CPU (ARCHITECTURE D3: one pinned shard per core).
+//! Pinning a shard's thread to one CPU (D3: one pinned shard per core).
 //!
 //! Shard `n` runs on the `n`-th CPU the process may use (wrapping around when there are
 //! more shards than CPUs). Pinning is best effort: where the affinity call is refused (a
 //! restricted container) the shard runs unpinned and the reason is logged once per shard.
+// Allowed here only (Cargo.toml denies it crate-wide): sched_setaffinity and the CPU set macros are libc calls.
+#![allow(unsafe_code)]
 
 /// Pins the calling thread to the `index`-th CPU of the process's allowed set; returns the
 /// CPU number, or why it could not.
@@ -28,6 +30,8 @@ pub fn pin_current_thread(index: usize) -> Result<usize, String> {
     let cpu = cpus[index % cpus.len()];
     // SAFETY: as above.
     let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from the allowed set, so it is below CPU_SETSIZE, and `one` is an
+    // initialised set.
     unsafe { libc::CPU_SET(cpu, &mut one) };
     // SAFETY: pid 0 is this thread; the size matches the set passed.
     let set = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) };

@@ -1,4 +1,4 @@
-//! Which shard owns a queue, and which requests name one (ARCHITECTURE D3).
+//! Which shard owns a queue, and which requests name one (D3).
 //!
 //! Ownership is a pure function of `(topic, queueId)` and the shard count:
 //! `(hash(topic) + queueId) mod shards`, with a stable 64-bit hash of the topic's bytes. It never depends on the process, the run or the platform, so a

@@ -1,4 +1,4 @@
-//! The appender: the one task that writes the CommitLog (group commit, ARCHITECTURE D6).
+//! The appender: the one task that writes the CommitLog (group commit, D6).
 //!
 //! Each turn takes every queued put (up to `max_batch_bytes`) as one batch, encodes it
 //! into one buffer per touched segment, issues the write, and under SYNC_FLUSH the

@@ -1,5 +1,5 @@
 //! The CommitLog: every message of the shard, all topics mixed, appended in one sequence
-//! of segment files (ARCHITECTURE D2, D4, D6).
+//! of segment files (D2, D4, D6).
 //!
 //! ```text
 //!   commitlog/<20-digit start offset>        (segment size S, default 1 GiB)

@@ -1,5 +1,5 @@
 //! The embedded message store of one shard: CommitLog, ConsumeQueues, flush, checkpoint
-//! and recovery (ARCHITECTURE D2 to D11).
+//! and recovery (D2 to D11).
 //!
 //! ```text
 //!   <dir>/

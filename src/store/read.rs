@@ -1,5 +1,5 @@
 //! Reading a queue for a pull: ConsumeQueue entries → the records a pull may take →
-//! CommitLog byte ranges, adjacent records coalesced (ARCHITECTURE D8).
+//! CommitLog byte ranges, adjacent records coalesced (D8).
 //!
 //! ```text
 //!   ConsumeQueue  [e0][e1][e2][e3] ...      (phys, size, tag code), visible entries only

@@ -1,4 +1,4 @@
-//! CommitLog record codec (ARCHITECTURE D2): RocketMQ message format v1 byte for byte
+//! CommitLog record codec (D2): RocketMQ message format v1 byte for byte
 //! (v2 for long topics), big-endian, plus a whole-record CRC32C carried in a reserved
 //! trailing property. Pure: no I/O, no allocation on decode.
 //!

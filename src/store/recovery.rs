@@ -1,4 +1,4 @@
-//! Opening a store: clean start or crash recovery (ARCHITECTURE D9, D10).
+//! Opening a store: clean start or crash recovery (D9, D10).
 //!
 //! | abort marker | checkpoint      | what happens                                             |
 //! |--------------|-----------------|----------------------------------------------------------|

@@ -1,4 +1,4 @@
-//! Watching the store's tasks and the shard's (ARCHITECTURE D11, failure policy): a panic in
+//! Watching the store's tasks and the shard's (D11, failure policy): a panic in
 //! any of them poisons the store with the panic message, is logged and counted
 //! (`StoreStats::task_panics`), and every put still waiting is answered with that poison at
 //! once. Later puts are refused with it.
