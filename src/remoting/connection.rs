@@ -80,7 +80,7 @@ use super::admission::{Admission, Admitted};
 use super::backlog::{response_cost, Backlog, InFlight};
 use super::body_send::{BodySend, BodySender};
 use super::command::RemotingCommand;
-use super::frame::{encode_frame_header, take_frame};
+use super::frame::{encode_response, take_frame};
 use super::log_safe::{log_safe_max, Warn, WarnLimiter};
 use super::reply_batch::{self, ConnectionWriter};
 use super::traffic::{LimitEvent, Traffic};
@@ -551,41 +551,11 @@ async fn write_responses(
     }
 }
 
-/// Appends the frame header of `response` (its length counting the file body too) and its
-/// byte body; true when its file body must follow.
-pub(super) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
-    let body_len = response.body.len() + response.file_body.len() as usize;
-    match encode_frame_header(response, body_len, out) {
-        Ok(()) => {
-            out.extend_from_slice(&response.body);
-            !response.file_body.is_empty()
-        }
-        Err(error) => {
-            // Only a header beyond the format's limits gets here; tell the client instead
-            // of leaving its request to time out.
-            tracing::error!(opaque = response.opaque, %error, "cannot encode a response");
-            let mut fallback = response.clone();
-            fallback.code = super::codes::response::SYSTEM_ERROR;
-            fallback.ext_fields.clear();
-            fallback.remark = Some(format!("the response could not be encoded: {error}"));
-            fallback.body = bytes::Bytes::new();
-            fallback.file_body = Default::default();
-            let _ = encode_frame_header(&fallback, 0, out);
-            false
-        }
-    }
-}
-
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
 
-    /// A SEND_MESSAGE response with `opaque` (the reply-batch tests use it too).
-    pub(in crate::remoting) fn response(opaque: i32) -> RemotingCommand {
-        let mut request = RemotingCommand::request(10, Default::default());
-        request.opaque = opaque;
-        RemotingCommand::response_to(&request, 0, None)
-    }
+    use crate::remoting::frame::test_response as response;
 
     #[test]
     fn a_reply_is_charged_when_queued_and_a_reply_to_a_closed_connection_is_not() {

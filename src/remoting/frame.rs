@@ -221,6 +221,39 @@ pub fn encode_frame(cmd: &RemotingCommand, out: &mut Vec<u8>) -> Result<(), Fram
     Ok(())
 }
 
+/// Appends the frame header of `response` (its length counting the file body too) and its
+/// byte body; true when its file body must follow.
+pub(super) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
+    let body_len = response.body.len() + response.file_body.len() as usize;
+    match encode_frame_header(response, body_len, out) {
+        Ok(()) => {
+            out.extend_from_slice(&response.body);
+            !response.file_body.is_empty()
+        }
+        Err(error) => {
+            // Only a header beyond the format's limits gets here; tell the client instead
+            // of leaving its request to time out.
+            tracing::error!(opaque = response.opaque, %error, "cannot encode a response");
+            let mut fallback = response.clone();
+            fallback.code = super::codes::response::SYSTEM_ERROR;
+            fallback.ext_fields.clear();
+            fallback.remark = Some(format!("the response could not be encoded: {error}"));
+            fallback.body = bytes::Bytes::new();
+            fallback.file_body = Default::default();
+            let _ = encode_frame_header(&fallback, 0, out);
+            false
+        }
+    }
+}
+
+/// A SEND_MESSAGE response with `opaque`, for the connection and reply-batch tests.
+#[cfg(test)]
+pub(super) fn test_response(opaque: i32) -> RemotingCommand {
+    let mut request = RemotingCommand::request(10, Default::default());
+    request.opaque = opaque;
+    RemotingCommand::response_to(&request, 0, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::command::ExtFields;

@@ -211,7 +211,7 @@ pub(crate) fn hold(number: u64, response: &RemotingCommand) -> bool {
         };
         let mut held = writer.held.borrow_mut();
         let before = held.len();
-        super::connection::encode_response(response, &mut held);
+        super::frame::encode_response(response, &mut held);
         writer.backlog.queued(held.len() - before);
         drop(held);
         if !writer.in_batch.replace(true) {
@@ -230,7 +230,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::remoting::connection::tests::response;
+    use crate::remoting::frame::test_response as response;
     use crate::remoting::frame::{take_frame, DEFAULT_MAX_FRAME_LEN};
 
     fn run<F: std::future::Future>(future: F) -> F::Output {
@@ -345,7 +345,7 @@ mod tests {
                 .expect("the writer task is kicked");
             writer.end_write(half);
             let mut own = Vec::new();
-            crate::remoting::connection::encode_response(&response(8), &mut own);
+            crate::remoting::frame::encode_response(&response(8), &mut own);
             let (half, moved) = writer.begin_write(&mut own).unwrap();
             assert_eq!(
                 writer.backlog().bytes(),
