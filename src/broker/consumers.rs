@@ -2,8 +2,9 @@
 //! pitfall 7): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), and
 //! the per-group subscriptions a pull falls back on when it carries none.
 //!
-//! What this file owns: the shard's [`Groups`] table, in memory only (clients re-register
-//! every 30 s, so nothing here is persisted).
+//! What this file owns: the HEART_BEAT body's types and the three requests' handlers. The
+//! node's registry of groups, clients and connections they fill is [`Groups`]
+//! ([`super::groups`], where its indexes, invariants and costs are stated).
 //!
 //! The HEART_BEAT body is `HeartbeatData` JSON, parsed tolerant of unknown and `null` fields:
 //!
@@ -22,14 +23,12 @@
 //!
 //! Invariants:
 //! - A group exists only while it has at least one client; removing the last client (by
-//!   UNREGISTER_CLIENT or by expiry) removes the group and its subscriptions.
+//!   UNREGISTER_CLIENT, expiry or a closed connection) removes the group and its
+//!   subscriptions.
 //! - A group's subscriptions are those of its latest heartbeat (the `%RETRY%<group>` one
-//!   included), topic by topic, except that a subscription is never replaced by one with a
-//!   lower `subVersion` (a late, stale heartbeat). Topics missing from a heartbeat are dropped.
+//!   included), topic by topic, never replaced by a lower `subVersion`.
 //! - A client not heard from for `BrokerConfig::client_expiry` (120 s) is dropped by
-//!   [`Groups::sweep`], which the node runs every `BrokerConfig::client_sweep_interval`.
-//!   Times are tokio `Instant`s, so paused-time tests control expiry.
-//!
+//!   [`Groups::sweep_all`], which the node runs every `BrokerConfig::client_sweep_interval`.
 //! - Each client is tied to the connection its latest heartbeat came over. When that
 //!   connection closes, the client leaves every group at once (Java's channel-close
 //!   cleanup), instead of waiting out the expiry.
@@ -41,18 +40,18 @@
 //! Not done here: retry-topic creation (topic configs) and heartbeat V2 (the response
 //! claims no V2 support, so clients keep sending full heartbeats).
 
-use crate::sync::Locked;
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Deserializer};
-use tokio::time::{Duration, Instant};
+use tokio::time::Instant;
 
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
 use super::pull::tag_codes;
 use super::{bad_header, Broker};
+
+pub use super::groups::Groups;
 
 /// `null` and absent both mean the default.
 fn or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -139,192 +138,6 @@ pub struct HeartbeatData {
     pub consumer_data_set: Vec<ConsumerData>,
 }
 
-#[derive(Debug, Default)]
-struct ConsumerGroup {
-    /// Client id → last heartbeat.
-    clients: BTreeMap<String, Instant>,
-    /// Topic → subscription.
-    subscriptions: BTreeMap<String, SubscriptionData>,
-}
-
-#[derive(Debug, Default)]
-struct Tables {
-    consumers: BTreeMap<String, ConsumerGroup>,
-    /// Producer group → client id → last heartbeat.
-    producers: BTreeMap<String, BTreeMap<String, Instant>>,
-    /// Client id → the connection its latest heartbeat came over.
-    peers: BTreeMap<String, SocketAddr>,
-}
-
-/// The shard's producer and consumer groups.
-#[derive(Debug, Default)]
-pub struct Groups {
-    tables: Locked<Tables>,
-}
-
-impl Groups {
-    pub fn new() -> Groups {
-        Groups::default()
-    }
-
-    /// Registers (or refreshes) everything one heartbeat, received from `peer`, names;
-    /// returns the consumer groups the client newly joined.
-    pub fn heartbeat(&self, data: &HeartbeatData, now: Instant, peer: SocketAddr) -> Vec<String> {
-        let mut joined = Vec::new();
-        let mut tables = self.tables.lock();
-        tables.peers.insert(data.client_id.clone(), peer);
-        for producer in &data.producer_data_set {
-            tables
-                .producers
-                .entry(producer.group_name.clone())
-                .or_default()
-                .insert(data.client_id.clone(), now);
-        }
-        for consumer in &data.consumer_data_set {
-            let group = tables
-                .consumers
-                .entry(consumer.group_name.clone())
-                .or_default();
-            if group.clients.insert(data.client_id.clone(), now).is_none() {
-                joined.push(consumer.group_name.clone());
-            }
-            let mut subscriptions = BTreeMap::new();
-            for sub in &consumer.subscription_data_set {
-                let keep = match group.subscriptions.get(&sub.topic) {
-                    Some(old) if old.sub_version > sub.sub_version => old.clone(),
-                    _ => sub.clone(),
-                };
-                subscriptions.insert(sub.topic.clone(), keep);
-            }
-            group.subscriptions = subscriptions;
-        }
-        joined
-    }
-
-    /// Removes `client_id` from the named groups, or from every group when none is named;
-    /// returns the consumer groups that still have members and lost this one.
-    pub fn unregister(
-        &self,
-        client_id: &str,
-        producer_group: Option<&str>,
-        consumer_group: Option<&str>,
-    ) -> Vec<String> {
-        let mut tables = self.tables.lock();
-        let everywhere = producer_group.is_none() && consumer_group.is_none();
-        tables.producers.retain(|name, clients| {
-            if everywhere || Some(name.as_str()) == producer_group {
-                clients.remove(client_id);
-            }
-            !clients.is_empty()
-        });
-        let mut left = Vec::new();
-        tables.consumers.retain(|name, group| {
-            if (everywhere || Some(name.as_str()) == consumer_group)
-                && group.clients.remove(client_id).is_some()
-                && !group.clients.is_empty()
-            {
-                left.push(name.clone());
-            }
-            !group.clients.is_empty()
-        });
-        if everywhere {
-            tables.peers.remove(client_id);
-        }
-        left
-    }
-
-    /// Removes every client whose latest heartbeat came over the connection from `peer`
-    /// (it closed); returns the consumer groups that still have members and lost one.
-    pub fn connection_closed(&self, peer: SocketAddr) -> Vec<String> {
-        let gone: Vec<String> = {
-            let tables = self.tables.lock();
-            tables
-                .peers
-                .iter()
-                .filter(|(_, at)| **at == peer)
-                .map(|(id, _)| id.clone())
-                .collect()
-        };
-        let mut left = BTreeSet::new();
-        for client in gone {
-            left.extend(self.unregister(&client, None, None));
-        }
-        left.into_iter().collect()
-    }
-
-    /// The connections the group's clients last heartbeated over.
-    pub fn consumer_peers(&self, group: &str) -> Vec<SocketAddr> {
-        let tables = self.tables.lock();
-        let Some(group) = tables.consumers.get(group) else {
-            return Vec::new();
-        };
-        group
-            .clients
-            .keys()
-            .filter_map(|id| tables.peers.get(id).copied())
-            .collect()
-    }
-
-    /// Drops every client whose last heartbeat is `expiry` or more before `now`; returns
-    /// how many (client, group) registrations went.
-    pub fn sweep(&self, now: Instant, expiry: Duration) -> usize {
-        let mut removed = 0;
-        let alive = |last: &Instant| now.saturating_duration_since(*last) < expiry;
-        let mut tables = self.tables.lock();
-        tables.producers.retain(|_, clients| {
-            let before = clients.len();
-            clients.retain(|_, last| alive(last));
-            removed += before - clients.len();
-            !clients.is_empty()
-        });
-        tables.consumers.retain(|_, group| {
-            let before = group.clients.len();
-            group.clients.retain(|_, last| alive(last));
-            removed += before - group.clients.len();
-            !group.clients.is_empty()
-        });
-        // Forget the connection of a client no group holds any more.
-        let Tables {
-            consumers,
-            producers,
-            peers,
-        } = &mut *tables;
-        peers.retain(|id, _| {
-            consumers.values().any(|g| g.clients.contains_key(id))
-                || producers.values().any(|clients| clients.contains_key(id))
-        });
-        removed
-    }
-
-    /// The group's client ids, sorted; `None` when the group has no client.
-    pub fn consumer_ids(&self, group: &str) -> Option<Vec<String>> {
-        let tables = self.tables.lock();
-        let group = tables.consumers.get(group)?;
-        Some(group.clients.keys().cloned().collect())
-    }
-
-    /// The producer group's client ids, sorted.
-    pub fn producer_ids(&self, group: &str) -> Vec<String> {
-        let tables = self.tables.lock();
-        tables
-            .producers
-            .get(group)
-            .map(|clients| clients.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// The group's subscription to `topic`, if a heartbeat registered one.
-    pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
-        let tables = self.tables.lock();
-        tables
-            .consumers
-            .get(group)?
-            .subscriptions
-            .get(topic)
-            .cloned()
-    }
-}
-
 /// HEART_BEAT (34) from the connection of `peer`.
 pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -> RemotingCommand {
     let data: HeartbeatData = match serde_json::from_slice(&request.body) {
@@ -388,52 +201,6 @@ pub fn consumer_list(broker: &Broker, request: &RemotingCommand) -> RemotingComm
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PEER: SocketAddr =
-        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40000);
-
-    fn beat(client: &str, group: &str, subs: &str) -> HeartbeatData {
-        let text = format!(
-            r#"{{"clientID":"{client}","unknownField":1,"producerDataSet":null,
-            "consumerDataSet":[{{"groupName":"{group}","consumeType":"CONSUME_PASSIVELY",
-            "subscriptionDataSet":[{subs}]}}]}}"#
-        );
-        serde_json::from_str(&text).unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn clients_expire_after_the_timeout_and_take_the_group_with_them() {
-        let groups = Groups::new();
-        let expiry = Duration::from_secs(120);
-        groups.heartbeat(&beat("b@1", "g", ""), Instant::now(), PEER);
-        groups.heartbeat(&beat("a@1", "g", ""), Instant::now(), PEER);
-        assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1", "b@1"]);
-        tokio::time::advance(Duration::from_secs(100)).await;
-        groups.heartbeat(&beat("a@1", "g", ""), Instant::now(), PEER);
-        tokio::time::advance(Duration::from_secs(20)).await;
-        assert_eq!(groups.sweep(Instant::now(), expiry), 1);
-        assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1"]);
-        tokio::time::advance(Duration::from_secs(100)).await;
-        assert_eq!(groups.sweep(Instant::now(), expiry), 1);
-        assert_eq!(groups.consumer_ids("g"), None);
-    }
-
-    #[test]
-    fn a_stale_heartbeat_does_not_replace_a_newer_subscription() {
-        let groups = Groups::new();
-        let now = Instant::now();
-        let new = r#"{"topic":"T","subString":"TagA","codeSet":[1],"subVersion":5}"#;
-        let old = r#"{"topic":"T","subString":"TagB","codeSet":[2],"subVersion":4}"#;
-        groups.heartbeat(&beat("a@1", "g", new), now, PEER);
-        groups.heartbeat(&beat("b@1", "g", old), now, PEER);
-        let sub = groups.subscription("g", "T").unwrap();
-        assert_eq!((sub.sub_string.as_str(), sub.sub_version), ("TagA", 5));
-        let tag_a = crate::store::properties::java_string_hash("TagA");
-        assert_eq!(sub.filter_codes(), Some(vec![tag_a, 1]));
-        // A heartbeat without the topic drops it.
-        groups.heartbeat(&beat("a@1", "g", ""), now, PEER);
-        assert_eq!(groups.subscription("g", "T"), None);
-    }
 
     #[test]
     fn star_selects_everything_and_missing_codes_come_from_the_expression() {

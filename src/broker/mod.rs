@@ -9,7 +9,8 @@
 //! - [`topics`]: the topic table (`config/topics.json`); [`topic_requests`]:
 //!   UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), DELETE_TOPIC_IN_BROKER (215).
 //! - [`consumers`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
-//!   and the heartbeat subscriptions pulls filter by.
+//!   and the heartbeat subscriptions pulls filter by; [`groups`]: the client registry they
+//!   fill, indexed by group, client, connection and expiry.
 //! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
 //!   `commitOffset`, and `config/consumerOffset.json`.
@@ -35,6 +36,7 @@
 pub mod assignment;
 pub mod consumer_offsets;
 pub mod consumers;
+pub mod groups;
 pub mod ids;
 pub mod notify;
 pub mod offsets;
