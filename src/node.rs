@@ -135,6 +135,8 @@ impl NodeOptions {
         options.connection.max_frame_len = config.max_frame_size;
         options.broker.max_parked_pulls =
             (config.max_parked_pulls / config.shards.max(1) as usize).max(1);
+        options.broker.client_expiry = config.channel_expired_timeout;
+        options.broker.client_sweep_interval = config.client_sweep_interval;
         options.namesrv_port = config.namesrv_port;
         options.auto_create_topics = config.auto_create_topic_enable;
         options.default_topic_queue_nums = config.default_topic_queue_nums;

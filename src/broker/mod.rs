@@ -78,9 +78,10 @@ pub struct BrokerConfig {
     /// Most pulls parked at once on this shard; past it a pull that would park answers
     /// PULL_NOT_FOUND at once (the client simply pulls again).
     pub max_parked_pulls: usize,
-    /// A client not heard from (heartbeat) for this long is dropped from its groups.
+    /// A client not heard from (heartbeat) for this long is dropped from its groups
+    /// (`channelExpiredTimeout`).
     pub client_expiry: Duration,
-    /// How often the node sweeps expired clients.
+    /// How often the node sweeps expired clients (`clientSweepInterval`).
     pub client_sweep_interval: Duration,
     /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
     /// crash loses at most this much of the commits.
