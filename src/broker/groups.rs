@@ -567,7 +567,7 @@ mod tests {
             self.registrations
                 .keys()
                 .filter(|(r, g, c)| {
-                    c == client && role.map_or(true, |(role, group)| *r == role && g == group)
+                    c == client && role.is_none_or(|(role, group)| *r == role && g == group)
                 })
                 .cloned()
                 .collect()
