@@ -517,6 +517,9 @@ async fn run_shard(
         broker.clone(),
     ))];
     background.push(tokio::task::spawn_local(sample_metrics(broker.clone())));
+    background.push(tokio::task::spawn_local(
+        crate::broker::consumers::reap_closed_connections(broker.clone()),
+    ));
     let namesrv =
         namesrv_listener.map(|listener| (listener, Rc::new(NameServer::new(broker.clone()))));
     if id == 0 {

@@ -40,9 +40,13 @@
 //! Not done here: retry-topic creation (topic configs) and heartbeat V2 (the response
 //! claims no V2 support, so clients keep sending full heartbeats).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::rc::Rc;
 
 use serde::{Deserialize, Deserializer};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::remoting::codes::response;
@@ -51,7 +55,7 @@ use crate::remoting::RemotingCommand;
 use super::pull::tag_codes;
 use super::{bad_header, Broker};
 
-pub use super::groups::Groups;
+pub use super::groups::{Groups, SWEEP_BATCH};
 
 /// `null` and absent both mean the default.
 fn or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -136,6 +140,64 @@ pub struct HeartbeatData {
     pub producer_data_set: Vec<ProducerData>,
     #[serde(default, deserialize_with = "or_default")]
     pub consumer_data_set: Vec<ConsumerData>,
+}
+
+/// The shard's closed connections whose clients are still registered. A close only queues
+/// its peer here; [`reap_closed_connections`] removes the clients, a bounded step per turn,
+/// so that hundreds of connections closing at once (each a task run back to back) do not
+/// hold the shard for the sum of their cleanups. Until then (normally the same or the next
+/// turn) the clients are still listed; a new connection from the same address and port in
+/// that window would lose the clients it registered, which TIME_WAIT on the client side
+/// makes unlikely.
+#[derive(Debug, Default)]
+pub struct ClosedConnections {
+    queue: RefCell<VecDeque<SocketAddr>>,
+    wake: Notify,
+}
+
+impl ClosedConnections {
+    pub fn push(&self, peer: SocketAddr) {
+        self.queue.borrow_mut().push_back(peer);
+        self.wake.notify_one();
+    }
+
+    /// Connections closed and not yet cleaned up.
+    pub fn len(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.borrow().is_empty()
+    }
+}
+
+/// Takes the clients of this shard's closed connections out of their groups, at most
+/// [`SWEEP_BATCH`] registrations per turn of the shard, and tells the remaining members of
+/// every group that lost one. Runs for the shard's life.
+pub async fn reap_closed_connections(broker: Rc<Broker>) {
+    loop {
+        let mut budget = SWEEP_BATCH;
+        loop {
+            let Some(peer) = broker.closed.queue.borrow().front().copied() else {
+                break;
+            };
+            let step = broker.groups.connection_closed_step(peer, budget);
+            for group in &step.left {
+                broker.notify_consumer_ids_changed(group);
+            }
+            if step.done {
+                broker.closed.queue.borrow_mut().pop_front();
+            }
+            // A step that found nothing left still counts, so the loop always yields.
+            budget = budget.saturating_sub(step.removed.max(1));
+            if budget == 0 {
+                // Let the shard's connections run before the next step.
+                tokio::task::yield_now().await;
+                budget = SWEEP_BATCH;
+            }
+        }
+        broker.closed.wake.notified().await;
+    }
 }
 
 /// HEART_BEAT (34) from the connection of `peer`.

@@ -19,9 +19,11 @@
 //! Costs (n = registrations in the node, k = what the operation changes), each under the
 //! lock: a heartbeat naming k groups is O(k log n); UNREGISTER_CLIENT is O(k log n) for the
 //! k registrations it removes; a closed connection is O(k log n) for the k registrations of
-//! its clients; a sweep is O(log n) plus O(log n) per registration it expires, and expires
-//! at most [`SWEEP_BATCH`] per lock hold, letting the shard run between batches
-//! ([`Groups::sweep_all`]). Nothing scans every group or every client; only the answers
+//! its clients; a sweep is O(log n) plus O(log n) per registration it expires. Neither a
+//! sweep nor the closed connections' cleanup removes more than [`SWEEP_BATCH`]
+//! registrations per lock hold and per turn of the shard ([`Groups::sweep_all`],
+//! [`Groups::connection_closed_step`] driven by [`super::consumers::reap_closed_connections`]),
+//! however many expire or close at once. Nothing scans every group or every client; only the answers
 //! that list a group's members are O(members).
 //!
 //! Invariants (checked with `assert!` where an operation relies on them, and all at once
@@ -50,6 +52,17 @@ use super::consumers::{HeartbeatData, SubscriptionData};
 /// other shards waiting on the lock) run again. About a millisecond of work in a release
 /// build; a bound on the stall, not on what a sweep can expire.
 pub const SWEEP_BATCH: usize = 1024;
+
+/// What one [`Groups::connection_closed_step`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CloseStep {
+    /// The consumer groups that lost a client and still have members, in name order.
+    pub left: Vec<String>,
+    /// Registrations removed.
+    pub removed: usize,
+    /// No client of the connection is left.
+    pub done: bool,
+}
 
 /// Which kind of group a registration is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -208,6 +221,14 @@ impl Tables {
         Some(still_has_members)
     }
 
+    /// The consumer groups of `groups` that still have members, in name order.
+    fn still_joined(&self, groups: BTreeSet<String>) -> Vec<String> {
+        groups
+            .into_iter()
+            .filter(|group| self.consumers.contains_key(group))
+            .collect()
+    }
+
     /// Removes every registration of `client`; returns the consumer groups that lost it and
     /// still have members, in name order.
     fn deregister_everywhere(&mut self, client: &str) -> Vec<String> {
@@ -311,22 +332,40 @@ impl Groups {
     /// Removes every client whose latest heartbeat came over the connection from `peer`
     /// (it closed); returns the consumer groups that still have members and lost one.
     pub fn connection_closed(&self, peer: SocketAddr) -> Vec<String> {
-        let mut tables = self.tables.lock();
-        let Some(clients) = tables.by_peer.get(&peer).cloned() else {
-            return Vec::new();
-        };
         let mut left = BTreeSet::new();
-        for client in clients {
-            left.extend(tables.deregister_everywhere(&client));
+        loop {
+            let step = self.connection_closed_step(peer, SWEEP_BATCH);
+            left.extend(step.left);
+            if step.done {
+                // A group one closing client left may have lost its last member to another.
+                return self.tables.lock().still_joined(left);
+            }
         }
-        assert!(
-            !tables.by_peer.contains_key(&peer),
-            "connection {peer} is still indexed after all its clients left"
-        );
-        // A group one closing client left may have lost its last member to another.
-        left.into_iter()
-            .filter(|group| tables.consumers.contains_key(group))
-            .collect()
+    }
+
+    /// Removes clients of the closed connection from `peer`, whole clients at a time, until
+    /// `budget` registrations went or none is left.
+    pub fn connection_closed_step(&self, peer: SocketAddr, budget: usize) -> CloseStep {
+        let mut tables = self.tables.lock();
+        let mut left = BTreeSet::new();
+        let mut removed = 0;
+        while removed < budget {
+            let Some(client) = tables.by_peer.get(&peer).and_then(|c| c.first().cloned()) else {
+                return CloseStep {
+                    left: tables.still_joined(left),
+                    removed,
+                    done: true,
+                };
+            };
+            let before = tables.expiry.len();
+            left.extend(tables.deregister_everywhere(&client));
+            removed += before - tables.expiry.len();
+        }
+        CloseStep {
+            left: tables.still_joined(left),
+            removed,
+            done: !tables.by_peer.contains_key(&peer),
+        }
     }
 
     /// The connections the group's clients last heartbeated over.
@@ -813,6 +852,33 @@ mod tests {
         let (registrations, peers) = consistent(&groups);
         assert_eq!(registrations.len(), 1);
         assert_eq!(peers, BTreeMap::from([("c@1".to_owned(), peer(2))]));
+    }
+
+    #[test]
+    fn a_closed_connections_cleanup_takes_whole_clients_up_to_its_budget_per_step() {
+        let groups = Groups::new();
+        let now = Instant::now();
+        for i in 0..5 {
+            let client = format!("c@{i}");
+            groups.heartbeat(
+                &beat(&client, &["P"], &["g", &format!("own{i}")]),
+                now,
+                peer(1),
+            );
+        }
+        groups.heartbeat(&beat("stays@1", &[], &["g"]), now, peer(2));
+        // Three registrations per client: a budget of 4 takes two whole clients.
+        let step = groups.connection_closed_step(peer(1), 4);
+        assert_eq!((step.removed, step.done), (6, false), "{step:?}");
+        assert_eq!(step.left, ["g"]);
+        consistent(&groups);
+        let step = groups.connection_closed_step(peer(1), 100);
+        assert_eq!((step.removed, step.done), (9, true), "{step:?}");
+        assert_eq!(groups.consumer_ids("g").unwrap(), ["stays@1"]);
+        assert_eq!(groups.producer_ids("P"), Vec::<String>::new());
+        let step = groups.connection_closed_step(peer(1), 100);
+        assert_eq!((step.removed, step.done, step.left.len()), (0, true, 0));
+        assert_eq!(consistent(&groups).0.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -140,6 +140,8 @@ pub struct Broker {
     pub(crate) groups: Arc<consumers::Groups>,
     pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     pub(crate) links: Arc<notify::Links>,
+    /// Closed connections whose clients are yet to leave their groups.
+    pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
     pub(crate) metrics: Arc<ShardMetrics>,
 }
@@ -159,6 +161,7 @@ impl Broker {
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
             links: tables.links,
+            closed: consumers::ClosedConnections::default(),
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip(), shard.id()),
             store,
             identity,
@@ -372,11 +375,11 @@ impl RequestHandler for Broker {
         self.links.open(peer, outbound);
     }
 
+    /// The clients leave their groups (and the members left are told) in
+    /// [`consumers::reap_closed_connections`], a bounded step per turn of the shard.
     fn connection_closed(&self, peer: SocketAddr) {
         self.links.close(peer);
-        for group in self.groups.connection_closed(peer) {
-            self.notify_consumer_ids_changed(&group);
-        }
+        self.closed.push(peer);
     }
 
     async fn handle(
