@@ -176,17 +176,32 @@ impl ClosedConnections {
 /// every group that lost one. Runs for the shard's life.
 pub async fn reap_closed_connections(broker: Rc<Broker>) {
     loop {
+        broker
+            .closed
+            .reap_queued(&broker.groups, |group| {
+                broker.notify_consumer_ids_changed(group)
+            })
+            .await;
+        broker.closed.wake.notified().await;
+    }
+}
+
+impl ClosedConnections {
+    /// Cleans up every queued connection, yielding after each [`SWEEP_BATCH`]
+    /// registrations; `changed` gets each consumer group that lost a client and still has
+    /// members.
+    pub async fn reap_queued(&self, groups: &Groups, mut changed: impl FnMut(&str)) {
         let mut budget = SWEEP_BATCH;
         loop {
-            let Some(peer) = broker.closed.queue.borrow().front().copied() else {
-                break;
+            let Some(peer) = self.queue.borrow().front().copied() else {
+                return;
             };
-            let step = broker.groups.connection_closed_step(peer, budget);
+            let step = groups.connection_closed_step(peer, budget);
             for group in &step.left {
-                broker.notify_consumer_ids_changed(group);
+                changed(group);
             }
             if step.done {
-                broker.closed.queue.borrow_mut().pop_front();
+                self.queue.borrow_mut().pop_front();
             }
             // A step that found nothing left still counts, so the loop always yields.
             budget = budget.saturating_sub(step.removed.max(1));
@@ -196,7 +211,6 @@ pub async fn reap_closed_connections(broker: Rc<Broker>) {
                 budget = SWEEP_BATCH;
             }
         }
-        broker.closed.wake.notified().await;
     }
 }
 
@@ -263,6 +277,66 @@ pub fn consumer_list(broker: &Broker, request: &RemotingCommand) -> RemotingComm
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn many_connections_closing_at_once_are_cleaned_up_in_bounded_steps() {
+        let groups = std::sync::Arc::new(Groups::new());
+        let closed = Rc::new(ClosedConnections::default());
+        let now = Instant::now();
+        let (connections, per_connection) = (40, 50);
+        for c in 0..connections {
+            let peer = SocketAddr::from(([127, 0, 0, 1], 1000 + c as u16));
+            for i in 0..per_connection {
+                let text = serde_json::json!({"clientID": format!("c{c}@{i}"),
+                    "consumerDataSet": [{"groupName": format!("g{c}-{i}")}]});
+                let data: HeartbeatData = serde_json::from_value(text).unwrap();
+                groups.heartbeat(&data, now, peer);
+            }
+            closed.push(peer);
+        }
+        let total = connections * per_connection;
+        assert!(
+            total > 4 * SWEEP_BATCH,
+            "{total} registrations span several steps"
+        );
+        let local = tokio::task::LocalSet::new();
+        let seen = local
+            .run_until(async {
+                let (reaping, cleaning) = (groups.clone(), closed.clone());
+                let reaper = tokio::task::spawn_local(async move {
+                    cleaning.reap_queued(&reaping, |_| {}).await
+                });
+                // Another task on the same thread, as a connection would be.
+                let probing = groups.clone();
+                let probe = tokio::task::spawn_local(async move {
+                    let mut seen = std::collections::BTreeSet::new();
+                    loop {
+                        let left = probing.registrations();
+                        seen.insert(left);
+                        if left == 0 {
+                            return seen;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                });
+                reaper.await.unwrap();
+                probe.await.unwrap()
+            })
+            .await;
+        assert!(closed.is_empty(), "{} connections left", closed.len());
+        let between: Vec<usize> = seen
+            .iter()
+            .copied()
+            .filter(|&n| n > 0 && n < total)
+            .collect();
+        assert!(
+            between.len() >= 3,
+            "the other task ran only outside the cleanup: it saw {seen:?} registrations"
+        );
+        for left in between {
+            assert_eq!((total - left) % SWEEP_BATCH, 0, "it ran mid-step at {left}");
+        }
+    }
 
     #[test]
     fn star_selects_everything_and_missing_codes_come_from_the_expression() {
