@@ -20,11 +20,15 @@
 //! lock: a heartbeat naming k groups is O(k log n); UNREGISTER_CLIENT is O(k log n) for the
 //! k registrations it removes; a closed connection is O(k log n) for the k registrations of
 //! its clients; a sweep is O(log n) plus O(log n) per registration it expires. Neither a
-//! sweep nor the closed connections' cleanup removes more than [`SWEEP_BATCH`]
-//! registrations per lock hold and per turn of the shard ([`Groups::sweep_all`],
-//! [`Groups::connection_closed_step`] driven by [`super::consumers::reap_closed_connections`]),
-//! however many expire or close at once. Nothing scans every group or every client; only the answers
-//! that list a group's members are O(members).
+//! sweep nor the cleanup of closed connections removes more than [`SWEEP_BATCH`]
+//! registrations per lock hold and per turn of the shard ([`Groups::sweep_all`];
+//! [`Groups::connection_closed_step`] driven by
+//! [`super::consumers::reap_closed_connections`]), however many expire or close at once.
+//! Nothing scans every group or every client. What stays O(members) is inherent: listing a
+//! group, and telling its members it changed.
+//!
+//! Expiry tells nobody (as before this index existed): the members left rebalance on their
+//! own timer. UNREGISTER_CLIENT and a closed connection do tell them.
 //!
 //! Invariants (checked with `assert!` where an operation relies on them, and all at once
 //! by the unit tests' consistency check):
