@@ -27,11 +27,12 @@
 //!   again and the sampled groups are gone.
 //!
 //! Output: one line per phase, `phase=<name> seconds=<length> pings=<n> max_stall_ms=<longest
-//! round trip> p99_ms=<99th percentile>`. It only uses the node's public API, so the same
+//! round trip> p99_ms=<99th percentile>`, the pings being those sent during the phase
+//! (the one in flight at its end included, however long it takes). It only uses the node's public API, so the same
 //! file runs against an earlier commit for a before/after comparison.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,8 @@ const PHASE_LIMIT: Duration = Duration::from_secs(600);
 /// Round trips recorded per phase, in microseconds.
 struct Stalls {
     phase: AtomicUsize,
+    /// Pings sent between phases that have come back.
+    finished_between: AtomicU64,
     stop: AtomicBool,
     samples: Mutex<Vec<Vec<u64>>>,
 }
@@ -123,7 +126,9 @@ fn ping(addr: SocketAddr, stalls: Arc<Stalls>) {
                 .expect("ping answered");
             let took = sent.elapsed().as_micros() as u64;
             assert_eq!(answer.code, response::SYSTEM_ERROR, "{answer:?}");
-            if phase != BETWEEN {
+            if phase == BETWEEN {
+                stalls.finished_between.fetch_add(1, Ordering::Relaxed);
+            } else {
                 stalls.samples.lock().unwrap()[phase].push(took);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -188,8 +193,17 @@ fn begin(stalls: &Stalls, phase: usize) -> Instant {
     Instant::now()
 }
 
-fn end(stalls: &Stalls, phase: usize, began: Instant) {
+/// Ends `phase` and prints it. The ping in flight when it ends belongs to it (it may be the
+/// longest stall of all): the figures are taken once a ping sent afterwards came back.
+async fn end(stalls: &Stalls, phase: usize, began: Instant) {
+    let length = began.elapsed();
     stalls.phase.store(BETWEEN, Ordering::Relaxed);
+    let mark = stalls.finished_between.load(Ordering::Relaxed);
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    while stalls.finished_between.load(Ordering::Relaxed) <= mark {
+        assert!(Instant::now() < deadline, "the ping never came back");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let mut samples = stalls.samples.lock().unwrap()[phase].clone();
     samples.sort_unstable();
     let ms = |us: u64| us as f64 / 1000.0;
@@ -198,7 +212,7 @@ fn end(stalls: &Stalls, phase: usize, began: Instant) {
     println!(
         "phase={} seconds={:.1} pings={} max_stall_ms={:.2} p99_ms={:.2}",
         PHASES[phase],
-        began.elapsed().as_secs_f64(),
+        length.as_secs_f64(),
         samples.len(),
         ms(max),
         ms(p99)
@@ -219,6 +233,7 @@ impl Rig {
         let node = start_node(dir.path(), expiry, sweep);
         let stalls = Arc::new(Stalls {
             phase: AtomicUsize::new(BETWEEN),
+            finished_between: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             samples: Mutex::new(vec![Vec::new(); PHASES.len()]),
         });
@@ -270,11 +285,11 @@ fn main() {
         let stalls = &rig.stalls;
         let began = begin(stalls, 0);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        end(stalls, 0, began);
+        end(stalls, 0, began).await;
         let open = register(rig.node.addr(), clients, connections).await;
         let began = begin(stalls, 1);
         tokio::time::sleep(Duration::from_secs(3)).await;
-        end(stalls, 1, began);
+        end(stalls, 1, began).await;
         drop(open);
     });
     rig.stop();
@@ -292,7 +307,7 @@ fn main() {
         }
         let began = begin(&rig.stalls, 2);
         until_gone(&control, &sampled).await;
-        end(&rig.stalls, 2, began);
+        end(&rig.stalls, 2, began).await;
         drop(open);
     });
     rig.stop();
@@ -312,7 +327,7 @@ fn main() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         until_gone(&control, &sampled).await;
-        end(&rig.stalls, 3, began);
+        end(&rig.stalls, 3, began).await;
     });
     rig.stop();
 }
