@@ -156,6 +156,8 @@ impl NodeOptions {
         options.max_partial_frame_bytes = config.max_partial_frame_bytes;
         options.broker.max_parked_pulls =
             (config.max_parked_pulls / config.shards.max(1) as usize).max(1);
+        options.broker.client_expiry = config.channel_expired_timeout;
+        options.broker.client_sweep_interval = config.client_sweep_interval;
         options.namesrv_port = config.namesrv_port;
         options.auto_create_topics = config.auto_create_topic_enable;
         options.default_topic_queue_nums = config.default_topic_queue_nums;
@@ -553,6 +555,12 @@ async fn run_shard(
         "metrics sampler",
         Box::pin(sample_metrics(broker.clone())),
     ));
+    background.push(spawn_watched(
+        "closed connection reaper",
+        Box::pin(crate::broker::consumers::reap_closed_connections(
+            broker.clone(),
+        )),
+    ));
     let namesrv = namesrv_listener.map(|listener| {
         let handler = NameServer::new(broker.identity().clone(), broker.topics.clone(), clock);
         (listener, Rc::new(handler))
@@ -692,9 +700,11 @@ async fn sweep_clients(broker: Rc<Broker>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        // In batches, yielding between them: O(expired), never a long stall.
         let removed = broker
             .groups()
-            .sweep(tokio::time::Instant::now(), config.client_expiry);
+            .sweep_all(tokio::time::Instant::now(), config.client_expiry)
+            .await;
         if removed > 0 {
             tracing::info!(removed, "expired clients dropped");
         }

@@ -61,6 +61,8 @@
 //! | `disk_max_used_space_ratio` | `diskMaxUsedSpaceRatio` | 75 | disk use (%) above which expired files go at any hour, 10 to 95 |
 //! | `max_connections` | `maxConnections` *(ringmq)* | 10000 | client connections the node accepts, all shards together |
 //! | `max_parked_pulls` | `maxParkedPulls` *(ringmq)* | 65536 | long-polling pulls parked at once, all shards together |
+//! | `channel_expired_timeout` | `channelExpiredTimeout` | 120000 | a client silent (no heartbeat) this long, ms, leaves its groups |
+//! | `client_sweep_interval` | `clientSweepInterval` *(ringmq)* | 10000 | how often expired clients are dropped, ms |
 //! | `max_frame_size` | `maxFrameSize` *(ringmq)* | 16777216 | largest remoting frame, bytes; at least `max_message_size` + 64 KiB |
 //! | `shard_mailbox_capacity` | `shardMailboxCapacity` *(ringmq)* | 4096 | requests queued for another shard before the sender waits (D3) |
 //! | `max_requests_in_flight_per_connection` | `maxRequestsInFlightPerConnection` *(ringmq)* | 1024 | requests read and not yet answered on one connection before it stops reading (TCP backpressure) |
@@ -206,6 +208,8 @@ pub struct NodeConfig {
     pub disk_max_used_space_ratio: u8,
     pub max_connections: usize,
     pub max_parked_pulls: usize,
+    pub channel_expired_timeout: Duration,
+    pub client_sweep_interval: Duration,
     pub max_frame_size: usize,
     pub shard_mailbox_capacity: usize,
     pub max_requests_in_flight_per_connection: usize,
@@ -252,6 +256,9 @@ impl Default for NodeConfig {
             disk_max_used_space_ratio: 75,
             max_connections: 10_000,
             max_parked_pulls: 65_536,
+            // Java's channel expiry (§9.7); clients heartbeat every 30 s.
+            channel_expired_timeout: Duration::from_secs(120),
+            client_sweep_interval: Duration::from_secs(10),
             max_frame_size: 16 * MIB as usize,
             shard_mailbox_capacity: 4096,
             max_requests_in_flight_per_connection: 1024,
@@ -449,6 +456,8 @@ impl NodeConfig {
                 "flush_interval_consume_queue",
                 self.flush_interval_consume_queue,
             ),
+            ("channel_expired_timeout", self.channel_expired_timeout),
+            ("client_sweep_interval", self.client_sweep_interval),
         ] {
             if value.is_zero() {
                 return fail(key, "must be at least 1 ms".into());
@@ -951,6 +960,18 @@ static KEYS: &[Key] = &[
         ["maxParkedPulls"],
         |c, v| c.max_parked_pulls = uint(v, u32::MAX as u64)? as usize,
         |c| c.max_parked_pulls.to_string()
+    ),
+    key!(
+        "channel_expired_timeout",
+        ["channelExpiredTimeout"],
+        |c, v| c.channel_expired_timeout = millis(v)?,
+        |c| c.channel_expired_timeout.as_millis().to_string()
+    ),
+    key!(
+        "client_sweep_interval",
+        ["clientSweepInterval"],
+        |c, v| c.client_sweep_interval = millis(v)?,
+        |c| c.client_sweep_interval.as_millis().to_string()
     ),
     key!(
         "max_frame_size",

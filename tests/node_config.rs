@@ -429,6 +429,16 @@ fn invalid_values_name_their_key() {
         ("maxBatchBytes=100", "maxBatchBytes", "at least 4096"),
         ("maxConnections=0", "maxConnections", "at least 1"),
         ("maxParkedPulls=0", "maxParkedPulls", "at least 1"),
+        (
+            "channelExpiredTimeout=0",
+            "channelExpiredTimeout",
+            "at least 1 ms",
+        ),
+        (
+            "clientSweepInterval=0",
+            "clientSweepInterval",
+            "at least 1 ms",
+        ),
         ("maxFrameSize=1048576", "maxFrameSize", "max_message_size"),
         (
             "shardMailboxCapacity=0",
@@ -588,4 +598,22 @@ fn per_shard_store_settings() {
 #[should_panic(expected = "shard 4 does not exist")]
 fn shard_out_of_range_panics() {
     base().store_config_for_shard(4);
+}
+
+#[test]
+fn the_channel_expiry_and_client_sweep_interval_reach_the_broker_settings() {
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "broker.conf",
+            "channelExpiredTimeout=30000\nclientSweepInterval=500\n",
+        )
+        .unwrap();
+    let config = loader.finish().unwrap();
+    let options = ringmq::node::NodeOptions::from_config(&config);
+    assert_eq!(options.broker.client_expiry, Duration::from_secs(30));
+    assert_eq!(
+        options.broker.client_sweep_interval,
+        Duration::from_millis(500)
+    );
 }

@@ -2,8 +2,9 @@
 //! pitfall 7): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), and
 //! the per-group subscriptions a pull falls back on when it carries none.
 //!
-//! What this file owns: the shard's [`Groups`] table, in memory only (clients re-register
-//! every 30 s, so nothing here is persisted).
+//! What this file owns: the HEART_BEAT body's types and the three requests' handlers. The
+//! node's registry of groups, clients and connections they fill is [`Groups`]
+//! ([`super::groups`], where its indexes, invariants and costs are stated).
 //!
 //! The HEART_BEAT body is `HeartbeatData` JSON, parsed tolerant of unknown and `null` fields:
 //!
@@ -22,14 +23,12 @@
 //!
 //! Invariants:
 //! - A group exists only while it has at least one client; removing the last client (by
-//!   UNREGISTER_CLIENT or by expiry) removes the group and its subscriptions.
+//!   UNREGISTER_CLIENT, expiry or a closed connection) removes the group and its
+//!   subscriptions.
 //! - A group's subscriptions are those of its latest heartbeat (the `%RETRY%<group>` one
-//!   included), topic by topic, except that a subscription is never replaced by one with a
-//!   lower `subVersion` (a late, stale heartbeat). Topics missing from a heartbeat are dropped.
+//!   included), topic by topic, never replaced by a lower `subVersion`.
 //! - A client not heard from for `BrokerConfig::client_expiry` (120 s) is dropped by
-//!   [`Groups::sweep`], which the node runs every `BrokerConfig::client_sweep_interval`.
-//!   Times are tokio `Instant`s, so paused-time tests control expiry.
-//!
+//!   [`Groups::sweep_all`], which the node runs every `BrokerConfig::client_sweep_interval`.
 //! - Each client is tied to the connection its latest heartbeat came over. When that
 //!   connection closes, the client leaves every group at once (Java's channel-close
 //!   cleanup), instead of waiting out the expiry.
@@ -41,18 +40,22 @@
 //! Not done here: retry-topic creation (topic configs) and heartbeat V2 (the response
 //! claims no V2 support, so clients keep sending full heartbeats).
 
-use crate::sync::Locked;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::rc::Rc;
 
 use serde::{Deserialize, Deserializer};
-use tokio::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
 use super::pull::tag_codes;
 use super::{bad_header, Broker};
+
+pub use super::groups::{Groups, SWEEP_BATCH};
 
 /// `null` and absent both mean the default.
 fn or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -139,189 +142,75 @@ pub struct HeartbeatData {
     pub consumer_data_set: Vec<ConsumerData>,
 }
 
+/// The shard's closed connections whose clients are still registered. A close only queues
+/// its peer here; [`reap_closed_connections`] removes the clients, a bounded step per turn,
+/// so that hundreds of connections closing at once (each a task run back to back) do not
+/// hold the shard for the sum of their cleanups. Until then (normally the same or the next
+/// turn) the clients are still listed; a new connection from the same address and port in
+/// that window would lose the clients it registered, which TIME_WAIT on the client side
+/// makes unlikely.
 #[derive(Debug, Default)]
-struct ConsumerGroup {
-    /// Client id → last heartbeat.
-    clients: BTreeMap<String, Instant>,
-    /// Topic → subscription.
-    subscriptions: BTreeMap<String, SubscriptionData>,
+pub struct ClosedConnections {
+    queue: RefCell<VecDeque<SocketAddr>>,
+    wake: Notify,
 }
 
-#[derive(Debug, Default)]
-struct Tables {
-    consumers: BTreeMap<String, ConsumerGroup>,
-    /// Producer group → client id → last heartbeat.
-    producers: BTreeMap<String, BTreeMap<String, Instant>>,
-    /// Client id → the connection its latest heartbeat came over.
-    peers: BTreeMap<String, SocketAddr>,
+impl ClosedConnections {
+    pub fn push(&self, peer: SocketAddr) {
+        self.queue.borrow_mut().push_back(peer);
+        self.wake.notify_one();
+    }
+
+    /// Connections closed and not yet cleaned up.
+    pub fn len(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.borrow().is_empty()
+    }
 }
 
-/// The shard's producer and consumer groups.
-#[derive(Debug, Default)]
-pub struct Groups {
-    tables: Locked<Tables>,
+/// Takes the clients of this shard's closed connections out of their groups, at most
+/// [`SWEEP_BATCH`] registrations per turn of the shard, and tells the remaining members of
+/// every group that lost one. Runs for the shard's life.
+pub async fn reap_closed_connections(broker: Rc<Broker>) {
+    loop {
+        broker
+            .closed
+            .reap_queued(&broker.groups, |group| {
+                broker.notify_consumer_ids_changed(group)
+            })
+            .await;
+        broker.closed.wake.notified().await;
+    }
 }
 
-impl Groups {
-    pub fn new() -> Groups {
-        Groups::default()
-    }
-
-    /// Registers (or refreshes) everything one heartbeat, received from `peer`, names;
-    /// returns the consumer groups the client newly joined.
-    pub fn heartbeat(&self, data: &HeartbeatData, now: Instant, peer: SocketAddr) -> Vec<String> {
-        let mut joined = Vec::new();
-        let mut tables = self.tables.lock();
-        tables.peers.insert(data.client_id.clone(), peer);
-        for producer in &data.producer_data_set {
-            tables
-                .producers
-                .entry(producer.group_name.clone())
-                .or_default()
-                .insert(data.client_id.clone(), now);
-        }
-        for consumer in &data.consumer_data_set {
-            let group = tables
-                .consumers
-                .entry(consumer.group_name.clone())
-                .or_default();
-            if group.clients.insert(data.client_id.clone(), now).is_none() {
-                joined.push(consumer.group_name.clone());
+impl ClosedConnections {
+    /// Cleans up every queued connection, yielding after each [`SWEEP_BATCH`]
+    /// registrations; `changed` gets each consumer group that lost a client and still has
+    /// members.
+    pub async fn reap_queued(&self, groups: &Groups, mut changed: impl FnMut(&str)) {
+        let mut budget = SWEEP_BATCH;
+        loop {
+            let Some(peer) = self.queue.borrow().front().copied() else {
+                return;
+            };
+            let step = groups.connection_closed_step(peer, budget);
+            for group in &step.left {
+                changed(group);
             }
-            let mut subscriptions = BTreeMap::new();
-            for sub in &consumer.subscription_data_set {
-                let keep = match group.subscriptions.get(&sub.topic) {
-                    Some(old) if old.sub_version > sub.sub_version => old.clone(),
-                    _ => sub.clone(),
-                };
-                subscriptions.insert(sub.topic.clone(), keep);
+            if step.done {
+                self.queue.borrow_mut().pop_front();
             }
-            group.subscriptions = subscriptions;
-        }
-        joined
-    }
-
-    /// Removes `client_id` from the named groups, or from every group when none is named;
-    /// returns the consumer groups that still have members and lost this one.
-    pub fn unregister(
-        &self,
-        client_id: &str,
-        producer_group: Option<&str>,
-        consumer_group: Option<&str>,
-    ) -> Vec<String> {
-        let mut tables = self.tables.lock();
-        let everywhere = producer_group.is_none() && consumer_group.is_none();
-        tables.producers.retain(|name, clients| {
-            if everywhere || Some(name.as_str()) == producer_group {
-                clients.remove(client_id);
+            // A step that found nothing left still counts, so the loop always yields.
+            budget = budget.saturating_sub(step.removed.max(1));
+            if budget == 0 {
+                // Let the shard's connections run before the next step.
+                tokio::task::yield_now().await;
+                budget = SWEEP_BATCH;
             }
-            !clients.is_empty()
-        });
-        let mut left = Vec::new();
-        tables.consumers.retain(|name, group| {
-            if (everywhere || Some(name.as_str()) == consumer_group)
-                && group.clients.remove(client_id).is_some()
-                && !group.clients.is_empty()
-            {
-                left.push(name.clone());
-            }
-            !group.clients.is_empty()
-        });
-        if everywhere {
-            tables.peers.remove(client_id);
         }
-        left
-    }
-
-    /// Removes every client whose latest heartbeat came over the connection from `peer`
-    /// (it closed); returns the consumer groups that still have members and lost one.
-    pub fn connection_closed(&self, peer: SocketAddr) -> Vec<String> {
-        let gone: Vec<String> = {
-            let tables = self.tables.lock();
-            tables
-                .peers
-                .iter()
-                .filter(|(_, at)| **at == peer)
-                .map(|(id, _)| id.clone())
-                .collect()
-        };
-        let mut left = BTreeSet::new();
-        for client in gone {
-            left.extend(self.unregister(&client, None, None));
-        }
-        left.into_iter().collect()
-    }
-
-    /// The connections the group's clients last heartbeated over.
-    pub fn consumer_peers(&self, group: &str) -> Vec<SocketAddr> {
-        let tables = self.tables.lock();
-        let Some(group) = tables.consumers.get(group) else {
-            return Vec::new();
-        };
-        group
-            .clients
-            .keys()
-            .filter_map(|id| tables.peers.get(id).copied())
-            .collect()
-    }
-
-    /// Drops every client whose last heartbeat is `expiry` or more before `now`; returns
-    /// how many (client, group) registrations went.
-    pub fn sweep(&self, now: Instant, expiry: Duration) -> usize {
-        let mut removed = 0;
-        let alive = |last: &Instant| now.saturating_duration_since(*last) < expiry;
-        let mut tables = self.tables.lock();
-        tables.producers.retain(|_, clients| {
-            let before = clients.len();
-            clients.retain(|_, last| alive(last));
-            removed += before - clients.len();
-            !clients.is_empty()
-        });
-        tables.consumers.retain(|_, group| {
-            let before = group.clients.len();
-            group.clients.retain(|_, last| alive(last));
-            removed += before - group.clients.len();
-            !group.clients.is_empty()
-        });
-        // Forget the connection of a client no group holds any more.
-        let Tables {
-            consumers,
-            producers,
-            peers,
-        } = &mut *tables;
-        peers.retain(|id, _| {
-            consumers.values().any(|g| g.clients.contains_key(id))
-                || producers.values().any(|clients| clients.contains_key(id))
-        });
-        removed
-    }
-
-    /// The group's client ids, sorted; `None` when the group has no client.
-    pub fn consumer_ids(&self, group: &str) -> Option<Vec<String>> {
-        let tables = self.tables.lock();
-        let group = tables.consumers.get(group)?;
-        Some(group.clients.keys().cloned().collect())
-    }
-
-    /// The producer group's client ids, sorted.
-    pub fn producer_ids(&self, group: &str) -> Vec<String> {
-        let tables = self.tables.lock();
-        tables
-            .producers
-            .get(group)
-            .map(|clients| clients.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// The group's subscription to `topic`, if a heartbeat registered one.
-    pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
-        let tables = self.tables.lock();
-        tables
-            .consumers
-            .get(group)?
-            .subscriptions
-            .get(topic)
-            .cloned()
     }
 }
 
@@ -413,50 +302,64 @@ pub fn consumer_list(broker: &Broker, request: &RemotingCommand) -> RemotingComm
 mod tests {
     use super::*;
 
-    const PEER: SocketAddr =
-        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40000);
-
-    fn beat(client: &str, group: &str, subs: &str) -> HeartbeatData {
-        let text = format!(
-            r#"{{"clientID":"{client}","unknownField":1,"producerDataSet":null,
-            "consumerDataSet":[{{"groupName":"{group}","consumeType":"CONSUME_PASSIVELY",
-            "subscriptionDataSet":[{subs}]}}]}}"#
-        );
-        serde_json::from_str(&text).unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn clients_expire_after_the_timeout_and_take_the_group_with_them() {
-        let groups = Groups::new();
-        let expiry = Duration::from_secs(120);
-        groups.heartbeat(&beat("b@1", "g", ""), Instant::now(), PEER);
-        groups.heartbeat(&beat("a@1", "g", ""), Instant::now(), PEER);
-        assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1", "b@1"]);
-        tokio::time::advance(Duration::from_secs(100)).await;
-        groups.heartbeat(&beat("a@1", "g", ""), Instant::now(), PEER);
-        tokio::time::advance(Duration::from_secs(20)).await;
-        assert_eq!(groups.sweep(Instant::now(), expiry), 1);
-        assert_eq!(groups.consumer_ids("g").unwrap(), ["a@1"]);
-        tokio::time::advance(Duration::from_secs(100)).await;
-        assert_eq!(groups.sweep(Instant::now(), expiry), 1);
-        assert_eq!(groups.consumer_ids("g"), None);
-    }
-
-    #[test]
-    fn a_stale_heartbeat_does_not_replace_a_newer_subscription() {
-        let groups = Groups::new();
+    #[tokio::test]
+    async fn many_connections_closing_at_once_are_cleaned_up_in_bounded_steps() {
+        let groups = std::sync::Arc::new(Groups::new());
+        let closed = Rc::new(ClosedConnections::default());
         let now = Instant::now();
-        let new = r#"{"topic":"T","subString":"TagA","codeSet":[1],"subVersion":5}"#;
-        let old = r#"{"topic":"T","subString":"TagB","codeSet":[2],"subVersion":4}"#;
-        groups.heartbeat(&beat("a@1", "g", new), now, PEER);
-        groups.heartbeat(&beat("b@1", "g", old), now, PEER);
-        let sub = groups.subscription("g", "T").unwrap();
-        assert_eq!((sub.sub_string.as_str(), sub.sub_version), ("TagA", 5));
-        let tag_a = crate::store::properties::java_string_hash("TagA");
-        assert_eq!(sub.filter_codes(), Some(vec![tag_a, 1]));
-        // A heartbeat without the topic drops it.
-        groups.heartbeat(&beat("a@1", "g", ""), now, PEER);
-        assert_eq!(groups.subscription("g", "T"), None);
+        let (connections, per_connection) = (40, 50);
+        for c in 0..connections {
+            let peer = SocketAddr::from(([127, 0, 0, 1], 1000 + c as u16));
+            for i in 0..per_connection {
+                let text = serde_json::json!({"clientID": format!("c{c}@{i}"),
+                    "consumerDataSet": [{"groupName": format!("g{c}-{i}")}]});
+                let data: HeartbeatData = serde_json::from_value(text).unwrap();
+                groups.heartbeat(&data, now, peer);
+            }
+            closed.push(peer);
+        }
+        let total = connections * per_connection;
+        assert!(
+            total > 4 * SWEEP_BATCH,
+            "{total} registrations span several steps"
+        );
+        let local = tokio::task::LocalSet::new();
+        let seen = local
+            .run_until(async {
+                let (reaping, cleaning) = (groups.clone(), closed.clone());
+                let reaper = tokio::task::spawn_local(async move {
+                    cleaning.reap_queued(&reaping, |_| {}).await
+                });
+                // Another task on the same thread, as a connection would be.
+                let probing = groups.clone();
+                let probe = tokio::task::spawn_local(async move {
+                    let mut seen = std::collections::BTreeSet::new();
+                    loop {
+                        let left = probing.registrations();
+                        seen.insert(left);
+                        if left == 0 {
+                            return seen;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                });
+                reaper.await.unwrap();
+                probe.await.unwrap()
+            })
+            .await;
+        assert!(closed.is_empty(), "{} connections left", closed.len());
+        let between: Vec<usize> = seen
+            .iter()
+            .copied()
+            .filter(|&n| n > 0 && n < total)
+            .collect();
+        assert!(
+            between.len() >= 3,
+            "the other task ran only outside the cleanup: it saw {seen:?} registrations"
+        );
+        for left in between {
+            assert_eq!((total - left) % SWEEP_BATCH, 0, "it ran mid-step at {left}");
+        }
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - [`topics`]: the topic table (`config/topics.json`); [`topic_requests`]:
 //!   UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), DELETE_TOPIC_IN_BROKER (215).
 //! - [`consumers`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
-//!   and the heartbeat subscriptions pulls filter by.
+//!   and the heartbeat subscriptions pulls filter by; [`groups`]: the client registry they
+//!   fill, indexed by group, client, connection and expiry.
 //! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
 //!   `commitOffset`, and `config/consumerOffset.json`.
@@ -35,6 +36,7 @@
 pub mod assignment;
 pub mod consumer_offsets;
 pub mod consumers;
+pub mod groups;
 pub mod ids;
 pub mod names;
 pub mod notify;
@@ -77,9 +79,10 @@ pub struct BrokerConfig {
     /// Most pulls parked at once on this shard; past it a pull that would park answers
     /// PULL_NOT_FOUND at once (the client simply pulls again).
     pub max_parked_pulls: usize,
-    /// A client not heard from (heartbeat) for this long is dropped from its groups.
+    /// A client not heard from (heartbeat) for this long is dropped from its groups
+    /// (`channelExpiredTimeout`).
     pub client_expiry: Duration,
-    /// How often the node sweeps expired clients.
+    /// How often the node sweeps expired clients (`clientSweepInterval`).
     pub client_sweep_interval: Duration,
     /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
     /// crash loses at most this much of the commits.
@@ -138,6 +141,8 @@ pub struct Broker {
     pub(crate) groups: Arc<consumers::Groups>,
     pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     pub(crate) links: Arc<notify::Links>,
+    /// Closed connections whose clients are yet to leave their groups.
+    pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
     pub(crate) metrics: Arc<ShardMetrics>,
 }
@@ -157,6 +162,7 @@ impl Broker {
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
             links: tables.links,
+            closed: consumers::ClosedConnections::default(),
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip(), shard.id()),
             store,
             identity,
@@ -374,11 +380,11 @@ impl RequestHandler for Broker {
         self.links.open(peer, outbound);
     }
 
+    /// The clients leave their groups (and the members left are told) in
+    /// [`consumers::reap_closed_connections`], a bounded step per turn of the shard.
     fn connection_closed(&self, peer: SocketAddr) {
         self.links.close(peer);
-        for group in self.groups.connection_closed(peer) {
-            self.notify_consumer_ids_changed(&group);
-        }
+        self.closed.push(peer);
     }
 
     async fn handle(
