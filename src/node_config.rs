@@ -97,6 +97,7 @@ use std::time::Duration;
 
 use crate::config::{FlushMode, StoreConfig, GIB, MIB, RECORD_OVERHEAD_MAX};
 use crate::io::IoChoice;
+use crate::remoting::connection;
 
 /// Most shards a node runs (the shard id takes 8 bits of an offset; 64 leaves room).
 pub const MAX_SHARDS: u8 = 64;
@@ -261,10 +262,12 @@ impl Default for NodeConfig {
             client_sweep_interval: Duration::from_secs(10),
             max_frame_size: 16 * MIB as usize,
             shard_mailbox_capacity: 4096,
-            max_requests_in_flight_per_connection: 1024,
-            max_queued_response_bytes_per_connection: 4 * MIB as usize,
-            frame_timeout: Duration::from_secs(30),
-            server_channel_max_idle_time_seconds: Duration::from_secs(120),
+            // One source for the connection defaults: the connection module's constants.
+            max_requests_in_flight_per_connection: connection::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            max_queued_response_bytes_per_connection:
+                connection::DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
+            frame_timeout: connection::DEFAULT_FRAME_TIMEOUT,
+            server_channel_max_idle_time_seconds: connection::DEFAULT_IDLE_TIMEOUT,
             max_partial_frame_bytes: 256 * MIB as usize,
         }
     }
