@@ -2,8 +2,8 @@
 //! (`^[%|a-zA-Z0-9_-]+$`, topic <= 127, group <= 255): an offset commit for `abuse@topic`
 //! or `topic@grp` is refused (so `topic@group` keys cannot become ambiguous), a pull whose
 //! commitOffset names queue -5, a queue past the topic's, `../../etc/x` or a bad group
-//! stores nothing, heartbeats and offset queries refuse illegal names, and the offsets
-//! committed survive a restart unchanged.
+//! stores nothing, heartbeats skip illegal names (registering the rest of the heartbeat)
+//! and offset queries refuse them, and the offsets committed survive a restart unchanged.
 
 mod common;
 
@@ -143,12 +143,13 @@ fn a_pull_commit_for_an_illegal_queue_topic_or_group_stores_nothing() {
 }
 
 #[test]
-fn a_heartbeat_or_offset_query_naming_an_illegal_name_is_refused() {
+fn a_heartbeat_or_offset_query_naming_an_illegal_name_registers_or_stores_nothing_illegal() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path());
     let addr = node.addr();
     run_local(false, async move {
         let client = Client::connect(addr).await.unwrap();
+        // As Java's broker does, a heartbeat skips the illegal names and answers SUCCESS.
         for (group, topic) in [("bad@group", "T"), ("g", "../../etc/x"), ("g", "a b")] {
             let answer = client
                 .request(consumer_heartbeat("client-1", group, topic, "*"))
@@ -156,7 +157,7 @@ fn a_heartbeat_or_offset_query_naming_an_illegal_name_is_refused() {
                 .unwrap();
             assert_eq!(
                 answer.code,
-                response::SYSTEM_ERROR,
+                response::SUCCESS,
                 "{group}/{topic}: {answer:?}"
             );
         }
@@ -185,6 +186,62 @@ fn a_heartbeat_or_offset_query_naming_an_illegal_name_is_refused() {
                 .await
                 .unwrap();
             assert_eq!(answer.code, response::SYSTEM_ERROR, "{answer:?}");
+        }
+    });
+    node.shutdown().unwrap();
+}
+
+/// One client process heartbeats all its groups at once: a bad group, or a bad subscription
+/// of a good group, must not keep the process's other groups from being registered.
+#[test]
+fn a_heartbeat_with_one_illegal_group_or_topic_still_registers_the_legal_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        // Legal (<= 255), but its own %RETRY% topic is longer than a topic may be.
+        let long = "g".repeat(250);
+        let consumer = |group: &str, topics: &[&str]| {
+            let subs: Vec<_> = topics
+                .iter()
+                .map(|topic| serde_json::json!({"topic": topic, "subString": "*"}))
+                .collect();
+            serde_json::json!({"groupName": group, "subscriptionDataSet": subs})
+        };
+        let body = serde_json::json!({"clientID": "10.0.0.5@7",
+        "producerDataSet": [{"groupName": "P1"}, {"groupName": "bad producer"}],
+        "consumerDataSet": [
+            consumer("good", &["T", "%RETRY%good"]),
+            consumer("bad@group", &["T"]),
+            consumer("dotted", &["a.b", "T"]),
+            consumer(&long, &["T", &format!("%RETRY%{long}")]),
+        ]});
+        let beat = RemotingCommand::request(request::HEART_BEAT, ExtFields::new())
+            .with_body(body.to_string());
+        let answer = client.request(beat).await.unwrap();
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        for group in ["good", "dotted", long.as_str(), "bad@group"] {
+            let mut list = ExtFields::new();
+            list.insert("consumerGroup".into(), group);
+            let answer = client
+                .request(RemotingCommand::request(
+                    request::GET_CONSUMER_LIST_BY_GROUP,
+                    list,
+                ))
+                .await
+                .unwrap();
+            if group == "bad@group" {
+                assert_eq!(answer.code, response::SYSTEM_ERROR, "{answer:?}");
+                continue;
+            }
+            assert_eq!(answer.code, response::SUCCESS, "{group}: {answer:?}");
+            let ids: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+            assert_eq!(
+                ids,
+                serde_json::json!({"consumerIdList": ["10.0.0.5@7"]}),
+                "{group}"
+            );
         }
     });
     node.shutdown().unwrap();

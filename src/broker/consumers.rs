@@ -50,6 +50,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::remoting::codes::response;
+use crate::remoting::log_safe::{log_safe, Warn, WarnLimiter};
 use crate::remoting::RemotingCommand;
 
 use super::pull::tag_codes;
@@ -233,34 +234,89 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
             Some("HeartbeatData has no clientID".into()),
         );
     }
-    if let Some(why) = refused_name(&data) {
-        return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
-    }
+    let data = registrable(data);
     for group in broker.groups.heartbeat(&data, Instant::now(), peer) {
         broker.notify_consumer_ids_changed(&group);
     }
     RemotingCommand::response_to(request, response::SUCCESS, None)
 }
 
-/// The first group or subscribed topic of a heartbeat that the rules every request
-/// applies ([`super::names`]) refuse, as the remark to answer; nothing is registered then.
-fn refused_name(data: &HeartbeatData) -> Option<String> {
-    let producers = data
+thread_local! {
+    /// The shard's limiter for skipped heartbeat names: a client heartbeats every 30 s,
+    /// so one bad subscription would otherwise log forever, once per client per beat.
+    static SKIPPED_NAMES: RefCell<WarnLimiter> =
+        RefCell::new(WarnLimiter::new(5, std::time::Duration::from_secs(10)));
+}
+
+/// Logs (rate-limited, escaped: all three strings come from the client) that a heartbeat's `what` named `name`, refused for `why`.
+fn warn_skipped(client: &str, what: &str, name: &str, why: &str) {
+    let decision =
+        SKIPPED_NAMES.with(|limiter| limiter.borrow_mut().check(std::time::Instant::now()));
+    // The reason quotes the name, so it is escaped too.
+    let (client, name, why) = (log_safe(client), log_safe(name), log_safe(why));
+    match decision {
+        Warn::Log => {}
+        Warn::LogAfterSuppressed(left_out) => {
+            tracing::warn!(left_out, "{left_out} similar warnings were left out")
+        }
+        Warn::Suppress => return,
+    }
+    tracing::warn!(%client, %name, "heartbeat {what} skipped: {why}");
+}
+
+/// `data` without the producer and consumer groups and the subscribed topics that the
+/// rules every request applies ([`super::names`]) refuse. Only those are skipped, not the
+/// whole heartbeat: one client process heartbeats all its groups at once, and a single
+/// bad name (a legal 250-character group whose `%RETRY%<group>` topic is too long, a Java
+/// 4.x client subscribing to `a.b`) must not leave its other groups with no consumer list.
+/// Java's broker registers the others too, and answers SUCCESS.
+fn registrable(mut data: HeartbeatData) -> HeartbeatData {
+    let client = data.client_id.clone();
+    data.producer_data_set.retain(|producer| {
+        let verdict = super::names::validate_group(&producer.group_name);
+        if let Err(why) = &verdict {
+            warn_skipped(&client, "producer group", &producer.group_name, why);
+        }
+        verdict.is_ok()
+    });
+    data.consumer_data_set.retain_mut(|consumer| {
+        if let Err(why) = super::names::validate_group(&consumer.group_name) {
+            warn_skipped(&client, "consumer group", &consumer.group_name, &why);
+            return false;
+        }
+        consumer.subscription_data_set.retain(|sub| {
+            let verdict = super::names::validate_topic(&sub.topic);
+            if let Err(why) = &verdict {
+                warn_skipped(&client, "subscription topic", &sub.topic, why);
+            }
+            verdict.is_ok()
+        });
+        true
+    });
+    for name in data
         .producer_data_set
         .iter()
-        .map(|producer| super::names::validate_group(&producer.group_name));
-    let consumers = data.consumer_data_set.iter().flat_map(|consumer| {
-        std::iter::once(super::names::validate_group(&consumer.group_name)).chain(
-            consumer
-                .subscription_data_set
-                .iter()
-                .map(|sub| super::names::validate_topic(&sub.topic)),
-        )
-    });
-    producers
-        .chain(consumers)
-        .find_map(Result::err)
-        .map(|why| format!("bad HeartbeatData: {why}"))
+        .map(|producer| &producer.group_name)
+    {
+        assert!(
+            super::names::validate_group(name).is_ok(),
+            "producer group {name:?} kept"
+        );
+    }
+    for consumer in &data.consumer_data_set {
+        let group = &consumer.group_name;
+        assert!(
+            super::names::validate_group(group).is_ok(),
+            "consumer group {group:?} kept"
+        );
+        for topic in consumer.subscription_data_set.iter().map(|sub| &sub.topic) {
+            assert!(
+                super::names::validate_topic(topic).is_ok(),
+                "topic {topic:?} of {group:?} kept"
+            );
+        }
+    }
+    data
 }
 
 /// UNREGISTER_CLIENT (35).
@@ -390,5 +446,47 @@ mod tests {
             assert!(codes.contains(&hash(tag)), "{tag} selected");
         }
         assert!(!codes.contains(&hash("TagC")));
+    }
+
+    #[test]
+    fn a_heartbeat_registers_its_legal_names_and_skips_only_the_illegal_ones() {
+        let long = "g".repeat(250);
+        let retry = format!("%RETRY%{long}");
+        assert!(super::super::names::validate_group(&long).is_ok());
+        assert!(super::super::names::validate_topic(&retry).is_err());
+        let text = serde_json::json!({"clientID": "c@1",
+        "producerDataSet": [{"groupName": "P1"}, {"groupName": "bad producer"}],
+        "consumerDataSet": [
+            {"groupName": "good", "subscriptionDataSet": [{"topic": "T"}]},
+            {"groupName": "bad@group", "subscriptionDataSet": [{"topic": "T"}]},
+            {"groupName": "dotted", "subscriptionDataSet": [{"topic": "a.b"}, {"topic": "T"}]},
+            {"groupName": long.clone(), "subscriptionDataSet": [{"topic": retry.clone()}, {"topic": "T"}]}
+        ]});
+        let data: HeartbeatData = serde_json::from_value(text).unwrap();
+        let groups = Groups::new();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1000));
+        groups.heartbeat(&registrable(data), Instant::now(), peer);
+        for group in ["good", "dotted", long.as_str()] {
+            assert_eq!(
+                groups.consumer_ids(group),
+                Some(vec!["c@1".to_string()]),
+                "{group}"
+            );
+            assert!(
+                groups.subscription(group, "T").is_some(),
+                "{group} subscribes to T"
+            );
+        }
+        assert_eq!(groups.consumer_ids("bad@group"), None);
+        assert!(groups.subscription("dotted", "a.b").is_none());
+        assert!(groups.subscription(&long, &retry).is_none());
+        assert_eq!(groups.producer_ids("P1"), vec!["c@1".to_string()]);
+        assert!(groups.producer_ids("bad producer").is_empty());
+        // The 3 legal consumer groups and the legal producer group, each with client c@1.
+        assert_eq!(
+            groups.registrations(),
+            4,
+            "nothing illegal reached the tables"
+        );
     }
 }
