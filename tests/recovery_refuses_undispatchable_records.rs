@@ -199,3 +199,58 @@ fn a_record_with_a_bad_crc_still_ends_the_log_where_it_starts() {
         store.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_missing_middle_segment_stops_the_open_naming_it_and_deletes_nothing() {
+    use ringmq::io::Disk;
+    let sim = sim_disk(44);
+    let log_dir = PathBuf::from("/store").join(COMMIT_LOG_DIR);
+    run_local(true, async {
+        let store = Store::open(config(), as_disk(&sim), Clock::starting_at(0))
+            .await
+            .unwrap();
+        let body = vec![5u8; 8 * 1024];
+        // Over three 64 KiB segments of acknowledged records.
+        for _ in 0..30 {
+            store
+                .put(message("abc", 0, &body, None, None))
+                .await
+                .unwrap();
+        }
+    });
+    sim.crash_now();
+    sim.restart();
+    let mut names = sim.list_dir(&log_dir).unwrap();
+    names.sort();
+    assert!(names.len() >= 3, "at least three segments: {names:?}");
+    let missing = names[1].clone();
+    sim.remove_file(&log_dir.join(&missing)).unwrap();
+    sim.sync_dir(&log_dir).unwrap();
+    let later: Vec<_> = names[2..]
+        .iter()
+        .map(|name| (name.clone(), sim.durable_image(&log_dir.join(name))))
+        .collect();
+    let listing_before = sim.list_dir(&log_dir).unwrap();
+    for attempt in 0..2 {
+        match open_error(&sim) {
+            StoreError::Corrupt(text) => assert!(
+                text.contains(&missing) && text.contains("missing"),
+                "attempt {attempt}: the error should name segment {missing}: {text}"
+            ),
+            other => panic!("attempt {attempt}: expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(
+            sim.list_dir(&log_dir).unwrap(),
+            listing_before,
+            "attempt {attempt}"
+        );
+        for (name, image) in &later {
+            assert!(image.is_some(), "{name} was durable before the open");
+            assert_eq!(
+                &sim.durable_image(&log_dir.join(name)),
+                image,
+                "attempt {attempt}: segment {name} changed"
+            );
+        }
+    }
+}

@@ -223,3 +223,46 @@ fn a_panicking_shard_task_run_under_the_stores_watch_poisons_it() {
         shut_down_poisoned(&store).await;
     });
 }
+
+#[test]
+fn answer_callbacks_that_panic_every_time_still_let_every_put_hear_and_shutdown_finish() {
+    let sim = sim_disk(58);
+    run_local(true, async {
+        let store = Store::open(
+            config(FlushMode::Sync),
+            as_disk(&sim),
+            Clock::starting_at(0),
+        )
+        .await
+        .unwrap();
+        // Every callback panics: the first poisons the store, the others panic again while
+        // the poison is answered to them.
+        for index in 0..3 {
+            store.put_with(
+                message("T", 0, format!("cb{index}").as_bytes(), None, None),
+                move |_| panic!("callback {index} broke"),
+            );
+        }
+        // Ride the same batch, after the callbacks.
+        let outcomes = tokio::time::timeout(
+            Duration::from_secs(60),
+            store.put_all(
+                (0..3).map(|index| message("T", 0, format!("m{index}").as_bytes(), None, None)),
+            ),
+        )
+        .await
+        .expect("a put waiting behind panicking callbacks never heard an answer");
+        assert_eq!(outcomes.len(), 3);
+        for outcome in &outcomes {
+            match outcome {
+                Err(StoreError::Poisoned(text)) => assert!(
+                    text.contains("the appender task panicked: callback 0 broke"),
+                    "{text}"
+                ),
+                other => panic!("expected the store poisoned, got {other:?}"),
+            }
+        }
+        assert_eq!(store.stats().task_panics, 1);
+        shut_down_poisoned(&store).await;
+    });
+}

@@ -38,6 +38,14 @@ struct Encoded {
 
 pub(crate) async fn run_appender(shared: Rc<Shared>) {
     loop {
+        // Checked before the batch leaves `pending`: were it checked after, a failure would
+        // drop a batch that is neither pending nor in flight, and its puts would never hear.
+        assert!(
+            !shared.appender_busy.get() && shared.in_flight.borrow().is_empty(),
+            "the appender takes a batch while busy ({}) with {} puts of the last one in flight",
+            shared.appender_busy.get(),
+            shared.in_flight.borrow().len()
+        );
         let batch = take_batch(&shared);
         if batch.is_empty() {
             shared.appender_idle.notify_waiters();
@@ -47,11 +55,7 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
             shared.appender_wake.notified().await;
             continue;
         }
-        assert!(
-            !shared.appender_busy.replace(true) && shared.in_flight.borrow().is_empty(),
-            "the appender took a batch while {} puts of the last one were in flight",
-            shared.in_flight.borrow().len()
-        );
+        shared.appender_busy.set(true);
         *shared.in_flight.borrow_mut() = batch.iter().map(|put| put.slot.clone()).collect();
         super::watch::panic_point(&shared, StoreTask::Appender);
         append_batch(&shared, batch).await;

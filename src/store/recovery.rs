@@ -33,6 +33,7 @@ use super::commit_log::CommitLog;
 use super::consume_queue::{ConsumeQueue, CqEntry};
 use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
+use super::segment::segment_name;
 use super::segment::SegmentSet;
 use super::{properties, topic, OpenKind, QueueMap, Shared, StoreError, StoreStats};
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
@@ -68,6 +69,16 @@ pub(crate) async fn open(
         base,
     )
     .map_err(|error| StoreError::Corrupt(format!("loading the CommitLog: {error}")))?;
+    // Checked before anything may be cut (issue defect 13: only invalid records may cut
+    // the log): a scan would otherwise end at the gap and delete every later segment.
+    if let Some(missing) = segments.first_gap() {
+        return Err(StoreError::Corrupt(format!(
+            "CommitLog segment {} is missing between present segments; nothing was deleted",
+            dir.join(COMMIT_LOG_DIR)
+                .join(segment_name(missing))
+                .display()
+        )));
+    }
     let last = checkpoint.last();
     let clean = !crashed && last.is_some_and(|last| last.clean);
     let safe = last.map(|last| last.safe_offset).unwrap_or(base);

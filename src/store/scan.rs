@@ -132,6 +132,18 @@ pub fn scan<E>(
     loop {
         let segment_start = segments.start_of(pos);
         if segments.file(segment_start).is_none() {
+            // A missing segment with later ones present is no end of data: cutting there
+            // would delete the acknowledged records of every later segment.
+            if let Some(last) = segments.last_start().filter(|&last| last > segment_start) {
+                return Ok(stop(
+                    pos,
+                    ScanStop::Inconsistent(format!(
+                        "CommitLog segment {} is missing while segment {} is present",
+                        super::segment::segment_name(segment_start),
+                        super::segment::segment_name(last)
+                    )),
+                ));
+            }
             return Ok(stop(pos, ScanStop::CleanEnd));
         }
         let segment_end = segment_start + segment_size;
@@ -206,6 +218,43 @@ mod tests {
         assert!(ScanStop::<String>::Invalid(InvalidRecord::Magic(7)).may_cut());
         assert!(!ScanStop::<String>::Inconsistent("x".into()).may_cut());
         assert!(!ScanStop::Refused("x".to_string()).may_cut());
+    }
+
+    #[test]
+    fn a_missing_segment_before_a_present_one_is_inconsistent_not_an_end() {
+        use crate::io::sim::{SimConfig, SimDisk};
+        use crate::io::Disk;
+        use std::rc::Rc;
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let disk: Rc<dyn Disk> = Rc::new(SimDisk::new(SimConfig::with_seed(1)));
+            let size = 64 * 1024;
+            let set = std::cell::RefCell::new(
+                SegmentSet::load(disk.clone(), std::path::Path::new("/log"), size, 0)
+                    .expect("load"),
+            );
+            // Segment 0 closes with a blank, segment `size` is missing, `2 * size` exists.
+            let first = SegmentSet::ensure(&set, 0).await.expect("segment 0");
+            SegmentSet::ensure(&set, 2 * size).await.expect("segment 2");
+            let mut blank = Vec::new();
+            record::encode_blank(size as u32, &mut blank);
+            disk.write_at(first, 0, blank.into()).await.expect("blank");
+            let end = scan(&set.borrow(), 0, Verify::Full, 4096, |_, _| {
+                Ok::<(), String>(())
+            })
+            .expect("scan");
+            assert_eq!(end.end, size);
+            let missing = crate::store::segment::segment_name(size);
+            assert!(
+                matches!(&end.stop, ScanStop::Inconsistent(why) if why.contains(&missing)),
+                "expected an inconsistent stop naming {missing}, got {:?}",
+                end.stop
+            );
+            assert!(!end.stop.may_cut());
+        });
     }
 
     #[test]

@@ -137,6 +137,19 @@ impl SegmentSet {
         self.segments.keys().next_back().copied()
     }
 
+    /// The first segment start missing between the first and the last present one, if
+    /// any. The log is one contiguous run of segments: a gap is not an end of data.
+    pub fn first_gap(&self) -> Option<u64> {
+        let mut expected = self.first_start()?;
+        for &start in self.segments.keys() {
+            if start != expected {
+                return Some(expected);
+            }
+            expected = start + self.size;
+        }
+        None
+    }
+
     /// Segment starts in ascending order.
     pub fn starts(&self) -> Vec<u64> {
         self.segments.keys().copied().collect()

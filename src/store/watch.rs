@@ -121,12 +121,13 @@ pub(crate) fn task_panicked(shared: &Shared, watchee: Watchee, message: &str) {
     let error = shared
         .poisoned()
         .expect("the store was poisoned just above");
-    fail_waiting_puts(shared, &error);
     if watchee == Watchee::Store(StoreTask::Appender) {
-        // Nobody will finish its batch: shutdown must not wait for it.
+        // Nobody will finish its batch: shutdown must not wait for it. Done before the
+        // answers below, which run the same callbacks that may just have panicked.
         shared.appender_busy.set(false);
         shared.appender_idle.notify_waiters();
     }
+    fail_waiting_puts(shared, &error);
 }
 
 /// Answers every queued and in-flight put with `error`. The slots are taken out first: an
@@ -139,7 +140,17 @@ fn fail_waiting_puts(shared: &Shared, error: &StoreError) {
         .into_iter()
         .chain(queued.into_iter().map(|put| put.slot))
     {
-        slot.answer(Err(error.clone()));
+        // Each answer on its own: a callback that panics again (often the very one that
+        // poisoned the store) must not leave the slots after it without an answer. The
+        // store is already poisoned, so the panic is only logged.
+        let answered = catch_unwind(AssertUnwindSafe(|| slot.answer(Err(error.clone()))));
+        if let Err(payload) = answered {
+            tracing::error!(
+                "store {}: a put callback panicked while hearing the poison: {}",
+                shared.config.dir.display(),
+                panic_message(payload.as_ref())
+            );
+        }
     }
 }
 
