@@ -44,8 +44,9 @@
 //!   `max_requests_in_flight` requests read and not yet answered, and at most
 //!   `max_queued_response_bytes` of responses not yet written. When either is reached the
 //!   connection stops taking frames and stops reading its socket until the backlog
-//!   drains, so a peer that does not read its answers is held back by TCP, not by the
-//!   node's memory. Every pause is counted (`read_pauses`).
+//!   drains (a parked long-poll pull does not count against the requests bound), so
+//!   a peer that does not read its answers is held back by TCP, not by the node's
+//!   memory. Every pause is counted (`read_pauses`).
 //! - Time a peer may hold a connection without progress is bounded: a frame that began
 //!   must complete within `frame_timeout`, and a connection with no request read for
 //!   `idle_timeout` and none in flight is closed. Both are checked on a tick of a quarter
@@ -393,8 +394,10 @@ pub async fn serve_admitted<H: RequestHandler>(
                     let in_flight = backlog.start_request();
                     let handler = handler.clone();
                     let responses = responses.clone();
+                    let current = in_flight.backlog().cloned();
                     requests.spawn_local(async move {
-                        let response = handler.handle(request, peer).await;
+                        let response =
+                            super::backlog::scope(current, handler.handle(request, peer)).await;
                         if let (Some(response), false) = (response, oneway) {
                             in_flight.answered(response_cost(&response));
                             // A closed channel means the connection is going away.
