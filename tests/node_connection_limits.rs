@@ -180,6 +180,48 @@ fn a_frame_that_does_not_complete_within_the_frame_timeout_closes_its_connection
 }
 
 #[test]
+fn a_large_frame_that_keeps_coming_is_accepted_though_it_takes_longer_than_the_frame_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(dir.path());
+    let timeout = Duration::from_millis(500);
+    options.connection.frame_timeout = timeout;
+    options.connection.idle_timeout = Duration::from_secs(60);
+    let node = ringmq::node::start(options).unwrap();
+
+    let mut command = RemotingCommand::request(request::GET_ALL_TOPIC_CONFIG, ExtFields::new());
+    command.opaque = 9;
+    command.body = vec![b'x'; 1024 * 1024].into();
+    let mut frame = Vec::new();
+    encode_frame(&command, &mut frame).unwrap();
+    let mut slow = connect(node.addr());
+    // 64 KiB every 100 ms (the peer's pace, not a wait): each piece well within the
+    // timeout, the whole frame about three times it.
+    let started = Instant::now();
+    for piece in frame.chunks(64 * 1024) {
+        slow.write_all(piece)
+            .expect("the slow frame's connection was closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(started.elapsed() > timeout * 2, "{:?}", started.elapsed());
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let answer = loop {
+        if let Some((answer, _)) = decode_frame(&buffer, usize::MAX >> 1).unwrap() {
+            break answer;
+        }
+        let n = slow.read(&mut chunk).expect("an answer in time");
+        assert!(
+            n > 0,
+            "a steadily arriving frame was cut by the frame timeout"
+        );
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    assert_eq!((answer.opaque, answer.code), (9, response::SUCCESS));
+    assert_eq!(traffic(&node).frame_timeouts, 0);
+    node.shutdown().unwrap();
+}
+
+#[test]
 fn a_connection_without_requests_for_the_idle_timeout_is_closed_and_a_busy_one_stays() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());

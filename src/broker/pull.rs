@@ -233,6 +233,8 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         let deadline = tokio::time::Instant::now() + wait;
         broker.parked.set(broker.parked.get() + 1);
         let _parked = ParkedGuard(broker);
+        // Parked, it no longer holds its connection's reads back (bounded per shard above).
+        let _connection_parked = crate::remoting::backlog::park_current();
         loop {
             // Register before reading, so an arrival after the read still wakes us.
             let arrival = broker.store.arrivals();

@@ -55,6 +55,12 @@ pub fn response_cost(response: &RemotingCommand) -> usize {
 #[derive(Debug)]
 pub struct Backlog {
     requests: AtomicUsize,
+    /// Of `requests`, those parked (a long-polling pull waiting for a message). They count
+    /// for the idle check but not against `max_requests`: a client sharing one connection
+    /// across many idle queues parks one pull per queue, and pausing its reads would leave
+    /// its sends and heartbeats unread until a pull times out. They are bounded per shard
+    /// by `max_parked_pulls` instead.
+    parked: AtomicUsize,
     bytes: AtomicUsize,
     max_requests: usize,
     max_bytes: usize,
@@ -70,6 +76,7 @@ impl Backlog {
     pub fn new(max_requests: usize, max_bytes: usize, traffic: Arc<Traffic>) -> Arc<Backlog> {
         Arc::new(Backlog {
             requests: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             max_requests: max_requests.max(1),
             max_bytes: max_bytes.max(1),
@@ -132,9 +139,29 @@ impl Backlog {
         self.bytes.load(Ordering::SeqCst)
     }
 
-    /// True when the connection must not read: a bound is reached.
+    /// Requests parked now (see [`Backlog::park`]).
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::SeqCst)
+    }
+
+    /// Counts one of this connection's requests as parked until the guard drops.
+    pub fn park(self: &Arc<Self>) -> Parked {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        // Parking makes room: a reader paused on the requests bound must resume now, not
+        // when some pull times out.
+        self.wake_reader();
+        Parked(self.clone())
+    }
+
+    /// True when the connection must not read: a bound is reached. Parked requests do
+    /// not count against the requests bound.
     pub fn is_full(&self) -> bool {
-        self.requests() >= self.max_requests || self.bytes() >= self.max_bytes
+        // Parked first: a parked request is in `requests` until after it unparks, so this
+        // order never sees more parked than in flight, except when both dropped between
+        // the reads (hence saturating).
+        let parked = self.parked();
+        self.requests().saturating_sub(parked) >= self.max_requests
+            || self.bytes() >= self.max_bytes
     }
 
     /// Waits until the backlog is below both bounds. Only the connection's reader calls it.
@@ -191,6 +218,38 @@ impl InFlight {
     }
 }
 
+/// One parked request (see [`Backlog::park`]); unparks on drop.
+#[derive(Debug)]
+pub struct Parked(Arc<Backlog>);
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        let before = self.0.parked.fetch_sub(1, Ordering::SeqCst);
+        assert!(before >= 1, "a request unparked with {before} parked");
+        // Takes room, makes none: nothing to wake; the reader re-checks before each frame.
+    }
+}
+
+tokio::task_local! {
+    /// The backlog of the connection whose request the current task runs, so the handler
+    /// can mark it parked without the request carrying its connection.
+    static CURRENT: Arc<Backlog>;
+}
+
+/// Runs `request` (a request task's work) with `backlog` as its connection's backlog.
+pub async fn scope<F: std::future::Future>(backlog: Option<Arc<Backlog>>, request: F) -> F::Output {
+    match backlog {
+        Some(backlog) => CURRENT.scope(backlog, request).await,
+        None => request.await,
+    }
+}
+
+/// Marks the request the current task runs as parked until the guard drops; `None`
+/// outside a connection's request task (tests, tools).
+pub fn park_current() -> Option<Parked> {
+    CURRENT.try_with(|backlog| backlog.park()).ok()
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(backlog) = self.0.take() {
@@ -243,6 +302,30 @@ mod tests {
             (snapshot.requests_in_flight, snapshot.queued_response_bytes),
             (0, 0)
         );
+    }
+
+    #[test]
+    fn parked_requests_do_not_fill_the_bound_and_parking_wakes_the_reader() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (backlog, _) = backlog(2, 1000);
+            let first = backlog.start_request();
+            let second = backlog.start_request();
+            assert!(backlog.is_full());
+            let parked = backlog.park();
+            tokio::time::timeout(Duration::from_secs(5), backlog.wait_for_room())
+                .await
+                .expect("parking wakes the reader");
+            let third = backlog.start_request();
+            assert!(backlog.is_full(), "2 of 2 unparked in flight");
+            assert_eq!((backlog.requests(), backlog.parked()), (3, 1));
+            drop(parked);
+            drop((first, second, third));
+            assert_eq!((backlog.requests(), backlog.parked()), (0, 0));
+        });
     }
 
     #[test]

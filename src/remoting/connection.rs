@@ -44,11 +44,14 @@
 //!   `max_requests_in_flight` requests read and not yet answered, and at most
 //!   `max_queued_response_bytes` of responses not yet written. When either is reached the
 //!   connection stops taking frames and stops reading its socket until the backlog
-//!   drains, so a peer that does not read its answers is held back by TCP, not by the
-//!   node's memory. Every pause is counted (`read_pauses`).
-//! - Time a peer may hold a connection without progress is bounded: a frame that began
-//!   must complete within `frame_timeout`, and a connection with no request read for
-//!   `idle_timeout` and none in flight is closed. Both are checked on a tick of a quarter
+//!   drains (a parked long-poll pull does not count against the requests bound), so
+//!   a peer that does not read its answers is held back by TCP, not by the node's
+//!   memory. Every pause is counted (`read_pauses`).
+//! - Time a peer may hold a connection without progress is bounded: a partial frame must
+//!   make progress (64 KiB more) within `frame_timeout` of its first byte or its last
+//!   progress, not counting time the node was not reading (a pause); a connection with
+//!   no request read for `idle_timeout`, none in flight (parked pulls count), no response
+//!   bytes queued and not paused is closed. Both are checked on a tick of a quarter
 //!   of the shorter timeout, so a close comes at most that much late.
 //! - Bytes held in read buffers beyond the initial buffer size are charged to the node's
 //!   [`Admission`]; a connection whose buffer would take the node past
@@ -360,13 +363,16 @@ pub async fn serve_admitted<H: RequestHandler>(
     let mut ticks = tokio::time::interval_at(Instant::now() + limits.tick(), limits.tick());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_request = Instant::now();
-    // When the partial frame now in `buffer` began; `None` when it holds none.
-    let mut frame_began: Option<Instant> = None;
+    // When the frame clock of the partial frame now in `buffer` last (re)started, and
+    // `buffer.len()` then; `None` when it holds none. It restarts on progress (see
+    // FRAME_PROGRESS) and when a pause ends, so `frame_timeout` bounds a stall, not a frame.
+    let mut frame_began: Option<(Instant, usize)> = None;
     let mut paused = false;
     let ended = 'serve: loop {
         // Take whole frames while the backlog has room; stopped by a full one, the rest
         // wait in `buffer` (and the socket) until it drains.
         let mut took = false;
+        let capacity_before = buffer.capacity();
         let mut waiting_for_bytes = false;
         while !backlog.is_full() {
             match take_frame(&mut buffer, limits.max_frame_len) {
@@ -393,8 +399,10 @@ pub async fn serve_admitted<H: RequestHandler>(
                     let in_flight = backlog.start_request();
                     let handler = handler.clone();
                     let responses = responses.clone();
+                    let current = in_flight.backlog().cloned();
                     requests.spawn_local(async move {
-                        let response = handler.handle(request, peer).await;
+                        let response =
+                            super::backlog::scope(current, handler.handle(request, peer)).await;
                         if let (Some(response), false) = (response, oneway) {
                             in_flight.answered(response_cost(&response));
                             // A closed channel means the connection is going away.
@@ -413,13 +421,22 @@ pub async fn serve_admitted<H: RequestHandler>(
                 }
             }
         }
+        if took {
+            shrink_read_buffer(&mut buffer, capacity_before, limits.read_buffer);
+        }
         let now = Instant::now();
         if took {
             last_request = now;
             frame_began = None;
         }
         if waiting_for_bytes {
-            frame_began.get_or_insert(now);
+            match &mut frame_began {
+                None => frame_began = Some((now, buffer.len())),
+                Some((began, mark)) if buffer.len() >= *mark + FRAME_PROGRESS => {
+                    (*began, *mark) = (now, buffer.len());
+                }
+                Some(_) => {}
+            }
         }
         if let Err(refused) = partial.hold(buffer.len()) {
             traffic.count(LimitEvent::PartialFrameRefusal);
@@ -448,6 +465,12 @@ pub async fn serve_admitted<H: RequestHandler>(
                 );
             }
         }
+        if paused && !full {
+            // Time the node was not reading is not the peer's: the frame clock restarts.
+            if let Some((began, mark)) = &mut frame_began {
+                (*began, *mark) = (now, buffer.len());
+            }
+        }
         paused = full;
         tokio::select! {
             // Reads first: they are what this loop is for; the others end it or wake it.
@@ -467,7 +490,7 @@ pub async fn serve_admitted<H: RequestHandler>(
             _ = &mut stopping => break Ended::Shutdown,
             now = ticks.tick() => {
                 // A paused connection holds whole frames it has not taken, not a late one.
-                if let (Some(began), false) = (frame_began, paused) {
+                if let (Some((began, _)), false) = (frame_began, paused) {
                     if now.duration_since(began) >= limits.frame_timeout {
                         traffic.count(LimitEvent::FrameTimeout);
                         limited_warn!(
@@ -481,8 +504,9 @@ pub async fn serve_admitted<H: RequestHandler>(
                     }
                 }
                 if now.duration_since(last_request) >= limits.idle_timeout {
-                    if backlog.requests() > 0 {
-                        // Waiting for its own answers (a parked pull) is not idle.
+                    if backlog.requests() > 0 || backlog.bytes() > 0 || paused {
+                        // Waiting for its own answers (a parked pull) is not idle, nor is
+                        // reading a backlog of them slowly (queued bytes, a pause).
                         last_request = now;
                     } else {
                         traffic.count(LimitEvent::IdleClose);
@@ -502,6 +526,28 @@ pub async fn serve_admitted<H: RequestHandler>(
     handler.connection_closed(peer);
     tracing::debug!(%peer, ?ended, "connection ended");
     ended
+}
+
+/// Bytes of a partial frame that restart its clock when they arrive: a frame that keeps
+/// coming at this much per `frame_timeout` (64 KiB per 30 s by default) is not cut, while
+/// a trickle of a few bytes at a time is.
+const FRAME_PROGRESS: usize = 64 * 1024;
+
+/// How many times `read_buffer` a read buffer may keep as capacity once it holds little.
+const READ_BUFFER_SLACK: usize = 4;
+
+/// After frames were taken from `buffer`: if it had grown (for a large frame) past
+/// [`READ_BUFFER_SLACK`] times `read_buffer` and now holds at most `read_buffer` bytes,
+/// moves them into a fresh buffer of the normal size. Otherwise the big allocation stays
+/// with the connection, uncharged: the next read reclaims it once the frame split off
+/// it is dropped. `capacity_before` is the capacity before the frames were split off.
+fn shrink_read_buffer(buffer: &mut BytesMut, capacity_before: usize, read_buffer: usize) {
+    let limit = READ_BUFFER_SLACK * read_buffer;
+    if capacity_before.max(buffer.capacity()) > limit && buffer.len() <= read_buffer {
+        let mut fresh = BytesMut::with_capacity(read_buffer);
+        fresh.extend_from_slice(buffer);
+        *buffer = fresh;
+    }
 }
 
 /// Writes responses as they come, batching whatever is already queued into one write,
@@ -556,6 +602,32 @@ mod tests {
     use super::*;
 
     use crate::remoting::frame::test_response as response;
+
+    #[test]
+    fn a_read_buffer_grown_for_a_large_frame_returns_to_its_normal_size() {
+        let small = 64 * 1024;
+        let mut big = response(1);
+        big.body = vec![7u8; 4 * 1024 * 1024].into();
+        let mut bytes = Vec::new();
+        super::super::frame::encode_frame(&big, &mut bytes).unwrap();
+        // The start of the next frame stays behind.
+        bytes.extend_from_slice(&[0, 0]);
+        let mut buffer = BytesMut::with_capacity(small);
+        buffer.extend_from_slice(&bytes);
+        let capacity_before = buffer.capacity();
+        let frame = take_frame(&mut buffer, usize::MAX >> 1).unwrap().unwrap();
+        drop(frame);
+        shrink_read_buffer(&mut buffer, capacity_before, small);
+        // The next read makes room: a buffer still on the big allocation reclaims it here.
+        buffer.reserve(1);
+        assert!(
+            buffer.capacity() <= READ_BUFFER_SLACK * small,
+            "a read buffer kept {} bytes of capacity after a {}-byte frame (normal {small})",
+            buffer.capacity(),
+            bytes.len()
+        );
+        assert_eq!(&buffer[..], &[0, 0], "the leftover bytes are kept");
+    }
 
     #[test]
     fn a_reply_is_charged_when_queued_and_a_reply_to_a_closed_connection_is_not() {
