@@ -264,8 +264,7 @@ impl Default for NodeConfig {
             shard_mailbox_capacity: 4096,
             // One source for the connection defaults: the connection module's constants.
             max_requests_in_flight_per_connection: connection::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
-            max_queued_response_bytes_per_connection:
-                connection::DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
+            max_queued_response_bytes_per_connection: connection::DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
             frame_timeout: connection::DEFAULT_FRAME_TIMEOUT,
             server_channel_max_idle_time_seconds: connection::DEFAULT_IDLE_TIMEOUT,
             max_partial_frame_bytes: 256 * MIB as usize,
