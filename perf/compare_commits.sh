@@ -5,7 +5,7 @@
 # both release, then for each of ROUNDS rounds runs perf/node_bench.sh and one round of
 # perf/store_vs_fio.sh with each binary, alternating which goes first, so both see the
 # same machine states. Writes perf/results/compare-commits.md: the median of every row for
-# each binary and their ratio (HEAD / BASE).
+# each binary and their ratio (HEAD / BASE); each round's files go to perf/results/compare-commits/.
 #
 # Usage: perf/compare_commits.sh [BASE] [ROUNDS]    env: SHARDS (default 1), SECONDS_PER_RUN
 # (default 5), BASE_BIN (a prebuilt BASE binary: skips its build), DIR (scratch space).
@@ -44,6 +44,8 @@ run_one() { # name binary round
   RINGMQ_BIN="$2" RESULTS_TAG="-cmp-$1-r$3" perf/store_vs_fio.sh 1 >/dev/null
 }
 
+# Rounds of an earlier comparison would be counted again: clear them.
+rm -f "$OUT"/*-cmp-base-r*.* "$OUT"/*-cmp-head-r*.* "$OUT"/compare-commits/*-cmp-*
 for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) = 1 ]; then
     run_one head "$HEAD_BIN" "$round"; run_one base "$BASE_BIN" "$round"
@@ -87,3 +89,6 @@ for bench, pattern in (("node", f"{out}/node-bench-*-cmp-{{}}-r*.raw.jsonl"),
 open(f"{out}/compare-commits.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+# Each round's own results files go beside the summary, out of the main results folder.
+mkdir -p "$OUT/compare-commits"
+mv "$OUT"/*-cmp-base-r*.* "$OUT"/*-cmp-head-r*.* "$OUT/compare-commits/"
