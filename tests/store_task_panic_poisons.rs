@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::{as_disk, message, run_local, sim_disk};
 use ringmq::clock::Clock;
 use ringmq::config::{FlushMode, StoreConfig};
+use ringmq::io::sim::SimDisk;
 use ringmq::store::{PutResult, Store, StoreError, StoreTask};
 use tokio::time::Instant;
 
@@ -26,14 +27,26 @@ fn config(flush_mode: FlushMode) -> StoreConfig {
     config
 }
 
-fn assert_poisoned_by(outcome: &Result<PutResult, StoreError>, task: &str) {
-    let cause = format!("the {task} task panicked: injected panic in the {task} task");
+/// A store over `sim` with [`config`], its clock at 0.
+async fn open(sim: &SimDisk, flush_mode: FlushMode) -> Store {
+    Store::open(config(flush_mode), as_disk(sim), Clock::starting_at(0))
+        .await
+        .unwrap()
+}
+
+/// `outcome` is the poison, and its text says `cause`.
+fn assert_poisoned_with<T: std::fmt::Debug>(outcome: &Result<T, StoreError>, cause: &str) {
     match outcome {
         Err(StoreError::Poisoned(text)) => {
-            assert!(text.contains(&cause), "'{text}' should say '{cause}'")
+            assert!(text.contains(cause), "'{text}' should say '{cause}'")
         }
-        other => panic!("expected the store poisoned by the {task}, got {other:?}"),
+        other => panic!("expected the store poisoned ('{cause}'), got {other:?}"),
     }
+}
+
+fn assert_poisoned_by(outcome: &Result<PutResult, StoreError>, task: &str) {
+    let cause = format!("the {task} task panicked: injected panic in the {task} task");
+    assert_poisoned_with(outcome, &cause);
 }
 
 /// Shuts down within a bound (a dead appender must not make it wait) and expects the
@@ -52,13 +65,7 @@ async fn shut_down_poisoned(store: &Store) {
 fn a_panic_in_the_appender_answers_every_waiting_put_with_the_panic_and_refuses_later_ones() {
     let sim = sim_disk(51);
     run_local(true, async {
-        let store = Store::open(
-            config(FlushMode::Sync),
-            as_disk(&sim),
-            Clock::starting_at(0),
-        )
-        .await
-        .unwrap();
+        let store = open(&sim, FlushMode::Sync).await;
         store
             .put(message("T", 0, b"before", None, None))
             .await
@@ -113,25 +120,13 @@ fn a_panic_in_the_appender_answers_every_waiting_put_with_the_panic_and_refuses_
 fn a_panicking_answer_callback_run_by_the_appender_poisons_the_store_with_its_message() {
     let sim = sim_disk(52);
     run_local(true, async {
-        let store = Store::open(
-            config(FlushMode::Sync),
-            as_disk(&sim),
-            Clock::starting_at(0),
-        )
-        .await
-        .unwrap();
+        let store = open(&sim, FlushMode::Sync).await;
         store.put_with(message("T", 0, b"first", None, None), |_| {
             panic!("the callback broke")
         });
         // Rides the same batch: dispatched after the panicking answer.
         let second = store.put(message("T", 0, b"second", None, None)).await;
-        match &second {
-            Err(StoreError::Poisoned(text)) => assert!(
-                text.contains("the appender task panicked: the callback broke"),
-                "{text}"
-            ),
-            other => panic!("expected the store poisoned, got {other:?}"),
-        }
+        assert_poisoned_with(&second, "the appender task panicked: the callback broke");
         assert_eq!(store.stats().task_panics, 1);
         shut_down_poisoned(&store).await;
     });
@@ -142,9 +137,7 @@ fn a_panicking_answer_callback_run_by_the_appender_poisons_the_store_with_its_me
 fn check_background_task(seed: u64, flush_mode: FlushMode, task: StoreTask) {
     let sim = sim_disk(seed);
     run_local(true, async {
-        let store = Store::open(config(flush_mode), as_disk(&sim), Clock::starting_at(0))
-            .await
-            .unwrap();
+        let store = open(&sim, flush_mode).await;
         store.inject_task_panic(task);
         let deadline = Instant::now() + Duration::from_secs(120);
         let body = vec![7u8; 2048];
@@ -197,13 +190,7 @@ fn a_panic_in_the_segment_preallocator_poisons_the_store() {
 fn a_panicking_shard_task_run_under_the_stores_watch_poisons_it() {
     let sim = sim_disk(57);
     run_local(true, async {
-        let store = Store::open(
-            config(FlushMode::Sync),
-            as_disk(&sim),
-            Clock::starting_at(0),
-        )
-        .await
-        .unwrap();
+        let store = open(&sim, FlushMode::Sync).await;
         let ended = tokio::task::spawn_local(store.watch("client sweep", async {
             tokio::time::sleep(Duration::from_millis(10)).await;
             panic!("sweep broke at {}", 3)
@@ -212,13 +199,7 @@ fn a_panicking_shard_task_run_under_the_stores_watch_poisons_it() {
         .expect("the watcher ends the task itself");
         assert_eq!(ended, None, "a panicked task has no output");
         let refused = store.put(message("T", 0, b"later", None, None)).await;
-        match &refused {
-            Err(StoreError::Poisoned(text)) => assert!(
-                text.contains("the client sweep task panicked: sweep broke at 3"),
-                "{text}"
-            ),
-            other => panic!("expected the store poisoned, got {other:?}"),
-        }
+        assert_poisoned_with(&refused, "the client sweep task panicked: sweep broke at 3");
         assert_eq!(store.stats().task_panics, 1);
         shut_down_poisoned(&store).await;
     });
@@ -228,13 +209,7 @@ fn a_panicking_shard_task_run_under_the_stores_watch_poisons_it() {
 fn answer_callbacks_that_panic_every_time_still_let_every_put_hear_and_shutdown_finish() {
     let sim = sim_disk(58);
     run_local(true, async {
-        let store = Store::open(
-            config(FlushMode::Sync),
-            as_disk(&sim),
-            Clock::starting_at(0),
-        )
-        .await
-        .unwrap();
+        let store = open(&sim, FlushMode::Sync).await;
         // Every callback panics: the first poisons the store, the others panic again while
         // the poison is answered to them.
         for index in 0..3 {
@@ -254,13 +229,7 @@ fn answer_callbacks_that_panic_every_time_still_let_every_put_hear_and_shutdown_
         .expect("a put waiting behind panicking callbacks never heard an answer");
         assert_eq!(outcomes.len(), 3);
         for outcome in &outcomes {
-            match outcome {
-                Err(StoreError::Poisoned(text)) => assert!(
-                    text.contains("the appender task panicked: callback 0 broke"),
-                    "{text}"
-                ),
-                other => panic!("expected the store poisoned, got {other:?}"),
-            }
+            assert_poisoned_with(outcome, "the appender task panicked: callback 0 broke");
         }
         assert_eq!(store.stats().task_panics, 1);
         shut_down_poisoned(&store).await;

@@ -404,18 +404,7 @@ mod tests {
             })
             .await;
         assert!(closed.is_empty(), "{} connections left", closed.len());
-        let between: Vec<usize> = seen
-            .iter()
-            .copied()
-            .filter(|&n| n > 0 && n < total)
-            .collect();
-        assert!(
-            between.len() >= 3,
-            "the other task ran only outside the cleanup: it saw {seen:?} registrations"
-        );
-        for left in between {
-            assert_eq!((total - left) % SWEEP_BATCH, 0, "it ran mid-step at {left}");
-        }
+        crate::broker::groups::tests::assert_ran_between_steps(&seen, total, 3, "cleanup");
     }
 
     #[test]

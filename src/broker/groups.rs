@@ -458,8 +458,31 @@ impl Groups {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// A task running beside a stepped removal of `total` registrations saw `seen` left:
+    /// at least `times` of its looks fell between the first and the last step, and each of
+    /// those between two whole steps of [`SWEEP_BATCH`].
+    pub(in crate::broker) fn assert_ran_between_steps(
+        seen: &std::collections::BTreeSet<usize>,
+        total: usize,
+        times: usize,
+        what: &str,
+    ) {
+        let between: Vec<usize> = seen
+            .iter()
+            .copied()
+            .filter(|&n| n > 0 && n < total)
+            .collect();
+        assert!(
+            between.len() >= times,
+            "the other task ran only outside the {what}: it saw {seen:?} registrations"
+        );
+        for left in between {
+            assert_eq!((total - left) % SWEEP_BATCH, 0, "it ran mid-step at {left}");
+        }
+    }
     use crate::rng::SplitMix64;
 
     fn peer(port: u16) -> SocketAddr {
@@ -818,22 +841,7 @@ mod tests {
             })
             .await;
         assert_eq!(removed, clients);
-        let between: Vec<usize> = seen
-            .iter()
-            .copied()
-            .filter(|&n| n > 0 && n < clients)
-            .collect();
-        assert!(
-            between.len() >= 2,
-            "the other task ran only outside the sweep: it saw {seen:?} registrations"
-        );
-        for left in between {
-            assert_eq!(
-                (clients - left) % SWEEP_BATCH,
-                0,
-                "it ran mid-batch at {left}"
-            );
-        }
+        assert_ran_between_steps(&seen, clients, 2, "sweep");
     }
 
     #[test]
