@@ -3,11 +3,16 @@
 //! bound (TCP backpressure), so what the node buffers stays bounded however much they
 //! send; and a connection that starts reading again gets every answer.
 //!
-//! Bound checked: the node's queued response bytes (its `queued_response_bytes` gauge, all
-//! connections) stay at or below CONNECTIONS x (max_queued_response_bytes + the answers of
-//! max_requests_in_flight requests: those already read are answered into the queue after
-//! the reads stop), far below what the peers asked for; and the process RSS grows by less
-//! than RSS_GROWTH_BOUND while the answers are unread.
+//! Bounds checked:
+//! - per connection: the node's queued response bytes (its `queued_response_bytes` gauge,
+//!   all connections) stay at or below CONNECTIONS x (max_queued_response_bytes + the
+//!   answers of max_requests_in_flight requests: those already read are answered into the
+//!   queue after the reads stop), far below what the peers asked for; and the process RSS
+//!   grows by less than RSS_GROWTH_BOUND while the answers are unread;
+//! - per shard, with the connection bounds left at their defaults: everything the node
+//!   holds for its connections (queued responses and requests in flight) stays within the
+//!   shard bound plus one request and its answer per connection (see the test for the
+//!   arithmetic).
 
 mod common;
 
@@ -26,6 +31,16 @@ const MAX_QUEUED_BYTES: usize = 32 * 1024;
 /// Topics created so that one GET_ALL_TOPIC_CONFIG answer is several KiB.
 const TOPICS: usize = 40;
 const RSS_GROWTH_BOUND: u64 = 64 * 1024 * 1024;
+
+/// RSS is the process's: the tests here run one at a time, so one's node is not in the
+/// other's figure.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -121,21 +136,22 @@ impl Peer {
     }
 }
 
-#[test]
-fn connections_that_never_read_are_paused_within_the_bound_and_get_every_answer_once_they_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut options = ringmq::node::NodeOptions::new(dir.path());
+/// A node with TOPICS topics, tuned by `tune`; its address, a GET_ALL_TOPIC_CONFIG request
+/// and the length of its answer's body.
+fn node_with_topics(
+    dir: &std::path::Path,
+    tune: impl FnOnce(&mut ringmq::node::NodeOptions),
+) -> (ringmq::node::NodeHandle, SocketAddr, RemotingCommand, usize) {
+    let mut options = ringmq::node::NodeOptions::new(dir);
     options.port = 0;
     options.namesrv_port = 0;
     options.io = ringmq::io::IoChoice::Portable;
     options.segment_size = Some(4 * 1024 * 1024);
-    options.connection.max_requests_in_flight = MAX_IN_FLIGHT;
-    options.connection.max_queued_response_bytes = MAX_QUEUED_BYTES;
     // Keep the kernel's share small, so what piles up is the node's to bound.
     options.connection.socket_send_buffer = 16 * 1024;
+    tune(&mut options);
     let node = ringmq::node::start(options).expect("node starts");
     let addr = node.addr();
-
     for n in 0..TOPICS {
         let topic = format!("unread_responses_topic_with_a_long_name_{n:03}");
         let fields = ExtFields::from([
@@ -152,42 +168,103 @@ fn connections_that_never_read_are_paused_within_the_bound_and_get_every_answer_
     let get_all = RemotingCommand::request(request::GET_ALL_TOPIC_CONFIG, ExtFields::new());
     let response_len = call(addr, get_all.clone()).body.len();
     assert!(response_len > 4096, "one answer is {response_len} bytes");
+    (node, addr, get_all, response_len)
+}
+
+/// REQUESTS_PER_CONNECTION pipelined copies of `request`.
+fn pipelined(request: &RemotingCommand) -> Vec<u8> {
     let mut requests = Vec::new();
     for opaque in 0..REQUESTS_PER_CONNECTION as i32 {
-        requests.extend_from_slice(&frame(get_all.clone(), opaque));
+        requests.extend_from_slice(&frame(request.clone(), opaque));
     }
-    let unread_per_connection = REQUESTS_PER_CONNECTION * response_len;
+    requests
+}
 
-    let rss_before = rss_bytes();
-    let mut peers: Vec<Peer> = (0..CONNECTIONS)
-        .map(|_| Peer::connect(addr, &requests))
-        .collect();
-    // The node must stop reading every connection (or it is piling answers up) and answer
-    // every request it did read (nothing stuck in flight). The queued bytes are checked
-    // on every poll, so a node without the bound fails on the figure, not a timeout.
-    let charged = response_len + ringmq::remoting::backlog::RESPONSE_HEADER_COST;
-    let bound = (CONNECTIONS * (MAX_QUEUED_BYTES + MAX_IN_FLIGHT * charged)) as i64;
+/// Pushes requests until every connection is paused and nothing is in flight, checking
+/// `within_bound` on every poll (so a node without the bound fails on the figure, not a
+/// timeout); returns the traffic then.
+fn until_all_paused(
+    node: &ringmq::node::NodeHandle,
+    peers: &mut [Peer],
+    within_bound: impl Fn(&ringmq::remoting::traffic::TrafficSnapshot),
+) -> ringmq::remoting::traffic::TrafficSnapshot {
     let metrics = node.metrics();
     let deadline = Instant::now() + Duration::from_secs(15);
-    let settled = loop {
-        for peer in &mut peers {
+    loop {
+        for peer in peers.iter_mut() {
             peer.push();
         }
         let traffic = metrics.traffic_total();
-        assert!(
-            traffic.queued_response_bytes <= bound,
-            "the node queued {} response bytes for unread connections; bound {bound}",
-            traffic.queued_response_bytes
-        );
-        if traffic.read_pauses >= CONNECTIONS as u64 && traffic.requests_in_flight == 0 {
-            break traffic;
+        within_bound(&traffic);
+        if traffic.read_pauses >= peers.len() as u64 && traffic.requests_in_flight == 0 {
+            return traffic;
         }
         assert!(
             Instant::now() < deadline,
             "connections never all paused: {traffic:?}"
         );
         std::thread::sleep(Duration::from_millis(5));
-    };
+    }
+}
+
+/// Every connection reads now: each gets all its answers, the rest of its requests being
+/// read as the backlog drains; then nothing is held.
+fn read_every_answer(node: &ringmq::node::NodeHandle, peers: &mut [Peer]) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while peers
+        .iter()
+        .any(|p| p.answers.len() < REQUESTS_PER_CONNECTION)
+    {
+        for peer in peers.iter_mut() {
+            peer.push();
+            peer.pull();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "answers missing: {:?}",
+            peers.iter().map(|p| p.answers.len()).collect::<Vec<_>>()
+        );
+    }
+    for peer in peers.iter_mut() {
+        peer.answers.sort_unstable();
+        assert_eq!(
+            peer.answers,
+            (0..REQUESTS_PER_CONNECTION as i32).collect::<Vec<_>>()
+        );
+    }
+    let metrics = node.metrics();
+    common::wait_for(Duration::from_secs(10), "the backlog to drain", || {
+        let traffic = metrics.traffic_total();
+        traffic.queued_response_bytes == 0
+            && traffic.requests_in_flight == 0
+            && traffic.request_bytes_in_flight == 0
+    });
+}
+
+#[test]
+fn connections_that_never_read_are_paused_within_the_bound_and_get_every_answer_once_they_read() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let (node, addr, get_all, response_len) = node_with_topics(dir.path(), |options| {
+        options.connection.max_requests_in_flight = MAX_IN_FLIGHT;
+        options.connection.max_queued_response_bytes = MAX_QUEUED_BYTES;
+    });
+    let requests = pipelined(&get_all);
+    let unread_per_connection = REQUESTS_PER_CONNECTION * response_len;
+
+    let rss_before = rss_bytes();
+    let mut peers: Vec<Peer> = (0..CONNECTIONS)
+        .map(|_| Peer::connect(addr, &requests))
+        .collect();
+    let charged = response_len + ringmq::remoting::backlog::RESPONSE_HEADER_COST;
+    let bound = (CONNECTIONS * (MAX_QUEUED_BYTES + MAX_IN_FLIGHT * charged)) as i64;
+    let settled = until_all_paused(&node, &mut peers, |traffic| {
+        assert!(
+            traffic.queued_response_bytes <= bound,
+            "the node queued {} response bytes for unread connections; bound {bound}",
+            traffic.queued_response_bytes
+        );
+    });
     let rss_growth = rss_bytes().saturating_sub(rss_before);
     eprintln!(
         "{CONNECTIONS} unread connections, {unread_per_connection} bytes of answers each: \
@@ -202,35 +279,55 @@ fn connections_that_never_read_are_paused_within_the_bound_and_get_every_answer_
         rss_growth < RSS_GROWTH_BOUND,
         "RSS grew {rss_growth} bytes with answers unread; bound {RSS_GROWTH_BOUND}"
     );
+    read_every_answer(&node, &mut peers);
+    drop(peers);
+    node.shutdown().unwrap();
+}
 
-    // Now every connection reads: each gets all its answers, the rest of its requests
-    // being read as the backlog drains.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while peers
-        .iter()
-        .any(|p| p.answers.len() < REQUESTS_PER_CONNECTION)
-    {
-        for peer in &mut peers {
-            peer.push();
-            peer.pull();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "answers missing: {:?}",
-            peers.iter().map(|p| p.answers.len()).collect::<Vec<_>>()
-        );
-    }
-    for peer in &mut peers {
-        peer.answers.sort_unstable();
-        assert_eq!(
-            peer.answers,
-            (0..REQUESTS_PER_CONNECTION as i32).collect::<Vec<_>>()
-        );
-    }
-    common::wait_for(Duration::from_secs(10), "the backlog to drain", || {
-        let traffic = metrics.traffic_total();
-        traffic.queued_response_bytes == 0 && traffic.requests_in_flight == 0
+#[test]
+fn the_shard_bound_holds_all_connections_that_never_read_together_whatever_their_own_bounds() {
+    const SHARD_BYTES: usize = 128 * 1024;
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let (node, addr, get_all, response_len) = node_with_topics(dir.path(), |options| {
+        // Each connection alone could hold all its answers (128 of about 6 KiB).
+        options.connection.shard_max_queued_response_bytes = SHARD_BYTES;
+        options.connection.shard_max_requests_in_flight = 64;
     });
+    let requests = pipelined(&get_all);
+    let frame_len = frame(get_all.clone(), 0).len();
+    let unread_per_connection = REQUESTS_PER_CONNECTION * response_len;
+    let mut peers: Vec<Peer> = (0..CONNECTIONS)
+        .map(|_| Peer::connect(addr, &requests))
+        .collect();
+    // What the shard holds reaches its bound, then grows only by answers to requests it
+    // held at that moment (each request's charge turns into its answer's, at most
+    // `answer / request` times larger) and by the one request each connection holding
+    // nothing may still take (with its answer).
+    let request_cost = ringmq::remoting::backlog::REQUEST_COST + frame_len;
+    let answer_cost = response_len + ringmq::remoting::backlog::RESPONSE_HEADER_COST;
+    let growth = answer_cost.div_ceil(request_cost);
+    let bound = (SHARD_BYTES * (1 + growth) + CONNECTIONS * (request_cost + answer_cost)) as i64;
+    let held = |t: &ringmq::remoting::traffic::TrafficSnapshot| {
+        t.queued_response_bytes + t.request_bytes_in_flight
+    };
+    let settled = until_all_paused(&node, &mut peers, |traffic| {
+        assert!(
+            held(traffic) <= bound,
+            "the node holds {} bytes for unread connections; bound {bound}",
+            held(traffic)
+        );
+    });
+    eprintln!(
+        "{CONNECTIONS} unread connections, {unread_per_connection} bytes of answers each: \
+         node holds {} bytes (shard bound {SHARD_BYTES}, checked bound {bound})",
+        held(&settled)
+    );
+    assert!(
+        held(&settled) < (CONNECTIONS * unread_per_connection) as i64 / 10,
+        "the bound is meaningful: far below what was asked for"
+    );
+    read_every_answer(&node, &mut peers);
     drop(peers);
     node.shutdown().unwrap();
 }

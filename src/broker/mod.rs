@@ -230,7 +230,7 @@ impl Broker {
         let response = match self.owner_of(&mut request) {
             Some(owner) if owner != self.shard.id() => {
                 ShardMetrics::add(&self.metrics.forwarded, 1);
-                self.shard.forward(owner, request, peer).await
+                Box::pin(self.shard.forward(owner, request, peer)).await
             }
             _ => self.handle_owned(request, peer).await,
         };
@@ -283,10 +283,12 @@ impl Broker {
     ) -> Option<RemotingCommand> {
         let response = match request.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 => {
-                send::send_message(self, &request, peer).await
+                Box::pin(send::send_message(self, &request, peer)).await
             }
-            request::SEND_BATCH_MESSAGE => send::send_batch(self, &request, peer).await,
-            request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => pull::pull(self, &request).await,
+            request::SEND_BATCH_MESSAGE => Box::pin(send::send_batch(self, &request, peer)).await,
+            request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
+                Box::pin(pull::pull(self, &request)).await
+            }
             request::GET_MAX_OFFSET => offsets::max_offset(self, &request),
             request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
             request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),

@@ -40,6 +40,8 @@
 //! | `ringmq_connection_partial_frame_refusals_total` | counter | connections closed because the node held `max_partial_frame_bytes` of partial frames |
 //! | `ringmq_requests_in_flight` | gauge | requests read and not yet answered, all connections |
 //! | `ringmq_queued_response_bytes` | gauge | response bytes queued and not yet written, all connections |
+//! | `ringmq_request_bytes_in_flight` | gauge | bytes held by requests in flight (frames, and 2 KiB each for header and task), all connections |
+//! | `ringmq_parked_requests` | gauge | requests in flight that are parked long-polling pulls, all connections |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
 //! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send` and `pull` (parked time included) |
@@ -277,6 +279,8 @@ impl NodeMetrics {
             total.bytes_out_copied += one.bytes_out_copied;
             total.requests_in_flight += one.requests_in_flight;
             total.queued_response_bytes += one.queued_response_bytes;
+            total.request_bytes_in_flight += one.request_bytes_in_flight;
+            total.parked_requests += one.parked_requests;
             total.read_pauses += one.read_pauses;
             total.idle_closes += one.idle_closes;
             total.frame_timeouts += one.frame_timeouts;
@@ -498,6 +502,18 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             "gauge",
             "Response bytes queued and not yet written.",
             |t| t.queued_response_bytes as i128,
+        ),
+        (
+            "ringmq_request_bytes_in_flight",
+            "gauge",
+            "Bytes held by requests in flight: their frames and a fixed cost each.",
+            |t| t.request_bytes_in_flight as i128,
+        ),
+        (
+            "ringmq_parked_requests",
+            "gauge",
+            "Requests in flight that are parked (long-polling pulls).",
+            |t| t.parked_requests as i128,
         ),
     ] {
         family(&mut out, shards, name, kind, help, |s| pick(traffic(s)));

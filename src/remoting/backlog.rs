@@ -12,7 +12,10 @@
 //! - A request is in flight from the moment its frame is taken from the read buffer until
 //!   its response is queued for the socket, or it ends without one (a oneway request, a
 //!   [`Reply`](super::connection::Reply) dropped unused). [`InFlight`] is that span: one
-//!   guard per request, released on drop, so no path can forget it.
+//!   guard per request, released on drop, so no path can forget it. While in flight it
+//!   holds bytes too: its frame and [`REQUEST_COST`] for its decoded header and task,
+//!   counted in the same bytes bound as queued responses (a 4 MiB message waiting for
+//!   its fsync is memory as much as a 4 MiB answer waiting for the socket).
 //! - Response bytes are counted from the moment a response is queued (encoded into a
 //!   reply batch's held bytes, or put on the writer queue) until the socket took them.
 //!   Held bytes count exactly; a response on the writer queue counts
@@ -22,6 +25,14 @@
 //! So the bytes bound is reached, not held to the byte: requests already in flight when
 //! the reader stops are still answered into the queue, so a connection queues at most
 //! `max_bytes` plus the responses of `max_requests` requests.
+//!
+//! The shard bounds ([`BacklogBounds::shard_requests`], [`BacklogBounds::shard_bytes`])
+//! cap all of a shard's connections together, whatever their number: once the shard's
+//! gauges are at one, a connection that holds anything of that kind stops reading too,
+//! until its own count changes (each change wakes its reader, which looks again). A
+//! connection holding nothing can always take one frame, so a flood of connections that
+//! never read cannot starve one that does, and the shard holds at most its bound plus
+//! one request per connection.
 //!
 //! Invariants: the counts never go below zero (asserted, with the values); a response is
 //! counted before its request's guard is released, so the read loop never sees a
@@ -42,6 +53,36 @@ use super::traffic::Traffic;
 /// prefix and a typical JSON header (code, opaque, flag, a few extFields).
 pub const RESPONSE_HEADER_COST: usize = 256;
 
+/// What a request in flight is charged besides its frame: its decoded header fields and
+/// its task, measured at about 1 to 2.5 KiB (issue 10's heap profile of 200 connections
+/// that never read).
+pub const REQUEST_COST: usize = 2048;
+
+/// The bounds a [`Backlog`] enforces: its connection's own, and its shard's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BacklogBounds {
+    /// Requests in flight on the connection, parked ones not counted (at least 1).
+    pub connection_requests: usize,
+    /// Bytes the connection holds: requests in flight and responses queued (at least 1).
+    pub connection_bytes: usize,
+    /// Requests in flight on all of the shard's connections, parked ones not counted.
+    pub shard_requests: usize,
+    /// Bytes all of the shard's connections hold.
+    pub shard_bytes: usize,
+}
+
+impl BacklogBounds {
+    /// Bounds on the connection alone.
+    pub fn per_connection(requests: usize, bytes: usize) -> BacklogBounds {
+        BacklogBounds {
+            connection_requests: requests,
+            connection_bytes: bytes,
+            shard_requests: usize::MAX,
+            shard_bytes: usize::MAX,
+        }
+    }
+}
+
 /// What a response on the writer queue is charged: its header estimate, remark and body
 /// bytes (file bodies included: they are what the socket must take).
 pub fn response_cost(response: &RemotingCommand) -> usize {
@@ -61,9 +102,9 @@ pub struct Backlog {
     /// its sends and heartbeats unread until a pull times out. They are bounded per shard
     /// by `max_parked_pulls` instead.
     parked: AtomicUsize,
+    /// Bytes held: requests in flight (frame and [`REQUEST_COST`]) and responses queued.
     bytes: AtomicUsize,
-    max_requests: usize,
-    max_bytes: usize,
+    bounds: BacklogBounds,
     /// The reader waits on it; set while it does, so others notify only then.
     reader_waiting: AtomicBool,
     drained: Notify,
@@ -71,26 +112,32 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// A backlog of at most `max_requests` requests in flight (at least 1) and
-    /// `max_bytes` queued response bytes (at least 1), counted into `traffic`'s gauges.
-    pub fn new(max_requests: usize, max_bytes: usize, traffic: Arc<Traffic>) -> Arc<Backlog> {
+    /// A backlog within `bounds`, counted into `traffic`, the shard's gauges (which the
+    /// shard bounds are checked against).
+    pub fn new(bounds: BacklogBounds, traffic: Arc<Traffic>) -> Arc<Backlog> {
         Arc::new(Backlog {
             requests: AtomicUsize::new(0),
             parked: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
-            max_requests: max_requests.max(1),
-            max_bytes: max_bytes.max(1),
+            bounds: BacklogBounds {
+                connection_requests: bounds.connection_requests.max(1),
+                connection_bytes: bounds.connection_bytes.max(1),
+                ..bounds
+            },
             reader_waiting: AtomicBool::new(false),
             drained: Notify::new(),
             traffic,
         })
     }
 
-    /// Counts a request read; the guard counts it done when dropped.
-    pub fn start_request(self: &Arc<Self>) -> InFlight {
+    /// Counts a request read from a frame of `frame_bytes`; the guard counts it done when
+    /// dropped.
+    pub fn start_request(self: &Arc<Self>, frame_bytes: usize) -> InFlight {
+        let cost = REQUEST_COST + frame_bytes;
         self.requests.fetch_add(1, Ordering::SeqCst);
-        self.traffic.add_requests_in_flight(1);
-        InFlight(Some(self.clone()))
+        self.bytes.fetch_add(cost, Ordering::SeqCst);
+        self.traffic.add_requests_in_flight(1, cost as i64);
+        InFlight(Some((self.clone(), cost)))
     }
 
     /// Counts `bytes` of a response queued for the socket.
@@ -116,10 +163,15 @@ impl Backlog {
         self.wake_reader();
     }
 
-    fn request_done(&self) {
+    fn request_done(&self, cost: usize) {
         let before = self.requests.fetch_sub(1, Ordering::SeqCst);
         assert!(before >= 1, "a request ended with {before} in flight");
-        self.traffic.add_requests_in_flight(-1);
+        let held = self.bytes.fetch_sub(cost, Ordering::SeqCst);
+        assert!(
+            held >= cost,
+            "a request charged {cost} bytes ended with only {held} held"
+        );
+        self.traffic.add_requests_in_flight(-1, -(cost as i64));
         self.wake_reader();
     }
 
@@ -134,7 +186,7 @@ impl Backlog {
         self.requests.load(Ordering::SeqCst)
     }
 
-    /// Response bytes queued now.
+    /// Bytes held now: requests in flight and responses queued.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::SeqCst)
     }
@@ -147,21 +199,35 @@ impl Backlog {
     /// Counts one of this connection's requests as parked until the guard drops.
     pub fn park(self: &Arc<Self>) -> Parked {
         self.parked.fetch_add(1, Ordering::SeqCst);
+        self.traffic.add_parked_requests(1);
         // Parking makes room: a reader paused on the requests bound must resume now, not
         // when some pull times out.
         self.wake_reader();
         Parked(self.clone())
     }
 
-    /// True when the connection must not read: a bound is reached. Parked requests do
-    /// not count against the requests bound.
+    /// True when the connection must not read: a bound of its own is reached, or one of
+    /// its shard's while it holds something of that kind. Parked requests do not count
+    /// against the requests bounds.
     pub fn is_full(&self) -> bool {
         // Parked first: a parked request is in `requests` until after it unparks, so this
         // order never sees more parked than in flight, except when both dropped between
         // the reads (hence saturating).
         let parked = self.parked();
-        self.requests().saturating_sub(parked) >= self.max_requests
-            || self.bytes() >= self.max_bytes
+        let requests = self.requests().saturating_sub(parked);
+        let bytes = self.bytes();
+        let bounds = &self.bounds;
+        if requests >= bounds.connection_requests || bytes >= bounds.connection_bytes {
+            return true;
+        }
+        let shard = self.traffic.held();
+        (requests > 0 && shard.active_requests >= bounds.shard_requests)
+            || (bytes > 0 && shard.bytes >= bounds.shard_bytes)
+    }
+
+    /// True when the connection's bytes are at their bound (whatever the requests).
+    pub fn bytes_full(&self) -> bool {
+        self.bytes() >= self.bounds.connection_bytes
     }
 
     /// Waits until the backlog is below both bounds. Only the connection's reader calls it.
@@ -186,16 +252,18 @@ impl Backlog {
 impl Drop for Backlog {
     fn drop(&mut self) {
         // Nothing can add any more: take what is left off the shard's gauges.
+        // Every request guard holds the backlog, so none is in flight now; queued
+        // responses (and parked counts, which their guards also hold) are all that can be.
         let requests = *self.requests.get_mut();
+        assert_eq!(requests, 0, "a backlog dropped with requests in flight");
         let bytes = *self.bytes.get_mut();
-        self.traffic.add_requests_in_flight(-(requests as i64));
         self.traffic.add_queued_response_bytes(-(bytes as i64));
     }
 }
 
 /// One request in flight on a connection (see [`Backlog::start_request`]).
 #[derive(Debug)]
-pub struct InFlight(Option<Arc<Backlog>>);
+pub struct InFlight(Option<(Arc<Backlog>, usize)>);
 
 impl InFlight {
     /// A guard counting nothing, for replies made outside a connection (tests, tools).
@@ -203,18 +271,9 @@ impl InFlight {
         InFlight(None)
     }
 
-    /// Counts `bytes` of the request's response queued, then ends the request: in that
-    /// order, so the reader never sees the work vanish and come back.
-    pub fn answered(mut self, bytes: usize) -> Option<Arc<Backlog>> {
-        let backlog = self.0.take()?;
-        backlog.queued(bytes);
-        backlog.request_done();
-        Some(backlog)
-    }
-
     /// The connection's backlog, if any.
     pub fn backlog(&self) -> Option<&Arc<Backlog>> {
-        self.0.as_ref()
+        self.0.as_ref().map(|(backlog, _)| backlog)
     }
 }
 
@@ -226,6 +285,7 @@ impl Drop for Parked {
     fn drop(&mut self) {
         let before = self.0.parked.fetch_sub(1, Ordering::SeqCst);
         assert!(before >= 1, "a request unparked with {before} parked");
+        self.0.traffic.add_parked_requests(-1);
         // Takes room, makes none: nothing to wake; the reader re-checks before each frame.
     }
 }
@@ -252,8 +312,8 @@ pub fn park_current() -> Option<Parked> {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if let Some(backlog) = self.0.take() {
-            backlog.request_done();
+        if let Some((backlog, cost)) = self.0.take() {
+            backlog.request_done(cost);
         }
     }
 }
@@ -266,41 +326,131 @@ mod tests {
 
     fn backlog(requests: usize, bytes: usize) -> (Arc<Backlog>, Arc<Traffic>) {
         let traffic = Arc::new(Traffic::new());
-        (Backlog::new(requests, bytes, traffic.clone()), traffic)
+        let bounds = BacklogBounds::per_connection(requests, bytes);
+        (Backlog::new(bounds, traffic.clone()), traffic)
     }
 
     #[test]
     fn requests_count_until_answered_or_dropped_and_fill_at_the_bound() {
-        let (backlog, traffic) = backlog(2, 1000);
-        let first = backlog.start_request();
+        let (backlog, traffic) = backlog(2, 1 << 20);
+        let first = backlog.start_request(100);
         assert!(!backlog.is_full());
-        let second = backlog.start_request();
+        let second = backlog.start_request(0);
         assert!(backlog.is_full(), "2 of 2 in flight");
-        assert_eq!(traffic.snapshot().requests_in_flight, 2);
+        let snapshot = traffic.snapshot();
+        assert_eq!(
+            (
+                snapshot.requests_in_flight,
+                snapshot.request_bytes_in_flight
+            ),
+            (2, 2 * REQUEST_COST as i64 + 100)
+        );
         drop(first);
         assert!(!backlog.is_full());
-        let backlog_again = second.answered(300).unwrap();
+        // Answered: the response is charged before the request's bytes go.
+        backlog.queued(300);
+        drop(second);
         assert_eq!((backlog.requests(), backlog.bytes()), (0, 300));
-        assert_eq!(traffic.snapshot().queued_response_bytes, 300);
-        backlog_again.queued(700);
-        assert!(backlog.is_full(), "1000 of 1000 bytes queued");
-        backlog.written(1000);
-        assert!(!backlog.is_full());
+        let snapshot = traffic.snapshot();
+        assert_eq!(
+            (
+                snapshot.queued_response_bytes,
+                snapshot.request_bytes_in_flight
+            ),
+            (300, 0)
+        );
+        backlog.written(300);
         assert_eq!(traffic.snapshot().queued_response_bytes, 0);
+    }
+
+    #[test]
+    fn a_request_in_flight_holds_its_frame_against_the_bytes_bound() {
+        let (backlog, _) = backlog(100, REQUEST_COST + 4096);
+        let small = backlog.start_request(1000);
+        assert!(
+            !backlog.is_full(),
+            "{} of {} bytes",
+            backlog.bytes(),
+            REQUEST_COST + 4096
+        );
+        let big = backlog.start_request(4096);
+        assert!(backlog.is_full(), "a 4 KiB frame in flight fills it");
+        drop(big);
+        assert!(!backlog.is_full());
+        drop(small);
+        assert_eq!(backlog.bytes(), 0);
+    }
+
+    #[test]
+    fn the_shard_bounds_stop_connections_that_hold_something_and_not_those_that_hold_nothing() {
+        let traffic = Arc::new(Traffic::new());
+        let bounds = BacklogBounds {
+            connection_requests: 1000,
+            connection_bytes: 1 << 30,
+            shard_requests: 3,
+            shard_bytes: 10 * REQUEST_COST,
+        };
+        let busy = Backlog::new(bounds, traffic.clone());
+        let idle = Backlog::new(bounds, traffic.clone());
+        let held: Vec<_> = (0..3).map(|_| busy.start_request(0)).collect();
+        assert!(busy.is_full(), "3 of the shard's 3 requests are its own");
+        assert!(
+            !idle.is_full(),
+            "a connection holding nothing may take a frame"
+        );
+        let one = idle.start_request(0);
+        assert!(idle.is_full(), "now it holds one, and the shard is over");
+        drop(held);
+        assert!(!busy.is_full() && !idle.is_full());
+        // Bytes: queued responses on one connection stop the others that hold bytes.
+        busy.queued(10 * REQUEST_COST);
+        assert!(
+            idle.is_full(),
+            "it holds a request's bytes and the shard is at its bound"
+        );
+        drop(one);
+        assert!(!idle.is_full(), "holding nothing, it reads");
+        busy.written(10 * REQUEST_COST);
+        assert!(!busy.is_full());
+    }
+
+    #[test]
+    fn parked_requests_count_for_neither_requests_bound() {
+        let traffic = Arc::new(Traffic::new());
+        let bounds = BacklogBounds {
+            connection_requests: 2,
+            connection_bytes: 1 << 30,
+            shard_requests: 2,
+            shard_bytes: usize::MAX,
+        };
+        let backlog = Backlog::new(bounds, traffic.clone());
+        let first = backlog.start_request(0);
+        let _parked = backlog.park();
+        let second = backlog.start_request(0);
+        assert!(
+            !backlog.is_full(),
+            "one of two counted: the other is parked"
+        );
+        assert_eq!(traffic.held().active_requests, 1);
+        drop((first, second));
     }
 
     #[test]
     fn what_is_left_when_the_connection_goes_comes_off_the_gauges() {
         let (backlog, traffic) = backlog(10, 1000);
-        let request = backlog.start_request();
+        let request = backlog.start_request(0);
         backlog.queued(500);
         drop(backlog);
         assert_eq!(traffic.snapshot().queued_response_bytes, 500, "still held");
         drop(request);
         let snapshot = traffic.snapshot();
         assert_eq!(
-            (snapshot.requests_in_flight, snapshot.queued_response_bytes),
-            (0, 0)
+            (
+                snapshot.requests_in_flight,
+                snapshot.queued_response_bytes,
+                snapshot.request_bytes_in_flight
+            ),
+            (0, 0, 0)
         );
     }
 
@@ -311,15 +461,15 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let (backlog, _) = backlog(2, 1000);
-            let first = backlog.start_request();
-            let second = backlog.start_request();
+            let (backlog, _) = backlog(2, 1 << 20);
+            let first = backlog.start_request(0);
+            let second = backlog.start_request(0);
             assert!(backlog.is_full());
             let parked = backlog.park();
             tokio::time::timeout(Duration::from_secs(5), backlog.wait_for_room())
                 .await
                 .expect("parking wakes the reader");
-            let third = backlog.start_request();
+            let third = backlog.start_request(0);
             assert!(backlog.is_full(), "2 of 2 unparked in flight");
             assert_eq!((backlog.requests(), backlog.parked()), (3, 1));
             drop(parked);
@@ -343,8 +493,8 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let (backlog, _) = backlog(1, 1000);
-            let request = backlog.start_request();
+            let (backlog, _) = backlog(1, 1 << 20);
+            let request = backlog.start_request(0);
             assert!(backlog.is_full());
             let other = std::thread::spawn(move || {
                 // Whenever this runs, before or during the wait, the reader must wake.

@@ -80,21 +80,16 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::admission::{Admission, Admitted};
-use super::backlog::{response_cost, Backlog, InFlight};
+use super::backlog::{Backlog, BacklogBounds, InFlight};
 use super::body_send::{BodySend, BodySender};
 use super::command::RemotingCommand;
 use super::frame::{encode_response, take_frame};
 use super::log_safe::{log_safe_max, Warn, WarnLimiter};
+use super::outbound::Queued;
 use super::reply_batch::{self, ConnectionWriter};
 use super::traffic::{LimitEvent, Traffic};
 
-/// Frames to write on a connection: responses, and requests the node itself sends to the
-/// client (NOTIFY_CONSUMER_IDS_CHANGED). `Send`, so any shard can write to any connection.
-///
-/// Responses on it are charged to the connection's backlog by whoever queues them (only
-/// this file does); requests the node sends are not (their senders `try_send` and drop
-/// what does not fit), and the writer tells the two apart by the response flag.
-pub type Outbound = mpsc::Sender<RemotingCommand>;
+pub use super::outbound::{NotQueued, Outbound};
 
 /// What a connection needs from the code that gives requests their meaning.
 pub trait RequestHandler: 'static {
@@ -138,7 +133,8 @@ pub struct Reply {
 
 impl Reply {
     /// Queues `response` for the writer; a oneway request's response is dropped, as is any
-    /// response after the connection has gone.
+    /// response after the connection has gone. Never waits: the caller may be the store's
+    /// appender.
     pub fn send(self, response: RemotingCommand) {
         let Reply {
             responses,
@@ -156,34 +152,7 @@ impl Reply {
         }
         // Charged before it is queued: the writer may run on another thread and take it
         // off the moment it is on the queue.
-        let cost = response_cost(&response);
-        let backlog = in_flight.answered(cost);
-        let uncharge = || {
-            if let Some(backlog) = &backlog {
-                backlog.written(cost);
-            }
-        };
-        match responses.try_send(response) {
-            Ok(()) => {}
-            // The writer is gone, and nothing will write it.
-            Err(mpsc::error::TrySendError::Closed(_)) => uncharge(),
-            Err(mpsc::error::TrySendError::Full(response)) => {
-                // The writer is that far behind: wait for room in a task rather than here,
-                // where the caller (the store's appender) must not block. A plain runtime
-                // task, not a local one: a reply can be dropped (and answer "unavailable")
-                // wherever a store or mailbox is torn down. Without a runtime there is no
-                // writer left to wait for. It stays charged while it waits: the backlog's
-                // bound is what keeps such tasks few.
-                match tokio::runtime::Handle::try_current() {
-                    Ok(runtime) => {
-                        runtime.spawn(async move {
-                            let _ = responses.send(response).await;
-                        });
-                    }
-                    Err(_) => uncharge(),
-                }
-            }
-        }
+        responses.respond(response, in_flight);
     }
 }
 
@@ -192,8 +161,6 @@ impl Reply {
 pub struct ConnectionLimits {
     /// Largest frame accepted (Java's `frameMaxLength`, 16 MiB).
     pub max_frame_len: usize,
-    /// Responses waiting for the writer before handler tasks wait for room.
-    pub response_queue: usize,
     /// Initial read buffer capacity; also the bytes a connection may hold in its read
     /// buffer before they are charged to the node's partial-frame bound.
     pub read_buffer: usize,
@@ -203,9 +170,14 @@ pub struct ConnectionLimits {
     /// Requests read and not yet answered before the connection stops reading
     /// (`max_requests_in_flight_per_connection`).
     pub max_requests_in_flight: usize,
-    /// Response bytes queued and not yet written before the connection stops reading
-    /// (`max_queued_response_bytes_per_connection`).
+    /// Bytes held for the connection (requests in flight, responses queued and not yet
+    /// written) before it stops reading (`max_queued_response_bytes_per_connection`).
     pub max_queued_response_bytes: usize,
+    /// The same two bounds for all of a shard's connections together (the node's
+    /// `max_requests_in_flight` and `max_queued_response_bytes` over its shards); see
+    /// [`super::backlog`].
+    pub shard_max_requests_in_flight: usize,
+    pub shard_max_queued_response_bytes: usize,
     /// How long a frame may take from its first byte to its last (`frame_timeout`).
     pub frame_timeout: Duration,
     /// How long a connection may go without a request while none is in flight
@@ -233,11 +205,12 @@ impl Default for ConnectionLimits {
     fn default() -> ConnectionLimits {
         ConnectionLimits {
             max_frame_len: super::frame::DEFAULT_MAX_FRAME_LEN,
-            response_queue: 1024,
             read_buffer: 64 * 1024,
             body_send: BodySend::default(),
             max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             max_queued_response_bytes: DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
+            shard_max_requests_in_flight: usize::MAX,
+            shard_max_queued_response_bytes: usize::MAX,
             frame_timeout: DEFAULT_FRAME_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             warn_burst: 5,
@@ -339,13 +312,17 @@ pub async fn serve_admitted<H: RequestHandler>(
     }
     let (mut reader, writer) = stream.into_split();
     let backlog = Backlog::new(
-        limits.max_requests_in_flight,
-        limits.max_queued_response_bytes,
+        BacklogBounds {
+            connection_requests: limits.max_requests_in_flight,
+            connection_bytes: limits.max_queued_response_bytes,
+            shard_requests: limits.shard_max_requests_in_flight,
+            shard_bytes: limits.shard_max_queued_response_bytes,
+        },
         traffic.clone(),
     );
     let writer = ConnectionWriter::register(writer, traffic.clone(), backlog.clone());
     let connection = writer.number();
-    let (responses, queued) = mpsc::channel(limits.response_queue.max(1));
+    let (responses, queued) = Outbound::new(backlog.clone());
     let sender = BodySender::new(limits.body_send, traffic.clone());
     let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
     handler.connection_opened(peer, responses.clone());
@@ -375,15 +352,17 @@ pub async fn serve_admitted<H: RequestHandler>(
         let capacity_before = buffer.capacity();
         let mut waiting_for_bytes = false;
         while !backlog.is_full() {
+            let held = buffer.len();
             match take_frame(&mut buffer, limits.max_frame_len) {
                 Ok(Some(request)) => {
                     took = true;
+                    let frame_bytes = held - buffer.len();
                     if request.is_response() {
                         // We send no requests to clients yet, so nothing can be waiting.
                         tracing::debug!(%peer, opaque = request.opaque, "unexpected response dropped");
                         continue;
                     }
-                    let in_flight = backlog.start_request();
+                    let in_flight = backlog.start_request(frame_bytes);
                     let oneway = request.is_oneway();
                     let reply = Reply {
                         responses: responses.clone(),
@@ -396,7 +375,7 @@ pub async fn serve_admitted<H: RequestHandler>(
                     };
                     // Handed back: `handle_now` dropped its reply, so count the request again
                     // for the task that runs it.
-                    let in_flight = backlog.start_request();
+                    let in_flight = backlog.start_request(frame_bytes);
                     let handler = handler.clone();
                     let responses = responses.clone();
                     let current = in_flight.backlog().cloned();
@@ -404,9 +383,7 @@ pub async fn serve_admitted<H: RequestHandler>(
                         let response =
                             super::backlog::scope(current, handler.handle(request, peer)).await;
                         if let (Some(response), false) = (response, oneway) {
-                            in_flight.answered(response_cost(&response));
-                            // A closed channel means the connection is going away.
-                            let _ = responses.send(response).await;
+                            responses.respond(response, in_flight);
                         }
                     });
                 }
@@ -550,15 +527,26 @@ fn shrink_read_buffer(buffer: &mut BytesMut, capacity_before: usize, read_buffer
     }
 }
 
-/// Writes responses as they come, batching whatever is already queued into one write,
-/// behind the bytes a closed reply batch left for it (see [`reply_batch`]); once a write
-/// is out, what its responses were charged comes off the connection's backlog.
+/// The writer's buffer: its normal capacity, and the most it encodes before it writes.
+/// Past the batch bound the rest stay on the queue as commands: a connection whose socket
+/// does not drain then holds one batch encoded, not everything it was answered.
+pub(crate) const WRITE_BUFFER: usize = 64 * 1024;
+const WRITE_BATCH_BYTES: usize = 2 * WRITE_BUFFER;
+/// A write buffer (or reply batch's held bytes) grown past this goes back to
+/// [`WRITE_BUFFER`] once written, so a burst's buffer is not kept, uncharged, for the
+/// connection's life.
+pub(crate) const WRITE_BUFFER_KEEP: usize = 4 * WRITE_BUFFER;
+
+/// Writes responses as they come, batching what is already queued (up to
+/// [`WRITE_BATCH_BYTES`]) into one write, behind the bytes a closed reply batch left for
+/// it (see [`reply_batch`]); once a write is out, what its frames were charged comes off
+/// the connection's backlog.
 async fn write_responses(
     writer: Rc<ConnectionWriter>,
-    mut queued: mpsc::Receiver<RemotingCommand>,
+    mut queued: mpsc::UnboundedReceiver<Queued>,
     mut sender: BodySender,
 ) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(64 * 1024);
+    let mut out = Vec::with_capacity(WRITE_BUFFER);
     loop {
         let mut next = tokio::select! {
             biased;
@@ -573,20 +561,25 @@ async fn write_responses(
             // Only this task takes the half, and it always hands it back.
             return Err(std::io::Error::other("the connection's write half is gone"));
         };
-        // Held bytes were charged exactly; a queued response, its cost (requests the node
-        // sends were not charged).
+        // Held bytes were charged exactly; a queued frame carries its charge.
         let mut charged = held;
         let written = async {
-            while let Some(response) = next {
-                if response.is_response() {
-                    charged += response_cost(&response);
-                }
-                if encode_response(&response, &mut out) {
+            while let Some(Queued {
+                command,
+                charged: cost,
+            }) = next
+            {
+                charged += cost;
+                if encode_response(&command, &mut out) {
                     sender
-                        .send_body(&mut half, &mut out, &response.file_body)
+                        .send_body(&mut half, &mut out, &command.file_body)
                         .await?;
                 }
-                next = queued.try_recv().ok();
+                next = if out.len() < WRITE_BATCH_BYTES {
+                    queued.try_recv().ok()
+                } else {
+                    None
+                };
             }
             sender.write_buffer(&mut half, &out).await
         }
@@ -594,6 +587,9 @@ async fn write_responses(
         writer.end_write(half);
         written?;
         writer.backlog().written(charged);
+        if out.capacity() > WRITE_BUFFER_KEEP {
+            out = Vec::with_capacity(WRITE_BUFFER);
+        }
     }
 }
 
@@ -629,40 +625,31 @@ mod tests {
         assert_eq!(&buffer[..], &[0, 0], "the leftover bytes are kept");
     }
 
+    fn reply(responses: &Outbound, oneway: bool, in_flight: InFlight) -> Reply {
+        Reply {
+            responses: responses.clone(),
+            oneway,
+            connection: 0,
+            in_flight,
+        }
+    }
+
     #[test]
     fn a_reply_is_charged_when_queued_and_a_reply_to_a_closed_connection_is_not() {
         let traffic = Arc::new(Traffic::new());
-        let backlog = Backlog::new(8, 1 << 20, traffic.clone());
-        let (responses, mut queued) = mpsc::channel(4);
+        let backlog = Backlog::new(BacklogBounds::per_connection(8, 1 << 20), traffic.clone());
+        let (responses, mut queued) = Outbound::new(backlog.clone());
         let answer = response(1);
-        let cost = response_cost(&answer);
-        Reply {
-            responses: responses.clone(),
-            oneway: false,
-            connection: 0,
-            in_flight: backlog.start_request(),
-        }
-        .send(answer);
+        let cost = crate::remoting::backlog::response_cost(&answer);
+        reply(&responses, false, backlog.start_request(0)).send(answer);
         // Queued (and so charged) before a writer on any thread could see it.
         assert_eq!((backlog.requests(), backlog.bytes()), (0, cost));
-        assert!(queued.try_recv().is_ok());
+        assert_eq!(queued.try_recv().map(|q| q.charged).ok(), Some(cost));
         backlog.written(cost);
         // A oneway request, and a reply after the writer has gone, charge nothing.
-        Reply {
-            responses: responses.clone(),
-            oneway: true,
-            connection: 0,
-            in_flight: backlog.start_request(),
-        }
-        .send(response(2));
+        reply(&responses, true, backlog.start_request(0)).send(response(2));
         drop(queued);
-        Reply {
-            responses,
-            oneway: false,
-            connection: 0,
-            in_flight: backlog.start_request(),
-        }
-        .send(response(3));
+        reply(&responses, false, backlog.start_request(0)).send(response(3));
         assert_eq!((backlog.requests(), backlog.bytes()), (0, 0));
         let snapshot = traffic.snapshot();
         assert_eq!(
@@ -672,36 +659,26 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_waits_for_room_instead_of_dropping_and_a_oneway_reply_sends_nothing() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        tokio::task::LocalSet::new().block_on(&runtime, async {
-            let (responses, mut queued) = mpsc::channel(1);
-            for opaque in 1..=3 {
-                Reply {
-                    responses: responses.clone(),
-                    oneway: false,
-                    connection: 0,
-                    in_flight: InFlight::untracked(),
-                }
-                .send(response(opaque));
-            }
-            Reply {
-                responses: responses.clone(),
-                oneway: true,
-                connection: 0,
-                in_flight: InFlight::untracked(),
-            }
-            .send(response(99));
-            drop(responses);
-            let mut got = Vec::new();
-            while let Some(response) = queued.recv().await {
-                got.push(response.opaque);
-            }
-            got.sort_unstable();
-            assert_eq!(got, vec![1, 2, 3], "a full queue loses nothing");
-        });
+    fn replies_never_wait_for_the_writer_and_a_oneway_reply_sends_nothing() {
+        // No runtime: a reply that had to wait for room would need one.
+        let backlog = Backlog::new(
+            BacklogBounds::per_connection(8, 1 << 20),
+            Arc::new(Traffic::new()),
+        );
+        let (responses, mut queued) = Outbound::new(backlog.clone());
+        for opaque in 1..=3000 {
+            reply(&responses, false, InFlight::untracked()).send(response(opaque));
+        }
+        reply(&responses, true, InFlight::untracked()).send(response(99));
+        drop(responses);
+        let mut got = Vec::new();
+        while let Ok(entry) = queued.try_recv() {
+            got.push(entry.command.opaque);
+        }
+        assert_eq!(
+            got,
+            (1..=3000).collect::<Vec<_>>(),
+            "every reply is queued, in order"
+        );
     }
 }

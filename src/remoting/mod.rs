@@ -73,6 +73,7 @@ pub mod ext_fields;
 pub mod frame;
 pub mod json_header;
 pub mod log_safe;
+pub mod outbound;
 pub mod reply_batch;
 pub mod requests;
 pub mod send_header;

@@ -124,6 +124,8 @@ impl ConnectionWriter {
             held.extend_from_slice(out);
             std::mem::swap(&mut *held, out);
             held.clear();
+            // A burst's buffer is not kept, uncharged, for the connection's life.
+            held.shrink_to(super::connection::WRITE_BUFFER_KEEP);
         }
         let half = self.half.borrow_mut().take()?;
         Some((half, moved))
@@ -250,7 +252,10 @@ mod tests {
         let (server, _) = listener.accept().await.unwrap();
         let (_read, write) = server.into_split();
         let traffic = Arc::new(Traffic::new());
-        let backlog = Backlog::new(1024, 1 << 20, traffic.clone());
+        let backlog = Backlog::new(
+            crate::remoting::backlog::BacklogBounds::per_connection(1024, 1 << 20),
+            traffic.clone(),
+        );
         let writer = ConnectionWriter::register(write, traffic, backlog);
         (writer, peer)
     }

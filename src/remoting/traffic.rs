@@ -18,6 +18,8 @@
 //! | `bytes_out_copied`    | bytes written from user-space buffers: frame headers, ordinary bodies, records the simulator backend copied |
 //! | `requests_in_flight`  | gauge: requests read and not yet answered ([`super::backlog`]) |
 //! | `queued_response_bytes` | gauge: response bytes queued and not yet written ([`super::backlog`]) |
+//! | `request_bytes_in_flight` | gauge: bytes the requests in flight hold, frames and their cost ([`super::backlog`]) |
+//! | `parked_requests` | gauge: of the requests in flight, those parked (long-polling pulls) |
 //! | `read_pauses`         | times a connection stopped reading because its backlog was full |
 //! | `idle_closes`         | connections closed after the idle timeout |
 //! | `frame_timeouts`      | connections closed because a frame did not complete in time |
@@ -36,6 +38,8 @@ pub struct Traffic {
     bytes_out_copied: AtomicU64,
     requests_in_flight: AtomicI64,
     queued_response_bytes: AtomicI64,
+    request_bytes_in_flight: AtomicI64,
+    parked_requests: AtomicI64,
     read_pauses: AtomicU64,
     idle_closes: AtomicU64,
     frame_timeouts: AtomicU64,
@@ -63,11 +67,20 @@ pub struct TrafficSnapshot {
     pub bytes_out_copied: u64,
     pub requests_in_flight: i64,
     pub queued_response_bytes: i64,
+    pub request_bytes_in_flight: i64,
+    pub parked_requests: i64,
     pub read_pauses: u64,
     pub idle_closes: u64,
     pub frame_timeouts: u64,
     pub partial_frame_refusals: u64,
     pub connections_refused: u64,
+}
+
+/// See [`Traffic::held`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub active_requests: usize,
+    pub bytes: usize,
 }
 
 impl Traffic {
@@ -100,9 +113,30 @@ impl Traffic {
             .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    /// Moves the requests-in-flight gauge by `delta`.
-    pub fn add_requests_in_flight(&self, delta: i64) {
+    /// Moves the requests-in-flight gauge by `delta` and the bytes they hold by `bytes`.
+    pub fn add_requests_in_flight(&self, delta: i64, bytes: i64) {
         self.requests_in_flight.fetch_add(delta, Ordering::Relaxed);
+        self.request_bytes_in_flight
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Moves the parked-requests gauge by `delta`.
+    pub fn add_parked_requests(&self, delta: i64) {
+        self.parked_requests.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// What the shard's connections hold now, for the shard bounds of
+    /// [`super::backlog::Backlog`]: requests in flight and not parked, and bytes held by
+    /// requests in flight and queued responses. Relaxed reads of gauges others move: a
+    /// bound is reached a few requests early or late, never missed for long (the next
+    /// change re-checks).
+    pub fn held(&self) -> Held {
+        let load = |gauge: &AtomicI64| gauge.load(Ordering::Relaxed).max(0) as usize;
+        Held {
+            active_requests: load(&self.requests_in_flight)
+                .saturating_sub(load(&self.parked_requests)),
+            bytes: load(&self.request_bytes_in_flight) + load(&self.queued_response_bytes),
+        }
     }
 
     /// Moves the queued-response-bytes gauge by `delta`.
@@ -132,6 +166,8 @@ impl Traffic {
             bytes_out_copied: self.bytes_out_copied.load(Ordering::Relaxed),
             requests_in_flight: self.requests_in_flight.load(Ordering::Relaxed),
             queued_response_bytes: self.queued_response_bytes.load(Ordering::Relaxed),
+            request_bytes_in_flight: self.request_bytes_in_flight.load(Ordering::Relaxed),
+            parked_requests: self.parked_requests.load(Ordering::Relaxed),
             read_pauses: self.read_pauses.load(Ordering::Relaxed),
             idle_closes: self.idle_closes.load(Ordering::Relaxed),
             frame_timeouts: self.frame_timeouts.load(Ordering::Relaxed),
@@ -152,8 +188,9 @@ mod tests {
         traffic.add_copied(3);
         traffic.add_sendfile(100);
         traffic.add_mmap(7);
-        traffic.add_requests_in_flight(2);
-        traffic.add_requests_in_flight(-1);
+        traffic.add_requests_in_flight(2, 5000);
+        traffic.add_requests_in_flight(-1, -2000);
+        traffic.add_parked_requests(1);
         traffic.add_queued_response_bytes(40);
         traffic.count(LimitEvent::ReadPause);
         traffic.count(LimitEvent::ConnectionRefused);
@@ -168,6 +205,8 @@ mod tests {
                 bytes_out_copied: 3,
                 requests_in_flight: 1,
                 queued_response_bytes: 40,
+                request_bytes_in_flight: 3000,
+                parked_requests: 1,
                 read_pauses: 1,
                 connections_refused: 2,
                 ..TrafficSnapshot::default()
