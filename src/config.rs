@@ -1,7 +1,11 @@
-//! Store settings: defaults, validation and the RocketMQ names of the keys they share.
+//! Store settings: one shard's store's fields, their validation and the RocketMQ names of
+//! the keys they come from.
 //!
-//! Every limit the store enforces is a named field here with a checked default; a bad
-//! value is refused by [`StoreConfig::validate`] with a message that names the key.
+//! Every limit the store enforces is a named field here. Its default is the node key's
+//! (`StoreConfig::new` derives from `NodeConfig::default`, see `docs/configuration.md`);
+//! [`StoreConfig::validate`] is the store's own check when it opens, refusing a bad value
+//! with a message that names the key (the node checks the same keys first, with the
+//! source that set them).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -93,27 +97,29 @@ pub const GIB: u64 = 1024 * MIB;
 /// Room a segment must leave beyond the largest body, for the record's headers, topic and
 /// properties. A record whose properties push it past a whole segment is refused at put.
 pub const RECORD_OVERHEAD_MAX: u64 = 4096;
+/// A disk page: CommitLog segments are whole pages.
+pub const PAGE_SIZE: u64 = 4096;
+/// Largest CommitLog segment: a shard's physical offsets have 56 bits (D4).
+pub const MAX_SEGMENT_SIZE: u64 = 1 << 56;
+/// Smallest `max_batch_bytes` accepted: one page.
+pub const MIN_BATCH_BYTES: usize = PAGE_SIZE as usize;
+
+/// The largest message body a `segment`-byte CommitLog segment holds: the record's
+/// headers ([`RECORD_OVERHEAD_MAX`]) and the 8-byte end-of-segment marker must fit too.
+pub fn largest_message_for_segment(segment: u64) -> u64 {
+    segment.saturating_sub(RECORD_OVERHEAD_MAX + 8)
+}
 
 impl StoreConfig {
-    /// Production defaults, as RocketMQ's.
+    /// The node's defaults (`NodeConfig::default`, one shard) in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> StoreConfig {
+        let node = crate::node_config::NodeConfig {
+            shards: 1,
+            ..crate::node_config::NodeConfig::default()
+        };
         StoreConfig {
             dir: dir.into(),
-            shard_id: 0,
-            flush_mode: FlushMode::Async,
-            commit_log_segment_size: GIB,
-            consume_queue_entries_per_file: 300_000,
-            flush_interval: Duration::from_millis(500),
-            flush_least_pages: 4,
-            flush_thorough_interval: Duration::from_secs(10),
-            sync_flush_timeout: Duration::from_secs(5),
-            checkpoint_interval: Duration::from_millis(1000),
-            max_message_size: 4 * MIB as usize,
-            max_batch_bytes: 4 * MIB as usize,
-            max_pending_puts: 65_536,
-            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
-            max_transfer_count: 32,
-            max_transfer_bytes: 256 * 1024,
+            ..crate::node_config::store_config(&node, 0)
         }
     }
 
@@ -131,12 +137,12 @@ impl StoreConfig {
     /// Checks every value and the relationships between them.
     pub fn validate(&self) -> Result<(), String> {
         let segment = self.commit_log_segment_size;
-        if segment < 4096 || !segment.is_multiple_of(4096) {
+        if segment < PAGE_SIZE || !segment.is_multiple_of(PAGE_SIZE) {
             return Err(format!(
-                "mapedFileSizeCommitLog: {segment} must be a multiple of 4096 and at least 4096"
+                "mapedFileSizeCommitLog: {segment} must be a multiple of {PAGE_SIZE} and at least {PAGE_SIZE}"
             ));
         }
-        if segment > (1u64 << 56) {
+        if segment > MAX_SEGMENT_SIZE {
             return Err(format!(
                 "mapedFileSizeCommitLog: {segment} exceeds the 56-bit offset space"
             ));
@@ -144,7 +150,7 @@ impl StoreConfig {
         if self.max_message_size == 0 {
             return Err("maxMessageSize: must be at least 1".into());
         }
-        if self.max_message_size as u64 + RECORD_OVERHEAD_MAX + 8 > segment {
+        if self.max_message_size as u64 > largest_message_for_segment(segment) {
             return Err(format!(
                 "maxMessageSize: {} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a \
                  {segment}-byte CommitLog segment (mapedFileSizeCommitLog)",
@@ -163,9 +169,9 @@ impl StoreConfig {
         if self.sync_flush_timeout.is_zero() {
             return Err("syncFlushTimeout: must be at least 1 ms".into());
         }
-        if self.max_batch_bytes < 4096 {
+        if self.max_batch_bytes < MIN_BATCH_BYTES {
             return Err(format!(
-                "maxBatchBytes: {} must be at least 4096",
+                "maxBatchBytes: {} must be at least {MIN_BATCH_BYTES}",
                 self.max_batch_bytes
             ));
         }

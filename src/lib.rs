@@ -18,8 +18,9 @@
 //!   (`ringmq serve`); [`client`]: the in-project client.
 //! - [`mod@bench`]: the load generators (`ringmq bench`, `bench produce|consume`, `bench store`).
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
-//! - [`node_config`]: the node's settings (TOML, RocketMQ `broker.conf`, overrides) and
-//!   the per-shard store settings derived from them (D13).
+//! - [`node_config`]: the node's settings (one key table; TOML, RocketMQ `broker.conf`,
+//!   overrides) and the per-shard store, broker and connection settings derived from
+//!   them (D13).
 //!
 //! Everything in a store belongs to one thread (thread-per-core, D3): handles are `Rc`,
 //! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.

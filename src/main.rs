@@ -98,7 +98,8 @@ struct ServeArgs {
     /// Print the settings the node would run with, and exit.
     #[arg(long)]
     print_config: bool,
-    /// List every setting key with its broker.conf spelling, and exit.
+    /// Print every setting key (broker.conf spelling, default, range, meaning) as the
+    /// markdown of docs/configuration.md, and exit.
     #[arg(long)]
     help_keys: bool,
 }
@@ -419,9 +420,7 @@ fn main() -> ExitCode {
 /// stops on its own (exit 1).
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.help_keys {
-        for (key, conf_key) in ringmq::node_config::keys() {
-            println!("{key:40} {conf_key}");
-        }
+        print!("{}", ringmq::node_config::render::document());
         return Ok(ExitCode::SUCCESS);
     }
     let config = match NodeConfig::load(

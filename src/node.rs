@@ -44,12 +44,12 @@ use crate::broker::consumer_offsets::ConsumerOffsets;
 use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
-use crate::config::{FlushMode, StoreConfig, RECORD_OVERHEAD_MAX};
+use crate::config::{largest_message_for_segment, FlushMode, StoreConfig};
 use crate::io::{open_backend, IoChoice};
 use crate::metrics::http::MetricsServer;
 use crate::metrics::{NodeMetrics, ShardMetrics};
 use crate::namesrv::NameServer;
-use crate::node_config::NodeConfig;
+use crate::node_config::{self, NodeConfig};
 use crate::remoting::admission::Admission;
 use crate::remoting::connection::{serve_admitted, ConnectionLimits, RequestHandler};
 use crate::remoting::traffic::{LimitEvent, Traffic};
@@ -106,67 +106,54 @@ pub struct NodeOptions {
     pub store_template: Option<StoreConfig>,
 }
 
+/// Connection backlog of every listener.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
 impl NodeOptions {
+    /// The defaults of a one-shard node in `dir` (tests and embedded runs): the node keys'
+    /// defaults (`NodeConfig::default`), unpinned, with no metrics endpoint, binding every
+    /// interface of `broker_ip`'s family.
     pub fn new(dir: impl Into<PathBuf>) -> NodeOptions {
-        NodeOptions {
-            dir: dir.into(),
-            port: 10911,
-            flush: FlushMode::Async,
-            io: IoChoice::Auto,
-            broker_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            bind_ip: None,
-            broker_name: "broker-a".into(),
-            cluster_name: "DefaultCluster".into(),
-            segment_size: None,
-            backlog: 1024,
-            connection: ConnectionLimits::default(),
-            max_connections: 10_000,
-            max_partial_frame_bytes: 256 * 1024 * 1024,
-            broker: BrokerConfig::default(),
-            namesrv_port: 9876,
-            auto_create_topics: true,
-            default_topic_queue_nums: 8,
+        let config = NodeConfig {
+            store_path_root_dir: dir.into(),
             shards: 1,
+            ..NodeConfig::default()
+        };
+        NodeOptions {
+            bind_ip: None,
             pin_threads: false,
-            mailbox_capacity: 4096,
             metrics_port: None,
-            store_template: None,
+            ..NodeOptions::from_config(&config)
         }
     }
 
     /// The options `ringmq serve` runs with for a validated [`NodeConfig`]. Node-wide
     /// limits of the config (parked pulls) are split evenly between the shards.
     pub fn from_config(config: &NodeConfig) -> NodeOptions {
-        let mut options = NodeOptions::new(&config.store_path_root_dir);
-        options.port = config.listen_port;
-        options.flush = config.flush_disk_type;
-        options.io = config.io_backend;
-        options.broker_ip = config.broker_ip;
-        options.bind_ip = Some(config.bind_address);
-        options.broker_name = config.broker_name.clone();
-        options.cluster_name = config.broker_cluster_name.clone();
-        options.segment_size = Some(config.maped_file_size_commit_log);
-        options.connection.max_frame_len = config.max_frame_size;
-        options.connection.max_requests_in_flight = config.max_requests_in_flight_per_connection;
-        options.connection.max_queued_response_bytes =
-            config.max_queued_response_bytes_per_connection;
-        options.connection.frame_timeout = config.frame_timeout;
-        options.connection.idle_timeout = config.server_channel_max_idle_time_seconds;
-        options.max_connections = config.max_connections;
-        options.max_partial_frame_bytes = config.max_partial_frame_bytes;
-        options.broker.max_parked_pulls =
-            (config.max_parked_pulls / config.shards.max(1) as usize).max(1);
-        options.broker.client_expiry = config.channel_expired_timeout;
-        options.broker.client_sweep_interval = config.client_sweep_interval;
-        options.namesrv_port = config.namesrv_port;
-        options.auto_create_topics = config.auto_create_topic_enable;
-        options.default_topic_queue_nums = config.default_topic_queue_nums;
-        options.shards = config.shards;
-        options.pin_threads = true;
-        options.mailbox_capacity = config.shard_mailbox_capacity;
-        options.metrics_port = Some(config.metrics_port);
-        options.store_template = Some(config.store_config_for_shard(0));
-        options
+        NodeOptions {
+            dir: config.store_path_root_dir.clone(),
+            port: config.listen_port,
+            flush: config.flush_disk_type,
+            io: config.io_backend,
+            broker_ip: config.broker_ip,
+            bind_ip: Some(config.bind_address),
+            broker_name: config.broker_name.clone(),
+            cluster_name: config.broker_cluster_name.clone(),
+            segment_size: Some(config.maped_file_size_commit_log),
+            backlog: LISTEN_BACKLOG,
+            connection: node_config::connection_limits(config),
+            max_connections: config.max_connections,
+            max_partial_frame_bytes: config.max_partial_frame_bytes,
+            broker: node_config::broker_config(config),
+            namesrv_port: config.namesrv_port,
+            auto_create_topics: config.auto_create_topic_enable,
+            default_topic_queue_nums: config.default_topic_queue_nums,
+            shards: config.shards,
+            pin_threads: true,
+            mailbox_capacity: config.shard_mailbox_capacity,
+            metrics_port: Some(config.metrics_port),
+            store_template: Some(node_config::store_config(config, 0)),
+        }
     }
 
     /// The store settings of shard `shard`, whose clients reach it at `store_host`.
@@ -187,7 +174,7 @@ impl NodeOptions {
             // Keep the largest message within one segment, as `validate` demands.
             config.max_message_size = config
                 .max_message_size
-                .min(size.saturating_sub(RECORD_OVERHEAD_MAX + 8) as usize)
+                .min(largest_message_for_segment(size) as usize)
                 .max(1);
         }
         config

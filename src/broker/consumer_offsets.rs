@@ -16,9 +16,10 @@
 //! - The file is only ever replaced whole: written to `consumerOffset.json.tmp`, fsynced,
 //!   renamed over the old one, then the directory is fsynced. A reader sees the old table or
 //!   the new one, never a mix.
-//! - The node writes it every `BrokerConfig::consumer_offset_flush_interval` (1 s) when
-//!   something changed, and once more at a clean shutdown. So a clean restart restores
-//!   every committed offset exactly, and a crash loses at most the last interval's commits:
+//! - The node writes it every `BrokerConfig::consumer_offset_flush_interval`
+//!   ([`super::CONSUMER_OFFSET_FLUSH_INTERVAL`]) when something changed, and once more at
+//!   a clean shutdown. So a clean restart restores every committed offset exactly, and a
+//!   crash loses at most the last interval's commits:
 //!   consumers then resume from an older offset and see those messages again (at-least-once
 //!   redelivery, as with Java's 5 s flush).
 //! - A file that cannot be read or parsed stops the node's start with an error naming the

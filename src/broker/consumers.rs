@@ -27,8 +27,9 @@
 //!   subscriptions.
 //! - A group's subscriptions are those of its latest heartbeat (the `%RETRY%<group>` one
 //!   included), topic by topic, never replaced by a lower `subVersion`.
-//! - A client not heard from for `BrokerConfig::client_expiry` (120 s) is dropped by
-//!   [`Groups::sweep_all`], which the node runs every `BrokerConfig::client_sweep_interval`.
+//! - A client not heard from for `BrokerConfig::client_expiry` (key
+//!   `channel_expired_timeout`) is dropped by [`Groups::sweep_all`], which the node runs
+//!   every `BrokerConfig::client_sweep_interval`.
 //! - Each client is tied to the connection its latest heartbeat came over. When that
 //!   connection closes, the client leaves every group at once (Java's channel-close
 //!   cleanup), instead of waiting out the expiry.

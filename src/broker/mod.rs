@@ -71,7 +71,8 @@ pub struct BrokerIdentity {
     pub store_host: SocketAddr,
 }
 
-/// Broker settings; every limit is named here with its default.
+/// Broker settings of one shard, derived from the node's keys by
+/// [`crate::node_config::broker_config`]; the two that are not keys are the constants below.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     /// Longest a pull may stay parked, whatever its `suspendTimeoutMillis` asks.
@@ -89,19 +90,11 @@ pub struct BrokerConfig {
     pub consumer_offset_flush_interval: Duration,
 }
 
-impl Default for BrokerConfig {
-    fn default() -> BrokerConfig {
-        BrokerConfig {
-            // The Java client times a suspended pull out after 30 s; stay inside it.
-            max_suspend: Duration::from_secs(20),
-            max_parked_pulls: 65_536,
-            // Java's channel expiry (§9.7); clients heartbeat every 30 s.
-            client_expiry: Duration::from_secs(120),
-            client_sweep_interval: Duration::from_secs(10),
-            consumer_offset_flush_interval: Duration::from_secs(1),
-        }
-    }
-}
+/// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;
+/// stay inside it.
+pub const MAX_SUSPEND: Duration = Duration::from_secs(20);
+/// [`BrokerConfig::consumer_offset_flush_interval`].
+pub const CONSUMER_OFFSET_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The tables every shard of a node reads and writes: off the data path, each behind its
 /// own lock (`crate::sync::Locked`). Cloning shares them.

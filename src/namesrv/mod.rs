@@ -1,5 +1,5 @@
 //! The embedded name server endpoint (D1): a second listener on `namesrvPort`
-//! (default 9876) on the same shard, served by the same connection code
+//! (key `namesrv_port`) on the same shard, served by the same connection code
 //! ([`crate::remoting::connection::serve_connection`]) with [`NameServer`] as the handler.
 //! It knows exactly one broker, this node, and answers from the node-wide topic table:
 //!

@@ -156,10 +156,12 @@ impl Reply {
     }
 }
 
-/// Limits of one connection; every one is a named setting with a default.
+/// Limits of one connection, derived from the node's keys by
+/// [`crate::node_config::connection_limits`]; the ones that are not keys are the constants
+/// below.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
-    /// Largest frame accepted (Java's `frameMaxLength`, 16 MiB).
+    /// Largest frame accepted (`max_frame_size`; by default Java's `frameMaxLength`).
     pub max_frame_len: usize,
     /// Initial read buffer capacity; also the bytes a connection may hold in its read
     /// buffer before they are charged to the node's partial-frame bound.
@@ -192,31 +194,17 @@ pub struct ConnectionLimits {
     pub socket_send_buffer: usize,
 }
 
-/// Default of `max_requests_in_flight_per_connection`.
-pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 1024;
-/// Default of `max_queued_response_bytes_per_connection`.
-pub const DEFAULT_MAX_QUEUED_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
-/// Default of `frame_timeout`.
-pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default of the idle timeout (Java's `serverChannelMaxIdleTimeSeconds`, 120).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// [`ConnectionLimits::read_buffer`].
+pub const READ_BUFFER: usize = 64 * 1024;
+/// [`ConnectionLimits::warn_burst`].
+pub const WARN_BURST: u32 = 5;
+/// [`ConnectionLimits::warn_interval`].
+pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Default for ConnectionLimits {
+    /// The limits of the node's defaults ([`crate::node_config::connection_limits`]).
     fn default() -> ConnectionLimits {
-        ConnectionLimits {
-            max_frame_len: super::frame::DEFAULT_MAX_FRAME_LEN,
-            read_buffer: 64 * 1024,
-            body_send: BodySend::default(),
-            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
-            max_queued_response_bytes: DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
-            shard_max_requests_in_flight: usize::MAX,
-            shard_max_queued_response_bytes: usize::MAX,
-            frame_timeout: DEFAULT_FRAME_TIMEOUT,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-            warn_burst: 5,
-            warn_interval: Duration::from_secs(10),
-            socket_send_buffer: 0,
-        }
+        crate::node_config::connection_limits(&crate::node_config::NodeConfig::default())
     }
 }
 

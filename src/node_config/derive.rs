@@ -1,0 +1,160 @@
+//! Settings derived from a [`NodeConfig`] by pure functions: one shard's store settings,
+//! one shard's broker settings, and the limits of one connection. The few settings in
+//! them that are not keys are named constants of the module that uses them.
+
+use std::net::SocketAddr;
+
+use super::{NodeConfig, CQ_ENTRY_SIZE};
+use crate::broker::{self, BrokerConfig};
+use crate::config::StoreConfig;
+use crate::remoting::body_send::BodySend;
+use crate::remoting::connection::{self, ConnectionLimits};
+use crate::shard::layout;
+
+/// The store settings of shard `shard`: directory `<store_path_root_dir>/shard-<shard>`,
+/// STOREHOST `broker_ip:listen_port`, and the flush, size and limit settings.
+///
+/// Panics if `shard` is not below `shards`.
+pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
+    assert!(
+        shard < config.shards,
+        "shard {shard} does not exist: the node has {} shards",
+        config.shards
+    );
+    StoreConfig {
+        dir: layout::shard_dir(&config.store_path_root_dir, shard),
+        shard_id: shard,
+        flush_mode: config.flush_disk_type,
+        commit_log_segment_size: config.maped_file_size_commit_log,
+        consume_queue_entries_per_file: config.maped_file_size_consume_queue / CQ_ENTRY_SIZE,
+        flush_interval: config.flush_interval_commit_log,
+        flush_least_pages: config.flush_commit_log_least_pages,
+        flush_thorough_interval: config.flush_commit_log_thorough_interval,
+        sync_flush_timeout: config.sync_flush_timeout,
+        checkpoint_interval: config.flush_interval_consume_queue,
+        max_message_size: config.max_message_size,
+        max_batch_bytes: config.max_batch_bytes,
+        max_pending_puts: config.max_pending_puts,
+        store_host: store_host(config),
+        max_transfer_count: config.max_transfer_count,
+        max_transfer_bytes: config.max_transfer_bytes,
+    }
+}
+
+/// `broker_ip:listen_port`: the address clients reach and STOREHOST records.
+pub fn store_host(config: &NodeConfig) -> SocketAddr {
+    SocketAddr::new(config.broker_ip, config.listen_port)
+}
+
+/// One shard's broker settings. The node-wide `max_parked_pulls` is split evenly between
+/// the shards (at least one each).
+pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
+    BrokerConfig {
+        max_suspend: broker::MAX_SUSPEND,
+        max_parked_pulls: per_shard(config.max_parked_pulls, config.shards),
+        client_expiry: config.channel_expired_timeout,
+        client_sweep_interval: config.client_sweep_interval,
+        consumer_offset_flush_interval: broker::CONSUMER_OFFSET_FLUSH_INTERVAL,
+    }
+}
+
+/// The limits of one connection (broker and name-server listeners alike).
+/// A node-wide bound's share for each of `shards` shards (at least 1).
+fn per_shard(node_wide: usize, shards: u8) -> usize {
+    (node_wide / shards.max(1) as usize).max(1)
+}
+
+pub fn connection_limits(config: &NodeConfig) -> ConnectionLimits {
+    ConnectionLimits {
+        max_frame_len: config.max_frame_size,
+        read_buffer: connection::READ_BUFFER,
+        body_send: BodySend::default(),
+        max_requests_in_flight: config.max_requests_in_flight_per_connection,
+        max_queued_response_bytes: config.max_queued_response_bytes_per_connection,
+        shard_max_requests_in_flight: per_shard(config.max_requests_in_flight, config.shards),
+        shard_max_queued_response_bytes: per_shard(config.max_queued_response_bytes, config.shards),
+        frame_timeout: config.frame_timeout,
+        idle_timeout: config.server_channel_max_idle_time_seconds,
+        warn_burst: connection::WARN_BURST,
+        warn_interval: connection::WARN_INTERVAL,
+        // The system's (autotuned) size.
+        socket_send_buffer: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn connection_limits_carry_the_connection_keys() {
+        let config = NodeConfig {
+            max_frame_size: 1 << 20,
+            max_requests_in_flight_per_connection: 7,
+            max_queued_response_bytes_per_connection: 9000,
+            frame_timeout: Duration::from_millis(1500),
+            server_channel_max_idle_time_seconds: Duration::from_secs(5),
+            ..NodeConfig::default()
+        };
+        let limits = connection_limits(&config);
+        assert_eq!(limits.max_frame_len, 1 << 20);
+        assert_eq!(limits.max_requests_in_flight, 7);
+        assert_eq!(limits.max_queued_response_bytes, 9000);
+        assert_eq!(limits.frame_timeout, Duration::from_millis(1500));
+        assert_eq!(limits.idle_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_node_wide_backlog_bounds_are_split_between_the_shards() {
+        let config = NodeConfig {
+            max_requests_in_flight: 1000,
+            max_queued_response_bytes: 3 << 20,
+            shards: 3,
+            ..NodeConfig::default()
+        };
+        let limits = connection_limits(&config);
+        assert_eq!(
+            (
+                limits.shard_max_requests_in_flight,
+                limits.shard_max_queued_response_bytes
+            ),
+            (333, 1 << 20)
+        );
+    }
+
+    #[test]
+    fn parked_pulls_are_split_between_the_shards() {
+        let config = NodeConfig {
+            max_parked_pulls: 100,
+            shards: 3,
+            ..NodeConfig::default()
+        };
+        assert_eq!(broker_config(&config).max_parked_pulls, 33);
+        let config = NodeConfig {
+            max_parked_pulls: 2,
+            shards: 3,
+            ..config
+        };
+        assert_eq!(broker_config(&config).max_parked_pulls, 1);
+    }
+
+    #[test]
+    fn the_store_defaults_are_the_node_defaults() {
+        let node = NodeConfig::default();
+        let store = StoreConfig::new("/x");
+        let derived = store_config(&node, 0);
+        assert_eq!(store.dir, std::path::Path::new("/x"));
+        assert_eq!(
+            format!(
+                "{:?}",
+                StoreConfig {
+                    dir: "/x".into(),
+                    ..derived
+                }
+            ),
+            format!("{store:?}")
+        );
+    }
+}

@@ -1,0 +1,500 @@
+//! The key table: every setting with its broker.conf spellings, its default, its range,
+//! its doc line, and how its value is parsed and printed. This is the one place a default
+//! or a single-key range is written; [`NodeConfig::default`], [`NodeConfig::validate`]
+//! and `docs/configuration.md` are all read off it.
+
+use std::time::Duration;
+
+use super::key::Preset::{Constant, Machine, Text};
+use super::key::Range::{Number, Parsed, Rule};
+use super::key::{Bounds, Key, Unit};
+use super::parse::{
+    flag, flush_mode, home_dir, hours_of_day, io_name, ip, millis, name, port, root_dir, text,
+    uint, Value,
+};
+use super::{default_shards, BrokerRole, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
+use crate::broker::names::MAX_QUEUE_NUMS;
+use crate::config::{MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
+use crate::remoting::frame::DEFAULT_MAX_FRAME_LEN;
+
+macro_rules! key {
+    (@ours rocketmq) => { false };
+    (@ours ringmq) => { true };
+    (
+        $name:literal, $who:ident [$($conf:literal),+],
+        default: $default:expr,
+        range: $range:expr,
+        meaning: $meaning:literal,
+        set: |$c:ident, $v:ident| $set:expr,
+        get: |$g:ident| $get:expr $(,)?
+    ) => {
+        Key {
+            name: $name,
+            conf: &[$($conf),+],
+            ours: key!(@ours $who),
+            default: $default,
+            range: $range,
+            meaning: $meaning,
+            set: |$c: &mut NodeConfig, $v: Value| -> Result<(), String> {
+                $set;
+                Ok(())
+            },
+            get: |$g: &NodeConfig| -> String { $get },
+        }
+    };
+}
+
+const AT_LEAST_1: Bounds = Bounds::at_least(1, Unit::Plain);
+const AT_LEAST_1_MS: Bounds = Bounds::at_least(1, Unit::Millis);
+const PORT: Bounds = Bounds::between(0, 65535, Unit::Plain);
+
+/// Every key, in the order `--print-config` and the docs list them.
+pub(super) static KEYS: &[Key] = &[
+    key!(
+        "broker_name", rocketmq ["brokerName"],
+        default: Text("broker-a"),
+        range: Rule { doc: "not empty; no spaces or control characters", check: |c| plain_name(&c.broker_name) },
+        meaning: "name in routes and cluster info",
+        set: |c, v| c.broker_name = name(v)?,
+        get: |c| c.broker_name.clone(),
+    ),
+    key!(
+        "broker_cluster_name", rocketmq ["brokerClusterName"],
+        default: Text("DefaultCluster"),
+        range: Rule { doc: "not empty; no spaces or control characters", check: |c| plain_name(&c.broker_cluster_name) },
+        meaning: "cluster in routes and cluster info",
+        set: |c, v| c.broker_cluster_name = name(v)?,
+        get: |c| c.broker_cluster_name.clone(),
+    ),
+    key!(
+        "broker_id", rocketmq ["brokerId"],
+        default: Text("0"),
+        range: Parsed("a whole number; 0 for a master (see the relations)"),
+        meaning: "0 for a master, above 0 for a slave",
+        set: |c, v| c.broker_id = uint(v, i64::MAX as u64)?,
+        get: |c| c.broker_id.to_string(),
+    ),
+    key!(
+        "broker_role", rocketmq ["brokerRole"],
+        default: Text("ASYNC_MASTER"),
+        range: Rule { doc: "`ASYNC_MASTER`; `SYNC_MASTER` and `SLAVE` parse but do not run yet", check: |c| supported_role(c.broker_role) },
+        meaning: "`ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE`; only `ASYNC_MASTER` runs for now (replication is D14)",
+        set: |c, v| c.broker_role = text(v)?.parse()?,
+        get: |c| c.broker_role.as_str().into(),
+    ),
+    key!(
+        "broker_ip", rocketmq ["brokerIP1"],
+        default: Text("127.0.0.1"),
+        range: Rule { doc: "an IP address clients can reach: not unspecified, not multicast", check: |c| advertisable(c.broker_ip) },
+        meaning: "address advertised in routes and written as STOREHOST; an IP, not a name",
+        set: |c, v| c.broker_ip = ip(v)?,
+        get: |c| c.broker_ip.to_string(),
+    ),
+    key!(
+        "bind_address", rocketmq ["bindAddress"],
+        default: Text("0.0.0.0"),
+        range: Parsed("an IP address"),
+        meaning: "address the remoting, name-server and metrics listeners bind",
+        set: |c, v| c.bind_address = ip(v)?,
+        get: |c| c.bind_address.to_string(),
+    ),
+    key!(
+        "listen_port", rocketmq ["listenPort"],
+        default: Text("10911"),
+        range: Number(PORT),
+        meaning: "remoting port clients send to and pull from; 0 picks a free one",
+        set: |c, v| c.listen_port = port(v)?,
+        get: |c| c.listen_port.to_string(),
+    ),
+    key!(
+        "namesrv_port", ringmq ["namesrvPort"],
+        default: Text("9876"),
+        range: Number(PORT),
+        meaning: "port of the embedded name server (D1); 0 picks a free one",
+        set: |c, v| c.namesrv_port = port(v)?,
+        get: |c| c.namesrv_port.to_string(),
+    ),
+    key!(
+        "metrics_port", rocketmq ["metricsPromExporterPort", "metricsPort"],
+        default: Text("9100"),
+        range: Number(PORT),
+        meaning: "Prometheus text endpoint (D15); 0 picks a free one",
+        set: |c, v| c.metrics_port = port(v)?,
+        get: |c| c.metrics_port.to_string(),
+    ),
+    key!(
+        "namesrv_addr", rocketmq ["namesrvAddr"],
+        default: Text(""),
+        range: Rule { doc: "`host:port`, several `;`-separated; empty for none", check: |c| c.namesrv_addr.as_deref().map_or(Ok(()), host_ports) },
+        meaning: "external name servers; kept for later, the embedded one answers routes",
+        set: |c, v| {
+            let s = text(v)?;
+            c.namesrv_addr = if s.is_empty() {
+                None
+            } else {
+                Some(s.to_string())
+            }
+        },
+        get: |c| c.namesrv_addr.clone().unwrap_or_default(),
+    ),
+    key!(
+        "store_path_root_dir", rocketmq ["storePathRootDir"],
+        default: Machine { shown: "`$HOME/store`", value: || home_dir().map(|_| "~/store".into()) },
+        range: Rule { doc: "a path; a leading `~` is `$HOME`", check: |c| non_empty_root(c) },
+        meaning: "root of the shard stores (`shard-0`, `shard-1`, ...)",
+        set: |c, v| c.store_path_root_dir = root_dir(v)?,
+        get: |c| c.store_path_root_dir.display().to_string(),
+    ),
+    key!(
+        "shards", ringmq ["shards"],
+        default: Machine { shown: "one per CPU, at most 64", value: || Some(default_shards().to_string()) },
+        range: Number(Bounds::between(1, MAX_SHARDS as u64, Unit::Plain)),
+        meaning: "shards (pinned threads, each with its own store); fixed once a store root is made",
+        set: |c, v| c.shards = uint(v, u8::MAX as u64)? as u8,
+        get: |c| c.shards.to_string(),
+    ),
+    key!(
+        "io_backend", ringmq ["ioBackend"],
+        default: Text("auto"),
+        range: Parsed("`auto`, `uring` or `portable`"),
+        meaning: "disk backend: `auto` (io_uring, else portable), `uring`, `portable` (D5)",
+        set: |c, v| c.io_backend = text(v)?.parse()?,
+        get: |c| io_name(c.io_backend).into(),
+    ),
+    key!(
+        "flush_disk_type", rocketmq ["flushDiskType"],
+        default: Text("ASYNC_FLUSH"),
+        range: Parsed("`SYNC_FLUSH` or `ASYNC_FLUSH`"),
+        meaning: "`SYNC_FLUSH`: acknowledge after fdatasync; `ASYNC_FLUSH`: after the write",
+        set: |c, v| c.flush_disk_type = flush_mode(v)?,
+        get: |c| c.flush_disk_type.as_str().into(),
+    ),
+    key!(
+        "maped_file_size_commit_log", rocketmq ["mapedFileSizeCommitLog", "mappedFileSizeCommitLog"],
+        default: Text("1073741824"),
+        range: Number(Bounds::between(PAGE_SIZE, MAX_SEGMENT_SIZE, Unit::Plain).multiple_of(PAGE_SIZE)),
+        meaning: "CommitLog segment bytes",
+        set: |c, v| c.maped_file_size_commit_log = uint(v, u64::MAX)?,
+        get: |c| c.maped_file_size_commit_log.to_string(),
+    ),
+    key!(
+        "maped_file_size_consume_queue", rocketmq ["mapedFileSizeConsumeQueue", "mappedFileSizeConsumeQueue"],
+        default: Text("6000000"),
+        range: Number(Bounds::at_least(CQ_ENTRY_SIZE, Unit::Plain).multiple_of(CQ_ENTRY_SIZE)),
+        meaning: "ConsumeQueue file bytes, whole 20-byte entries",
+        set: |c, v| c.maped_file_size_consume_queue = uint(v, u64::MAX)?,
+        get: |c| c.maped_file_size_consume_queue.to_string(),
+    ),
+    key!(
+        "flush_interval_commit_log", rocketmq ["flushIntervalCommitLog"],
+        default: Text("500"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "async flush period, ms",
+        set: |c, v| c.flush_interval_commit_log = millis(v)?,
+        get: |c| c.flush_interval_commit_log.as_millis().to_string(),
+    ),
+    key!(
+        "flush_commit_log_least_pages", rocketmq ["flushCommitLogLeastPages"],
+        default: Text("4"),
+        range: Parsed("a whole number"),
+        meaning: "async flush only once this many 4 KiB pages are dirty...",
+        set: |c, v| c.flush_commit_log_least_pages = uint(v, u64::MAX)?,
+        get: |c| c.flush_commit_log_least_pages.to_string(),
+    ),
+    key!(
+        "flush_commit_log_thorough_interval", rocketmq ["flushCommitLogThoroughInterval"],
+        default: Text("10000"),
+        range: Parsed("a whole number (ms)"),
+        meaning: "...or once this many ms passed since the last flush",
+        set: |c, v| c.flush_commit_log_thorough_interval = millis(v)?,
+        get: |c| c.flush_commit_log_thorough_interval.as_millis().to_string(),
+    ),
+    key!(
+        "sync_flush_timeout", rocketmq ["syncFlushTimeout"],
+        default: Text("5000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "a SYNC_FLUSH put waiting longer (ms) gets FLUSH_DISK_TIMEOUT",
+        set: |c, v| c.sync_flush_timeout = millis(v)?,
+        get: |c| c.sync_flush_timeout.as_millis().to_string(),
+    ),
+    key!(
+        "flush_interval_consume_queue", rocketmq ["flushIntervalConsumeQueue"],
+        default: Text("1000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "ConsumeQueue write-out and checkpoint period, ms",
+        set: |c, v| c.flush_interval_consume_queue = millis(v)?,
+        get: |c| c.flush_interval_consume_queue.as_millis().to_string(),
+    ),
+    key!(
+        "max_message_size", rocketmq ["maxMessageSize"],
+        default: Text("4194304"),
+        range: Number(AT_LEAST_1),
+        meaning: "largest message body accepted, bytes",
+        set: |c, v| c.max_message_size = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_message_size.to_string(),
+    ),
+    key!(
+        "max_transfer_count", rocketmq ["maxTransferCountOnMessageInDisk"],
+        default: Text("32"),
+        range: Number(AT_LEAST_1),
+        meaning: "most messages one pull returns",
+        set: |c, v| c.max_transfer_count = uint(v, u32::MAX as u64)? as u32,
+        get: |c| c.max_transfer_count.to_string(),
+    ),
+    key!(
+        "max_transfer_bytes", rocketmq ["maxTransferBytesOnMessageInDisk"],
+        default: Text("262144"),
+        range: Number(AT_LEAST_1),
+        meaning: "most bytes one pull returns",
+        set: |c, v| c.max_transfer_bytes = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_transfer_bytes.to_string(),
+    ),
+    key!(
+        "max_batch_bytes", ringmq ["maxBatchBytes"],
+        default: Text("4194304"),
+        range: Number(Bounds::at_least(MIN_BATCH_BYTES as u64, Unit::Plain)),
+        meaning: "most bytes in one CommitLog write (one group commit)",
+        set: |c, v| c.max_batch_bytes = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_batch_bytes.to_string(),
+    ),
+    key!(
+        "max_pending_puts", ringmq ["maxPendingPuts"],
+        default: Text("65536"),
+        range: Number(AT_LEAST_1),
+        meaning: "puts waiting per shard before a send is refused as busy",
+        set: |c, v| c.max_pending_puts = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_pending_puts.to_string(),
+    ),
+    key!(
+        "auto_create_topic_enable", rocketmq ["autoCreateTopicEnable"],
+        default: Text("true"),
+        range: Parsed("`true` or `false`"),
+        meaning: "create a topic on its first send",
+        set: |c, v| c.auto_create_topic_enable = flag(v)?,
+        get: |c| c.auto_create_topic_enable.to_string(),
+    ),
+    key!(
+        "default_topic_queue_nums", rocketmq ["defaultTopicQueueNums"],
+        default: Text("8"),
+        range: Number(Bounds::between(1, MAX_QUEUE_NUMS as u64, Unit::Plain)),
+        meaning: "queues of an auto-created topic",
+        set: |c, v| c.default_topic_queue_nums = uint(v, u32::MAX as u64)? as u32,
+        get: |c| c.default_topic_queue_nums.to_string(),
+    ),
+    key!(
+        "file_reserved_time", rocketmq ["fileReservedTime"],
+        default: Text("72"),
+        range: Number(Bounds::at_least(1, Unit::Hours)),
+        meaning: "hours a CommitLog segment is kept after its last write (D12)",
+        set: |c, v| c.file_reserved_time = Duration::from_secs(uint(v, u32::MAX as u64)? * 3600),
+        get: |c| (c.file_reserved_time.as_secs() / 3600).to_string(),
+    ),
+    key!(
+        "delete_when", rocketmq ["deleteWhen"],
+        default: Text("04"),
+        range: Rule { doc: "hours `00` to `23`, `;`-separated, at least one", check: |c| hours(&c.delete_when) },
+        meaning: "hours of day (local time, e.g. `03;04`) when expired files are deleted",
+        set: |c, v| c.delete_when = hours_of_day(v)?,
+        get: |c| {
+            c.delete_when
+                .iter()
+                .map(|h| format!("{h:02}"))
+                .collect::<Vec<_>>()
+                .join(";")
+        },
+    ),
+    key!(
+        "disk_max_used_space_ratio", rocketmq ["diskMaxUsedSpaceRatio"],
+        default: Text("75"),
+        range: Number(Bounds::between(10, 95, Unit::Percent)),
+        meaning: "disk use (%) above which expired files go at any hour",
+        set: |c, v| c.disk_max_used_space_ratio =
+            uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
+        get: |c| c.disk_max_used_space_ratio.to_string(),
+    ),
+    key!(
+        "max_connections", ringmq ["maxConnections"],
+        default: Text("10000"),
+        range: Number(AT_LEAST_1),
+        meaning: "client connections the node accepts, all shards together",
+        set: |c, v| c.max_connections = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_connections.to_string(),
+    ),
+    key!(
+        "max_parked_pulls", ringmq ["maxParkedPulls"],
+        default: Text("65536"),
+        range: Number(AT_LEAST_1),
+        meaning: "long-polling pulls parked at once, all shards together (split evenly between them)",
+        set: |c, v| c.max_parked_pulls = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_parked_pulls.to_string(),
+    ),
+    key!(
+        "channel_expired_timeout", rocketmq ["channelExpiredTimeout"],
+        // Java's channel expiry (reference §9.7); clients heartbeat every 30 s.
+        default: Text("120000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "a client silent (no heartbeat) this long, ms, leaves its groups",
+        set: |c, v| c.channel_expired_timeout = millis(v)?,
+        get: |c| c.channel_expired_timeout.as_millis().to_string(),
+    ),
+    key!(
+        "client_sweep_interval", ringmq ["clientSweepInterval"],
+        default: Text("10000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "how often expired clients are dropped, ms",
+        set: |c, v| c.client_sweep_interval = millis(v)?,
+        get: |c| c.client_sweep_interval.as_millis().to_string(),
+    ),
+    key!(
+        "max_frame_size", ringmq ["maxFrameSize"],
+        // Java's frameMaxLength, which the wire codec (and so the client) also uses.
+        default: Constant(|| DEFAULT_MAX_FRAME_LEN.to_string()),
+        range: Parsed("at most 2147483647; at least `max_message_size` + header room (see the relations)"),
+        meaning: "largest remoting frame, bytes",
+        set: |c, v| c.max_frame_size = uint(v, i32::MAX as u64)? as usize,
+        get: |c| c.max_frame_size.to_string(),
+    ),
+    key!(
+        "shard_mailbox_capacity", ringmq ["shardMailboxCapacity"],
+        default: Text("4096"),
+        range: Number(AT_LEAST_1),
+        meaning: "requests queued for another shard before the sender waits (D3)",
+        set: |c, v| c.shard_mailbox_capacity = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.shard_mailbox_capacity.to_string(),
+    ),
+    key!(
+        "max_requests_in_flight_per_connection", ringmq ["maxRequestsInFlightPerConnection"],
+        default: Text("1024"),
+        range: Number(AT_LEAST_1),
+        meaning: "requests read and not yet answered on one connection before it stops reading (TCP backpressure)",
+        set: |c, v| c.max_requests_in_flight_per_connection = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_requests_in_flight_per_connection.to_string(),
+    ),
+    key!(
+        "max_queued_response_bytes_per_connection", ringmq ["maxQueuedResponseBytesPerConnection"],
+        default: Text("4194304"),
+        range: Number(AT_LEAST_1),
+        meaning: "bytes held for one connection (requests in flight: frame plus 2 KiB each; responses queued and not yet written) before it stops reading",
+        set: |c, v| c.max_queued_response_bytes_per_connection = uint(v, i64::MAX as u64)? as usize,
+        get: |c| c.max_queued_response_bytes_per_connection.to_string(),
+    ),
+    key!(
+        "max_requests_in_flight", ringmq ["maxRequestsInFlight"],
+        default: Text("131072"),
+        range: Number(AT_LEAST_1),
+        meaning: "requests in flight on all connections together (parked pulls not counted), split evenly between the shards; past it a connection with one in flight stops reading",
+        set: |c, v| c.max_requests_in_flight = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_requests_in_flight.to_string(),
+    ),
+    key!(
+        "max_queued_response_bytes", ringmq ["maxQueuedResponseBytes"],
+        default: Text("1073741824"),
+        range: Number(AT_LEAST_1),
+        meaning: "bytes held for all connections together, as for the per-connection bound, split evenly between the shards; past it a connection holding any stops reading",
+        set: |c, v| c.max_queued_response_bytes = uint(v, i64::MAX as u64)? as usize,
+        get: |c| c.max_queued_response_bytes.to_string(),
+    ),
+    key!(
+        "frame_timeout", ringmq ["frameTimeout"],
+        default: Text("30000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "ms a frame may take from its first byte to its last before the connection is closed",
+        set: |c, v| c.frame_timeout = millis(v)?,
+        get: |c| c.frame_timeout.as_millis().to_string(),
+    ),
+    key!(
+        "server_channel_max_idle_time_seconds", rocketmq ["serverChannelMaxIdleTimeSeconds"],
+        default: Text("120"),
+        range: Number(Bounds::at_least(1, Unit::Seconds)),
+        meaning: "seconds a connection may go without a request (none in flight) before it is closed",
+        set: |c, v| c.server_channel_max_idle_time_seconds =
+            Duration::from_secs(uint(v, u32::MAX as u64)?),
+        get: |c| c.server_channel_max_idle_time_seconds.as_secs().to_string(),
+    ),
+    key!(
+        "max_partial_frame_bytes", ringmq ["maxPartialFrameBytes"],
+        default: Text("268435456"),
+        range: Parsed("at least `max_frame_size` (see the relations)"),
+        meaning: "bytes all connections together may hold of frames still arriving",
+        set: |c, v| c.max_partial_frame_bytes = uint(v, i64::MAX as u64)? as usize,
+        get: |c| c.max_partial_frame_bytes.to_string(),
+    ),
+];
+
+pub(super) fn find_snake(key: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == key)
+}
+
+pub(super) fn find_conf(key: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.conf.contains(&key))
+}
+
+/// A key in either spelling.
+pub(super) fn find_key(key: &str) -> Option<&'static Key> {
+    find_snake(key).or_else(|| find_conf(key))
+}
+
+// ---------------------------------------------------------------------------------------
+// The rules of the keys whose range is not a number.
+
+fn plain_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "'{name}' must not contain spaces or control characters"
+        ));
+    }
+    Ok(())
+}
+
+fn supported_role(role: BrokerRole) -> Result<(), String> {
+    match role {
+        BrokerRole::AsyncMaster => Ok(()),
+        role => Err(format!(
+            "{} is not supported yet (replication comes later); use ASYNC_MASTER",
+            role.as_str()
+        )),
+    }
+}
+
+fn advertisable(ip: std::net::IpAddr) -> Result<(), String> {
+    if ip.is_unspecified() || ip.is_multicast() {
+        return Err(format!(
+            "{ip} cannot be advertised to clients; give the address they reach this node at"
+        ));
+    }
+    Ok(())
+}
+
+fn host_ports(addr: &str) -> Result<(), String> {
+    for part in addr.split(';') {
+        let part = part.trim();
+        let port = part
+            .rsplit_once(':')
+            .map(|(host, port)| (host, port.parse::<u16>()));
+        match port {
+            Some((host, Ok(port))) if !host.is_empty() && port != 0 => {}
+            _ => return Err(format!("'{part}' is not host:port (list several with ';')")),
+        }
+    }
+    Ok(())
+}
+
+fn non_empty_root(config: &NodeConfig) -> Result<(), String> {
+    if config.store_path_root_dir.as_os_str().is_empty() {
+        return Err("is empty (the default is $HOME/store and HOME is not set)".into());
+    }
+    Ok(())
+}
+
+fn hours(hours: &[u8]) -> Result<(), String> {
+    if hours.is_empty() {
+        return Err("must name at least one hour of the day".into());
+    }
+    if let Some(hour) = hours.iter().find(|&&h| h > 23) {
+        return Err(format!("{hour} is not an hour of the day (0 to 23)"));
+    }
+    Ok(())
+}

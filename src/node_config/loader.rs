@@ -1,0 +1,218 @@
+//! The sources: a TOML file, a RocketMQ broker.conf and command-line overrides, applied
+//! one at a time onto a [`NodeConfig`] while remembering which source (and spelling) set
+//! each key, so that a validation error names where the bad value came from.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::key::Key;
+use super::keys::{find_conf, find_key, find_snake};
+use super::parse::Value;
+use super::properties::parse_properties;
+use super::rocketmq::{IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
+use super::{ConfigError, NodeConfig};
+
+/// Applies sources one at a time, remembering where each value came from so that a
+/// validation error names the source and spelling that set the bad value.
+///
+/// Sources apply in call order: call them in the documented order (TOML file, broker.conf,
+/// overrides), as [`NodeConfig::load`] does.
+pub struct ConfigLoader {
+    config: NodeConfig,
+    /// snake_case key → (origin, key as spelled there).
+    origins: HashMap<&'static str, (String, String)>,
+    warnings: Vec<String>,
+}
+
+impl Default for ConfigLoader {
+    fn default() -> Self {
+        ConfigLoader::new()
+    }
+}
+
+impl ConfigLoader {
+    /// Starts from [`NodeConfig::default`].
+    pub fn new() -> ConfigLoader {
+        ConfigLoader::from_config(NodeConfig::default())
+    }
+
+    /// Starts from `config` (tests use a small one).
+    pub fn from_config(config: NodeConfig) -> ConfigLoader {
+        ConfigLoader {
+            config,
+            origins: HashMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The settings so far, not yet validated.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The warnings logged so far (ignored RocketMQ keys), each `<source>: <key>: <why>`.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    pub fn toml_file(&mut self, path: &Path) -> Result<&mut Self, ConfigError> {
+        let text = read(path)?;
+        self.toml_str(&path.display().to_string(), &text)
+    }
+
+    /// A TOML document; `origin` names it in errors.
+    pub fn toml_str(&mut self, origin: &str, text: &str) -> Result<&mut Self, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            ConfigError::new(origin, "", format!("not valid TOML: {}", e.message()))
+        })?;
+        for (key, value) in &table {
+            let Some(def) = find_snake(key) else {
+                let message = match (find_conf(key), value) {
+                    (Some(def), _) => {
+                        format!("unknown key; TOML keys are snake_case: use {}", def.name)
+                    }
+                    (None, toml::Value::Table(_)) => {
+                        "unknown key (sections are not used; keys sit at the top level)".into()
+                    }
+                    (None, _) => "unknown key".into(),
+                };
+                return Err(ConfigError::new(origin, key, message));
+            };
+            let value = match value {
+                toml::Value::String(s) => Value::Str(s),
+                toml::Value::Integer(n) => Value::Int(*n),
+                toml::Value::Boolean(b) => Value::Bool(*b),
+                other => {
+                    return Err(ConfigError::new(
+                        origin,
+                        key,
+                        format!(
+                            "expected a string, integer or boolean, found {}",
+                            other.type_str()
+                        ),
+                    ))
+                }
+            };
+            self.set(origin, key, def, value)?;
+        }
+        Ok(self)
+    }
+
+    pub fn broker_conf_file(&mut self, path: &Path) -> Result<&mut Self, ConfigError> {
+        let text = read(path)?;
+        self.broker_conf_str(&path.display().to_string(), &text)
+    }
+
+    /// A RocketMQ broker.conf (Java properties); `origin` names it in errors.
+    pub fn broker_conf_str(&mut self, origin: &str, text: &str) -> Result<&mut Self, ConfigError> {
+        for (key, value) in parse_properties(text) {
+            match find_conf(&key) {
+                Some(def) => self.set(origin, &key, def, Value::Raw(&value))?,
+                None => {
+                    let hint = find_snake(&key).map(|def| {
+                        format!(
+                            "unknown key; broker.conf keys are camelCase: use {}",
+                            def.conf[0]
+                        )
+                    });
+                    self.unknown_rocketmq(origin, &key, &value, hint)?
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// One `key=value` override; the key in either style.
+    pub fn override_arg(&mut self, item: &str) -> Result<&mut Self, ConfigError> {
+        const ORIGIN: &str = "command line";
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(ConfigError::new(ORIGIN, item.trim(), "expected key=value"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        match find_key(key) {
+            Some(def) => self.set(ORIGIN, key, def, Value::Raw(value))?,
+            None => self.unknown_rocketmq(ORIGIN, key, value, None)?,
+        }
+        Ok(self)
+    }
+
+    /// Validates and hands over the settings.
+    pub fn finish(self) -> Result<NodeConfig, ConfigError> {
+        match self.config.validate() {
+            Ok(()) => Ok(self.config),
+            Err(mut error) => {
+                match self.origins.get(error.key.as_str()) {
+                    Some((origin, spelled)) => {
+                        error.origin = origin.clone();
+                        error.key = spelled.clone();
+                    }
+                    None => error.origin = "defaults".into(),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn set(
+        &mut self,
+        origin: &str,
+        spelled: &str,
+        def: &'static Key,
+        value: Value,
+    ) -> Result<(), ConfigError> {
+        (def.set)(&mut self.config, value)
+            .map_err(|message| ConfigError::new(origin, spelled, message))?;
+        self.origins
+            .insert(def.name, (origin.to_string(), spelled.to_string()));
+        Ok(())
+    }
+
+    fn unknown_rocketmq(
+        &mut self,
+        origin: &str,
+        key: &str,
+        value: &str,
+        hint: Option<String>,
+    ) -> Result<(), ConfigError> {
+        if IGNORED_ROCKETMQ_KEYS.contains(&key) {
+            self.warn(
+                origin,
+                key,
+                "a RocketMQ setting ringmq does not use; ignored".into(),
+            );
+            return Ok(());
+        }
+        if let Some((_, harmless, why)) =
+            UNSUPPORTED_ROCKETMQ_KEYS.iter().find(|(k, _, _)| *k == key)
+        {
+            if harmless.is_some_and(|h| h.eq_ignore_ascii_case(value)) {
+                self.warn(
+                    origin,
+                    key,
+                    format!("{value} is RocketMQ's default; ignored"),
+                );
+                return Ok(());
+            }
+            return Err(ConfigError::new(
+                origin,
+                key,
+                format!("not supported: {why}"),
+            ));
+        }
+        Err(ConfigError::new(
+            origin,
+            key,
+            hint.unwrap_or_else(|| "unknown key".into()),
+        ))
+    }
+
+    fn warn(&mut self, origin: &str, key: &str, why: String) {
+        tracing::warn!("{origin}: {key}: {why}");
+        self.warnings.push(format!("{origin}: {key}: {why}"));
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&path.display().to_string(), "", format!("cannot read: {e}")))
+}

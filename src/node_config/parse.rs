@@ -1,0 +1,188 @@
+//! Value parsers: turn a value as a source gave it (TOML typed, or broker.conf and
+//! command-line text) into a field's type, refusing what the type cannot hold. Range
+//! checks beyond the type are the key's own (see [`super::key::Range`]).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::FlushMode;
+use crate::io::IoChoice;
+
+/// A value as a source gave it. TOML values carry their type; properties and command-line
+/// values are untyped text, parsed by the key.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Value<'a> {
+    /// Text from broker.conf, the command line or a key's default.
+    Raw(&'a str),
+    /// A TOML string.
+    Str(&'a str),
+    Int(i64),
+    Bool(bool),
+}
+
+pub(super) fn text(value: Value<'_>) -> Result<&str, String> {
+    match value {
+        Value::Raw(s) | Value::Str(s) => Ok(s.trim()),
+        Value::Int(_) => Err("expected a string, found an integer".into()),
+        Value::Bool(_) => Err("expected a string, found a boolean".into()),
+    }
+}
+
+pub(super) fn name(value: Value) -> Result<String, String> {
+    Ok(text(value)?.to_string())
+}
+
+/// A whole number, at most `max` (the field type's limit).
+pub(super) fn uint(value: Value, max: u64) -> Result<u64, String> {
+    let number = match value {
+        Value::Int(n) if n < 0 => return Err(format!("{n} must not be negative")),
+        Value::Int(n) => n as u64,
+        Value::Raw(s) => {
+            let s = s.trim();
+            match s.parse::<u64>() {
+                Ok(n) => n,
+                Err(_) if s.parse::<i64>().is_ok() => {
+                    return Err(format!("{s} must not be negative"))
+                }
+                Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+                    return Err(format!("{s} is too large (at most {max})"))
+                }
+                Err(_) => return Err(format!("'{s}' is not a whole number")),
+            }
+        }
+        Value::Str(_) => return Err("expected an integer, found a string".into()),
+        Value::Bool(_) => return Err("expected an integer, found a boolean".into()),
+    };
+    if number > max {
+        return Err(format!("{number} is too large (at most {max})"));
+    }
+    Ok(number)
+}
+
+pub(super) fn port(value: Value) -> Result<u16, String> {
+    match uint(value, u64::MAX)? {
+        n @ 0..=65535 => Ok(n as u16),
+        n => Err(format!("{n} must be between 0 and 65535")),
+    }
+}
+
+pub(super) fn millis(value: Value) -> Result<Duration, String> {
+    Ok(Duration::from_millis(uint(value, u64::MAX)?))
+}
+
+pub(super) fn flag(value: Value) -> Result<bool, String> {
+    match value {
+        Value::Bool(b) => Ok(b),
+        Value::Raw(s) if s.trim().eq_ignore_ascii_case("true") => Ok(true),
+        Value::Raw(s) if s.trim().eq_ignore_ascii_case("false") => Ok(false),
+        Value::Raw(s) => Err(format!("'{}' is not true or false", s.trim())),
+        Value::Str(_) => Err("expected a boolean, found a string".into()),
+        Value::Int(_) => Err("expected a boolean, found an integer".into()),
+    }
+}
+
+pub(super) fn ip(value: Value) -> Result<IpAddr, String> {
+    let s = text(value)?;
+    s.parse()
+        .map_err(|_| format!("'{s}' is not an IP address (host names are not accepted)"))
+}
+
+/// `deleteWhen`: `;`-separated hours of the day, returned ascending without repeats.
+pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, String> {
+    let s = match value {
+        Value::Int(_) => return Ok(vec![uint(value, 23)? as u8]),
+        other => text(other)?,
+    };
+    let mut hours = Vec::new();
+    for part in s.split(';') {
+        let part = part.trim();
+        match part.parse::<u8>() {
+            Ok(h) if h <= 23 && !part.is_empty() => hours.push(h),
+            _ => {
+                return Err(format!(
+                    "'{part}' is not an hour of the day (00 to 23); list several with ';'"
+                ))
+            }
+        }
+    }
+    hours.sort_unstable();
+    hours.dedup();
+    Ok(hours)
+}
+
+/// A path; a leading `~` is `$HOME`.
+pub(super) fn root_dir(value: Value) -> Result<PathBuf, String> {
+    let s = text(value)?;
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s == "~" || s.starts_with("~/") {
+        let home = home_dir().ok_or_else(|| format!("'{s}' starts with ~ but HOME is not set"))?;
+        return Ok(match s.strip_prefix("~/") {
+            Some(rest) => home.join(rest),
+            None => home,
+        });
+    }
+    Ok(PathBuf::from(s))
+}
+
+pub(super) fn flush_mode(value: Value) -> Result<FlushMode, String> {
+    match text(value)? {
+        "SYNC_FLUSH" => Ok(FlushMode::Sync),
+        "ASYNC_FLUSH" => Ok(FlushMode::Async),
+        other => Err(format!("'{other}' is not one of SYNC_FLUSH, ASYNC_FLUSH")),
+    }
+}
+
+pub(super) fn io_name(choice: IoChoice) -> &'static str {
+    match choice {
+        IoChoice::Auto => "auto",
+        IoChoice::Uring => "uring",
+        IoChoice::Portable => "portable",
+    }
+}
+
+pub(super) fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_by_type() {
+        assert_eq!(uint(Value::Raw(" 42 "), 100), Ok(42));
+        assert!(uint(Value::Raw("-1"), 100)
+            .unwrap_err()
+            .contains("negative"));
+        assert!(uint(Value::Int(-1), 100).unwrap_err().contains("negative"));
+        assert!(uint(Value::Raw("1k"), 100)
+            .unwrap_err()
+            .contains("not a whole number"));
+        assert!(uint(Value::Raw("101"), 100)
+            .unwrap_err()
+            .contains("at most 100"));
+        assert!(uint(Value::Raw("99999999999999999999999"), 100)
+            .unwrap_err()
+            .contains("too large"));
+        assert!(uint(Value::Str("5"), 100)
+            .unwrap_err()
+            .contains("found a string"));
+        assert_eq!(flag(Value::Raw("TRUE")), Ok(true));
+        assert!(flag(Value::Raw("yes")).is_err());
+        assert_eq!(hours_of_day(Value::Raw("04;03; 04")), Ok(vec![3, 4]));
+        assert!(hours_of_day(Value::Raw("24")).is_err());
+        assert!(hours_of_day(Value::Raw("03;")).is_err());
+        assert_eq!(port(Value::Raw("0")), Ok(0));
+        assert!(port(Value::Raw("65536")).is_err());
+        assert!(ip(Value::Raw("broker.local"))
+            .unwrap_err()
+            .contains("not an IP"));
+        assert_eq!(flush_mode(Value::Raw("SYNC_FLUSH")), Ok(FlushMode::Sync));
+        assert!(flush_mode(Value::Raw("sync")).is_err());
+    }
+}

@@ -1,0 +1,131 @@
+//! Cross-key relations: the rules no single key's range can state. Each names the keys
+//! it relates; a broken one is reported against the first of them (the key to change).
+//! [`NodeConfig::validate`] checks them after every key's own range.
+
+use super::{NodeConfig, FRAME_HEADER_ROOM};
+use crate::config::{largest_message_for_segment, RECORD_OVERHEAD_MAX};
+
+pub(super) struct Relation {
+    /// The keys involved; the error names the first.
+    pub keys: &'static [&'static str],
+    /// The rule as the docs state it.
+    pub doc: fn() -> String,
+    pub check: fn(&NodeConfig) -> Result<(), String>,
+}
+
+/// Every relation, in the order they are checked.
+pub(super) static RELATIONS: &[Relation] = &[
+    Relation {
+        keys: &["broker_id", "broker_role"],
+        doc: || "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0".into(),
+        check: |c| match c.broker_id {
+            0 => Ok(()),
+            id => Err(format!(
+                "{id} must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)"
+            )),
+        },
+    },
+    // Port 0 asks the system for a free port at start (tests, side-by-side runs), so it
+    // never collides with another setting.
+    Relation {
+        keys: &["namesrv_port", "listen_port"],
+        doc: || "`namesrv_port` differs from `listen_port` (unless 0)".into(),
+        check: |c| {
+            if c.namesrv_port != 0 && c.namesrv_port == c.listen_port {
+                return Err(format!("{} is also listen_port", c.namesrv_port));
+            }
+            Ok(())
+        },
+    },
+    Relation {
+        keys: &["metrics_port", "listen_port", "namesrv_port"],
+        doc: || "`metrics_port` differs from `listen_port` and `namesrv_port` (unless 0)".into(),
+        check: |c| {
+            let port = c.metrics_port;
+            let other = if port == 0 {
+                None
+            } else if port == c.listen_port {
+                Some("listen_port")
+            } else if port == c.namesrv_port {
+                Some("namesrv_port")
+            } else {
+                None
+            };
+            match other {
+                Some(other) => Err(format!("{port} is also {other}")),
+                None => Ok(()),
+            }
+        },
+    },
+    Relation {
+        keys: &["max_message_size", "maped_file_size_commit_log"],
+        doc: || {
+            format!(
+                "`max_message_size` plus {RECORD_OVERHEAD_MAX} bytes of record headers fits \
+                 one CommitLog segment (`maped_file_size_commit_log`)"
+            )
+        },
+        check: |c| {
+            let segment = c.maped_file_size_commit_log;
+            if c.max_message_size as u64 > largest_message_for_segment(segment) {
+                return Err(format!(
+                    "{} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a {segment}-byte \
+                     CommitLog segment (maped_file_size_commit_log)",
+                    c.max_message_size
+                ));
+            }
+            Ok(())
+        },
+    },
+    Relation {
+        keys: &["max_partial_frame_bytes", "max_frame_size"],
+        doc: || {
+            "`max_partial_frame_bytes` is at least `max_frame_size`: one whole frame fits".into()
+        },
+        check: |c| {
+            if c.max_partial_frame_bytes < c.max_frame_size {
+                return Err(format!(
+                    "{} must be at least max_frame_size ({}): one whole frame must fit",
+                    c.max_partial_frame_bytes, c.max_frame_size
+                ));
+            }
+            Ok(())
+        },
+    },
+    Relation {
+        keys: &["max_frame_size", "max_message_size"],
+        doc: || {
+            format!(
+                "`max_frame_size` is at least `max_message_size` + {FRAME_HEADER_ROOM} bytes \
+                 of header"
+            )
+        },
+        check: |c| {
+            if c.max_frame_size < c.max_message_size + FRAME_HEADER_ROOM {
+                return Err(format!(
+                    "{} must be at least max_message_size ({}) + {FRAME_HEADER_ROOM} bytes of header",
+                    c.max_frame_size, c.max_message_size
+                ));
+            }
+            Ok(())
+        },
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::super::keys::find_snake;
+    use super::*;
+
+    #[test]
+    fn relations_name_real_keys_and_hold_for_the_defaults() {
+        let config = NodeConfig::default();
+        for relation in RELATIONS {
+            assert!(relation.keys.len() >= 2, "{}", (relation.doc)());
+            for key in relation.keys {
+                assert!(find_snake(key).is_some(), "{key}");
+            }
+            (relation.check)(&config).unwrap();
+        }
+    }
+}
