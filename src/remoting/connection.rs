@@ -29,6 +29,8 @@
 //!   out with the frame's header, then the file ranges go straight from the files
 //!   ([`super::body_send`]), then batching resumes.
 //! - Every byte read and written is counted in the shard's [`Traffic`].
+//! - An ended connection's socket is closed by the shard's [`closer`](super::closer), a
+//!   batch per turn, not in the turn it ended.
 //! - A oneway request (flag bit 1) gets no response, whatever the handler returns.
 //! - A framing error (bad or huge length, unknown serialize type, undecodable header)
 //!   means the stream is out of step and cannot be resynchronised: it is logged at warn
@@ -488,6 +490,9 @@ pub async fn serve_admitted<H: RequestHandler>(
         requests.detach_all();
     }
     writer_task.abort();
+    // The socket closes when both halves are gone: the closer keeps this one, so many
+    // connections ending at once close a batch per turn (see `closer.rs`).
+    super::closer::close_later(reader);
     handler.connection_closed(peer);
     tracing::debug!(%peer, ?ended, "connection ended");
     ended

@@ -66,6 +66,7 @@ pub mod admission;
 pub mod backlog;
 pub mod binary_header;
 pub mod body_send;
+pub mod closer;
 pub mod codes;
 pub mod command;
 pub mod connection;
