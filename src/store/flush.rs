@@ -12,10 +12,10 @@
 //!
 //! The flush watchdog answers FLUSH_DISK_TIMEOUT to every put that has waited longer than
 //! `syncFlushTimeout`, queued, in the batch being written or written and waiting in the
-//! queue of waiters for its release: the message stays stored and
-//! becomes visible when its flush completes, but its producer is not left hanging. It
-//! counts time in ticks of a quarter of the timeout, so a put is answered between 1 and
-//! 1.25 timeouts after it was queued, and putting costs no timer at all.
+//! queue of waiters for its release: the message stays stored and becomes visible when
+//! its flush completes, but its producer is not left hanging. It counts time in ticks of
+//! a quarter of the timeout, so a put is answered between 1 and 1.25 timeouts after it was
+//! queued, and putting costs no timer at all.
 //!
 //! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, and
 //! records `safe = min(dispatched, flushed)`: below it both the CommitLog and the queue

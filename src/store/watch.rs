@@ -12,8 +12,9 @@
 //! weakly, so it keeps nothing alive that its task does not.
 //!
 //! Invariant: after a watched task panicked, the store is poisoned and every put that was
-//! queued, in flight or written and waiting for release (`waiters.rs`) has its answer; when the task was the appender, the appender counts
-//! as idle (so `shutdown` does not wait for it).
+//! queued, in flight or written and waiting for release (`waiters.rs`) has its answer;
+//! when the task was the appender, the appender counts as idle (so `shutdown` does not
+//! wait for it).
 
 use std::any::Any;
 use std::future::Future;
