@@ -1,14 +1,38 @@
-//! The appender: the one task that writes the CommitLog (group commit, D6).
+//! The appender: the one task that writes the CommitLog (group commit, D6), as three
+//! stages around the queue of waiters released by offset (`waiters.rs`).
 //!
-//! Each turn takes every queued put (up to `max_batch_bytes`) as one batch, encodes it
-//! into one buffer per touched segment, issues the write, and under SYNC_FLUSH the
-//! fdatasync, before taking the next batch; puts that arrive meanwhile wait and ride the
-//! next turn, so one fsync serves every producer that was waiting for it. Only then is the
-//! batch dispatched to the ConsumeQueues (visible, D7) and answered.
+//! ```text
+//!   pending ─▶ 1. encode + write ──────▶ 2. make durable ───▶ 3. release
+//!   puts       one buffer per touched     SYNC_FLUSH: one      every waiter whose end the
+//!              segment, one write; the    fdatasync per        required conditions reached:
+//!              batch is one waiter at     segment, then        ConsumeQueue entries in order,
+//!              its end; then Written      Flushed = end        then the answers, then the
+//!              = end                      (ASYNC: nothing)     arrivals wake (visible, D7)
+//! ```
 //!
-//! A failed write or sync poisons the store (D11): the batch is answered with the cause
-//! and every later put is refused. A full disk met while creating the next segment fails
-//! only the puts that needed it, without poisoning: nothing was written.
+//! Each turn takes every queued put (up to `max_batch_bytes`) as one batch. Stage 1
+//! encodes it (assigning queue offset, physical offset and store time), registers it as
+//! one waiter at its end offset and writes it with one write per touched segment; the
+//! write's completion advances the Written condition. Stage 2, under SYNC_FLUSH, syncs the
+//! batch within the same turn, before the next batch is taken, and advances Flushed: puts
+//! that arrive meanwhile wait and ride the next turn, so one fsync serves every producer
+//! that was waiting for it, with no task hop in between. Under ASYNC_FLUSH the flusher
+//! syncs in the background (`flush.rs`) and the stage does nothing. Stage 3 ([`release`])
+//! releases, in offset order, every waiter whose end all the required conditions
+//! (`AckCondition::for_flush_mode`) have reached: ConsumeQueue entries first, then the
+//! answers (inside the answer scope, [`super::Store::set_answer_scope`]), then one wake
+//! of the long-polling pulls.
+//!
+//! Where a replica condition plugs in (SYNC_MASTER, D14, not built): the store requires
+//! `AckCondition::Replicated` besides Flushed; the turn's release then finds its batch
+//! still held, and whatever hears a replica's confirmation advances Replicated in
+//! `Shared::waiters` and calls [`release`]. The flush watchdog already times out puts
+//! held in the queue. New sources of CommitLog records (retry, delay) are puts like any
+//! other and need nothing here.
+//!
+//! A failed write or sync poisons the store (D11): every waiter still queued is answered
+//! with the cause and every later put is refused. A full disk met while creating the next
+//! segment fails only the puts that needed it, without poisoning: nothing was written.
 
 use std::rc::Rc;
 
@@ -16,6 +40,7 @@ use bytes::Bytes;
 
 use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
 use super::record::{self, BLANK_RECORD_LEN};
+use super::waiters::AckCondition;
 use super::{PendingPut, Placement, Shared, StoreError, StoreTask};
 use crate::config::FlushMode;
 use crate::io::FileId;
@@ -30,8 +55,10 @@ struct Chunk {
     closes_segment: bool,
 }
 
-struct Encoded {
-    put: PendingPut,
+/// One placed put of a batch: what its release needs (the waiter queue holds a batch's
+/// `Vec<Encoded>` as one entry).
+pub(crate) struct Encoded {
+    pub put: PendingPut,
     queue: Rc<ConsumeQueue>,
     placement: Placement,
 }
@@ -78,6 +105,7 @@ fn take_batch(shared: &Shared) -> Vec<PendingPut> {
     batch
 }
 
+/// One turn of the appender: the three stages for one batch.
 async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     if let Some(error) = shared.poisoned() {
         for put in batch {
@@ -85,11 +113,100 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         }
         return;
     }
+    // 1. Encode and write; the batch waits in the queue from here on.
+    let Some(Encoding {
+        mut chunks,
+        batch,
+        start,
+        end,
+    }) = encode(shared, batch).await
+    else {
+        return;
+    };
+    shared.log.set_write_pos(end);
+    shared.waiters.borrow_mut().register(end, batch);
+    if let Err(cause) = write_chunks(shared, &mut chunks).await {
+        return fail(shared, cause);
+    }
+    shared.log.set_written_pos(end);
+    reached(shared, AckCondition::Written, end);
+    // 2. Make durable.
+    if let Err(cause) = make_durable(shared, &chunks, end).await {
+        return fail(shared, cause);
+    }
+    preallocate_ahead(shared, start, end);
+    // 3. Release what the required conditions now allow.
+    release(shared);
+}
+
+/// Stage 2. Under SYNC_FLUSH: one fdatasync per segment the batch touched, in the
+/// appender's turn (so the batch's fsync is its only one and the next batch waits for it),
+/// then Flushed reaches `end`. Under ASYNC_FLUSH nothing: the timed flusher syncs on its
+/// own clock (`flush.rs`).
+async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(), String> {
+    if shared.config.flush_mode == FlushMode::Async {
+        return Ok(());
+    }
+    for chunk in chunks {
+        if let Err(error) = shared.disk.sync_data(chunk.file).await {
+            return Err(format!(
+                "fdatasync of CommitLog segment {} failed: {error}",
+                chunk.segment_start
+            ));
+        }
+        shared.update_stats(|stats| stats.log_syncs += 1);
+    }
+    shared.log.set_flushed_pos(end);
+    reached(shared, AckCondition::Flushed, end);
+    Ok(())
+}
+
+/// `condition` has reached `end`: one more input to the queue's release limit (ignored
+/// when the store does not require it).
+fn reached(shared: &Shared, condition: AckCondition, end: u64) {
+    shared.waiters.borrow_mut().advance(condition, end);
+}
+
+/// Starts preallocating the next segment once a batch from `start` to `end` has used
+/// half of its segment or rolled into the next.
+fn preallocate_ahead(shared: &Rc<Shared>, start: u64, end: u64) {
+    let log = &shared.log;
+    if end - log.segment_start(start) > log.segment_size() / 2
+        || log.segment_start(end) != log.segment_start(start)
+    {
+        log.preallocate_after(end, |future| {
+            let hook = shared.clone();
+            tokio::task::spawn_local(super::watch::watched(
+                shared,
+                super::watch::Watchee::Store(StoreTask::Preallocator),
+                async move {
+                    super::watch::panic_point(&hook, StoreTask::Preallocator);
+                    future.await
+                },
+            ))
+        });
+    }
+}
+
+/// A batch encoded into the bytes of its segments, ready to write.
+struct Encoding {
+    chunks: Vec<Chunk>,
+    /// The puts placed in `chunks`, in offset order (refused ones are answered already).
+    batch: Vec<Encoded>,
+    /// The log position the batch starts at, and the one after its last byte.
+    start: u64,
+    end: u64,
+}
+
+/// Encodes `batch` from the log's write position: the records, and the blank record that
+/// closes a segment the batch does not fit in. Puts that cannot be placed are answered
+/// here. `None` when nothing is left to write.
+async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
     let log = &shared.log;
     let segment_size = log.segment_size();
     let now = shared.clock.now_ms();
-    let start_pos = log.write_pos();
-    let mut pos = start_pos;
+    let start = log.write_pos();
+    let mut pos = start;
     let mut chunks: Vec<Chunk> = Vec::new();
     let mut encoded: Vec<Encoded> = Vec::with_capacity(batch.len());
     let mut refused: Option<StoreError> = None;
@@ -100,7 +217,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
             for put in batch {
                 put.slot.answer(Err(error.clone()));
             }
-            return;
+            return None;
         }
     };
     let total_bytes: usize = batch.iter().map(|put| put.encoded_len as usize).sum();
@@ -192,53 +309,14 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         chunks.push(current);
     }
     if chunks.is_empty() {
-        return;
+        return None;
     }
-    log.set_write_pos(pos);
-
-    if let Err(error) = write_chunks(shared, &mut chunks).await {
-        return fail(shared, encoded, error);
-    }
-    log.set_written_pos(pos);
-    match shared.config.flush_mode {
-        FlushMode::Sync => {
-            for chunk in &chunks {
-                if let Err(error) = shared.disk.sync_data(chunk.file).await {
-                    let cause = format!(
-                        "fdatasync of CommitLog segment {} failed: {error}",
-                        chunk.segment_start
-                    );
-                    return fail(shared, encoded, cause);
-                }
-                shared.update_stats(|stats| stats.log_syncs += 1);
-            }
-            log.set_flushed_pos(pos);
-        }
-        // ASYNC_FLUSH: the timed flusher syncs on its own clock (see `flush.rs`).
-        FlushMode::Async => {}
-    }
-    if pos - log.segment_start(start_pos) > segment_size / 2
-        || log.segment_start(pos) != log.segment_start(start_pos)
-    {
-        log.preallocate_after(pos, |future| {
-            let hook = shared.clone();
-            tokio::task::spawn_local(super::watch::watched(
-                shared,
-                super::watch::Watchee::Store(StoreTask::Preallocator),
-                async move {
-                    super::watch::panic_point(&hook, StoreTask::Preallocator);
-                    future.await
-                },
-            ))
-        });
-    }
-    let scope = shared.answer_scope.borrow().clone();
-    let mut encoded = Some(encoded);
-    scope(&mut || {
-        if let Some(encoded) = encoded.take() {
-            dispatch(shared, encoded, pos)
-        }
-    });
+    Some(Encoding {
+        chunks,
+        batch: encoded,
+        start,
+        end: pos,
+    })
 }
 
 async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {
@@ -284,18 +362,55 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
     Ok(())
 }
 
-fn fail(shared: &Shared, encoded: Vec<Encoded>, cause: String) {
+/// Poisons the store for a failed write or sync of CommitLog data and answers every
+/// waiter still queued with it: none of them will be released.
+fn fail(shared: &Shared, cause: String) {
     shared.poison(cause.clone());
-    for item in encoded {
-        item.put
-            .slot
-            .answer(Err(StoreError::Poisoned(cause.clone())));
+    // The queue is not borrowed while the answers run: a callback may queue a put.
+    let waiting = shared.waiters.borrow_mut().take_all();
+    for batch in waiting {
+        for item in batch {
+            item.put
+                .slot
+                .answer(Err(StoreError::Poisoned(cause.clone())));
+        }
     }
 }
 
-/// Makes the batch visible: ConsumeQueue entries, then the answers, then the wake-up.
-fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
-    // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced.
+/// Stage 3: releases, in offset order, every waiter whose end all the required conditions
+/// have reached, inside the answer scope; then wakes the long-polling pulls once. Nothing
+/// to release costs one look at the queue's front (and no scope). Called by the appender
+/// after each turn, and by whatever advances a condition outside it.
+pub(crate) fn release(shared: &Shared) {
+    if !shared.waiters.borrow().ready() {
+        return;
+    }
+    let scope = shared.answer_scope.borrow().clone();
+    let mut once = true;
+    scope(&mut || {
+        if !std::mem::take(&mut once) {
+            return;
+        }
+        let mut released = false;
+        loop {
+            // Borrowed for the pop only: the answers run callbacks.
+            let next = shared.waiters.borrow_mut().pop_ready();
+            let Some((end, batch)) = next else {
+                break;
+            };
+            dispatch(shared, batch, end);
+            released = true;
+        }
+        if released {
+            shared.arrivals.notify_waiters();
+        }
+    });
+}
+
+/// Makes one released batch visible: its ConsumeQueue entries in order, then its answers.
+fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
+    // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
+    // against the log's own positions, independently of the waiter queue's conditions.
     let log = &shared.log;
     let durable = match shared.config.flush_mode {
         FlushMode::Sync => log.flushed_pos(),
@@ -308,8 +423,7 @@ fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
         shared.config.flush_mode
     );
     let mut bytes = 0u64;
-    let count = encoded.len() as u64;
-    for item in encoded {
+    for item in &batch {
         let entry = CqEntry {
             phys_offset: item.placement.phys_offset as i64,
             size: item.placement.size as i32,
@@ -319,11 +433,9 @@ fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
             .queue
             .append(item.placement.queue_offset, entry)
             .map_err(StoreError::Corrupt);
+        // A put whose entry cannot be taken hears why now; the others after every entry.
         match outcome {
-            Ok(AppendOutcome::Appended) => {
-                bytes += item.placement.size as u64;
-                item.put.slot.answer(Ok(item.placement));
-            }
+            Ok(AppendOutcome::Appended) => bytes += item.placement.size as u64,
             Ok(AppendOutcome::Duplicate) => {
                 let cause = format!(
                     "dispatch found a duplicate entry for phys {}",
@@ -339,10 +451,232 @@ fn dispatch(shared: &Shared, encoded: Vec<Encoded>, end: u64) {
         }
     }
     shared.dispatched_pos.set(end);
+    let count = batch.len() as u64;
+    for item in batch {
+        // Ignored by a slot already answered above, or timed out by the watchdog.
+        item.put.slot.answer(Ok(item.placement));
+    }
     shared.update_stats(|stats| {
         stats.puts += count;
         stats.put_bytes += bytes;
         stats.batches += 1;
     });
-    shared.arrivals.notify_waiters();
+}
+
+#[cfg(test)]
+mod tests {
+    //! The stages with a second acknowledgement condition: a fake replica (D14) that holds
+    //! what SYNC_FLUSH alone would release.
+
+    use std::cell::RefCell;
+    use std::future::Future;
+    use std::net::SocketAddr;
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::config::StoreConfig;
+    use crate::io::sim::{SimConfig, SimDisk};
+    use crate::store::record::RecordInput;
+    use crate::store::waiters::Waiters;
+    use crate::store::{PutResult, PutStatus, Store};
+
+    type Heard = Rc<RefCell<Vec<Result<PutResult, StoreError>>>>;
+
+    fn run<F: Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        tokio::task::LocalSet::new().block_on(&runtime, future)
+    }
+
+    fn input(body: &[u8]) -> RecordInput {
+        RecordInput {
+            topic: "Held".to_string(),
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp: 1_700_000_000_000,
+            born_host: SocketAddr::from(([10, 0, 0, 7], 50000)),
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body_crc: record::body_crc(body),
+            body: Bytes::copy_from_slice(body),
+            properties: String::new(),
+        }
+    }
+
+    /// A SYNC_FLUSH store that also requires a replica's confirmation.
+    async fn store_held_by_a_replica(sim: &SimDisk) -> Store {
+        let mut config = StoreConfig::test_min("/store");
+        config.flush_mode = FlushMode::Sync;
+        let store = Store::open(config, Rc::new(sim.clone()), Clock::starting_at(0))
+            .await
+            .unwrap();
+        let start = store.shared.log.write_pos();
+        *store.shared.waiters.borrow_mut() =
+            Waiters::new(&[AckCondition::Flushed, AckCondition::Replicated], start);
+        store
+    }
+
+    fn put(store: &Store, body: &[u8], heard: &Heard) {
+        let heard = heard.clone();
+        store.put_with(input(body), move |outcome| heard.borrow_mut().push(outcome));
+    }
+
+    /// Lets the store's tasks run until the log is synced up to `end`.
+    async fn until_flushed(store: &Store, end: u64) {
+        for _ in 0..10_000 {
+            if store.log_positions().0 >= end {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!(
+            "the log was not flushed to {end}: {:?}",
+            store.log_positions()
+        );
+    }
+
+    fn confirm(store: &Store, position: u64) {
+        store
+            .shared
+            .waiters
+            .borrow_mut()
+            .advance(AckCondition::Replicated, position);
+        release(&store.shared);
+    }
+
+    #[test]
+    fn a_replica_condition_holds_visibility_and_answers_until_it_advances() {
+        run(async {
+            let sim = SimDisk::new(SimConfig::with_seed(3));
+            let store = store_held_by_a_replica(&sim).await;
+            let heard: Heard = Rc::default();
+            put(&store, b"first", &heard);
+            until_flushed(&store, 1).await;
+            let first_end = store.log_positions().0;
+            put(&store, b"second", &heard);
+            until_flushed(&store, first_end + 1).await;
+            let second_end = store.log_positions().0;
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            // Flushed, so SYNC_FLUSH alone would have released both; the replica holds them.
+            assert!(heard.borrow().is_empty());
+            assert_eq!(store.max_offset("Held", 0), 0);
+            assert_eq!(store.shared.waiters.borrow().len(), 2);
+            assert_eq!(store.stats().log_syncs, 2, "one fsync per batch, as before");
+
+            confirm(&store, first_end - 1);
+            assert!(heard.borrow().is_empty(), "released short of the first end");
+            confirm(&store, first_end);
+            assert_eq!(store.max_offset("Held", 0), 1);
+            assert_eq!(heard.borrow().len(), 1);
+            confirm(&store, second_end);
+            assert_eq!(store.max_offset("Held", 0), 2);
+            let offsets: Vec<_> = heard
+                .borrow()
+                .iter()
+                .map(|outcome| {
+                    let result = outcome.as_ref().unwrap();
+                    assert_eq!(result.status, PutStatus::Ok);
+                    result.placement.unwrap().queue_offset
+                })
+                .collect();
+            assert_eq!(offsets, [0, 1]);
+            assert_eq!(store.shared.dispatched_pos.get(), second_end);
+            store.shutdown().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn a_batch_is_visible_before_any_of_its_puts_is_answered() {
+        for flush_mode in [FlushMode::Sync, FlushMode::Async] {
+            run(async {
+                let mut config = StoreConfig::test_min("/store");
+                config.flush_mode = flush_mode;
+                let sim = SimDisk::new(SimConfig::with_seed(6));
+                let store = Store::open(config, Rc::new(sim), Clock::starting_at(0))
+                    .await
+                    .unwrap();
+                let seen = Rc::new(RefCell::new(Vec::new()));
+                for body in [&b"a"[..], b"b", b"c"] {
+                    let (seen, reader) = (seen.clone(), store.clone());
+                    store.put_with(input(body), move |outcome| {
+                        assert!(outcome.is_ok(), "{outcome:?}");
+                        seen.borrow_mut().push(reader.max_offset("Held", 0));
+                    });
+                }
+                for _ in 0..10_000 {
+                    if seen.borrow().len() == 3 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                assert_eq!(*seen.borrow(), [3, 3, 3], "{flush_mode:?}");
+                assert_eq!(store.stats().batches, 1);
+                store.shutdown().await.unwrap();
+            });
+        }
+    }
+
+    #[test]
+    fn a_held_put_times_out_and_is_visible_once_released() {
+        run(async {
+            let sim = SimDisk::new(SimConfig::with_seed(4));
+            let store = store_held_by_a_replica(&sim).await;
+            let heard: Heard = Rc::default();
+            put(&store, b"late", &heard);
+            until_flushed(&store, 1).await;
+            let end = store.log_positions().0;
+            // Paused time: the sleep lets the watchdog's ticks pass.
+            tokio::time::sleep(store.config().sync_flush_timeout * 2).await;
+            assert_eq!(
+                heard.borrow()[0].as_ref().unwrap().status,
+                PutStatus::FlushDiskTimeout
+            );
+            assert_eq!(store.max_offset("Held", 0), 0);
+            confirm(&store, end);
+            assert_eq!(store.max_offset("Held", 0), 1);
+            assert_eq!(
+                heard.borrow().len(),
+                1,
+                "a timed-out put hears nothing more"
+            );
+            store.shutdown().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn a_failed_sync_answers_every_held_batch_with_the_poison() {
+        run(async {
+            let sim = SimDisk::new(SimConfig::with_seed(5));
+            let store = store_held_by_a_replica(&sim).await;
+            let heard: Heard = Rc::default();
+            put(&store, b"held", &heard);
+            until_flushed(&store, 1).await;
+            sim.fail_next_sync(libc::EIO);
+            put(&store, b"failing", &heard);
+            for _ in 0..10_000 {
+                if heard.borrow().len() == 2 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(heard.borrow().len(), 2, "both batches are answered");
+            for outcome in heard.borrow().iter() {
+                match outcome {
+                    Err(StoreError::Poisoned(cause)) => assert!(cause.contains("fdatasync")),
+                    other => panic!("expected the poison, got {other:?}"),
+                }
+            }
+            assert!(store.shared.waiters.borrow().is_empty());
+            assert_eq!(store.max_offset("Held", 0), 0);
+            assert!(store.shutdown().await.is_err());
+        });
+    }
 }

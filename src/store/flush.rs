@@ -11,10 +11,11 @@
 //! way, which is what ASYNC_FLUSH promises.
 //!
 //! The flush watchdog answers FLUSH_DISK_TIMEOUT to every put that has waited longer than
-//! `syncFlushTimeout`, queued or in the batch being written: the message stays stored and
-//! becomes visible when its flush completes, but its producer is not left hanging. It
-//! counts time in ticks of a quarter of the timeout, so a put is answered between 1 and
-//! 1.25 timeouts after it was queued, and putting costs no timer at all.
+//! `syncFlushTimeout`, queued, in the batch being written or written and waiting in the
+//! queue of waiters for its release: the message stays stored and becomes visible when
+//! its flush completes, but its producer is not left hanging. It counts time in ticks of
+//! a quarter of the timeout, so a put is answered between 1 and 1.25 timeouts after it was
+//! queued, and putting costs no timer at all.
 //!
 //! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, and
 //! records `safe = min(dispatched, flushed)`: below it both the CommitLog and the queue
@@ -97,6 +98,13 @@ pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
         for slot in shared.in_flight.borrow().iter() {
             if overdue(slot.enqueued_tick) {
                 slot.time_out();
+            }
+        }
+        // Written batches still held by an acknowledgement condition (empty between the
+        // appender's turns unless a condition is reached outside them, D14).
+        for item in shared.waiters.borrow().iter().flatten() {
+            if overdue(item.put.slot.enqueued_tick) {
+                item.put.slot.time_out();
             }
         }
         // The queue is in arrival order, so the overdue puts are at its front.
@@ -208,6 +216,19 @@ pub(crate) async fn shutdown(shared: &Rc<Shared>) -> Result<(), StoreError> {
 async fn finish(shared: &Shared) -> Result<(), StoreError> {
     if let Some(error) = shared.poisoned() {
         return Err(error);
+    }
+    // Every condition a store requires today is reached in the appender's turn, so an idle
+    // appender leaves nothing waiting. A condition reached outside it (a replica's, D14)
+    // will need the shutdown to wait for it or time its waiters out.
+    {
+        let waiters = shared.waiters.borrow();
+        assert!(
+            waiters.is_empty(),
+            "shutdown found {} written batches unreleased (released up to {}, limit {})",
+            waiters.len(),
+            waiters.released(),
+            waiters.limit()
+        );
     }
     let (flushed, written) = (shared.log.flushed_pos(), shared.log.written_pos());
     sync_log(shared, flushed, written)

@@ -11,12 +11,16 @@
 //! ```
 //!
 //! The write path: [`Store::put`] validates and queues the message; the appender task
-//! (`append.rs`) takes everything queued as one batch, encodes it (assigning queue offset,
-//! physical offset and store time), writes it with one write and, under SYNC_FLUSH, one
-//! fdatasync; then it dispatches the batch to the ConsumeQueues (making it visible) and
-//! answers every put of the batch. Under ASYNC_FLUSH the answer follows the write and the
-//! flusher task syncs in the background. The checkpointer task periodically writes the
-//! ConsumeQueues out, syncs them and records the safe offset recovery starts from.
+//! (`append.rs`) takes everything queued as one batch and runs it through three stages.
+//! It encodes the batch (assigning queue offset, physical offset and store time),
+//! registers it as one waiter at its end offset in the queue of waiters (`waiters.rs`)
+//! and writes it with one write; under SYNC_FLUSH it makes it durable with one fdatasync
+//! in the same turn (group commit); then it releases every waiter whose end the required
+//! acknowledgement conditions (written under ASYNC_FLUSH, flushed under SYNC_FLUSH, later
+//! also a replica's confirmation, D14) have all reached: ConsumeQueue entries (visible),
+//! then the answers. Under ASYNC_FLUSH the flusher task syncs in the background. The
+//! checkpointer task periodically writes the ConsumeQueues out, syncs them and records the
+//! safe offset recovery starts from.
 //!
 //! Every one of these tasks runs under watch (`watch.rs`): a panic poisons the store with
 //! its message, like a failed write (D11), instead of leaving the shard up with nobody
@@ -38,6 +42,7 @@ mod recovery;
 pub mod scan;
 pub mod segment;
 pub mod topic;
+mod waiters;
 mod watch;
 
 use std::cell::{Cell, RefCell};
@@ -208,6 +213,9 @@ pub(crate) struct Shared {
     pub watchdog_tick: Cell<u64>,
     /// Answer slots of the batch the appender is writing.
     pub in_flight: RefCell<Vec<Rc<put_slot::PutSlot>>>,
+    /// Written batches waiting for the acknowledgement conditions to reach their end
+    /// (`waiters.rs`); the appender registers and releases them (`append.rs`).
+    pub waiters: RefCell<waiters::Waiters<Vec<append::Encoded>>>,
     pub appender_busy: Cell<bool>,
     /// The directory lock ([`crate::io::Disk::lock`]), dropped at a clean close.
     pub lock_file: RefCell<Option<crate::io::FileLock>>,

@@ -35,6 +35,7 @@ use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
 use super::segment::segment_name;
 use super::segment::SegmentSet;
+use super::waiters::{AckCondition, Waiters};
 use super::{properties, topic, OpenKind, QueueMap, Shared, StoreError, StoreStats};
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
 use crate::clock::Clock;
@@ -109,6 +110,10 @@ pub(crate) async fn open(
         appender_busy: Cell::new(false),
         watchdog_tick: Cell::new(0),
         in_flight: RefCell::new(Vec::new()),
+        waiters: RefCell::new(Waiters::new(
+            AckCondition::for_flush_mode(config.flush_mode),
+            safe,
+        )),
         lock_file: RefCell::new(lock_file),
         opened: Cell::new(OpenKind::Fresh),
         answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
@@ -133,6 +138,8 @@ pub(crate) async fn open(
     });
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
+    *shared.waiters.borrow_mut() =
+        Waiters::new(AckCondition::for_flush_mode(shared.config.flush_mode), end);
     super::flush::checkpoint(&shared, false).await?;
     let abort = dir.join(ABORT_FILE);
     let marker = shared

@@ -12,8 +12,9 @@
 //! weakly, so it keeps nothing alive that its task does not.
 //!
 //! Invariant: after a watched task panicked, the store is poisoned and every put that was
-//! queued or in flight has its answer; when the task was the appender, the appender counts
-//! as idle (so `shutdown` does not wait for it).
+//! queued, in flight or written and waiting for release (`waiters.rs`) has its answer;
+//! when the task was the appender, the appender counts as idle (so `shutdown` does not
+//! wait for it).
 
 use std::any::Any;
 use std::future::Future;
@@ -130,14 +131,23 @@ pub(crate) fn task_panicked(shared: &Shared, watchee: Watchee, message: &str) {
     fail_waiting_puts(shared, &error);
 }
 
-/// Answers every queued and in-flight put with `error`. The slots are taken out first: an
-/// answer may run a callback that queues a put (which the poison then refuses). When the
-/// appender is alive, it still finishes its batch; its answers are then ignored.
+/// Answers every queued, in-flight and written-but-unreleased put with `error`. The slots
+/// are taken out (or, for the waiter queue, copied) first: an answer may run a callback
+/// that queues a put (which the poison then refuses). When the appender is alive, it still
+/// finishes its batch and releases what it registered; its answers are then ignored.
 fn fail_waiting_puts(shared: &Shared, error: &StoreError) {
     let queued: Vec<_> = shared.pending.borrow_mut().drain(..).collect();
     let in_flight = std::mem::take(&mut *shared.in_flight.borrow_mut());
+    let unreleased: Vec<_> = shared
+        .waiters
+        .borrow()
+        .iter()
+        .flatten()
+        .map(|item| item.put.slot.clone())
+        .collect();
     for slot in in_flight
         .into_iter()
+        .chain(unreleased)
         .chain(queued.into_iter().map(|put| put.slot))
     {
         // Each answer on its own: a callback that panics again (often the very one that
