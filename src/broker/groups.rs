@@ -55,8 +55,10 @@ use super::consumers::{HeartbeatData, SubscriptionData};
 /// Registrations one sweep or close-cleanup step removes under the lock before it lets the
 /// shard (and the other shards waiting on the lock) run again: a bound on the stall, not on
 /// what a sweep can expire. `examples/client_sweep_stall.rs` measures the stall; with 1024
-/// it was 7 to 13 ms at the worst on a loaded 2-core machine, so steps are smaller.
-pub const SWEEP_BATCH: usize = 256;
+/// it was 7 to 13 ms at the worst on a loaded 2-core machine. At 256 a step took about
+/// 0.8 ms (some 3 µs a registration), and a round trip of another connection waits behind
+/// such a step once per hop (its read, its request, its write), so steps are smaller.
+pub const SWEEP_BATCH: usize = 64;
 
 /// What one [`Groups::connection_closed_step`] did.
 #[derive(Debug, PartialEq, Eq)]

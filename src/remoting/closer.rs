@@ -6,9 +6,11 @@
 //! When 500 clients drop their connections at once, every connection task ends in the
 //! same turn of the shard, and closing all 500 sockets there stalled another connection's
 //! round trip by about 12 ms (issue 10, `examples/client_sweep_stall.rs`). A connection
-//! that ends hands its socket here instead; the shard's closer drops at most
-//! [`CLOSE_BATCH`] per turn and yields between batches, so the shard's I/O is polled
-//! between them.
+//! that ends hands what it leaves here instead: its read half (the socket closes when it
+//! goes), the stop of its writer task (whose cancellation drops the connection's write
+//! state) and its read buffer. The shard's closer drops at most [`CLOSE_BATCH`] of them
+//! per turn and yields between batches, so the shard's I/O is polled between them, and
+//! the connections still open wait behind one batch, not behind all of them.
 //!
 //! Invariant: a handed-over socket is closed within the turns it takes to drain the
 //! queue ahead of it, each bounded; it never waits for anything but the shard's own
@@ -39,6 +41,16 @@ struct Closer {
 thread_local! {
     /// This thread's closer, once one of its connections has ended.
     static CLOSER: RefCell<Option<Rc<Closer>>> = const { RefCell::new(None) };
+}
+
+/// Aborts a task when dropped: a connection's writer task, stopped by the closer with
+/// the socket it writes to.
+pub(crate) struct AbortOnDrop(pub tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Closes `socket` (by dropping it) on a later turn of this thread's closer. Must be

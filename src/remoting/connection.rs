@@ -182,7 +182,7 @@ pub struct ConnectionLimits {
     /// [`super::backlog`].
     pub shard_max_requests_in_flight: usize,
     pub shard_max_queued_response_bytes: usize,
-    /// How long a frame may take from its first byte to its last (`frame_timeout`).
+    /// How long a frame still arriving may go without 64 KiB more of it (`frame_timeout`).
     pub frame_timeout: Duration,
     /// How long a connection may go without a request while none is in flight
     /// (`server_channel_max_idle_time_seconds`).
@@ -489,10 +489,18 @@ pub async fn serve_admitted<H: RequestHandler>(
     } else {
         requests.detach_all();
     }
-    writer_task.abort();
-    // The socket closes when both halves are gone: the closer keeps this one, so many
-    // connections ending at once close a batch per turn (see `closer.rs`).
-    super::closer::close_later(reader);
+    // The socket closes when both halves are gone (the write half does not close it, see
+    // `reply_batch::WriteHalf`), and the writer task's cancellation drops the
+    // connection's write state: the closer does both, with the read buffer, a batch per
+    // turn, so many connections ending at once do not queue all that work in one turn of
+    // the shard ahead of the connections still open (see `closer.rs`).
+    let stop_writer = super::closer::AbortOnDrop(writer_task.abort_handle());
+    if ended == Ended::Shutdown {
+        drop(stop_writer);
+        drop((reader, buffer));
+    } else {
+        super::closer::close_later((reader, stop_writer, buffer));
+    }
     handler.connection_closed(peer);
     tracing::debug!(%peer, ?ended, "connection ended");
     ended

@@ -55,12 +55,54 @@ thread_local! {
     static OPEN_BATCH: RefCell<Option<Vec<Rc<ConnectionWriter>>>> = const { RefCell::new(None) };
 }
 
+/// A connection's write half that does not end the connection when dropped: the socket
+/// shuts down when its read half goes, which the connection hands to the closer
+/// (`closer.rs`). Dropping a plain `OwnedWriteHalf` shuts the socket's writing down on
+/// the spot, and on loopback the kernel then delivers the FIN to the peer in the same
+/// call: with 500 connections ending at once, those calls were a fifth of the shard's
+/// time in the turns that stalled another connection for 10-25 ms (issue 10,
+/// `examples/client_sweep_stall.rs`).
+pub(crate) struct WriteHalf(Option<OwnedWriteHalf>);
+
+impl WriteHalf {
+    fn new(half: OwnedWriteHalf) -> WriteHalf {
+        WriteHalf(Some(half))
+    }
+}
+
+impl std::ops::Deref for WriteHalf {
+    type Target = OwnedWriteHalf;
+
+    fn deref(&self) -> &OwnedWriteHalf {
+        self.0
+            .as_ref()
+            .expect("a write half is only taken by its drop")
+    }
+}
+
+impl std::ops::DerefMut for WriteHalf {
+    fn deref_mut(&mut self) -> &mut OwnedWriteHalf {
+        self.0
+            .as_mut()
+            .expect("a write half is only taken by its drop")
+    }
+}
+
+impl Drop for WriteHalf {
+    fn drop(&mut self) {
+        if let Some(half) = self.0.take() {
+            // Closes the socket now only if the read half is already gone.
+            half.forget();
+        }
+    }
+}
+
 /// The write side of one connection, shared by its writer task and the batches.
 pub(crate) struct ConnectionWriter {
     number: u64,
     /// The socket's write half; `None` while the writer task has it (it is writing, and
     /// nothing else may).
-    half: RefCell<Option<OwnedWriteHalf>>,
+    half: RefCell<Option<WriteHalf>>,
     /// Encoded frames waiting for the socket.
     held: RefCell<Vec<u8>>,
     /// Already listed in the open batch.
@@ -81,7 +123,7 @@ impl ConnectionWriter {
     ) -> Rc<ConnectionWriter> {
         let writer = Rc::new(ConnectionWriter {
             number: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
-            half: RefCell::new(Some(half)),
+            half: RefCell::new(Some(WriteHalf::new(half))),
             held: RefCell::new(Vec::new()),
             in_batch: Cell::new(false),
             kick: Notify::new(),
@@ -117,7 +159,7 @@ impl ConnectionWriter {
     /// held bytes moved (still charged to the backlog: the caller takes them off once
     /// written). `None` if a write is already under way (the writer task is the only
     /// caller, one write at a time).
-    pub(crate) fn begin_write(&self, out: &mut Vec<u8>) -> Option<(OwnedWriteHalf, usize)> {
+    pub(crate) fn begin_write(&self, out: &mut Vec<u8>) -> Option<(WriteHalf, usize)> {
         let mut held = self.held.borrow_mut();
         let moved = held.len();
         if !held.is_empty() {
@@ -132,7 +174,7 @@ impl ConnectionWriter {
     }
 
     /// Ends a write begun with [`ConnectionWriter::begin_write`].
-    pub(crate) fn end_write(&self, half: OwnedWriteHalf) {
+    pub(crate) fn end_write(&self, half: WriteHalf) {
         *self.half.borrow_mut() = Some(half);
     }
 
