@@ -398,7 +398,7 @@ pub(super) static KEYS: &[Key] = &[
         "frame_timeout", ringmq ["frameTimeout"],
         default: Text("30000"),
         range: Number(AT_LEAST_1_MS),
-        meaning: "ms a frame may take from its first byte to its last before the connection is closed",
+        meaning: "ms a frame still arriving may go without 64 KiB more of it before the connection is closed",
         set: |c, v| c.frame_timeout = millis(v)?,
         get: |c| c.frame_timeout.as_millis().to_string(),
     ),
