@@ -280,9 +280,11 @@ struct ProduceArgs {
     /// sync (wait for each response), async (up to --inflight outstanding) or oneway.
     #[arg(long, default_value = "sync")]
     mode: SendMode,
-    /// Producer I/O: tasks (multiplexed on shared connections, one thread), threads (one
+    /// Producer I/O: tasks (one thread drives every connection from one event loop, as
+    /// redis-benchmark does; producers multiplex on the connections), threads (one
     /// blocking socket and thread per connection; sync mode, one producer per connection),
-    /// or auto (threads where they can run, tasks otherwise).
+    /// or auto (threads where they can run, tasks otherwise). The summary names the mode
+    /// and the load generator's own CPU per message.
     #[arg(long, default_value = "auto")]
     io: ProducerIo,
     /// Outstanding sends per producer in async mode.

@@ -169,6 +169,29 @@ pub struct ProduceSummary {
     /// Send latency (per request) in microseconds.
     #[serde(flatten)]
     pub latency: LatencySummary,
+    /// The load generator's own CPU time (user and system, the whole process) per
+    /// acknowledged message, in microseconds, so a reader can tell whether it was the
+    /// limit; `None` without procfs or when nothing was acknowledged.
+    pub loadgen_cpu_us_per_msg: Option<f64>,
+    /// The same CPU time over the run's length: 1.0 is one core kept busy.
+    pub loadgen_cores: Option<f64>,
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat`'s times: `USER_HZ`, fixed at 100 in the
+/// kernel's user ABI whatever the kernel's own tick rate.
+const USER_HZ: f64 = 100.0;
+
+/// This process's CPU time so far (user plus system, all threads), from
+/// `/proc/self/stat`; `None` where it cannot be read. Resolution 10 ms.
+pub(super) fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after
+    // its closing one, where utime and stime are the 12th and 13th fields.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_secs_f64((utime + stime) as f64 / USER_HZ))
 }
 
 /// One produce run: its options, the claims producers take turns on, and its counters.
@@ -178,6 +201,8 @@ pub(super) struct ProduceRun {
     deadline: Option<StdInstant>,
     claims: Mutex<Claims>,
     pub(super) counters: Arc<Counters>,
+    /// The process's CPU time when the run began ([`process_cpu`]).
+    cpu_at_start: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -203,6 +228,7 @@ impl ProduceRun {
             topics,
             claims: Mutex::new(Claims::default()),
             counters: Arc::new(Counters::default()),
+            cpu_at_start: process_cpu(),
         }
     }
 
@@ -316,6 +342,10 @@ pub(super) fn produce_summary(run: &ProduceRun, io: ProducerIo, elapsed_s: f64) 
     let options = &run.options;
     let counters = &run.counters;
     let done = counters.done();
+    let cpu_used = match (run.cpu_at_start, process_cpu()) {
+        (Some(start), Some(end)) => Some(end.saturating_sub(start).as_secs_f64()),
+        _ => None,
+    };
     ProduceSummary {
         mode: options.mode.as_str().into(),
         io: io.as_str().into(),
@@ -330,6 +360,12 @@ pub(super) fn produce_summary(run: &ProduceRun, io: ProducerIo, elapsed_s: f64) 
         msgs_per_sec: per_second(done as f64, elapsed_s),
         mb_per_sec: per_second(counters.bytes() as f64, elapsed_s) / 1e6,
         latency: counters.latency_summary(),
+        loadgen_cpu_us_per_msg: cpu_used
+            .filter(|_| done > 0)
+            .map(|cpu| cpu * 1e6 / done as f64),
+        loadgen_cores: cpu_used
+            .filter(|_| elapsed_s > 0.0)
+            .map(|cpu| cpu / elapsed_s),
     }
 }
 
@@ -339,5 +375,29 @@ pub(super) fn per_second(count: f64, elapsed: f64) -> f64 {
         count / elapsed
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_cpu_counts_the_work_this_process_does() {
+        let start = process_cpu().expect("procfs is there on Linux");
+        let deadline = StdInstant::now() + Duration::from_secs(10);
+        let mut spin = 0u64;
+        // Busy work until the clock moves on by two ticks (20 ms), bounded by the deadline.
+        while process_cpu().unwrap() < start + Duration::from_millis(20) {
+            for i in 0..100_000u64 {
+                spin = spin.wrapping_mul(31).wrapping_add(i);
+            }
+            assert!(
+                StdInstant::now() < deadline,
+                "10 s of busy work and the CPU time still reads {:?} (started at {start:?})",
+                process_cpu()
+            );
+        }
+        std::hint::black_box(spin);
     }
 }

@@ -512,6 +512,14 @@ pub fn print_produce_summary(summary: &ProduceSummary) {
         summary.messages, summary.elapsed_s, summary.msgs_per_sec, summary.mb_per_sec
     );
     summary.latency.print("send latency us");
+    if let (Some(per_message), Some(cores)) =
+        (summary.loadgen_cpu_us_per_msg, summary.loadgen_cores)
+    {
+        println!(
+            "  load generator CPU: {per_message:.1} us per message, {:.0}% of a core",
+            cores * 100.0
+        );
+    }
     print_errors(summary.errors, &summary.errors_by_code);
 }
 
