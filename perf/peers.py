@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""ringmq against Redis streams, interleaved in one run; called by perf/peers.sh.
+
+Each round measures the machine first (fio: 4 KiB writes each followed by fdatasync, for
+the fsync latency; 64 KiB writes each followed by fdatasync, for the durable bandwidth;
+the loopback round trip of examples/loopback_pingpong.rs), then runs every row with
+ringmq and Redis alternating (which goes first alternates by round):
+
+  durable     ringmq `serve --flush sync`   vs  redis-server --appendfsync always
+  page cache  ringmq `serve --flush async`  vs  redis-server --appendfsync everysec
+
+for each client count: N connections, each with one client waiting for every
+acknowledgement, 1 KiB messages (ringmq: `bench produce --io tasks`, SEND_MESSAGE_V2 to 8
+queues of one topic; Redis: `redis-benchmark -c N`, XADD of one 1 KiB field to one stream).
+Both servers are fresh per round and mode, run on the first CPU (ringmq with one shard),
+and the load generators on the second. Per row: throughput, p50/p99 latency, the server's
+CPU per message (utime+stime of the whole process from /proc), ringmq's fdatasyncs per
+message (its metrics), the load generator's CPU per message (rusage of the child), and
+for durable rows the physical limit min(N / (fsync p50 + RTT), durable bandwidth / 1 KiB).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CPUS = sorted(os.sched_getaffinity(0))
+SERVER_CPU = str(CPUS[0])
+LOADGEN_CPU = str(CPUS[1]) if len(CPUS) > 1 else None
+MESSAGE = 1024
+MODES = {"durable": ("sync", "always"), "page cache": ("async", "everysec")}
+
+
+def pinned(cpu, argv):
+    return ["taskset", "-c", cpu] + argv if cpu is not None else argv
+
+
+def cpu_seconds(pid):
+    """utime+stime of every thread of `pid`, in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_child(argv, timeout):
+    """Runs argv to the end; returns (stdout, CPU seconds the child used)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv[:6])} ... failed ({done.returncode}): {done.stderr[-2000:]}")
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done.stdout, used
+
+
+def fio(directory, block, seconds):
+    path = os.path.join(directory, "fio.peers")
+    out, _ = run_child(
+        ["fio", "--name=peers", f"--filename={path}", "--rw=write", f"--bs={block}",
+         "--size=256M", "--fdatasync=1", "--ioengine=sync", "--time_based",
+         f"--runtime={seconds}", "--output-format=json"],
+        timeout=seconds + 120,
+    )
+    os.remove(path)
+    job = json.loads(out)["jobs"][0]
+    return job["sync"]["lat_ns"]["percentile"]["50.000000"] / 1000.0, job["write"]["bw_bytes"]
+
+
+def loopback_rtt_us(pingpong):
+    out, _ = run_child([pingpong, "2", SERVER_CPU, LOADGEN_CPU or "-"], timeout=60)
+    return 1e6 / json.loads(out)["round_trips_per_sec"]
+
+
+def wait_for(what, check, limit=30.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    sys.exit(f"{what} did not come up within {limit} s")
+
+
+class Ringmq:
+    def __init__(self, binary, scratch, flush):
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix="ringmq-peers-", dir=scratch)
+        self.log = open(os.path.join(self.dir, "serve.log"), "w+")
+        self.proc = subprocess.Popen(
+            pinned(SERVER_CPU, [binary, "serve", "--dir", os.path.join(self.dir, "store"),
+                                "--port", "0", "--namesrv-port", "0", "--metrics-port", "0",
+                                "--shards", "1", "--flush", flush]),
+            stderr=self.log, stdout=subprocess.DEVNULL)
+
+        def started():
+            self.log.seek(0)
+            text = self.log.read()
+            if self.proc.poll() is not None:
+                sys.exit(f"ringmq serve exited: {text}")
+            addr = metrics = None
+            for line in text.splitlines():
+                if line.startswith("ringmq: listening on "):
+                    addr = line.split()[-1]
+                if line.startswith("ringmq: metrics on "):
+                    metrics = line.split()[-1]
+            return (addr, metrics) if addr and metrics else None
+
+        self.addr, self.metrics = wait_for("ringmq serve", started)
+
+    def fsyncs(self):
+        # The shard copies its store counters into the metrics once a second: wait that
+        # long so the figure covers everything done so far (the node is idle meanwhile).
+        time.sleep(1.1)
+        with urllib.request.urlopen(self.metrics, timeout=10) as page:
+            text = page.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("ringmq_fsyncs_total"))
+
+    def row(self, clients, seconds):
+        cpu0, fsync0 = cpu_seconds(self.proc.pid), self.fsyncs()
+        out, loadgen_cpu = run_child(
+            pinned(LOADGEN_CPU, [self.binary, "bench", "produce", "--addr", self.addr,
+                                 "--connections", str(clients), "--producers-per-connection",
+                                 "1", "--io", "tasks", "--mode", "sync", "--size", str(MESSAGE),
+                                 "--duration", str(seconds), "--quiet", "--json"]),
+            timeout=seconds + 120)
+        cpu1, fsync1 = cpu_seconds(self.proc.pid), self.fsyncs()
+        summary = json.loads(out)
+        messages = summary["messages"]
+        if summary["errors"] or messages == 0:
+            sys.exit(f"ringmq produce had errors: {summary}")
+        return {
+            "msgs_per_sec": summary["msgs_per_sec"],
+            "p50_us": summary["p50_us"], "p99_us": summary["p99_us"],
+            "server_cpu_us_per_msg": (cpu1 - cpu0) * 1e6 / messages,
+            "fsyncs_per_msg": (fsync1 - fsync0) / messages,
+            "loadgen_cpu_us_per_msg": loadgen_cpu * 1e6 / messages,
+            "messages": messages,
+        }
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Redis:
+    PAYLOAD = "x" * MESSAGE
+
+    def __init__(self, scratch, appendfsync):
+        self.dir = tempfile.mkdtemp(prefix="redis-peers-", dir=scratch)
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            pinned(SERVER_CPU, ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                "--save", "", "--appendonly", "yes", "--appendfsync",
+                                appendfsync, "--dir", self.dir, "--daemonize", "no",
+                                "--logfile", os.path.join(self.dir, "redis.log")]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def pong():
+            if self.proc.poll() is not None:
+                sys.exit("redis-server exited")
+            done = subprocess.run(["redis-cli", "-p", str(self.port), "ping"],
+                                  capture_output=True, text=True)
+            return done.stdout.strip() == "PONG"
+
+        wait_for("redis-server", pong)
+
+    def bench(self, clients, count, stream):
+        out, cpu = run_child(
+            pinned(LOADGEN_CPU, ["redis-benchmark", "-p", str(self.port), "-c", str(clients),
+                                 "-n", str(count), "--csv", "XADD", stream, "*", "f",
+                                 self.PAYLOAD]),
+            timeout=600)
+        values = out.strip().splitlines()[-1].split('","')
+        values = [v.strip('"') for v in values]
+        return float(values[1]), float(values[4]) * 1000, float(values[6]) * 1000, cpu
+
+    def row(self, clients, seconds, stream):
+        # redis-benchmark counts requests, not seconds: a short run sets the count.
+        rps, _, _, _ = self.bench(clients, max(1000, 200 * clients), stream + "-probe")
+        count = max(1000, int(rps * seconds))
+        cpu0 = cpu_seconds(self.proc.pid)
+        rps, p50, p99, loadgen_cpu = self.bench(clients, count, stream)
+        cpu1 = cpu_seconds(self.proc.pid)
+        subprocess.run(["redis-cli", "-p", str(self.port), "flushall"], capture_output=True)
+        return {
+            "msgs_per_sec": rps, "p50_us": p50, "p99_us": p99,
+            "server_cpu_us_per_msg": (cpu1 - cpu0) * 1e6 / count,
+            "fsyncs_per_msg": None,
+            "loadgen_cpu_us_per_msg": loadgen_cpu * 1e6 / count,
+            "messages": count,
+        }
+
+    def stop(self):
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
+                       capture_output=True)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def machine_state(scratch):
+    model = "?"
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/loadavg") as load:
+        loadavg = " ".join(load.read().split()[:3])
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    fs = subprocess.run(["df", "-T", scratch], capture_output=True, text=True).stdout.splitlines()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "kernel": platform.release(), "cpu": model, "cpus": len(CPUS),
+        "loadavg_before": loadavg, "redis": redis.split()[2] if redis else "?",
+        "scratch": fs[-1] if fs else scratch,
+        "placement": f"servers on CPU {SERVER_CPU}, load generators on CPU {LOADGEN_CPU or 'any'}",
+    }
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def report(rows, machine_rounds, state, args, path):
+    def fmt(value, digits=0):
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    fsync_p50 = median([m["fsync_p50_us"] for m in machine_rounds])
+    rtt = median([m["rtt_us"] for m in machine_rounds])
+    bandwidth = median([m["durable_bw_bytes"] for m in machine_rounds])
+    lines = [
+        "# ringmq against Redis streams (`perf/peers.sh`)", "",
+        f"{state['date']}; {state['cpus']} CPUs ({state['cpu']}), kernel {state['kernel']}, "
+        f"Redis {state['redis']}; {state['placement']}; load average before the run "
+        f"{state['loadavg_before']}; scratch `{state['scratch']}`.", "",
+        f"{args.rounds} rounds of {args.seconds} s per row, interleaved (ringmq and Redis "
+        "alternate row by row); medians over the rounds. 1 KiB messages; N connections, each "
+        "with one client waiting for every acknowledgement. ringmq: one shard, `bench produce "
+        "--io tasks` (one thread, one event loop); Redis: `redis-benchmark -c N` XADD.", "",
+        f"Measured in the same run: fio fdatasync p50 {fmt(fsync_p50)} µs (4 KiB writes), "
+        f"durable bandwidth {fmt(bandwidth / 1e6 if bandwidth else None, 1)} MB/s (64 KiB writes "
+        f"each followed by fdatasync), loopback round trip {fmt(rtt, 1)} µs "
+        "(`examples/loopback_pingpong.rs`).", "",
+        "| load | N | ringmq msgs/s | Redis msgs/s | ringmq/Redis | ringmq p50 / p99 µs | "
+        "Redis p50 / p99 µs | ringmq CPU µs/msg | Redis CPU µs/msg | ringmq fsyncs/msg | "
+        "physical limit msgs/s | ringmq % of limit | loadgen CPU µs/msg (ringmq / Redis) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    checks = []
+    for load in MODES:
+        for clients in args.clients:
+            pick = lambda server, key: median(
+                [r[key] for r in rows if (r["load"], r["clients"], r["server"]) == (load, clients, server)])
+            ours, theirs = pick("ringmq", "msgs_per_sec"), pick("redis", "msgs_per_sec")
+            limit = median([r["physical_limit"] for r in rows
+                            if (r["load"], r["clients"], r["server"]) == (load, clients, "ringmq")])
+            ratio = ours / theirs if ours and theirs else None
+            share = 100 * ours / limit if ours and limit else None
+            our_cpu, their_cpu = pick("ringmq", "server_cpu_us_per_msg"), pick("redis", "server_cpu_us_per_msg")
+            lines.append(
+                f"| {load} | {clients} | {fmt(ours)} | {fmt(theirs)} | {fmt(ratio, 2)} | "
+                f"{fmt(pick('ringmq', 'p50_us'))} / {fmt(pick('ringmq', 'p99_us'))} | "
+                f"{fmt(pick('redis', 'p50_us'))} / {fmt(pick('redis', 'p99_us'))} | "
+                f"{fmt(our_cpu, 1)} | {fmt(their_cpu, 1)} | {fmt(pick('ringmq', 'fsyncs_per_msg'), 3)} | "
+                f"{fmt(limit)} | {fmt(share)} | "
+                f"{fmt(pick('ringmq', 'loadgen_cpu_us_per_msg'), 1)} / {fmt(pick('redis', 'loadgen_cpu_us_per_msg'), 1)} |")
+            if clients in (16, 64):
+                checks.append((f"{load}, {clients} clients: ringmq at least 1.5x Redis",
+                               ratio is not None and ratio >= 1.5, f"{fmt(ratio, 2)}x"))
+                if load == "durable":
+                    checks.append((f"durable, {clients} clients: at least 80% of the physical limit",
+                                   share is not None and share >= 80, f"{fmt(share)}%"))
+            checks.append((f"{load}, {clients} clients: ringmq CPU per message no higher than Redis's",
+                           our_cpu is not None and their_cpu is not None and our_cpu <= their_cpu,
+                           f"{fmt(our_cpu, 1)} vs {fmt(their_cpu, 1)} µs"))
+            if load == "durable" and clients == 1:
+                p50 = pick("ringmq", "p50_us")
+                bound = fsync_p50 + 2 * rtt if fsync_p50 and rtt else None
+                checks.append(("durable, 1 client: p50 within fsync p50 + 2 round trips",
+                               p50 is not None and bound is not None and p50 <= bound,
+                               f"{fmt(p50)} vs {fmt(bound)} µs"))
+    lines += ["", "## Targets (issue 11)", "", "| target | result | figure |", "|---|---|---:|"]
+    for what, met, figure in checks:
+        lines.append(f"| {what} | {'met' if met else 'missed'} | {figure} |")
+    lines += ["", "Rerun: `perf/peers.sh` (env ROUNDS, SECONDS_PER_RUN, CLIENTS, DIR); raw rows in "
+              "`perf/results/peers.raw.jsonl`. Run nothing else meanwhile."]
+    with open(path, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ringmq", required=True)
+    parser.add_argument("--pingpong", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--clients", default="1 16 64")
+    parser.add_argument("--dir", default="/var/tmp")
+    parser.add_argument("--out", default="perf/results")
+    args = parser.parse_args()
+    args.clients = [int(c) for c in args.clients.split()]
+    os.makedirs(args.out, exist_ok=True)
+    state = machine_state(args.dir)
+    rows, machine_rounds = [], []
+    raw = open(os.path.join(args.out, "peers.raw.jsonl"), "w")
+    for round_number in range(1, args.rounds + 1):
+        fsync_p50, _ = fio(args.dir, "4k", 3)
+        _, bandwidth = fio(args.dir, "64k", 3)
+        rtt = loopback_rtt_us(args.pingpong)
+        machine = {"round": round_number, "fsync_p50_us": fsync_p50,
+                   "durable_bw_bytes": bandwidth, "rtt_us": rtt}
+        machine_rounds.append(machine)
+        raw.write(json.dumps({"machine": machine}) + "\n")
+        print(f"round {round_number}: fsync p50 {fsync_p50:.0f} us, durable "
+              f"{bandwidth / 1e6:.0f} MB/s, rtt {rtt:.1f} us", file=sys.stderr)
+        for load, (flush, appendfsync) in MODES.items():
+            ringmq = Ringmq(args.ringmq, args.dir, flush)
+            redis = Redis(args.dir, appendfsync)
+            try:
+                for clients in args.clients:
+                    order = ["ringmq", "redis"] if round_number % 2 else ["redis", "ringmq"]
+                    for server in order:
+                        if server == "ringmq":
+                            row = ringmq.row(clients, args.seconds)
+                        else:
+                            row = redis.row(clients, args.seconds, f"peers-{round_number}-{clients}")
+                        limit = None
+                        if load == "durable":
+                            limit = min(clients * 1e6 / (fsync_p50 + rtt), bandwidth / MESSAGE)
+                        row.update({"round": round_number, "load": load, "clients": clients,
+                                    "server": server, "physical_limit": limit})
+                        rows.append(row)
+                        raw.write(json.dumps(row) + "\n")
+                        raw.flush()
+                        print(f"  {load} {clients} {server}: {row['msgs_per_sec']:.0f} msgs/s, "
+                              f"p50 {row['p50_us']:.0f} us, CPU {row['server_cpu_us_per_msg']:.1f} us/msg",
+                              file=sys.stderr)
+            finally:
+                ringmq.stop()
+                redis.stop()
+    raw.close()
+    report(rows, machine_rounds, state, args, os.path.join(args.out, "peers.md"))
+
+
+if __name__ == "__main__":
+    main()

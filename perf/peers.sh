@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# ringmq against Redis streams on the same load, interleaved in one run (issue 11).
+#
+# Installs what it needs (redis-server, redis-tools and fio through apt-get, when
+# missing), builds the release binary and the loopback ping-pong, then runs
+# perf/peers.py: for ROUNDS rounds, each round measuring fio's fdatasync latency and disk
+# bandwidth and the loopback round trip, then every row of
+#   {durable: ringmq SYNC_FLUSH vs Redis appendfsync always,
+#    page cache: ringmq ASYNC_FLUSH vs Redis appendfsync everysec}
+#   x {1, 16, 64 clients, each on its own connection, waiting for every acknowledgement}
+# with 1 KiB messages, ringmq and Redis alternating. The servers run on the first CPU, the
+# load generators (`ringmq bench produce --io tasks`, `redis-benchmark`, each one thread
+# and one event loop) on the second, where the machine has two.
+# Results: perf/results/peers.md (medians, with the machine state) and peers.raw.jsonl.
+#
+# Usage: perf/peers.sh     env: ROUNDS (3), SECONDS_PER_RUN (5), CLIENTS ("1 16 64"),
+#                               DIR (scratch, default /var/tmp), RINGMQ_BIN (a binary to
+#                               measure instead of building this checkout)
+# Run nothing else meanwhile: the disk and both cores are shared.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+command -v fio >/dev/null || missing+=(fio)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing ${missing[*]}" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
+fi
+if [ -z "${RINGMQ_BIN:-}" ]; then
+  cargo build --release --quiet
+fi
+cargo build --release --quiet --example loopback_pingpong
+exec python3 perf/peers.py \
+  --ringmq "${RINGMQ_BIN:-target/release/ringmq}" \
+  --pingpong target/release/examples/loopback_pingpong \
+  --rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER_RUN:-5}" \
+  --clients "${CLIENTS:-1 16 64}" --dir "${DIR:-/var/tmp}" \
+  --out perf/results
