@@ -57,7 +57,9 @@ fn assert_clean(summary: &ProduceSummary) {
     assert!(summary.errors_by_code.is_empty(), "{summary:?}");
     assert_eq!(summary.producers, 4);
     // The node runs in this process here, so only that the figures are there is checked.
-    let per_message = summary.loadgen_cpu_us_per_msg.expect("CPU per message reported");
+    let per_message = summary
+        .loadgen_cpu_us_per_msg
+        .expect("CPU per message reported");
     let cores = summary.loadgen_cores.expect("cores reported");
     assert!(per_message.is_finite() && per_message >= 0.0, "{summary:?}");
     assert!(cores.is_finite() && cores >= 0.0, "{summary:?}");
