@@ -82,6 +82,10 @@ pub struct StoreConfig {
     pub max_message_size: usize,
     /// Most bytes encoded into one CommitLog write (one group commit).
     pub max_batch_bytes: usize,
+    /// SYNC_FLUSH: longest the appender waits, after answering a batch, for the
+    /// producers it answered to come back before it takes the next (`gather.rs`); never
+    /// more than half the measured fsync time. Zero turns the wait off.
+    pub group_commit_max_wait: Duration,
     /// Most puts waiting for the appender before `put` pushes back with StoreBusy.
     pub max_pending_puts: usize,
     /// Address written as STOREHOST (the broker's reachable `ip:port`).

@@ -258,6 +258,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.max_batch_bytes.to_string(),
     ),
     key!(
+        "group_commit_max_wait", ringmq ["groupCommitMaxWait"],
+        default: Text("1000"),
+        range: Parsed("a whole number of µs, at most 1000000; 0 never waits"),
+        meaning: "SYNC_FLUSH: longest a batch waits (µs, and never more than half the measured fsync time) for the producers the last fsync answered, so they share the next one",
+        set: |c, v| c.group_commit_max_wait = Duration::from_micros(uint(v, 1_000_000)?),
+        get: |c| c.group_commit_max_wait.as_micros().to_string(),
+    ),
+    key!(
         "max_pending_puts", ringmq ["maxPendingPuts"],
         default: Text("65536"),
         range: Number(AT_LEAST_1),

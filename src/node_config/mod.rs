@@ -173,6 +173,8 @@ pub struct NodeConfig {
     pub max_transfer_count: u32,
     pub max_transfer_bytes: usize,
     pub max_batch_bytes: usize,
+    /// SYNC_FLUSH: longest a batch waits for the producers the last fsync answered.
+    pub group_commit_max_wait: Duration,
     pub max_pending_puts: usize,
     pub auto_create_topic_enable: bool,
     pub default_topic_queue_nums: u32,
@@ -246,6 +248,7 @@ impl NodeConfig {
             max_transfer_count: 0,
             max_transfer_bytes: 0,
             max_batch_bytes: 0,
+            group_commit_max_wait: Duration::ZERO,
             max_pending_puts: 0,
             auto_create_topic_enable: false,
             default_topic_queue_nums: 0,

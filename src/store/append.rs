@@ -10,7 +10,10 @@
 //!              = end                      (ASYNC: nothing)     arrivals wake (visible, D7)
 //! ```
 //!
-//! Each turn takes every queued put (up to `max_batch_bytes`) as one batch. Stage 1
+//! Each turn takes every queued put (up to `max_batch_bytes`) as one batch. Under
+//! SYNC_FLUSH, once a batch is answered, the next one first waits a bounded few turns for
+//! the producers just answered (`gather.rs`), so producers that wait for each answer share
+//! one fsync instead of taking turns in halves. Stage 1
 //! encodes it (assigning queue offset, physical offset and store time), registers it as
 //! one waiter at its end offset and writes it with one write per touched segment; the
 //! write's completion advances the Written condition. Stage 2, under SYNC_FLUSH, syncs the
@@ -73,6 +76,13 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
             shared.appender_busy.get(),
             shared.in_flight.borrow().len()
         );
+        if gather_wait(&shared) {
+            // Not a timer: tokio's has 1 ms granularity, more than the whole wait. Each
+            // yield lets the shard poll its sockets, so the answered producers' next puts
+            // are read meanwhile; the wait is bounded in time and in turns (`gather.rs`).
+            tokio::task::yield_now().await;
+            continue;
+        }
         let batch = take_batch(&shared);
         if batch.is_empty() {
             shared.appender_idle.notify_waiters();
@@ -89,6 +99,30 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
         shared.in_flight.borrow_mut().clear();
         shared.appender_busy.set(false);
     }
+}
+
+/// Whether to wait a turn for the producers the last batch answered before taking the
+/// next batch (`gather.rs`).
+fn gather_wait(shared: &Shared) -> bool {
+    let pending = shared.pending.borrow();
+    if pending.is_empty() {
+        // Nothing would be delayed: the appender sleeps until a put arrives.
+        return false;
+    }
+    let max_batch = shared.config.max_batch_bytes;
+    // Only the bytes up to a full batch matter.
+    let mut bytes = 0usize;
+    for put in pending.iter() {
+        bytes += put.encoded_len as usize;
+        if bytes >= max_batch {
+            break;
+        }
+    }
+    let now = std::time::Instant::now();
+    let decision = shared
+        .gather
+        .decide(pending.len(), bytes, max_batch, shared.closing.get(), now);
+    decision == super::gather::Decision::Wait
 }
 
 fn take_batch(shared: &Shared) -> Vec<PendingPut> {
@@ -113,6 +147,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         }
         return;
     }
+    let puts = batch.len();
     // 1. Encode and write; the batch waits in the queue from here on.
     let Some(Encoding {
         mut chunks,
@@ -137,6 +172,15 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     preallocate_ahead(shared, start, end);
     // 3. Release what the required conditions now allow.
     release(shared);
+    if shared.config.flush_mode == FlushMode::Sync {
+        // The producers just answered are expected back for the next fsync.
+        shared.gather.answered(
+            puts,
+            shared.pending.borrow().len(),
+            std::time::Instant::now(),
+            shared.config.group_commit_max_wait,
+        );
+    }
 }
 
 /// Stage 2. Under SYNC_FLUSH: one fdatasync per segment the batch touched, in the
@@ -147,6 +191,7 @@ async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(),
     if shared.config.flush_mode == FlushMode::Async {
         return Ok(());
     }
+    let began = tokio::time::Instant::now();
     for chunk in chunks {
         if let Err(error) = shared.disk.sync_data(chunk.file).await {
             return Err(format!(
@@ -156,6 +201,7 @@ async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(),
         }
         shared.update_stats(|stats| stats.log_syncs += 1);
     }
+    shared.gather.synced(began.elapsed());
     shared.log.set_flushed_pos(end);
     reached(shared, AckCondition::Flushed, end);
     Ok(())

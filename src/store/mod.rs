@@ -33,6 +33,7 @@ pub mod checkpoint;
 pub mod commit_log;
 pub mod consume_queue;
 mod flush;
+mod gather;
 pub mod inspect;
 pub mod properties;
 mod put_slot;
@@ -225,6 +226,8 @@ pub(crate) struct Shared {
     pub answer_scope: RefCell<AnswerScope>,
     /// The task [`Store::inject_task_panic`] asked to panic at its next turn.
     pub injected_panic: Cell<Option<StoreTask>>,
+    /// The appender's group-commit wait for the producers it answered (`gather.rs`).
+    pub gather: gather::Gather,
 }
 
 impl Shared {

@@ -118,6 +118,7 @@ pub(crate) async fn open(
         opened: Cell::new(OpenKind::Fresh),
         answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
         injected_panic: Cell::new(None),
+        gather: Default::default(),
         config,
         disk,
         clock,
