@@ -105,8 +105,9 @@ pub(crate) async fn run_appender(shared: Rc<Shared>) {
 /// next batch (`gather.rs`).
 fn gather_wait(shared: &Shared) -> bool {
     let pending = shared.pending.borrow();
-    if pending.is_empty() {
-        // Nothing would be delayed: the appender sleeps until a put arrives.
+    if pending.is_empty() || !shared.gather.expecting() {
+        // Nothing would be delayed (the appender sleeps until a put arrives), or nobody is
+        // expected back (ASYNC_FLUSH, a spent wait): no scan of the queue, no clock read.
         return false;
     }
     let max_batch = shared.config.max_batch_bytes;

@@ -94,6 +94,11 @@ impl Gather {
         }));
     }
 
+    /// Whether a wait is under way (a batch was answered and its expectation not spent).
+    pub(crate) fn expecting(&self) -> bool {
+        self.expect.get().is_some()
+    }
+
     /// What to do with `pending` puts, `pending_bytes` of them encoded, at `now`; a full
     /// batch (`max_batch_bytes`) and a closing store never wait. The wait ends with the
     /// first `Take`.
