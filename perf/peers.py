@@ -17,6 +17,14 @@ and the load generators on the second. Per row: throughput, p50/p99 latency, the
 CPU per message (utime+stime of the whole process from /proc), ringmq's fdatasyncs per
 message (its metrics), the load generator's CPU per message (rusage of the child), and
 for durable rows the physical limit min(N / (fsync p50 + RTT), durable bandwidth / 1 KiB).
+
+With --ringmq-base, a second ringmq binary (an earlier commit) runs every row as a third
+server in the same rotation, and the report adds a table of the two ringmq builds side
+by side: before and after measured in one run, interleaved.
+
+Each round also measures what the first write to fresh memory costs (system time per
+4 KiB page of a child that fills 512 MiB): on a VM that hands freed memory back to its
+host, every new page-cache page costs that much, for both servers alike.
 """
 import argparse
 import datetime
@@ -80,6 +88,13 @@ def fio(directory, block, seconds):
     os.remove(path)
     job = json.loads(out)["jobs"][0]
     return job["sync"]["lat_ns"]["percentile"]["50.000000"] / 1000.0, job["write"]["bw_bytes"]
+
+
+def fresh_page_us():
+    """System time per 4 KiB page a child spends filling 512 MiB it just allocated."""
+    size = 512 << 20
+    _, used = run_child([sys.executable, "-c", f"b = bytearray(b'\\x01') * {size}"], timeout=300)
+    return used * 1e6 / (size / 4096)
 
 
 def loopback_rtt_us(pingpong):
@@ -256,14 +271,17 @@ def report(rows, machine_rounds, state, args, path):
         f"{state['date']}; {state['cpus']} CPUs ({state['cpu']}), kernel {state['kernel']}, "
         f"Redis {state['redis']}; {state['placement']}; load average before the run "
         f"{state['loadavg_before']}; scratch `{state['scratch']}`.", "",
-        f"{args.rounds} rounds of {args.seconds} s per row, interleaved (ringmq and Redis "
-        "alternate row by row); medians over the rounds. 1 KiB messages; N connections, each "
+        f"{args.rounds} rounds of {args.seconds} s per row, interleaved (the servers take "
+        "turns row by row, and which goes first rotates with the round); medians over the "
+        "rounds. 1 KiB messages; N connections, each "
         "with one client waiting for every acknowledgement. ringmq: one shard, `bench produce "
         "--io tasks` (one thread, one event loop); Redis: `redis-benchmark -c N` XADD.", "",
         f"Measured in the same run: fio fdatasync p50 {fmt(fsync_p50)} µs (4 KiB writes), "
         f"durable bandwidth {fmt(bandwidth / 1e6 if bandwidth else None, 1)} MB/s (64 KiB writes "
         f"each followed by fdatasync), loopback round trip {fmt(rtt, 1)} µs "
-        "(`examples/loopback_pingpong.rs`).", "",
+        "(`examples/loopback_pingpong.rs`), first write to fresh memory "
+        f"{fmt(median([m.get('fresh_page_us') for m in machine_rounds]), 1)} µs of system time per "
+        "4 KiB page (each new page-cache page costs the writing server that much).", "",
         "| load | N | ringmq msgs/s | Redis msgs/s | ringmq/Redis | ringmq p50 / p99 µs | "
         "Redis p50 / p99 µs | ringmq CPU µs/msg | Redis CPU µs/msg | ringmq fsyncs/msg | "
         "physical limit msgs/s | ringmq % of limit | loadgen CPU µs/msg (ringmq / Redis) |",
@@ -302,6 +320,22 @@ def report(rows, machine_rounds, state, args, path):
                 checks.append(("durable, 1 client: p50 within fsync p50 + 2 round trips",
                                p50 is not None and bound is not None and p50 <= bound,
                                f"{fmt(p50)} vs {fmt(bound)} µs"))
+    if any(r["server"] == "ringmq-base" for r in rows):
+        lines += ["", f"## This ringmq against the earlier one ({args.base_label}), same run", "",
+                  "| load | N | earlier msgs/s | this msgs/s | this/earlier | earlier CPU µs/msg | "
+                  "this CPU µs/msg | earlier p50 µs | this p50 µs |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for load in MODES:
+            for clients in args.clients:
+                pick = lambda server, key: median(
+                    [r[key] for r in rows if (r["load"], r["clients"], r["server"]) == (load, clients, server)])
+                base, head = pick("ringmq-base", "msgs_per_sec"), pick("ringmq", "msgs_per_sec")
+                lines.append(
+                    f"| {load} | {clients} | {fmt(base)} | {fmt(head)} | "
+                    f"{fmt(head / base if base and head else None, 2)} | "
+                    f"{fmt(pick('ringmq-base', 'server_cpu_us_per_msg'), 1)} | "
+                    f"{fmt(pick('ringmq', 'server_cpu_us_per_msg'), 1)} | "
+                    f"{fmt(pick('ringmq-base', 'p50_us'))} | {fmt(pick('ringmq', 'p50_us'))} |")
     lines += ["", "## Targets (issue 11)", "", "| target | result | figure |", "|---|---|---:|"]
     for what, met, figure in checks:
         lines.append(f"| {what} | {'met' if met else 'missed'} | {figure} |")
@@ -315,6 +349,8 @@ def report(rows, machine_rounds, state, args, path):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ringmq", required=True)
+    parser.add_argument("--ringmq-base", help="an earlier ringmq binary to run beside --ringmq")
+    parser.add_argument("--base-label", default="earlier build")
     parser.add_argument("--pingpong", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
@@ -331,21 +367,28 @@ def main():
         fsync_p50, _ = fio(args.dir, "4k", 3)
         _, bandwidth = fio(args.dir, "64k", 3)
         rtt = loopback_rtt_us(args.pingpong)
+        fresh = fresh_page_us()
         machine = {"round": round_number, "fsync_p50_us": fsync_p50,
-                   "durable_bw_bytes": bandwidth, "rtt_us": rtt}
+                   "durable_bw_bytes": bandwidth, "rtt_us": rtt, "fresh_page_us": fresh}
         machine_rounds.append(machine)
         raw.write(json.dumps({"machine": machine}) + "\n")
         print(f"round {round_number}: fsync p50 {fsync_p50:.0f} us, durable "
-              f"{bandwidth / 1e6:.0f} MB/s, rtt {rtt:.1f} us", file=sys.stderr)
+              f"{bandwidth / 1e6:.0f} MB/s, rtt {rtt:.1f} us, fresh page {fresh:.1f} us",
+              file=sys.stderr)
         for load, (flush, appendfsync) in MODES.items():
-            ringmq = Ringmq(args.ringmq, args.dir, flush)
+            servers = {"ringmq": Ringmq(args.ringmq, args.dir, flush)}
+            if args.ringmq_base:
+                servers["ringmq-base"] = Ringmq(args.ringmq_base, args.dir, flush)
             redis = Redis(args.dir, appendfsync)
+            names = list(servers) + ["redis"]
             try:
                 for clients in args.clients:
-                    order = ["ringmq", "redis"] if round_number % 2 else ["redis", "ringmq"]
+                    # Which server goes first rotates with the round.
+                    start = (round_number - 1) % len(names)
+                    order = names[start:] + names[:start]
                     for server in order:
-                        if server == "ringmq":
-                            row = ringmq.row(clients, args.seconds)
+                        if server in servers:
+                            row = servers[server].row(clients, args.seconds)
                         else:
                             row = redis.row(clients, args.seconds, f"peers-{round_number}-{clients}")
                         limit = None
@@ -360,7 +403,8 @@ def main():
                               f"p50 {row['p50_us']:.0f} us, CPU {row['server_cpu_us_per_msg']:.1f} us/msg",
                               file=sys.stderr)
             finally:
-                ringmq.stop()
+                for server in servers.values():
+                    server.stop()
                 redis.stop()
     raw.close()
     report(rows, machine_rounds, state, args, os.path.join(args.out, "peers.md"))

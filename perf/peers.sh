@@ -15,7 +15,10 @@
 #
 # Usage: perf/peers.sh     env: ROUNDS (3), SECONDS_PER_RUN (5), CLIENTS ("1 16 64"),
 #                               DIR (scratch, default /var/tmp), RINGMQ_BIN (a binary to
-#                               measure instead of building this checkout)
+#                               measure instead of building this checkout), BASE (a commit,
+#                               e.g. HEAD~1: built in a temporary worktree and run beside
+#                               this checkout in the same rotation, before and after in one
+#                               run; or BASE_BIN, a binary of it)
 # Run nothing else meanwhile: the disk and both cores are shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +34,23 @@ if [ -z "${RINGMQ_BIN:-}" ]; then
   cargo build --release --quiet
 fi
 cargo build --release --quiet --example loopback_pingpong
-exec python3 perf/peers.py \
-  --ringmq "${RINGMQ_BIN:-target/release/ringmq}" \
+base_args=()
+if [ -n "${BASE:-}" ] && [ -z "${BASE_BIN:-}" ]; then
+  base_sha=$(git rev-parse --short "$BASE")
+  worktree=$(mktemp -d /var/tmp/ringmq-peers-base.XXXXXX)
+  trap 'git worktree remove --force "$worktree" >/dev/null 2>&1 || true' EXIT
+  git worktree add --detach --quiet "$worktree" "$base_sha"
+  (cd "$worktree" && CARGO_TARGET_DIR="$PWD/../$(basename "$worktree")-target" cargo build --release --quiet)
+  mkdir -p target/compare
+  cp "$worktree/../$(basename "$worktree")-target/release/ringmq" "target/compare/ringmq-$base_sha"
+  rm -rf "$worktree/../$(basename "$worktree")-target"
+  BASE_BIN="target/compare/ringmq-$base_sha"
+fi
+if [ -n "${BASE_BIN:-}" ]; then
+  base_args=(--ringmq-base "$BASE_BIN" --base-label "${BASE:-$(basename "$BASE_BIN")}")
+fi
+python3 perf/peers.py \
+  --ringmq "${RINGMQ_BIN:-target/release/ringmq}" "${base_args[@]}" \
   --pingpong target/release/examples/loopback_pingpong \
   --rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER_RUN:-5}" \
   --clients "${CLIENTS:-1 16 64}" --dir "${DIR:-/var/tmp}" \
