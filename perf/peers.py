@@ -139,13 +139,15 @@ class Ringmq:
         self.addr, self.metrics = wait_for("ringmq serve", started)
 
     def fsyncs(self):
+        """(CommitLog fdatasyncs so far, seconds spent in them) from the node's metrics."""
         # The shard copies its store counters into the metrics once a second: wait that
         # long so the figure covers everything done so far (the node is idle meanwhile).
         time.sleep(1.1)
         with urllib.request.urlopen(self.metrics, timeout=10) as page:
             text = page.read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("ringmq_fsyncs_total"))
+        total = lambda name: sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                                 if line.startswith(name + "{"))
+        return total("ringmq_fsyncs_total"), total("ringmq_fsync_seconds_total")
 
     def row(self, clients, seconds):
         cpu0, fsync0 = cpu_seconds(self.proc.pid), self.fsyncs()
@@ -156,6 +158,7 @@ class Ringmq:
                                  "--duration", str(seconds), "--quiet", "--json"]),
             timeout=seconds + 120)
         cpu1, fsync1 = cpu_seconds(self.proc.pid), self.fsyncs()
+        syncs, sync_seconds = fsync1[0] - fsync0[0], fsync1[1] - fsync0[1]
         summary = json.loads(out)
         messages = summary["messages"]
         if summary["errors"] or messages == 0:
@@ -164,7 +167,10 @@ class Ringmq:
             "msgs_per_sec": summary["msgs_per_sec"],
             "p50_us": summary["p50_us"], "p99_us": summary["p99_us"],
             "server_cpu_us_per_msg": (cpu1 - cpu0) * 1e6 / messages,
-            "fsyncs_per_msg": (fsync1 - fsync0) / messages,
+            "fsyncs_per_msg": syncs / messages,
+            # The node's own mean fdatasync, to set beside fio's (None under ASYNC_FLUSH,
+            # where the flusher syncs a few times a second).
+            "fsync_mean_us": sync_seconds * 1e6 / syncs if syncs and sync_seconds else None,
             "loadgen_cpu_us_per_msg": loadgen_cpu * 1e6 / messages,
             "messages": messages,
         }
@@ -284,8 +290,9 @@ def report(rows, machine_rounds, state, args, path):
         "4 KiB page (each new page-cache page costs the writing server that much).", "",
         "| load | N | ringmq msgs/s | Redis msgs/s | ringmq/Redis | ringmq p50 / p99 µs | "
         "Redis p50 / p99 µs | ringmq CPU µs/msg | Redis CPU µs/msg | ringmq fsyncs/msg | "
-        "physical limit msgs/s | ringmq % of limit | loadgen CPU µs/msg (ringmq / Redis) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "ringmq fsync mean µs | physical limit msgs/s | ringmq % of limit | "
+        "loadgen CPU µs/msg (ringmq / Redis) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     checks = []
     for load in MODES:
@@ -303,6 +310,7 @@ def report(rows, machine_rounds, state, args, path):
                 f"{fmt(pick('ringmq', 'p50_us'))} / {fmt(pick('ringmq', 'p99_us'))} | "
                 f"{fmt(pick('redis', 'p50_us'))} / {fmt(pick('redis', 'p99_us'))} | "
                 f"{fmt(our_cpu, 1)} | {fmt(their_cpu, 1)} | {fmt(pick('ringmq', 'fsyncs_per_msg'), 3)} | "
+                f"{fmt(pick('ringmq', 'fsync_mean_us') if load == 'durable' else None)} | "
                 f"{fmt(limit)} | {fmt(share)} | "
                 f"{fmt(pick('ringmq', 'loadgen_cpu_us_per_msg'), 1)} / {fmt(pick('redis', 'loadgen_cpu_us_per_msg'), 1)} |")
             if clients in (16, 64):

@@ -311,6 +311,27 @@ fn family(
     }
 }
 
+/// Writes a counter family of seconds, kept as whole µs, with one sample per shard.
+fn seconds_family(
+    out: &mut String,
+    shards: &[Arc<ShardMetrics>],
+    name: &str,
+    help: &str,
+    micros: impl Fn(&ShardMetrics) -> u64,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for shard in shards {
+        let value = micros(shard);
+        let _ = writeln!(
+            out,
+            "{name}{{shard=\"{}\"}} {}.{:06}",
+            shard.shard,
+            value / 1_000_000,
+            value % 1_000_000
+        );
+    }
+}
+
 /// Writes a counter family with one sample per shard and known code, the code under
 /// `label`, and one per shard for all the other codes (`label="unknown"`, even at 0, so the
 /// series exists before the first one arrives).
@@ -435,6 +456,13 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "counter",
         "CommitLog fdatasyncs.",
         |s| s.store.lock().log_syncs as i128,
+    );
+    seconds_family(
+        &mut out,
+        shards,
+        "ringmq_fsync_seconds_total",
+        "Time spent in CommitLog fdatasyncs (divided by ringmq_fsyncs_total: the mean fsync).",
+        |s| s.store.lock().log_sync_micros,
     );
     family(
         &mut out,
@@ -647,6 +675,7 @@ mod tests {
             put_bytes: 2400,
             batches: 1,
             log_syncs: 1,
+            log_sync_micros: 1_250_042,
             put_errors: 0,
             task_panics: 1,
         });
@@ -661,6 +690,8 @@ mod tests {
             "ringmq_connections_refused_total{shard=\"1\"} 1",
             "ringmq_queued_response_bytes{shard=\"1\"} 300",
             "ringmq_fsyncs_total{shard=\"1\"} 1",
+            "ringmq_fsync_seconds_total{shard=\"1\"} 1.250042",
+            "ringmq_fsync_seconds_total{shard=\"0\"} 0.000000",
             "ringmq_store_task_panics_total{shard=\"1\"} 1",
             "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
             "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",

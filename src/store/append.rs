@@ -202,7 +202,9 @@ async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(),
         }
         shared.update_stats(|stats| stats.log_syncs += 1);
     }
-    shared.gather.synced(began.elapsed());
+    let took = began.elapsed();
+    shared.update_stats(|stats| stats.log_sync_micros += took.as_micros() as u64);
+    shared.gather.synced(took);
     shared.log.set_flushed_pos(end);
     reached(shared, AckCondition::Flushed, end);
     Ok(())

@@ -66,11 +66,16 @@ async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
     let segments = shared.log.segments.clone();
     let first = segments.borrow().start_of(from);
     let last = segments.borrow().start_of(to - 1);
+    let began = tokio::time::Instant::now();
     SegmentSet::sync_range(&segments, from, to)
         .await
         .map_err(|error| format!("fdatasync of the CommitLog in [{from}, {to}) failed: {error}"))?;
+    let took = began.elapsed().as_micros() as u64;
     let synced = (last - first) / shared.log.segment_size() + 1;
-    shared.update_stats(|stats| stats.log_syncs += synced);
+    shared.update_stats(|stats| {
+        stats.log_syncs += synced;
+        stats.log_sync_micros += took;
+    });
     shared.log.set_flushed_pos(to);
     Ok(())
 }

@@ -174,6 +174,8 @@ pub struct StoreStats {
     pub put_bytes: u64,
     pub batches: u64,
     pub log_syncs: u64,
+    /// Time spent in those fdatasyncs, in µs (wall time from submission to completion).
+    pub log_sync_micros: u64,
     pub put_errors: u64,
     /// Store or shard tasks that panicked (each poisons the store, `watch.rs`).
     pub task_panics: u64,
