@@ -86,6 +86,10 @@ pub struct StoreConfig {
     /// producers it answered to come back before it takes the next (`gather.rs`); never
     /// more than half the measured fsync time. Zero turns the wait off.
     pub group_commit_max_wait: Duration,
+    /// SYNC_FLUSH: zeros a batch's write adds past its end, up to a page boundary this far
+    /// ahead, once the zeros written before are less than half of it ahead
+    /// (`append.rs`). Zero turns it off.
+    pub sync_zero_ahead_bytes: u64,
     /// Most puts waiting for the appender before `put` pushes back with StoreBusy.
     pub max_pending_puts: usize,
     /// Address written as STOREHOST (the broker's reachable `ip:port`).

@@ -35,6 +35,7 @@ pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
         max_message_size: config.max_message_size,
         max_batch_bytes: config.max_batch_bytes,
         group_commit_max_wait: config.group_commit_max_wait,
+        sync_zero_ahead_bytes: config.sync_zero_ahead_bytes,
         max_pending_puts: config.max_pending_puts,
         store_host: store_host(config),
         max_transfer_count: config.max_transfer_count,

@@ -266,6 +266,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.group_commit_max_wait.as_micros().to_string(),
     ),
     key!(
+        "sync_zero_ahead_bytes", ringmq ["syncZeroAheadBytes"],
+        default: Text("1048576"),
+        range: Parsed("a whole number of bytes, at most 1073741824; 0 turns it off"),
+        meaning: "SYNC_FLUSH: zeros a batch write adds past its end, so later fsyncs overwrite written blocks instead of converting fallocated ones (about half the fsync time on ext4)",
+        set: |c, v| c.sync_zero_ahead_bytes = uint(v, 1 << 30)?,
+        get: |c| c.sync_zero_ahead_bytes.to_string(),
+    ),
+    key!(
         "max_pending_puts", ringmq ["maxPendingPuts"],
         default: Text("65536"),
         range: Number(AT_LEAST_1),

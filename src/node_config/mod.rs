@@ -175,6 +175,8 @@ pub struct NodeConfig {
     pub max_batch_bytes: usize,
     /// SYNC_FLUSH: longest a batch waits for the producers the last fsync answered.
     pub group_commit_max_wait: Duration,
+    /// SYNC_FLUSH: zeros a batch write adds past its end (`store/append.rs`).
+    pub sync_zero_ahead_bytes: u64,
     pub max_pending_puts: usize,
     pub auto_create_topic_enable: bool,
     pub default_topic_queue_nums: u32,
@@ -249,6 +251,7 @@ impl NodeConfig {
             max_transfer_bytes: 0,
             max_batch_bytes: 0,
             group_commit_max_wait: Duration::ZERO,
+            sync_zero_ahead_bytes: 0,
             max_pending_puts: 0,
             auto_create_topic_enable: false,
             default_topic_queue_nums: 0,

@@ -230,6 +230,9 @@ pub(crate) struct Shared {
     pub injected_panic: Cell<Option<StoreTask>>,
     /// The appender's group-commit wait for the producers it answered (`gather.rs`).
     pub gather: gather::Gather,
+    /// SYNC_FLUSH: the log position below which the active segment's bytes past the write
+    /// position were already written as zeros by an earlier batch (`append.rs`).
+    pub zeroed_until: Cell<u64>,
 }
 
 impl Shared {

@@ -119,6 +119,7 @@ pub(crate) async fn open(
         answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
         injected_panic: Cell::new(None),
         gather: Default::default(),
+        zeroed_until: Default::default(),
         config,
         disk,
         clock,
