@@ -267,7 +267,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "sync_zero_ahead_bytes", ringmq ["syncZeroAheadBytes"],
-        default: Text("1048576"),
+        default: Text("262144"),
         range: Parsed("a whole number of bytes, at most 1073741824; 0 turns it off"),
         meaning: "SYNC_FLUSH: zeros a batch write adds past its end, so later fsyncs overwrite written blocks instead of converting fallocated ones (about half the fsync time on ext4)",
         set: |c, v| c.sync_zero_ahead_bytes = uint(v, 1 << 30)?,

@@ -380,9 +380,11 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
 /// Why: segments are fallocated, and ext4 keeps fallocated blocks as unwritten extents,
 /// so an fdatasync of data written into them also converts those extents and writes the
 /// metadata: about twice the fsync of an overwrite (fio, 16 KiB + fdatasync: 293 µs
-/// against 144; `perf/results/prewritten-segment.md`). Zeros written once per MiB turn the
-/// next MiB into written blocks whose pages are cached, so the fsyncs of the batches that
-/// land there only write data.
+/// against 144; `perf/results/prewritten-segment.md`). Zeros written ahead turn the next
+/// stretch into written blocks whose pages are cached, so the fsyncs of the batches that
+/// land there only write data. The batch that carries the zeros pays their writeback: the
+/// default (256 KiB) kept p99 at or below no padding with 16 clients, where 1 MiB raised it
+/// (`docs/performance.md`).
 ///
 /// Invariants: the padding lies in the chunk's own segment, in bytes past the log's write
 /// position, which are zeros already (fallocated) and which only this appender writes
