@@ -31,17 +31,8 @@ cleanup() {
 trap cleanup EXIT
 CPUS=$(nproc)
 LOADGEN_CPU=$((CPUS > 1 ? 1 : 0))
-taskset -c 0 target/release/ringmq serve --dir "$DIR/store" --port 0 --namesrv-port 0 \
-  --metrics-port 0 --shards 1 --flush sync 2>"$DIR/serve.log" >/dev/null &
-SERVER_PID=$!
-ADDR=
-for _ in $(seq 1 200); do
-  ADDR=$(sed -n 's/^ringmq: listening on //p' "$DIR/serve.log" | tail -1)
-  [ -n "$ADDR" ] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$DIR/serve.log" >&2; exit 1; }
-  sleep 0.05
-done
-[ -n "$ADDR" ] || { echo "ringmq serve did not come up" >&2; exit 1; }
+source perf/one_shard_node.sh
+start_one_shard_node target/release/ringmq "$DIR" sync
 # Record one second from the middle of the run.
 (sleep $((SECONDS_RUN / 2)); perf record -q -e io_uring:io_uring_submit_req -e io_uring:io_uring_complete \
   -e syscalls:sys_enter_sendto -e syscalls:sys_enter_recvfrom -p "$SERVER_PID" \

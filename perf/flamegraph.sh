@@ -47,20 +47,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 CPUS=$(nproc)
-SERVER_CPU=0
 LOADGEN_CPU=$((CPUS > 1 ? 1 : 0))
-LOG="$DIR/serve.log"
-taskset -c "$SERVER_CPU" target/release/ringmq serve --dir "$DIR/store" --port 0 \
-  --namesrv-port 0 --metrics-port 0 --shards 1 --flush "$FLUSH" 2>"$LOG" >/dev/null &
-SERVER_PID=$!
-ADDR=
-for _ in $(seq 1 200); do
-  ADDR=$(sed -n 's/^ringmq: listening on //p' "$LOG" | tail -1)
-  [ -n "$ADDR" ] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$LOG" >&2; exit 1; }
-  sleep 0.05
-done
-[ -n "$ADDR" ] || { echo "ringmq serve did not come up" >&2; cat "$LOG" >&2; exit 1; }
+source perf/one_shard_node.sh
+start_one_shard_node target/release/ringmq "$DIR" "$FLUSH"
 # A short warm-up so the profile shows the steady state, not topic creation and first files.
 taskset -c "$LOADGEN_CPU" target/release/ringmq bench produce --addr "$ADDR" \
   --connections "$CLIENTS" --producers-per-connection 1 --io tasks --mode sync --size 1024 \

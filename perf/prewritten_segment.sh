@@ -38,20 +38,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_node() {
-  : > "$DIR/serve.log"
-  taskset -c 0 "$BIN" serve --dir "$DIR/store" --port 0 --namesrv-port 0 --metrics-port 0 \
-    --shards 1 --flush sync 2>"$DIR/serve.log" >/dev/null &
-  SERVER_PID=$!
-  ADDR=
-  for _ in $(seq 1 200); do
-    ADDR=$(sed -n 's/^ringmq: listening on //p' "$DIR/serve.log" | tail -1)
-    [ -n "$ADDR" ] && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$DIR/serve.log" >&2; exit 1; }
-    sleep 0.05
-  done
-  echo "ringmq serve did not come up" >&2; exit 1
-}
+source perf/one_shard_node.sh
+start_node() { start_one_shard_node "$BIN" "$DIR" sync; }
 stop_node() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
