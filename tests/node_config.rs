@@ -372,6 +372,11 @@ fn invalid_values_name_their_key() {
         ("shards=0", "shards", "between 1 and 64"),
         ("shards=65", "shards", "between 1 and 64"),
         ("shards=1000", "shards", "too large"),
+        (
+            "syncZeroAheadBytes=1073741825",
+            "syncZeroAheadBytes",
+            "too large",
+        ),
         ("ioBackend=epoll", "ioBackend", "auto, uring or portable"),
         (
             "flushDiskType=SYNC",
