@@ -619,8 +619,10 @@ async fn accept_connections<H: RequestHandler>(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Some(admitted) = admission.admit() else {
-                        drop(stream);
+                        // Counted before the close: a peer that sees its EOF must also
+                        // see the refusal in the counter.
                         traffic.count(LimitEvent::ConnectionRefused);
+                        drop(stream);
                         if let Some(report) = admission.refused() {
                             tracing::warn!(
                                 %peer,
