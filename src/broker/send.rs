@@ -111,20 +111,23 @@ impl Broker {
         body: bytes::Bytes,
         own_properties: &str,
     ) -> (RecordInput, String) {
-        let mut properties = properties::normalized(own_properties).into_owned();
+        let normalized = properties::normalized(own_properties);
+        let cluster = self.identity.cluster_name.as_str();
+        // One allocation: room for the pairs added below (a UNIQ_KEY is 32 hex digits).
+        let mut properties = String::with_capacity(
+            normalized.len() + properties::UNIQ_KEY.len() + 34 + CLUSTER.len() + cluster.len() + 2,
+        );
+        properties.push_str(&normalized);
         let uniq_key = match properties::get(&properties, properties::UNIQ_KEY) {
             Some(key) => key.to_owned(),
             None => {
                 let key = self.uniq_keys.next(self.clock.now_ms());
-                properties.push_str(&properties::encode([(properties::UNIQ_KEY, key.as_str())]));
+                properties::push_pair(&mut properties, properties::UNIQ_KEY, &key);
                 key
             }
         };
         if properties::get(&properties, CLUSTER).is_none() {
-            properties.push_str(&properties::encode([(
-                CLUSTER,
-                self.identity.cluster_name.as_str(),
-            )]));
+            properties::push_pair(&mut properties, CLUSTER, cluster);
         }
         let record = RecordInput {
             topic: header.topic.clone(),
@@ -247,9 +250,15 @@ impl PendingSend {
         match outcome {
             Ok(result) => {
                 answer.code = status_code(result.status);
+                // Added in key order into room for all six, so each insert appends; the two
+                // ids move in as the Strings they are, without a copy.
+                answer.ext_fields.reserve(6);
+                add_region(&mut answer);
                 // A FlushDiskTimeout before encoding has no placement; the fields must still
                 // be there, so they say "unknown" the way Java's defaults would.
-                answer.put_ext("msgId", msg_id(self.store_host, &result));
+                answer
+                    .ext_fields
+                    .insert("msgId".into(), msg_id(self.store_host, &result));
                 answer.put_ext("queueId", self.queue_id);
                 answer.put_ext(
                     "queueOffset",
@@ -257,8 +266,9 @@ impl PendingSend {
                         .placement
                         .map_or(-1, |placement| placement.queue_offset as i64),
                 );
-                answer.put_ext("transactionId", self.uniq_key);
-                add_region(&mut answer);
+                answer
+                    .ext_fields
+                    .insert("transactionId".into(), self.uniq_key);
             }
             Err(error) => {
                 answer.code = error_code(&error);

@@ -256,6 +256,12 @@ impl HeaderFields for ExtFields {
     }
 }
 
+impl HeaderFields for super::ext_fields::InOrder<'_> {
+    fn opt_str(&self, field: &str) -> Option<&str> {
+        self.get(field)
+    }
+}
+
 fn parse<T: std::str::FromStr>(
     field: &str,
     value: &str,

@@ -639,7 +639,12 @@ mod fast {
                 self.at += 1;
                 return Some(Cow::Borrowed(text));
             }
-            let mut out: Vec<u8> = self.bytes[start..self.at].to_vec();
+            // The unescaped text is no longer than what is left of the header. One
+            // allocation holds a send's properties (`\u0001` escapes in every send),
+            // capped so that many escaped strings in a big header do not each take the
+            // rest of it.
+            let mut out: Vec<u8> = Vec::with_capacity((self.bytes.len() - start).min(512));
+            out.extend_from_slice(&self.bytes[start..self.at]);
             loop {
                 // Copy the unescaped run up to the next quote, backslash or control byte.
                 let run = plain_run(&self.bytes[self.at..]);

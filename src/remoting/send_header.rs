@@ -142,7 +142,8 @@ impl SendMessageRequestHeader {
     /// Decodes the single-letter header of SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320)
     /// and SEND_REPLY_MESSAGE_V2 (325).
     pub fn from_v2(fields: &ExtFields) -> Result<SendMessageRequestHeader, FieldError> {
-        let mut header = Self::decode(fields, &V2)?;
+        // The V2 names `a`..`n` are read in key order: one pass over the sorted fields.
+        let mut header = Self::decode(&fields.in_order(), &V2)?;
         if header.broker_name.is_none() {
             header.broker_name = fields.opt_str(V1.broker_name).map(str::to_owned);
         }
@@ -164,7 +165,7 @@ impl SendMessageRequestHeader {
         }
     }
 
-    fn decode(f: &ExtFields, n: &Names) -> Result<SendMessageRequestHeader, FieldError> {
+    fn decode(f: &impl HeaderFields, n: &Names) -> Result<SendMessageRequestHeader, FieldError> {
         Ok(SendMessageRequestHeader {
             producer_group: f.get_str(n.producer_group)?.to_owned(),
             topic: f.get_str(n.topic)?.to_owned(),

@@ -31,15 +31,22 @@ const LINEAR_DEDUP_MAX: usize = 16;
 pub fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut out = String::new();
     for (key, value) in pairs {
-        if key.is_empty() || value.is_empty() {
-            continue;
-        }
-        out.push_str(key);
-        out.push(NAME_VALUE_SEPARATOR);
-        out.push_str(value);
-        out.push(PROPERTY_SEPARATOR);
+        push_pair(&mut out, key, value);
     }
     out
+}
+
+/// Appends one pair to a properties string whose last pair is terminated (or which is
+/// empty), as [`encode`] writes it; a pair with an empty key or value is skipped.
+pub fn push_pair(out: &mut String, key: &str, value: &str) {
+    if key.is_empty() || value.is_empty() {
+        return;
+    }
+    out.reserve(key.len() + value.len() + 2);
+    out.push_str(key);
+    out.push(NAME_VALUE_SEPARATOR);
+    out.push_str(value);
+    out.push(PROPERTY_SEPARATOR);
 }
 
 /// The properties string with its last pair terminated: `properties` itself when it is
