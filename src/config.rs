@@ -98,6 +98,10 @@ pub struct StoreConfig {
     pub max_transfer_count: u32,
     /// `maxTransferBytesOnMessageInDisk`: most bytes one read returns.
     pub max_transfer_bytes: usize,
+    /// `messageIndexEnable`: build IndexFiles (`store/index.rs`).
+    pub message_index_enable: bool,
+    /// `maxHashSlotNum` and `maxIndexNum`: the shape of every IndexFile.
+    pub index_geometry: crate::store::index_file::Geometry,
 }
 
 pub const MIB: u64 = 1024 * 1024;
@@ -138,6 +142,10 @@ impl StoreConfig {
             consume_queue_entries_per_file: 64,
             max_message_size: 8 * 1024,
             max_batch_bytes: 16 * 1024,
+            index_geometry: crate::store::index_file::Geometry {
+                slots: 64,
+                entries: 256,
+            },
             ..StoreConfig::new(dir)
         }
     }
@@ -185,6 +193,13 @@ impl StoreConfig {
         }
         if self.max_pending_puts == 0 {
             return Err("maxPendingPuts: must be at least 1".into());
+        }
+        let geometry = self.index_geometry;
+        if geometry.slots == 0 {
+            return Err("maxHashSlotNum: must be at least 1".into());
+        }
+        if geometry.entries < 2 {
+            return Err("maxIndexNum: must be at least 2 (entry 0 is never used)".into());
         }
         if self.max_transfer_count == 0 || self.max_transfer_bytes == 0 {
             return Err("maxTransferCountOnMessageInDisk / maxTransferBytesOnMessageInDisk: must be at least 1".into());

@@ -9,6 +9,8 @@
 //! - every ConsumeQueue entry points at a valid record of its queue, in order, with no
 //!   gaps, and nothing at or past the recovered log end is served;
 //! - queue offsets continue where the recovered queue ends;
+//! - the index finds every acknowledged message by its key, and serves whole records only
+//!   (IndexFiles of 255 entries, so lives cross file boundaries);
 //! - while a store is open, a second store on its directory is refused by the lock (taken
 //!   through the disk seam), and a crash releases it for the next life.
 //!
@@ -38,6 +40,8 @@ struct Acked {
     size: u32,
     body: Vec<u8>,
     tag: Option<String>,
+    /// Its one key (`KEYS`), unique in the run: the index must find it by that key.
+    key: String,
 }
 
 /// (topic, queue id, queue offset).
@@ -163,7 +167,7 @@ fn run_life(
                     };
                     let body: Vec<u8> = (0..size).map(|_| rng.next_u64() as u8).collect();
                     let tag = rng.chance(50).then(|| format!("Tag{}", rng.range(0, 3)));
-                    let key = format!("w{worker}-n{number}");
+                    let key = format!("l{life}-w{worker}-n{number}");
                     let input = message(topic, queue_id, &body, tag.as_deref(), Some(&key));
                     let Ok(result) = store.put(input).await else {
                         continue;
@@ -174,6 +178,7 @@ fn run_life(
                         size: placement.size,
                         body,
                         tag,
+                        key,
                     };
                     let key = (topic.to_string(), queue_id, placement.queue_offset);
                     match (flush, result.status) {
@@ -259,6 +264,34 @@ fn check_store(store: &Store, model: &Model, when: &str) {
             acked.tag.as_deref(),
             "{when}: tag differs"
         );
+        // The index finds it by its key, among records that are all whole.
+        let found = store
+            .lookup_keys(topic, &acked.key, 64, 0, i64::MAX)
+            .unwrap();
+        assert!(
+            found
+                .records
+                .iter()
+                .any(|r| r.phys_offset == acked.phys_offset),
+            "{when}: the index does not find {topic}/{queue_id}@{queue_offset} by key {} \
+             (found {:?})",
+            acked.key,
+            found.records
+        );
+        let mut bytes = Vec::new();
+        found.body.copy_into(&mut bytes).unwrap();
+        let mut at = 0usize;
+        for record in &found.records {
+            let one = &bytes[at..at + record.size as usize];
+            at += record.size as usize;
+            let Ok(Decoded::Record(view)) = decode(one, Verify::Full) else {
+                panic!(
+                    "{when}: a key lookup served an invalid record at {}",
+                    record.phys_offset
+                );
+            };
+            assert_eq!(view.phys_offset as u64, record.phys_offset);
+        }
     }
     for (topic, queue_id) in store.queues() {
         let max = store.max_offset(&topic, queue_id);

@@ -42,6 +42,7 @@ pub mod names;
 pub mod notify;
 pub mod offsets;
 pub mod pull;
+pub mod query;
 pub mod send;
 pub mod topic_requests;
 pub mod topics;
@@ -242,6 +243,9 @@ impl Broker {
         if self.shard.count() == 1 {
             return None;
         }
+        if request.code == request::VIEW_MESSAGE_BY_ID {
+            return query::view_owner(request, self.shard.count());
+        }
         let (fields, topic, queue_id) = routing::named_queue(request)?;
         if queue_id >= 0 {
             return Some(self.shard.owner(topic, queue_id));
@@ -282,6 +286,8 @@ impl Broker {
             request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
                 Box::pin(pull::pull(self, &request)).await
             }
+            request::QUERY_MESSAGE => Box::pin(query::query_message(self, &request, peer)).await,
+            request::VIEW_MESSAGE_BY_ID => query::view_message(self, &request),
             request::GET_MAX_OFFSET => offsets::max_offset(self, &request),
             request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
             request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),

@@ -31,6 +31,9 @@
 //! | `ringmq_appends_total` | counter | CommitLog writes (one per group-commit batch) |
 //! | `ringmq_fsyncs_total` | counter | CommitLog fdatasyncs |
 //! | `ringmq_store_task_panics_total` | counter | store or shard tasks that panicked; each poisons the store |
+//! | `ringmq_index_entries_total` | counter | IndexFile entries added (one per key of each stored record) |
+//! | `ringmq_index_errors_total` | counter | stored records the index could not take (they are stored, not findable by key) |
+//! | `ringmq_index_queries_total` | counter | QUERY_MESSAGE lookups this shard's index answered |
 //! | `ringmq_connections` | gauge | open client connections |
 //! | `ringmq_connections_total` | counter | connections accepted |
 //! | `ringmq_connections_refused_total` | counter | connections closed at accept because `max_connections` were open |
@@ -475,6 +478,30 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     family(
         &mut out,
         shards,
+        "ringmq_index_entries_total",
+        "counter",
+        "IndexFile entries added (one per key of each stored record).",
+        |s| s.store.lock().index_entries as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_index_errors_total",
+        "counter",
+        "Stored records the index could not take (stored, but not findable by key).",
+        |s| s.store.lock().index_errors as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_index_queries_total",
+        "counter",
+        "QUERY_MESSAGE lookups this shard's index answered.",
+        |s| s.store.lock().index_queries as i128,
+    );
+    family(
+        &mut out,
+        shards,
         "ringmq_connections",
         "gauge",
         "Open client connections.",
@@ -678,6 +705,9 @@ mod tests {
             log_sync_micros: 1_250_042,
             put_errors: 0,
             task_panics: 1,
+            index_entries: 6,
+            index_errors: 0,
+            index_queries: 3,
         });
         let text = metrics.render();
         for line in [
@@ -693,6 +723,8 @@ mod tests {
             "ringmq_fsync_seconds_total{shard=\"1\"} 1.250042",
             "ringmq_fsync_seconds_total{shard=\"0\"} 0.000000",
             "ringmq_store_task_panics_total{shard=\"1\"} 1",
+            "ringmq_index_entries_total{shard=\"1\"} 6",
+            "ringmq_index_queries_total{shard=\"1\"} 3",
             "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
             "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",
         ] {

@@ -40,6 +40,11 @@ pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
         store_host: store_host(config),
         max_transfer_count: config.max_transfer_count,
         max_transfer_bytes: config.max_transfer_bytes,
+        message_index_enable: config.message_index_enable,
+        index_geometry: crate::store::index_file::Geometry {
+            slots: config.max_hash_slot_num,
+            entries: config.max_index_num,
+        },
     }
 }
 

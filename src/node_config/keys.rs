@@ -46,6 +46,11 @@ macro_rules! key {
 
 const AT_LEAST_1: Bounds = Bounds::at_least(1, Unit::Plain);
 const AT_LEAST_1_MS: Bounds = Bounds::at_least(1, Unit::Millis);
+/// Bounds of the IndexFile geometry (entry and slot numbers are Java ints in the file).
+/// The slot table of the active file is in memory: 200 MB per shard at the bound.
+const MAX_INDEX_SLOTS: u64 = 50_000_000;
+/// A 4 GB file at the bound.
+const MAX_INDEX_ENTRIES: u64 = 200_000_000;
 const PORT: Bounds = Bounds::between(0, 65535, Unit::Plain);
 
 /// Every key, in the order `--print-config` and the docs list them.
@@ -280,6 +285,30 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "puts waiting per shard before a send is refused as busy",
         set: |c, v| c.max_pending_puts = uint(v, u32::MAX as u64)? as usize,
         get: |c| c.max_pending_puts.to_string(),
+    ),
+    key!(
+        "message_index_enable", rocketmq ["messageIndexEnable"],
+        default: Text("true"),
+        range: Parsed("`true` or `false`"),
+        meaning: "index messages by key and unique key (IndexFile) for QUERY_MESSAGE; turning it on does not index what was stored before",
+        set: |c, v| c.message_index_enable = flag(v)?,
+        get: |c| c.message_index_enable.to_string(),
+    ),
+    key!(
+        "max_hash_slot_num", rocketmq ["maxHashSlotNum"],
+        default: Text("5000000"),
+        range: Number(Bounds::between(1, MAX_INDEX_SLOTS, Unit::Plain)),
+        meaning: "hash slots per IndexFile (4 bytes each, held in memory for each shard's active file); existing files must keep the value they were built with",
+        set: |c, v| c.max_hash_slot_num = uint(v, u32::MAX as u64)? as u32,
+        get: |c| c.max_hash_slot_num.to_string(),
+    ),
+    key!(
+        "max_index_num", rocketmq ["maxIndexNum"],
+        default: Text("20000000"),
+        range: Number(Bounds::between(2, MAX_INDEX_ENTRIES, Unit::Plain)),
+        meaning: "entries per IndexFile (20 bytes each) before a new file starts; existing files must keep the value they were built with",
+        set: |c, v| c.max_index_num = uint(v, u32::MAX as u64)? as u32,
+        get: |c| c.max_index_num.to_string(),
     ),
     key!(
         "auto_create_topic_enable", rocketmq ["autoCreateTopicEnable"],

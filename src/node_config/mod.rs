@@ -178,6 +178,9 @@ pub struct NodeConfig {
     /// SYNC_FLUSH: zeros a batch write adds past its end (`store/append.rs`).
     pub sync_zero_ahead_bytes: u64,
     pub max_pending_puts: usize,
+    pub message_index_enable: bool,
+    pub max_hash_slot_num: u32,
+    pub max_index_num: u32,
     pub auto_create_topic_enable: bool,
     pub default_topic_queue_nums: u32,
     /// `fileReservedTime`, configured in whole hours.
@@ -253,6 +256,9 @@ impl NodeConfig {
             group_commit_max_wait: Duration::ZERO,
             sync_zero_ahead_bytes: 0,
             max_pending_puts: 0,
+            message_index_enable: false,
+            max_hash_slot_num: 0,
+            max_index_num: 0,
             auto_create_topic_enable: false,
             default_topic_queue_nums: 0,
             file_reserved_time: Duration::ZERO,

@@ -505,6 +505,34 @@ pub(crate) fn release(shared: &Shared) {
     });
 }
 
+/// Adds a visible record to the index. The record is stored and acknowledged whatever
+/// happens here: an index that cannot take it (a new file on a full disk) costs lookups
+/// of that record only, so the failure is logged and counted, not a poison.
+fn index_record(shared: &Shared, item: &Encoded) {
+    let Some(index) = &shared.index else {
+        return;
+    };
+    let input = &item.put.input;
+    match index.add_record(
+        &input.topic,
+        &input.properties,
+        input.sys_flag,
+        item.placement.phys_offset,
+        item.placement.store_timestamp,
+        shared.clock.now_ms(),
+    ) {
+        Ok(0) => {}
+        Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
+        Err(error) => {
+            shared.update_stats(|stats| stats.index_errors += 1);
+            tracing::warn!(
+                "record at {} is stored but not indexed: {error}",
+                item.placement.phys_offset
+            );
+        }
+    }
+}
+
 /// Makes one released batch visible: its ConsumeQueue entries in order, then its answers.
 fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
     // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
@@ -533,7 +561,10 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
             .map_err(StoreError::Corrupt);
         // A put whose entry cannot be taken hears why now; the others after every entry.
         match outcome {
-            Ok(AppendOutcome::Appended) => bytes += item.placement.size as u64,
+            Ok(AppendOutcome::Appended) => {
+                bytes += item.placement.size as u64;
+                index_record(shared, item);
+            }
             Ok(AppendOutcome::Duplicate) => {
                 let cause = format!(
                     "dispatch found a duplicate entry for phys {}",

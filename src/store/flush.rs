@@ -17,9 +17,10 @@
 //! a quarter of the timeout, so a put is answered between 1 and 1.25 timeouts after it was
 //! queued, and putting costs no timer at all.
 //!
-//! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, and
-//! records `safe = min(dispatched, flushed)`: below it both the CommitLog and the queue
-//! entries pointing into it are durable, which is what recovery relies on.
+//! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, does
+//! the same for the index, and records `safe = min(dispatched, flushed)`: below it the
+//! CommitLog and the queue and index entries pointing into it are durable, which is what
+//! recovery relies on.
 
 use std::rc::Rc;
 
@@ -160,6 +161,12 @@ pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), Store
             StoreError::from_io(&context, &error)
         })?;
     }
+    if let Some(index) = &shared.index {
+        index
+            .write_out_and_sync(clean)
+            .await
+            .map_err(|error| StoreError::from_io("writing the index", &error))?;
+    }
     let safe = dispatched.min(shared.log.flushed_pos());
     let last = shared
         .checkpoint
@@ -210,6 +217,9 @@ pub(crate) async fn shutdown(shared: &Rc<Shared>) -> Result<(), StoreError> {
     shared.log.close();
     for queue in shared.all_queues() {
         queue.close();
+    }
+    if let Some(index) = &shared.index {
+        index.close();
     }
     if let Some(file) = shared.checkpoint.borrow_mut().take() {
         file.close();

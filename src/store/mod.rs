@@ -5,6 +5,7 @@
 //!   <dir>/
 //!     commitlog/00000000000000000000 ...      records, all topics mixed   (commit_log.rs)
 //!     consumequeue/<topic>/<queueId>/000...   20-byte entries per queue   (consume_queue.rs)
+//!     index/20261202061234567 ...             keys → records, by time     (index.rs)
 //!     checkpoint                              safe offset, two slots      (checkpoint.rs)
 //!     abort                                   present while the store is open
 //!     lock                                    locked while the store is open (Disk::lock)
@@ -34,9 +35,12 @@ pub mod commit_log;
 pub mod consume_queue;
 mod flush;
 mod gather;
+pub mod index;
+pub mod index_file;
 pub mod inspect;
 pub mod properties;
 mod put_slot;
+pub mod query;
 pub mod read;
 pub mod record;
 mod recovery;
@@ -179,6 +183,12 @@ pub struct StoreStats {
     pub put_errors: u64,
     /// Store or shard tasks that panicked (each poisons the store, `watch.rs`).
     pub task_panics: u64,
+    /// IndexFile entries added, one per key of each indexed record.
+    pub index_entries: u64,
+    /// Stored records the index could not take (`append.rs`).
+    pub index_errors: u64,
+    /// Index lookups answered ([`Store::lookup_keys`]).
+    pub index_queries: u64,
 }
 
 pub(crate) struct PendingPut {
@@ -233,6 +243,8 @@ pub(crate) struct Shared {
     /// SYNC_FLUSH: the log position below which the active segment's bytes past the write
     /// position were already written as zeros by an earlier batch (`append.rs`).
     pub zeroed_until: Cell<u64>,
+    /// The IndexFiles, unless `messageIndexEnable` is off (`index.rs`).
+    pub index: Option<index::Index>,
 }
 
 impl Shared {

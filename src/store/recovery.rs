@@ -8,9 +8,11 @@
 //!
 //! Crash recovery, in order:
 //! 1. Each ConsumeQueue is cut before its first entry that is unwritten or points at or
-//!    past the safe offset (entries below it were synced before the checkpoint said so).
+//!    past the safe offset (entries below it were synced before the checkpoint said so);
+//!    so are the IndexFiles, and the newest one's slots are rebuilt (`index.rs`).
 //! 2. The CommitLog is scanned from the safe offset, checking magic, size, body CRC and
-//!    the whole-record CRC32C; every valid record is dispatched to its queue again.
+//!    the whole-record CRC32C; every valid record is dispatched to its queue (and the
+//!    index) again.
 //! 3. The first invalid record (bad magic, size or CRC: what a torn write leaves) ends the
 //!    log: the rest of its segment is zeroed and later segments are removed, so nothing
 //!    half-written can ever be read or served. A record that is whole (its CRC32C holds)
@@ -31,6 +33,7 @@ use tokio::sync::Notify;
 use super::checkpoint::CheckpointFile;
 use super::commit_log::CommitLog;
 use super::consume_queue::{ConsumeQueue, CqEntry};
+use super::index::{Index, INDEX_DIR};
 use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
 use super::segment::segment_name;
@@ -92,6 +95,21 @@ pub(crate) async fn open(
     let fresh = segments.is_empty() && last.is_none();
     let cut = if clean { None } else { Some(safe) };
     let queues = load_queues(&disk, &dir.join(CONSUME_QUEUE_DIR), &config, cut).await?;
+    let index = if config.message_index_enable {
+        let index = Index::open(
+            disk.clone(),
+            &dir.join(INDEX_DIR),
+            config.index_geometry,
+            cut,
+        )
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::InvalidData => StoreError::Config(error.to_string()),
+            _ => StoreError::from_io("opening the index", &error),
+        })?;
+        Some(index)
+    } else {
+        None
+    };
 
     let shared = Rc::new(Shared {
         log: CommitLog::new(segments, safe),
@@ -120,6 +138,7 @@ pub(crate) async fn open(
         injected_panic: Cell::new(None),
         gather: Default::default(),
         zeroed_until: Default::default(),
+        index,
         config,
         disk,
         clock,
@@ -242,12 +261,24 @@ fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), S
     };
     queue
         .append(view.queue_offset as u64, entry)
-        .map(|_| ())
         .map_err(|why| {
             StoreError::Corrupt(format!(
                 "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
             ))
-        })
+        })?;
+    if let Some(index) = &shared.index {
+        index
+            .add_record(
+                view.topic,
+                view.properties,
+                view.sys_flag,
+                phys,
+                view.store_timestamp,
+                shared.clock.now_ms(),
+            )
+            .map_err(|error| StoreError::from_io("indexing a re-dispatched record", &error))?;
+    }
+    Ok(())
 }
 
 /// Loads every `consumequeue/<topic>/<queueId>` directory.

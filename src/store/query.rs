@@ -1,0 +1,117 @@
+//! Finding records other than by queue offset: by key through the index (QUERY_MESSAGE)
+//! and by physical offset (VIEW_MESSAGE_BY_ID), served as file ranges like pulls (D8).
+//!
+//! Invariants:
+//! - Only visible records are served: an offset at or past what was dispatched, or one
+//!   that does not start a record (its magic and its own PHYSICALOFFSET field must say
+//!   so), finds nothing, so a made-up id can never read the middle of a record.
+//! - Each record found is its own chunk of the body, so a caller merging the answers of
+//!   several shards can keep any subset of them.
+
+use super::index::IndexHit;
+use super::record::{MAGIC_POS, MAGIC_V1, MAGIC_V2, PHYS_OFFSET_POS, TOTAL_SIZE_POS};
+use super::{Store, StoreError};
+use crate::io::file_body::{BodyChunk, FileBody};
+
+/// Bytes of a record's head read to check that an offset starts one.
+const HEAD_LEN: usize = PHYS_OFFSET_POS + 8;
+
+/// One record a lookup serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundRecord {
+    pub phys_offset: u64,
+    pub size: u32,
+    /// As the index knows it (to the second); the record's own is in its bytes.
+    pub store_timestamp: i64,
+}
+
+/// Records found by key, with their bytes: chunk `i` of `body` is record `i`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyLookup {
+    pub records: Vec<FoundRecord>,
+    pub body: FileBody,
+    /// The index's newest end: `indexLastUpdateTimestamp`, `indexLastUpdatePhyoffset`.
+    pub last_update_timestamp: i64,
+    pub last_update_phys_offset: i64,
+}
+
+impl Store {
+    /// The records indexed under `topic#key` stored within `[begin_ms, end_ms]`, at most
+    /// `max` (the newest), in CommitLog order. Empty when the index is off.
+    pub fn lookup_keys(
+        &self,
+        topic: &str,
+        key: &str,
+        max: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> Result<KeyLookup, StoreError> {
+        let Some(index) = &self.shared.index else {
+            return Ok(KeyLookup::default());
+        };
+        let mut hits: Vec<IndexHit> = index
+            .lookup(topic, key, max, begin_ms, end_ms)
+            .map_err(|error| StoreError::from_io("reading the index", &error))?;
+        self.shared.update_stats(|stats| stats.index_queries += 1);
+        hits.sort_by_key(|hit| hit.phys_offset);
+        hits.dedup_by_key(|hit| hit.phys_offset);
+        let (last_update_timestamp, last_update_phys_offset) = index.last_update();
+        let mut lookup = KeyLookup {
+            last_update_timestamp,
+            last_update_phys_offset,
+            ..KeyLookup::default()
+        };
+        for hit in hits {
+            if let Some((size, chunk)) = self.record_at(hit.phys_offset)? {
+                lookup.records.push(FoundRecord {
+                    phys_offset: hit.phys_offset,
+                    size,
+                    store_timestamp: hit.store_timestamp,
+                });
+                lookup.body.push(chunk);
+            }
+        }
+        Ok(lookup)
+    }
+
+    /// The visible record that starts at `phys`: its size and its bytes as one chunk, or
+    /// `None` if no visible record starts there (outside the log, past what is visible, or
+    /// inside a record).
+    pub fn record_at(&self, phys: u64) -> Result<Option<(u32, BodyChunk)>, StoreError> {
+        let visible_end = self.shared.dispatched_pos.get();
+        if phys < self.shared.config.offset_base()
+            || phys.saturating_add(HEAD_LEN as u64) > visible_end
+        {
+            return Ok(None);
+        }
+        let segments = self.shared.log.segments.borrow();
+        let start = segments.start_of(phys);
+        if phys - start + HEAD_LEN as u64 > segments.size() || segments.file(start).is_none() {
+            return Ok(None);
+        }
+        let mut head = [0u8; HEAD_LEN];
+        segments
+            .read_exact(phys, &mut head)
+            .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
+        let be_i32 = |at: usize| i32::from_be_bytes(head[at..at + 4].try_into().expect("4"));
+        let size = be_i32(TOTAL_SIZE_POS);
+        let magic = be_i32(MAGIC_POS);
+        let own_phys = i64::from_be_bytes(
+            head[PHYS_OFFSET_POS..PHYS_OFFSET_POS + 8]
+                .try_into()
+                .expect("8"),
+        );
+        let starts_record = (magic == MAGIC_V1 || magic == MAGIC_V2)
+            && own_phys == phys as i64
+            && size >= HEAD_LEN as i32
+            && phys - start + size as u64 <= segments.size()
+            && phys + size as u64 <= visible_end;
+        if !starts_record {
+            return Ok(None);
+        }
+        let chunk = segments
+            .body_chunk(phys, size as u64)
+            .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
+        Ok(Some((size as u32, chunk)))
+    }
+}
