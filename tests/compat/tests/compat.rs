@@ -632,3 +632,74 @@ fn sync_flush_acknowledged_messages_survive_sigkill() {
     });
     drop(node);
 }
+
+/// The CommitLog offset in an offsetMsgId (16 bytes as hex: IPv4, port, offset).
+fn offset_of_msg_id(id: &str) -> u64 {
+    assert_eq!(id.len(), 32, "an IPv4 offsetMsgId: {id}");
+    u64::from_str_radix(&id[16..], 16).expect("hex offset")
+}
+
+/// Scenario 6: on a node of two shards, the stock producer finds every message by its key
+/// (QUERY_MESSAGE, fanned out over the shards), by its offsetMsgId (VIEW_MESSAGE_BY_ID,
+/// routed by the offset) and by its unique key (the producer's `view_message` falls back
+/// to a `_UNIQUE_KEY_QUERY` when the id is not an offset id); an unknown key finds
+/// nothing.
+#[test]
+fn messages_are_found_by_key_offset_id_and_unique_key() {
+    let seed = seed();
+    println!("seed {seed}");
+    let node = Node::start("async");
+    let namesrv = node.namesrv_addr();
+    let topic = format!("CompatFind{seed}");
+    run_clients("find", |runtime| async move {
+        let mut producer = start_producer(&runtime, &namesrv, &format!("PG_find_{seed}")).await;
+        let mut sent = Vec::new();
+        for i in 0..16 {
+            let (body, key) = numbered(seed, "find", i);
+            let result = producer
+                .send(message(&topic, &body, "TagF", &key))
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: send {i}: {e}"))
+                .expect("a sync send has a result");
+            sent.push((body, key, result));
+        }
+        let shards: BTreeSet<u64> = sent
+            .iter()
+            .map(|(_, _, r)| offset_of_msg_id(r.offset_msg_id.as_deref().unwrap()) >> 56)
+            .collect();
+        assert_eq!(shards.len(), 2, "seed {seed}: both shards store some");
+        let body_of = |m: &rocketmq_model::common::message::message_ext::MessageExt| {
+            String::from_utf8_lossy(m.message_inner().body_slice()).into_owned()
+        };
+        for (body, key, result) in &sent {
+            let found = producer
+                .query_message(&topic, key, 32, 0, i64::MAX as u64)
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: query {key}: {e}"));
+            let bodies: Vec<String> = found.message_list().iter().map(body_of).collect();
+            assert_eq!(bodies, vec![body.clone()], "seed {seed}: by key {key}");
+            let offset_id = result.offset_msg_id.as_deref().expect("an offsetMsgId");
+            let viewed = producer
+                .view_message(&topic, offset_id)
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: view {offset_id}: {e}"));
+            assert_eq!(body_of(&viewed), *body, "seed {seed}: by offset id");
+        }
+        let (body, _, result) = &sent[5];
+        let uniq = result.msg_id.as_ref().expect("a msgId").to_string();
+        let viewed = producer
+            .view_message(&topic, &uniq)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: by unique key {uniq}: {e}"));
+        assert_eq!(body_of(&viewed), *body, "seed {seed}: by unique key");
+        let unknown = producer
+            .query_message(&topic, "no-such-key", 32, 0, i64::MAX as u64)
+            .await;
+        assert!(
+            unknown.is_err() || unknown.as_ref().unwrap().message_list().is_empty(),
+            "seed {seed}: an unknown key found messages"
+        );
+        producer.shutdown().await;
+    });
+    drop(node);
+}
