@@ -358,6 +358,9 @@ struct StoreBenchArgs {
     /// CommitLog segment size in bytes [default: 1 GiB].
     #[arg(long)]
     segment_size: Option<u64>,
+    /// Keys per message (KEYS tokens), each an IndexFile entry; 0 sends none.
+    #[arg(long, default_value_t = 1)]
+    keys: usize,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -501,6 +504,7 @@ fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
         ack_log: args.ack_log,
         segment_size: args.segment_size,
         progress: !args.run.quiet,
+        keys: args.keys,
     })?;
     report(args.run.json, &summary, print_summary)?;
     Ok(exit_code(summary.errors))

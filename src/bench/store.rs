@@ -41,6 +41,8 @@ pub struct StoreBenchOptions {
     pub ack_log: Option<PathBuf>,
     pub segment_size: Option<u64>,
     pub progress: bool,
+    /// Keys per message (`KEYS` tokens, each indexed): `k<stamp>`, `k<stamp>-1`, ...
+    pub keys: usize,
 }
 
 /// The figures a run ends with (`--json` prints this).
@@ -229,11 +231,23 @@ async fn produce(run: Rc<Run>, producer: usize) {
         let topic = &topics[number as usize % topics.len()];
         let queue_id = ((number / topics.len() as u64) % options.queues as u64) as i32;
         properties.clear();
-        properties.push_str(properties::KEYS);
-        properties.push('\u{1}');
-        properties.push('k');
-        properties.push_str(std::str::from_utf8(&body[stamp_len.0..stamp_len.1]).unwrap_or("0"));
-        properties.push('\u{2}');
+        if options.keys > 0 {
+            let stamp = std::str::from_utf8(&body[stamp_len.0..stamp_len.1]).unwrap_or("0");
+            properties.push_str(properties::KEYS);
+            properties.push('\u{1}');
+            for key in 0..options.keys {
+                if key > 0 {
+                    properties.push(' ');
+                }
+                properties.push('k');
+                properties.push_str(stamp);
+                if key > 0 {
+                    properties.push('-');
+                    properties.push(char::from(b'0' + (key % 10) as u8));
+                }
+            }
+            properties.push('\u{2}');
+        }
         properties.push_str(properties::TAGS);
         properties.push_str("\u{1}TagA\u{2}");
         let input = RecordInput {
