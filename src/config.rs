@@ -102,6 +102,7 @@ pub struct StoreConfig {
     pub message_index_enable: bool,
     /// `maxHashSlotNum` and `maxIndexNum`: the shape of every IndexFile.
     pub index_geometry: crate::store::index_file::Geometry,
+    pub retention: crate::store::retention::RetentionConfig,
 }
 
 pub const MIB: u64 = 1024 * 1024;
@@ -194,6 +195,7 @@ impl StoreConfig {
         if self.max_pending_puts == 0 {
             return Err("maxPendingPuts: must be at least 1".into());
         }
+        self.retention.validate()?;
         let geometry = self.index_geometry;
         if geometry.slots == 0 {
             return Err("maxHashSlotNum: must be at least 1".into());

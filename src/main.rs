@@ -361,6 +361,12 @@ struct StoreBenchArgs {
     /// Keys per message (KEYS tokens), each an IndexFile entry; 0 sends none.
     #[arg(long, default_value_t = 1)]
     keys: usize,
+    /// The first key of message n is `key<n mod this>` (0: a key of its own per message).
+    #[arg(long, default_value_t = 0)]
+    distinct_keys: u64,
+    /// Lookups by key of random first keys after the puts, timed (needs --distinct-keys).
+    #[arg(long, default_value_t = 0)]
+    queries: u64,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -505,6 +511,8 @@ fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
         segment_size: args.segment_size,
         progress: !args.run.quiet,
         keys: args.keys,
+        distinct_keys: args.distinct_keys,
+        queries: args.queries,
     })?;
     report(args.run.json, &summary, print_summary)?;
     Ok(exit_code(summary.errors))

@@ -460,7 +460,27 @@ fn invalid_values_name_their_key() {
             "defaultTopicQueueNums",
             "between 1 and 1024",
         ),
-        ("fileReservedTime=0", "fileReservedTime", "at least 1 hour"),
+        (
+            "fileReservedTime=abc",
+            "fileReservedTime",
+            "whole number of hours",
+        ),
+        ("fileReservedTime=90x", "fileReservedTime", "with s, m or h"),
+        (
+            "diskSpaceWarningLevelRatio=5",
+            "diskSpaceWarningLevelRatio",
+            "between 10 and 100",
+        ),
+        (
+            "deleteFileBatchMax=0",
+            "deleteFileBatchMax",
+            "between 1 and 10000",
+        ),
+        (
+            "cleanResourceInterval=0",
+            "cleanResourceInterval",
+            "at least 1 ms",
+        ),
         ("deleteWhen=25", "deleteWhen", "hour of the day"),
         ("deleteWhen=04;x", "deleteWhen", "hour of the day"),
         (
@@ -523,6 +543,22 @@ fn invalid_values_from_toml_and_overrides() {
         };
         expect_error(error, "node.toml", key, fragment);
     }
+
+    // fileReservedTime: whole hours in broker.conf (0 expires a closed segment at once),
+    // and ringmq's finer unit in its own file.
+    let mut hours = loader();
+    hours
+        .broker_conf_str("broker.conf", "fileReservedTime=0")
+        .unwrap();
+    assert_eq!(hours.finish().unwrap().file_reserved_time, Duration::ZERO);
+    let mut seconds = loader();
+    seconds
+        .toml_str("node.toml", "file_reserved_time = \"90s\"")
+        .unwrap();
+    assert_eq!(
+        seconds.finish().unwrap().file_reserved_time,
+        Duration::from_secs(90)
+    );
 
     // A relationship error names the source that set the value last, as spelled there.
     let mut loader = loader();

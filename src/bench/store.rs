@@ -43,6 +43,24 @@ pub struct StoreBenchOptions {
     pub progress: bool,
     /// Keys per message (`KEYS` tokens, each indexed): `k<stamp>`, `k<stamp>-1`, ...
     pub keys: usize,
+    /// With more than 0, the first key of message `n` is `key<n mod distinct_keys>`
+    /// instead of one of its own, so each key names `messages / distinct_keys` messages.
+    pub distinct_keys: u64,
+    /// Lookups by key, of random keys among the first key's, once the puts are done.
+    pub queries: u64,
+}
+
+/// The lookups' figures (all zero without `--queries`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QuerySummary {
+    pub queries: u64,
+    pub query_p50_us: u64,
+    pub query_p99_us: u64,
+    pub query_max_us: u64,
+    /// Records found per lookup, on average.
+    pub query_records_mean: f64,
+    /// Lookups that found nothing (a key that was sent must be found).
+    pub query_misses: u64,
 }
 
 /// The figures a run ends with (`--json` prints this).
@@ -63,6 +81,8 @@ pub struct StoreBenchSummary {
     pub latency: LatencySummary,
     pub fsyncs_per_msg: f64,
     pub batches: u64,
+    #[serde(flatten)]
+    pub query: QuerySummary,
 }
 
 #[derive(Serialize)]
@@ -184,6 +204,7 @@ async fn bench_on_shard(
     if let Some(progress) = progress {
         progress.abort();
     }
+    let query = run_queries(&store, &options, run.sent.get())?;
     let stats = store.stats();
     store.shutdown().await?;
     if let Some(error) = run.first_error.borrow().as_ref() {
@@ -210,6 +231,44 @@ async fn bench_on_shard(
             0.0
         },
         batches: stats.batches,
+        query,
+    })
+}
+
+/// `options.queries` lookups of random first keys, each timed alone; the records they find
+/// are file ranges, not read (the node sends them with sendfile).
+fn run_queries(
+    store: &Store,
+    options: &StoreBenchOptions,
+    sent: u64,
+) -> anyhow::Result<QuerySummary> {
+    if options.queries == 0 || options.keys == 0 || sent == 0 {
+        return Ok(QuerySummary::default());
+    }
+    if options.distinct_keys == 0 {
+        anyhow::bail!("--queries needs --distinct-keys, so that the keys to look up are known");
+    }
+    let mut rng = crate::rng::SplitMix64::new(0x5eed);
+    let mut latencies = Latencies::default();
+    let (mut records, mut misses) = (0u64, 0u64);
+    let key_space = options.distinct_keys.min(sent);
+    for _ in 0..options.queries {
+        let n = rng.range(0, key_space);
+        let topic = format!("BenchTopic{}", n as usize % options.topics);
+        let key = format!("key{n}");
+        let began = std::time::Instant::now();
+        let found = store.lookup_keys(&topic, &key, 64, 0, i64::MAX)?;
+        latencies.record_us(began.elapsed().as_micros() as u64);
+        records += found.records.len() as u64;
+        misses += u64::from(found.records.is_empty());
+    }
+    Ok(QuerySummary {
+        queries: options.queries,
+        query_p50_us: latencies.percentile_us(50.0),
+        query_p99_us: latencies.percentile_us(99.0),
+        query_max_us: latencies.max_us(),
+        query_records_mean: records as f64 / options.queries as f64,
+        query_misses: misses,
     })
 }
 
@@ -238,6 +297,11 @@ async fn produce(run: Rc<Run>, producer: usize) {
             for key in 0..options.keys {
                 if key > 0 {
                     properties.push(' ');
+                }
+                if key == 0 && options.distinct_keys > 0 {
+                    use std::fmt::Write as _;
+                    let _ = write!(properties, "key{}", number % options.distinct_keys);
+                    continue;
                 }
                 properties.push('k');
                 properties.push_str(stamp);
@@ -381,4 +445,16 @@ pub fn print_summary(summary: &StoreBenchSummary) {
         "  fsyncs per message {:.4}  ({} batches)  errors {}  flush timeouts {}",
         summary.fsyncs_per_msg, summary.batches, summary.errors, summary.flush_timeouts
     );
+    let query = &summary.query;
+    if query.queries > 0 {
+        println!(
+            "  {} lookups by key: p50 {} us, p99 {} us, max {} us; {:.1} records each, {} found nothing",
+            query.queries,
+            query.query_p50_us,
+            query.query_p99_us,
+            query.query_max_us,
+            query.query_records_mean,
+            query.query_misses
+        );
+    }
 }

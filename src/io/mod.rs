@@ -106,6 +106,25 @@ pub enum DataWrites {
     Pwrite,
 }
 
+/// A filesystem's size and free space, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskSpace {
+    pub total: u64,
+    /// What an unprivileged writer can still use.
+    pub available: u64,
+}
+
+impl DiskSpace {
+    /// Used space as a whole percentage of the total (0 for a filesystem of no size).
+    pub fn used_percent(&self) -> u8 {
+        if self.total == 0 {
+            return 0;
+        }
+        let used = self.total.saturating_sub(self.available);
+        (used as u128 * 100 / self.total as u128).min(100) as u8
+    }
+}
+
 /// Counters every backend keeps, for benchmarks and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoStats {
@@ -150,6 +169,16 @@ pub trait Disk {
 
     /// Removes a file by path (it must not be open).
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Removes a file by path off the calling thread: unlinking a large file frees its
+    /// extents, which can take milliseconds, so retention never does it on a shard
+    /// thread. Durable like [`Disk::remove_file`] once the directory is synced.
+    fn remove_file_off_thread(&self, path: &Path) -> IoFuture<()> {
+        Box::pin(std::future::ready(self.remove_file(path)))
+    }
+
+    /// The space of the filesystem holding `path` (`statvfs`; the simulator's capacity).
+    fn space(&self, path: &Path) -> io::Result<DiskSpace>;
 
     /// Creates a directory and its parents; succeeds if it exists.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;

@@ -204,6 +204,34 @@ pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)
 }
 
+/// Unlinks on a blocking thread of the runtime.
+pub(crate) fn remove_file_off_thread(path: &Path) -> super::IoFuture<()> {
+    let path = path.to_path_buf();
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || std::fs::remove_file(&path))
+            .await
+            .map_err(join_error)?
+    })
+}
+
+/// `statvfs` of the filesystem holding `path`.
+pub(crate) fn space(path: &Path) -> io::Result<super::DiskSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    // SAFETY: statvfs is plain old data; all zeros is a valid value of it.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct statvfs may write into.
+    if unsafe { libc::statvfs(name.as_ptr(), &mut stats) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let block = stats.f_frsize as u64;
+    Ok(super::DiskSpace {
+        total: stats.f_blocks as u64 * block,
+        available: stats.f_bavail as u64 * block,
+    })
+}
+
 pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
     std::fs::create_dir_all(path)
 }
@@ -331,6 +359,12 @@ impl Disk for PortableDisk {
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         remove_file(path)
+    }
+    fn remove_file_off_thread(&self, path: &Path) -> IoFuture<()> {
+        remove_file_off_thread(path)
+    }
+    fn space(&self, path: &Path) -> io::Result<super::DiskSpace> {
+        space(path)
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         create_dir_all(path)

@@ -812,6 +812,20 @@ impl Disk for SimDisk {
     fn truncate(&self, file: FileId, len: u64) -> io::Result<()> {
         self.state().truncate(file, len)
     }
+    fn space(&self, _path: &Path) -> io::Result<super::DiskSpace> {
+        let state = self.state();
+        let used: u64 = state
+            .inodes
+            .values()
+            .map(|file| file.current.len() as u64)
+            .sum();
+        // Without a capacity the disk is as big as the address space.
+        let total = state.capacity.unwrap_or(u64::MAX);
+        Ok(super::DiskSpace {
+            total,
+            available: total.saturating_sub(used),
+        })
+    }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state();
         if !state.names.contains_key(path) {

@@ -689,6 +689,12 @@ impl Disk for UringDisk {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         portable::remove_file(path)
     }
+    fn remove_file_off_thread(&self, path: &Path) -> IoFuture<()> {
+        portable::remove_file_off_thread(path)
+    }
+    fn space(&self, path: &Path) -> io::Result<super::DiskSpace> {
+        portable::space(path)
+    }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         portable::create_dir_all(path)
     }

@@ -34,6 +34,11 @@
 //! | `ringmq_index_entries_total` | counter | IndexFile entries added (one per key of each stored record) |
 //! | `ringmq_index_errors_total` | counter | stored records the index could not take (they are stored, not findable by key) |
 //! | `ringmq_index_queries_total` | counter | QUERY_MESSAGE lookups this shard's index answered |
+//! | `ringmq_retention_segments_deleted_total` | counter | CommitLog segments retention deleted |
+//! | `ringmq_retention_bytes_deleted_total` | counter | bytes of those segments |
+//! | `ringmq_retention_files_deleted_total` | counter | ConsumeQueue and index files retention deleted |
+//! | `ringmq_puts_refused_for_space_total` | counter | puts refused at `diskSpaceWarningLevelRatio` or above |
+//! | `ringmq_disk_used_percent` | gauge | use of the store's disk at the cleaner's last run |
 //! | `ringmq_connections` | gauge | open client connections |
 //! | `ringmq_connections_total` | counter | connections accepted |
 //! | `ringmq_connections_refused_total` | counter | connections closed at accept because `max_connections` were open |
@@ -502,6 +507,49 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     family(
         &mut out,
         shards,
+        "ringmq_retention_segments_deleted_total",
+        "counter",
+        "CommitLog segments retention deleted.",
+        |s| s.store.lock().retention.segments_deleted as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_retention_bytes_deleted_total",
+        "counter",
+        "Bytes of CommitLog segments retention deleted.",
+        |s| s.store.lock().retention.bytes_deleted as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_retention_files_deleted_total",
+        "counter",
+        "ConsumeQueue and index files retention deleted.",
+        |s| {
+            let retention = s.store.lock().retention;
+            (retention.queue_files_deleted + retention.index_files_deleted) as i128
+        },
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_puts_refused_for_space_total",
+        "counter",
+        "Puts refused because the disk was at diskSpaceWarningLevelRatio or above.",
+        |s| s.store.lock().retention.puts_refused_for_space as i128,
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_disk_used_percent",
+        "gauge",
+        "Use of the store's disk at the cleaner's last run, percent.",
+        |s| s.store.lock().retention.used_percent as i128,
+    );
+    family(
+        &mut out,
+        shards,
         "ringmq_connections",
         "gauge",
         "Open client connections.",
@@ -708,6 +756,14 @@ mod tests {
             index_entries: 6,
             index_errors: 0,
             index_queries: 3,
+            retention: crate::store::retention::RetentionStats {
+                segments_deleted: 2,
+                bytes_deleted: 2048,
+                queue_files_deleted: 1,
+                index_files_deleted: 0,
+                puts_refused_for_space: 5,
+                used_percent: 42,
+            },
         });
         let text = metrics.render();
         for line in [
@@ -725,6 +781,10 @@ mod tests {
             "ringmq_store_task_panics_total{shard=\"1\"} 1",
             "ringmq_index_entries_total{shard=\"1\"} 6",
             "ringmq_index_queries_total{shard=\"1\"} 3",
+            "ringmq_retention_segments_deleted_total{shard=\"1\"} 2",
+            "ringmq_retention_bytes_deleted_total{shard=\"1\"} 2048",
+            "ringmq_puts_refused_for_space_total{shard=\"1\"} 5",
+            "ringmq_disk_used_percent{shard=\"1\"} 42",
             "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
             "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",
         ] {

@@ -45,6 +45,15 @@ pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
             slots: config.max_hash_slot_num,
             entries: config.max_index_num,
         },
+        retention: crate::store::retention::RetentionConfig {
+            file_reserved: config.file_reserved_time,
+            delete_when: config.delete_when.clone(),
+            max_used_percent: config.disk_max_used_space_ratio,
+            clean_forcibly_percent: config.disk_space_clean_forcibly_ratio,
+            warning_percent: config.disk_space_warning_level_ratio,
+            delete_batch_max: config.delete_file_batch_max,
+            clean_interval: config.clean_resource_interval,
+        },
     }
 }
 

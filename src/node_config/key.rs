@@ -119,7 +119,6 @@ pub(super) enum Unit {
     Plain,
     Millis,
     Seconds,
-    Hours,
     Percent,
 }
 
@@ -130,7 +129,6 @@ impl Unit {
             Unit::Plain => n.to_string(),
             Unit::Millis => format!("{n} ms"),
             Unit::Seconds => format!("{n} second{plural}"),
-            Unit::Hours => format!("{n} hour{plural}"),
             Unit::Percent => format!("{n} (percent)"),
         }
     }
@@ -206,8 +204,8 @@ mod tests {
         let ms = Bounds::at_least(1, Unit::Millis);
         assert_eq!(ms.check(0).unwrap_err(), "0 must be at least 1 ms");
         assert!(ms.check(1).is_ok());
-        let hours = Bounds::at_least(1, Unit::Hours);
-        assert_eq!(hours.check(0).unwrap_err(), "0 must be at least 1 hour");
+        let seconds = Bounds::at_least(1, Unit::Seconds);
+        assert_eq!(seconds.check(0).unwrap_err(), "0 must be at least 1 second");
         let ratio = Bounds::between(10, 95, Unit::Percent);
         assert_eq!(
             ratio.check(96).unwrap_err(),

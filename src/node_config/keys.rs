@@ -9,8 +9,8 @@ use super::key::Preset::{Constant, Machine, Text};
 use super::key::Range::{Number, Parsed, Rule};
 use super::key::{Bounds, Key, Unit};
 use super::parse::{
-    flag, flush_mode, home_dir, hours_of_day, io_name, ip, millis, name, port, root_dir, text,
-    uint, Value,
+    flag, flush_mode, home_dir, hours_of_day, io_name, ip, millis, name, port, reserved_time,
+    root_dir, text, uint, Value,
 };
 use super::{default_shards, BrokerRole, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
 use crate::broker::names::MAX_QUEUE_NUMS;
@@ -329,16 +329,23 @@ pub(super) static KEYS: &[Key] = &[
     key!(
         "file_reserved_time", rocketmq ["fileReservedTime"],
         default: Text("72"),
-        range: Number(Bounds::at_least(1, Unit::Hours)),
-        meaning: "hours a CommitLog segment is kept after its last write (D12)",
-        set: |c, v| c.file_reserved_time = Duration::from_secs(uint(v, u32::MAX as u64)? * 3600),
-        get: |c| (c.file_reserved_time.as_secs() / 3600).to_string(),
+        range: Parsed("whole hours (0: a closed segment expires at once), or a number with `s`, `m` or `h` (ringmq's finer unit, e.g. `90s`); at most ten years"),
+        meaning: "how long a closed CommitLog segment is kept after its last write",
+        set: |c, v| c.file_reserved_time = reserved_time(v)?,
+        get: |c| {
+            let seconds = c.file_reserved_time.as_secs();
+            if seconds.is_multiple_of(3600) {
+                (seconds / 3600).to_string()
+            } else {
+                format!("{seconds}s")
+            }
+        },
     ),
     key!(
         "delete_when", rocketmq ["deleteWhen"],
         default: Text("04"),
         range: Rule { doc: "hours `00` to `23`, `;`-separated, at least one", check: |c| hours(&c.delete_when) },
-        meaning: "hours of day (local time, e.g. `03;04`) when expired files are deleted",
+        meaning: "hours of the day (UTC, e.g. `03;04`) when expired files are deleted",
         set: |c, v| c.delete_when = hours_of_day(v)?,
         get: |c| {
             c.delete_when
@@ -352,10 +359,44 @@ pub(super) static KEYS: &[Key] = &[
         "disk_max_used_space_ratio", rocketmq ["diskMaxUsedSpaceRatio"],
         default: Text("75"),
         range: Number(Bounds::between(10, 95, Unit::Percent)),
-        meaning: "disk use (%) above which expired files go at any hour",
+        meaning: "disk use (%) at which expired files go at any hour",
         set: |c, v| c.disk_max_used_space_ratio =
             uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
         get: |c| c.disk_max_used_space_ratio.to_string(),
+    ),
+    key!(
+        "disk_space_clean_forcibly_ratio", rocketmq ["diskSpaceCleanForciblyRatio"],
+        default: Text("85"),
+        range: Number(Bounds::between(10, 100, Unit::Percent)),
+        meaning: "disk use (%) at which the oldest segments go even before they expire",
+        set: |c, v| c.disk_space_clean_forcibly_ratio =
+            uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
+        get: |c| c.disk_space_clean_forcibly_ratio.to_string(),
+    ),
+    key!(
+        "disk_space_warning_level_ratio", rocketmq ["diskSpaceWarningLevelRatio"],
+        default: Text("90"),
+        range: Number(Bounds::between(10, 100, Unit::Percent)),
+        meaning: "disk use (%) at which sends are refused (SERVICE_NOT_AVAILABLE) until cleanup brings it below",
+        set: |c, v| c.disk_space_warning_level_ratio =
+            uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
+        get: |c| c.disk_space_warning_level_ratio.to_string(),
+    ),
+    key!(
+        "delete_file_batch_max", rocketmq ["deleteFileBatchMax"],
+        default: Text("10"),
+        range: Number(Bounds::between(1, 10_000, Unit::Plain)),
+        meaning: "most CommitLog segments one cleanup run deletes",
+        set: |c, v| c.delete_file_batch_max = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.delete_file_batch_max.to_string(),
+    ),
+    key!(
+        "clean_resource_interval", rocketmq ["cleanResourceInterval"],
+        default: Text("10000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "how often (ms) the retention cleaner runs",
+        set: |c, v| c.clean_resource_interval = millis(v)?,
+        get: |c| c.clean_resource_interval.as_millis().to_string(),
     ),
     key!(
         "max_connections", ringmq ["maxConnections"],

@@ -67,6 +67,44 @@ pub(super) fn port(value: Value) -> Result<u16, String> {
     }
 }
 
+/// `fileReservedTime`: a whole number of hours (RocketMQ's unit, and the only form
+/// broker.conf has), or, as ringmq's own finer unit, a number with `s`, `m` or `h`.
+pub(super) fn reserved_time(value: Value) -> Result<Duration, String> {
+    const MAX_HOURS: u64 = 10 * 365 * 24;
+    let hours = |n: u64| -> Result<Duration, String> {
+        if n > MAX_HOURS {
+            return Err(format!("{n} hours is more than ten years"));
+        }
+        Ok(Duration::from_secs(n * 3600))
+    };
+    let text = match value {
+        Value::Int(_) | Value::Raw(_) if uint(value, u64::MAX).is_ok() => {
+            return hours(uint(value, u64::MAX)?)
+        }
+        Value::Raw(s) | Value::Str(s) => s.trim(),
+        other => return uint(other, u64::MAX).and_then(hours),
+    };
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => {
+            return Err(format!(
+                "'{text}' is not a whole number of hours or a number with s, m or h"
+            ))
+        }
+    };
+    let number: u64 = number.parse().map_err(|_| {
+        format!("'{text}' is not a whole number of hours or a number with s, m or h")
+    })?;
+    let seconds = number
+        .checked_mul(scale)
+        .filter(|&seconds| seconds <= MAX_HOURS * 3600)
+        .ok_or_else(|| format!("'{text}' is more than ten years"))?;
+    Ok(Duration::from_secs(seconds))
+}
+
 pub(super) fn millis(value: Value) -> Result<Duration, String> {
     Ok(Duration::from_millis(uint(value, u64::MAX)?))
 }

@@ -266,6 +266,34 @@ impl ConsumeQueue {
         Ok(entries)
     }
 
+    /// Moves the minimum past every entry whose record starts below `log_start` (retention
+    /// deleted it), and forgets the files wholly below the new minimum, never the last
+    /// one: the queue's offsets go on from where they were. Returns those files' paths for
+    /// the caller to unlink.
+    pub fn trim_below(&self, log_start: u64) -> io::Result<Vec<std::path::PathBuf>> {
+        let (min, max) = (self.min_offset(), self.max_offset());
+        // Physical offsets increase with the queue offset: find the first entry at or past
+        // `log_start` by bisection.
+        let (mut low, mut high) = (min, max);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let entry = self.read_entries(mid, 1)?;
+            let below = entry
+                .first()
+                .is_some_and(|entry| (entry.phys_offset as u64) < log_start);
+            if below {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        if low == min {
+            return Ok(Vec::new());
+        }
+        self.state.borrow_mut().min_offset = low;
+        Ok(self.files.borrow_mut().detach_below(low * CQ_ENTRY_LEN))
+    }
+
     /// Writes the in-memory tail out to the files (page cache; see [`ConsumeQueue::sync`]).
     pub async fn write_out(&self) -> io::Result<()> {
         let (first, bytes) = {

@@ -562,6 +562,25 @@ impl Index {
         Ok(hits)
     }
 
+    /// Forgets (and closes) every file but the newest whose entries all point below
+    /// `log_start`; returns their paths for the caller to unlink.
+    pub fn detach_below(&self, log_start: u64) -> Vec<PathBuf> {
+        let mut files = self.files.borrow_mut();
+        let mut doomed = Vec::new();
+        while files.len() > 1 {
+            let oldest = &files[0];
+            let below =
+                oldest.header.entries() == 0 || (oldest.header.end_phy_offset as u64) < log_start;
+            if !below || oldest.live.is_some() {
+                break;
+            }
+            let file = files.remove(0);
+            self.disk.close(file.file);
+            doomed.push(self.dir.join(&file.name));
+        }
+        doomed
+    }
+
     /// The newest file's end: RocketMQ's `indexLastUpdateTimestamp` and
     /// `indexLastUpdatePhyoffset`.
     pub fn last_update(&self) -> (i64, i64) {

@@ -152,23 +152,48 @@ pub fn key_hash(java_hash: i32) -> i32 {
 /// Java's `String.hashCode` of `prefix_hash`'s string followed by `more`, computed
 /// without building the joined string.
 pub fn extend_java_hash(prefix_hash: i32, more: &str) -> i32 {
-    more.encode_utf16().fold(prefix_hash, |h, unit| {
-        h.wrapping_mul(31).wrapping_add(i32::from(unit))
-    })
+    let step = |h: i32, unit: i32| h.wrapping_mul(31).wrapping_add(unit);
+    if more.is_ascii() {
+        // An ASCII byte is its own UTF-16 code unit.
+        return more.bytes().fold(prefix_hash, |h, b| step(h, i32::from(b)));
+    }
+    more.encode_utf16()
+        .fold(prefix_hash, |h, unit| step(h, i32::from(unit)))
+}
+
+/// The `UNIQ_KEY` and `KEYS` values of a properties string in one pass; as
+/// [`properties::get`], the last non-empty value of a name wins.
+fn uniq_and_keys(properties_text: &str) -> (Option<&str>, Option<&str>) {
+    let (mut uniq, mut keys) = (None, None);
+    for pair in properties_text.split(properties::PROPERTY_SEPARATOR) {
+        let Some((name, value)) = pair.split_once(properties::NAME_VALUE_SEPARATOR) else {
+            continue;
+        };
+        if value.is_empty() {
+            continue;
+        }
+        if name == properties::UNIQ_KEY {
+            uniq = Some(value);
+        } else if name == properties::KEYS {
+            keys = Some(value);
+        }
+    }
+    (uniq, keys)
 }
 
 /// The key hashes a record is indexed under: `topic#UNIQ_KEY` and `topic#k` for each
 /// space-separated `k` of `KEYS`, in that order (RocketMQ's `IndexService.buildIndex`).
 pub fn record_key_hashes(topic: &str, properties_text: &str, out: &mut Vec<i32>) {
-    let mut prefix = properties::java_string_hash(topic);
-    prefix = extend_java_hash(prefix, "#");
-    debug_assert_eq!(KEY_JOIN, '#');
-    if let Some(uniq) = properties::get(properties_text, properties::UNIQ_KEY) {
-        if !uniq.is_empty() {
-            out.push(key_hash(extend_java_hash(prefix, uniq)));
-        }
+    let (uniq, keys) = uniq_and_keys(properties_text);
+    if uniq.is_none() && keys.is_none() {
+        return;
     }
-    if let Some(keys) = properties::get(properties_text, properties::KEYS) {
+    let prefix = extend_java_hash(extend_java_hash(0, topic), "#");
+    debug_assert_eq!(KEY_JOIN, '#');
+    if let Some(uniq) = uniq {
+        out.push(key_hash(extend_java_hash(prefix, uniq)));
+    }
+    if let Some(keys) = keys {
         for key in keys.split(KEYS_SEPARATOR).filter(|key| !key.is_empty()) {
             out.push(key_hash(extend_java_hash(prefix, key)));
         }
@@ -302,6 +327,13 @@ mod tests {
         hashes.clear();
         record_key_hashes("Top", &properties::encode([("TAGS", "t")]), &mut hashes);
         assert!(hashes.is_empty());
+        // The last non-empty value of a name wins, as properties::get reads it.
+        let twice = "KEYS\u{1}old\u{2}UNIQ_KEY\u{1}\u{2}KEYS\u{1}new\u{2}";
+        assert_eq!(uniq_and_keys(twice), (None, Some("new")));
+        assert_eq!(
+            uniq_and_keys(twice).1,
+            properties::get(twice, properties::KEYS)
+        );
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub mod query;
 pub mod read;
 pub mod record;
 mod recovery;
+pub mod retention;
 pub mod scan;
 pub mod segment;
 pub mod topic;
@@ -189,6 +190,8 @@ pub struct StoreStats {
     pub index_errors: u64,
     /// Index lookups answered ([`Store::lookup_keys`]).
     pub index_queries: u64,
+    /// What retention did (`retention.rs`).
+    pub retention: retention::RetentionStats,
 }
 
 pub(crate) struct PendingPut {
@@ -245,6 +248,10 @@ pub(crate) struct Shared {
     pub zeroed_until: Cell<u64>,
     /// The IndexFiles, unless `messageIndexEnable` is off (`index.rs`).
     pub index: Option<index::Index>,
+    /// Why puts are refused for disk space, while the cleaner finds the disk at or above
+    /// `diskSpaceWarningLevelRatio` (`retention.rs`).
+    pub space_refusal: RefCell<Option<String>>,
+    pub retention: Cell<retention::RetentionStats>,
 }
 
 impl Shared {
@@ -261,6 +268,21 @@ impl Shared {
             .borrow()
             .as_ref()
             .map(|cause| StoreError::Poisoned(cause.clone()))
+    }
+
+    pub fn update_retention(&self, change: impl FnOnce(&mut retention::RetentionStats)) {
+        let mut stats = self.retention.get();
+        change(&mut stats);
+        self.retention.set(stats);
+    }
+
+    /// The log's first offset: the start of its oldest segment (retention moves it).
+    pub fn log_start(&self) -> u64 {
+        self.log
+            .segments
+            .borrow()
+            .first_start()
+            .unwrap_or(self.config.offset_base())
     }
 
     pub fn update_stats(&self, change: impl FnOnce(&mut StoreStats)) {
@@ -331,6 +353,10 @@ impl Store {
         tasks.push(spawn(
             StoreTask::Watchdog,
             Box::pin(flush::run_flush_watchdog(shared.clone())),
+        ));
+        tasks.push(spawn(
+            StoreTask::Cleaner,
+            Box::pin(retention::run_cleaner(shared.clone())),
         ));
     }
 
@@ -427,6 +453,10 @@ impl Store {
         }
         if shared.closing.get() {
             return Err(StoreError::ShuttingDown);
+        }
+        if let Some(why) = shared.space_refusal.borrow().as_ref() {
+            shared.update_retention(|stats| stats.puts_refused_for_space += 1);
+            return Err(StoreError::DiskFull(why.clone()));
         }
         topic::validate_topic(&input.topic).map_err(StoreError::MessageIllegal)?;
         if input.queue_id < 0 {
@@ -578,7 +608,25 @@ impl Store {
     }
 
     pub fn stats(&self) -> StoreStats {
-        self.shared.stats.get()
+        StoreStats {
+            retention: self.shared.retention.get(),
+            ..self.shared.stats.get()
+        }
+    }
+
+    /// What retention has done so far.
+    pub fn retention_stats(&self) -> retention::RetentionStats {
+        self.shared.retention.get()
+    }
+
+    /// Runs the retention cleaner once now, as its timer would.
+    pub async fn clean_now(&self) -> Result<retention::CleanupReport, StoreError> {
+        retention::clean(&self.shared).await
+    }
+
+    /// The log's first offset (see [`Shared::log_start`]).
+    pub fn log_start(&self) -> u64 {
+        self.shared.log_start()
     }
 
     /// Has every appender turn's answers run inside `scope`, which must call the closure

@@ -139,6 +139,8 @@ pub(crate) async fn open(
         gather: Default::default(),
         zeroed_until: Default::default(),
         index,
+        space_refusal: RefCell::new(None),
+        retention: Cell::new(Default::default()),
         config,
         disk,
         clock,
@@ -159,6 +161,7 @@ pub(crate) async fn open(
     });
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
+    trim_to_log_start(&shared)?;
     *shared.waiters.borrow_mut() =
         Waiters::new(AckCondition::for_flush_mode(shared.config.flush_mode), end);
     super::flush::checkpoint(&shared, false).await?;
@@ -179,6 +182,33 @@ pub(crate) async fn open(
         shared.all_queues().len()
     );
     Ok(shared)
+}
+
+/// Trims every queue and the index to the log's first segment: a crash in the middle of a
+/// retention run may have deleted segments before the files that point into them.
+fn trim_to_log_start(shared: &Shared) -> Result<(), StoreError> {
+    let log_start = shared.log_start();
+    let io_error = |error: std::io::Error| StoreError::from_io("trimming to the log start", &error);
+    let mut doomed = Vec::new();
+    for queue in shared.all_queues() {
+        doomed.extend(queue.trim_below(log_start).map_err(io_error)?);
+    }
+    if let Some(index) = &shared.index {
+        doomed.extend(index.detach_below(log_start));
+    }
+    for path in &doomed {
+        shared.disk.remove_file(path).map_err(io_error)?;
+        tracing::info!(
+            "removed {}: wholly below the log start {log_start}",
+            path.display()
+        );
+    }
+    let mut dirs: Vec<&Path> = doomed.iter().filter_map(|path| path.parent()).collect();
+    dirs.dedup();
+    for dir in dirs {
+        shared.disk.sync_dir(dir).map_err(io_error)?;
+    }
+    Ok(())
 }
 
 /// Scans from `safe`, re-dispatching every valid record, and cuts the log after the last.

@@ -256,6 +256,27 @@ impl SegmentSet {
         Ok(Bytes::from(buf))
     }
 
+    /// Forgets (and closes) every segment that ends at or below `address`, keeping at
+    /// least the last one; returns their paths for the caller to unlink. Readers holding a
+    /// range of one keep reading it (an open descriptor outlives the name).
+    pub fn detach_below(&mut self, address: u64) -> Vec<PathBuf> {
+        let last = self.last_start();
+        let doomed: Vec<u64> = self
+            .segments
+            .keys()
+            .copied()
+            .take_while(|&start| start + self.size <= address && Some(start) != last)
+            .collect();
+        doomed
+            .into_iter()
+            .map(|start| {
+                let file = self.segments.remove(&start).expect("listed above");
+                self.disk.close(file);
+                self.dir.join(segment_name(start))
+            })
+            .collect()
+    }
+
     /// Deletes every segment that starts at or after `start`.
     pub fn remove_from(&mut self, start: u64) -> io::Result<()> {
         let doomed: Vec<u64> = self.segments.range(start..).map(|(&key, _)| key).collect();

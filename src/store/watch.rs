@@ -33,6 +33,7 @@ pub enum StoreTask {
     Checkpointer,
     Watchdog,
     Preallocator,
+    Cleaner,
 }
 
 impl StoreTask {
@@ -43,6 +44,7 @@ impl StoreTask {
             StoreTask::Checkpointer => "checkpointer",
             StoreTask::Watchdog => "flush watchdog",
             StoreTask::Preallocator => "segment preallocator",
+            StoreTask::Cleaner => "retention cleaner",
         }
     }
 }

@@ -1,0 +1,395 @@
+//! Retention: expiring CommitLog segments, and the ConsumeQueue and index files below
+//! them, and refusing writes while the disk is nearly full (reference §7, part 2 §4.3).
+//!
+//! The cleaner runs every `cleanResourceInterval`. Each run:
+//! 1. Measures the disk (`Disk::space`). At `diskSpaceWarningLevelRatio` or above, puts
+//!    are refused (SERVICE_NOT_AVAILABLE, naming the ratio) until a run finds it below.
+//! 2. Decides ([`decide`]): delete if the hour (UTC) is one of `deleteWhen`, or usage is at
+//!    `diskMaxUsedSpaceRatio` or above; delete even unexpired segments at
+//!    `diskSpaceCleanForciblyRatio` or above.
+//! 3. Takes segments oldest first, at most `deleteFileBatchMax`, stopping at the first that
+//!    may not go, so the log never has a hole: never the active segment, never one that
+//!    reaches past the checkpoint's safe offset (recovery starts there), and, unless
+//!    forced, only expired ones. A closed segment expires `fileReservedTime` after the
+//!    store time of the first record of the segment after it (when it stopped being
+//!    written), not its file's mtime, which a rewrite would refresh.
+//! 4. Moves the log's start, then (with no await in between, so no reader sees one
+//!    without the other) every ConsumeQueue's minimum past the entries below it and
+//!    drops the index files wholly below it; then unlinks the files off the shard's
+//!    thread. A pull below a queue's new minimum is answered PULL_OFFSET_MOVED by the pull
+//!    path; committed offsets are left as they are.
+//!
+//! A crash anywhere in a run leaves a store that opens consistently: opening trims every
+//! queue and the index to the log's first segment the same way (`recovery.rs`).
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::record::{MAGIC_POS, MAGIC_V1, MAGIC_V2, SYSFLAG_BORNHOST_V6, SYSFLAG_POS};
+use super::watch::panic_point;
+use super::{Shared, StoreError, StoreTask};
+
+/// The retention settings of one store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// `fileReservedTime`: how long a closed segment is kept.
+    pub file_reserved: Duration,
+    /// `deleteWhen`: the hours of the day (UTC) expired segments are deleted in.
+    pub delete_when: Vec<u8>,
+    /// `diskMaxUsedSpaceRatio`: at this usage, expired segments go at any hour.
+    pub max_used_percent: u8,
+    /// `diskSpaceCleanForciblyRatio`: at this usage, the oldest segments go even unexpired.
+    pub clean_forcibly_percent: u8,
+    /// `diskSpaceWarningLevelRatio`: at this usage, puts are refused.
+    pub warning_percent: u8,
+    /// `deleteFileBatchMax`: most segments one run deletes.
+    pub delete_batch_max: usize,
+    /// `cleanResourceInterval`: how often the cleaner runs.
+    pub clean_interval: Duration,
+}
+
+impl RetentionConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.delete_batch_max == 0 {
+            return Err("deleteFileBatchMax: must be at least 1".into());
+        }
+        if self.clean_interval.is_zero() {
+            return Err("cleanResourceInterval: must be at least 1 ms".into());
+        }
+        if let Some(hour) = self.delete_when.iter().find(|&&hour| hour > 23) {
+            return Err(format!("deleteWhen: hour {hour} is not one of 00 to 23"));
+        }
+        for (name, percent) in [
+            ("diskMaxUsedSpaceRatio", self.max_used_percent),
+            ("diskSpaceCleanForciblyRatio", self.clean_forcibly_percent),
+            ("diskSpaceWarningLevelRatio", self.warning_percent),
+        ] {
+            if !(1..=100).contains(&percent) {
+                return Err(format!(
+                    "{name}: {percent} is not a percentage from 1 to 100"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one run does, decided from the hour and the disk usage alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Delete expired segments.
+    pub delete: bool,
+    /// Delete the oldest segments whether expired or not.
+    pub forced: bool,
+    /// Refuse puts until a later run finds the disk below the warning ratio.
+    pub refuse_writes: bool,
+}
+
+/// The cleaner's decision at `hour` (0-23, UTC) with the disk `used_percent` full.
+pub fn decide(config: &RetentionConfig, hour: u8, used_percent: u8) -> Decision {
+    let forced = used_percent >= config.clean_forcibly_percent;
+    Decision {
+        delete: forced
+            || used_percent >= config.max_used_percent
+            || config.delete_when.contains(&hour),
+        forced,
+        refuse_writes: used_percent >= config.warning_percent,
+    }
+}
+
+/// The hour of the day (UTC) at `now_ms`.
+pub fn hour_of(now_ms: i64) -> u8 {
+    (now_ms.rem_euclid(86_400_000) / 3_600_000) as u8
+}
+
+/// What one run deleted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    pub segments: usize,
+    pub bytes: u64,
+    pub queue_files: usize,
+    pub index_files: usize,
+    /// The log's first offset after the run.
+    pub log_start: u64,
+    pub used_percent: u8,
+}
+
+/// Counters of everything the cleaner did, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionStats {
+    pub segments_deleted: u64,
+    pub bytes_deleted: u64,
+    pub queue_files_deleted: u64,
+    pub index_files_deleted: u64,
+    pub puts_refused_for_space: u64,
+    /// Usage at the last run, percent.
+    pub used_percent: u8,
+}
+
+pub(crate) async fn run_cleaner(shared: Rc<Shared>) {
+    loop {
+        tokio::time::sleep(shared.config.retention.clean_interval).await;
+        panic_point(&shared, StoreTask::Cleaner);
+        if shared.closing.get() || shared.poisoned().is_some() {
+            return;
+        }
+        if let Err(error) = clean(&shared).await {
+            // Nothing acknowledged is at stake: the next run tries again.
+            tracing::warn!("retention run failed: {error}");
+        }
+    }
+}
+
+/// One cleaner run (see the module docs).
+pub(crate) async fn clean(shared: &Shared) -> Result<CleanupReport, StoreError> {
+    let config = &shared.config.retention;
+    let dir = &shared.config.dir;
+    let used_percent = shared
+        .disk
+        .space(dir)
+        .map_err(|error| StoreError::from_io("measuring the disk", &error))?
+        .used_percent();
+    let now = shared.clock.now_ms();
+    let decision = decide(config, hour_of(now), used_percent);
+    set_space_refusal(shared, decision.refuse_writes, used_percent);
+    shared.update_retention(|stats| stats.used_percent = used_percent);
+    let mut report = CleanupReport {
+        used_percent,
+        log_start: shared.log_start(),
+        ..CleanupReport::default()
+    };
+    if !decision.delete {
+        return Ok(report);
+    }
+    let doomed = pick_segments(shared, now, decision.forced)?;
+    let Some(&last) = doomed.last() else {
+        return Ok(report);
+    };
+    let size = shared.log.segment_size();
+    let log_start = last + size;
+    // From here to the unlinks nothing awaits: readers see the log, the queues and the
+    // index move together.
+    let segment_paths = shared.log.segments.borrow_mut().detach_below(log_start);
+    let mut paths: Vec<PathBuf> = segment_paths.clone();
+    for queue in shared.all_queues() {
+        let removed = queue
+            .trim_below(log_start)
+            .map_err(|error| StoreError::from_io("trimming a consume queue", &error))?;
+        report.queue_files += removed.len();
+        paths.extend(removed);
+    }
+    if let Some(index) = &shared.index {
+        let removed = index.detach_below(log_start);
+        report.index_files += removed.len();
+        paths.extend(removed);
+    }
+    report.segments = segment_paths.len();
+    report.bytes = segment_paths.len() as u64 * size;
+    report.log_start = log_start;
+    tracing::info!(
+        "retention: deleting {} CommitLog segments ({} bytes) below {log_start}, {} queue \
+         files, {} index files (disk {used_percent}% used{})",
+        report.segments,
+        report.bytes,
+        report.queue_files,
+        report.index_files,
+        if decision.forced { ", forced" } else { "" }
+    );
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for path in &paths {
+        shared
+            .disk
+            .remove_file_off_thread(path)
+            .await
+            .map_err(|error| {
+                StoreError::from_io(&format!("deleting {}", path.display()), &error)
+            })?;
+        if let Some(parent) = path.parent() {
+            if !dirs.iter().any(|dir| dir == parent) {
+                dirs.push(parent.to_path_buf());
+            }
+        }
+    }
+    for dir in dirs {
+        shared
+            .disk
+            .sync_dir(&dir)
+            .map_err(|error| StoreError::from_io("syncing a directory after deletion", &error))?;
+    }
+    shared.update_retention(|stats| {
+        stats.segments_deleted += report.segments as u64;
+        stats.bytes_deleted += report.bytes;
+        stats.queue_files_deleted += report.queue_files as u64;
+        stats.index_files_deleted += report.index_files as u64;
+    });
+    Ok(report)
+}
+
+fn set_space_refusal(shared: &Shared, refuse: bool, used_percent: u8) {
+    let mut refusal = shared.space_refusal.borrow_mut();
+    let warning = shared.config.retention.warning_percent;
+    match (refuse, refusal.is_some()) {
+        (true, _) => {
+            if refusal.is_none() {
+                tracing::warn!(
+                    "disk {used_percent}% used, at or above diskSpaceWarningLevelRatio \
+                     {warning}%: refusing puts until space returns"
+                );
+            }
+            *refusal = Some(format!(
+                "the disk is {used_percent}% used, at or above diskSpaceWarningLevelRatio \
+                 {warning}%; writes resume once cleanup brings it below"
+            ));
+        }
+        (false, true) => {
+            tracing::info!("disk {used_percent}% used, below {warning}%: accepting puts again");
+            *refusal = None;
+        }
+        (false, false) => {}
+    }
+}
+
+/// The segments this run may delete, oldest first (see the module docs).
+fn pick_segments(shared: &Shared, now: i64, forced: bool) -> Result<Vec<u64>, StoreError> {
+    let config = &shared.config.retention;
+    let safe = shared
+        .checkpoint
+        .borrow()
+        .as_ref()
+        .and_then(|file| file.last())
+        .map_or(0, |last| last.safe_offset);
+    let segments = shared.log.segments.borrow();
+    let size = segments.size();
+    let starts = segments.starts();
+    let mut doomed = Vec::new();
+    for pair in starts.windows(2) {
+        let (start, next) = (pair[0], pair[1]);
+        if doomed.len() >= config.delete_batch_max || start + size > safe {
+            break;
+        }
+        if !forced {
+            let closed_at = first_store_timestamp(&segments, next)
+                .map_err(|error| StoreError::from_io("reading a segment's first record", &error))?;
+            let expired = closed_at.is_some_and(|closed| {
+                closed.saturating_add(config.file_reserved.as_millis() as i64) <= now
+            });
+            if !expired {
+                break;
+            }
+        }
+        doomed.push(start);
+    }
+    Ok(doomed)
+}
+
+/// Bytes of a record's head that hold its store timestamp, whatever its born host.
+const HEAD_LEN: usize = 80;
+const STORE_TIMESTAMP_POS_V4: usize = 56;
+const STORE_TIMESTAMP_POS_V6: usize = 68;
+const _: () = assert!(STORE_TIMESTAMP_POS_V6 + 8 <= HEAD_LEN);
+
+/// The store time of the record at the start of the segment at `start`, if one is there.
+fn first_store_timestamp(
+    segments: &super::segment::SegmentSet,
+    start: u64,
+) -> std::io::Result<Option<i64>> {
+    let mut head = [0u8; HEAD_LEN];
+    segments.read_exact(start, &mut head)?;
+    let be_i32 = |at: usize| i32::from_be_bytes(head[at..at + 4].try_into().expect("4"));
+    let magic = be_i32(MAGIC_POS);
+    if magic != MAGIC_V1 && magic != MAGIC_V2 {
+        return Ok(None);
+    }
+    let at = if be_i32(SYSFLAG_POS) & SYSFLAG_BORNHOST_V6 != 0 {
+        STORE_TIMESTAMP_POS_V6
+    } else {
+        STORE_TIMESTAMP_POS_V4
+    };
+    Ok(Some(i64::from_be_bytes(
+        head[at..at + 8].try_into().expect("8"),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> RetentionConfig {
+        RetentionConfig {
+            file_reserved: Duration::from_secs(72 * 3600),
+            delete_when: vec![4],
+            max_used_percent: 75,
+            clean_forcibly_percent: 85,
+            warning_percent: 90,
+            delete_batch_max: 10,
+            clean_interval: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn decisions_follow_the_hour_and_the_ratios() {
+        let config = config();
+        let none = Decision {
+            delete: false,
+            forced: false,
+            refuse_writes: false,
+        };
+        assert_eq!(decide(&config, 3, 10), none);
+        assert_eq!(
+            decide(&config, 4, 10),
+            Decision {
+                delete: true,
+                ..none
+            }
+        );
+        assert_eq!(
+            decide(&config, 3, 75),
+            Decision {
+                delete: true,
+                ..none
+            }
+        );
+        assert_eq!(
+            decide(&config, 3, 85),
+            Decision {
+                delete: true,
+                forced: true,
+                refuse_writes: false
+            }
+        );
+        assert_eq!(
+            decide(&config, 3, 90),
+            Decision {
+                delete: true,
+                forced: true,
+                refuse_writes: true
+            }
+        );
+    }
+
+    #[test]
+    fn hours_are_utc_hours_of_the_day() {
+        assert_eq!(hour_of(0), 0);
+        assert_eq!(hour_of(4 * 3_600_000 + 59 * 60_000), 4);
+        assert_eq!(hour_of(86_400_000 + 23 * 3_600_000), 23);
+        assert_eq!(hour_of(-1), 23);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_the_key() {
+        let mut bad = config();
+        bad.delete_batch_max = 0;
+        assert!(bad.validate().unwrap_err().contains("deleteFileBatchMax"));
+        let mut bad = config();
+        bad.warning_percent = 0;
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .contains("diskSpaceWarningLevelRatio"));
+        let mut bad = config();
+        bad.delete_when = vec![24];
+        assert!(bad.validate().unwrap_err().contains("deleteWhen"));
+        config().validate().unwrap();
+    }
+}
