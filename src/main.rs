@@ -367,6 +367,9 @@ struct StoreBenchArgs {
     /// Lookups by key of random first keys after the puts, timed (needs --distinct-keys).
     #[arg(long, default_value_t = 0)]
     queries: u64,
+    /// After the puts, delete every closed segment and report the longest shard stall.
+    #[arg(long)]
+    delete_probe: bool,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -513,6 +516,7 @@ fn bench_store(args: StoreBenchArgs) -> anyhow::Result<ExitCode> {
         keys: args.keys,
         distinct_keys: args.distinct_keys,
         queries: args.queries,
+        delete_probe: args.delete_probe,
     })?;
     report(args.run.json, &summary, print_summary)?;
     Ok(exit_code(summary.errors))

@@ -48,6 +48,23 @@ pub struct StoreBenchOptions {
     pub distinct_keys: u64,
     /// Lookups by key, of random keys among the first key's, once the puts are done.
     pub queries: u64,
+    /// After the puts, delete every closed segment (retention with `fileReservedTime=0`)
+    /// while a task on the shard measures how long the shard could not run it.
+    pub delete_probe: bool,
+}
+
+/// What `--delete-probe` measured (all zero without it).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeleteProbe {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+    /// The longest the shard thread went without running the probe task, in µs.
+    pub longest_stall_us: u64,
+    /// From the start of the cleanup run to its end (unlinks included), in µs.
+    pub cleanup_us: u64,
+    /// The longest single step of it on the shard's thread (one queue's trim, or moving
+    /// the log start and the index).
+    pub longest_step_us: u64,
 }
 
 /// The lookups' figures (all zero without `--queries`).
@@ -83,6 +100,8 @@ pub struct StoreBenchSummary {
     pub batches: u64,
     #[serde(flatten)]
     pub query: QuerySummary,
+    #[serde(flatten)]
+    pub delete: DeleteProbe,
 }
 
 #[derive(Serialize)]
@@ -161,6 +180,11 @@ async fn bench_on_shard(
 ) -> anyhow::Result<StoreBenchSummary> {
     let mut config = StoreConfig::new(&dir);
     config.flush_mode = options.flush;
+    if options.delete_probe {
+        config.retention.file_reserved = Duration::ZERO;
+        config.retention.delete_when = (0..24).collect();
+        config.retention.delete_batch_max = usize::MAX;
+    }
     if let Some(size) = options.segment_size {
         config.commit_log_segment_size = size;
     }
@@ -205,6 +229,11 @@ async fn bench_on_shard(
         progress.abort();
     }
     let query = run_queries(&store, &options, run.sent.get())?;
+    let delete = if options.delete_probe {
+        probe_deletion(&store).await?
+    } else {
+        DeleteProbe::default()
+    };
     let stats = store.stats();
     store.shutdown().await?;
     if let Some(error) = run.first_error.borrow().as_ref() {
@@ -232,6 +261,51 @@ async fn bench_on_shard(
         },
         batches: stats.batches,
         query,
+        delete,
+    })
+}
+
+/// Runs one cleanup (every closed segment has expired: the store was opened with
+/// `fileReservedTime=0` and every hour a `deleteWhen` hour) while a task that only yields
+/// records the longest gap between its turns.
+async fn probe_deletion(store: &Store) -> anyhow::Result<DeleteProbe> {
+    // Let the flusher and the checkpointer record a safe offset past the closed segments
+    // (bounded: the flusher's thorough interval and two checkpoints).
+    let deadline = Instant::now()
+        + store.config().flush_thorough_interval
+        + store.config().checkpoint_interval * 2;
+    while store.checkpointed_safe_offset()
+        < store.log_start() + 2 * store.config().commit_log_segment_size
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(store.config().checkpoint_interval / 4).await;
+    }
+    let done = Rc::new(Cell::new(false));
+    let longest = Rc::new(Cell::new(Duration::ZERO));
+    let ticker = {
+        let (done, longest) = (done.clone(), longest.clone());
+        tokio::task::spawn_local(async move {
+            let mut last = std::time::Instant::now();
+            while !done.get() {
+                tokio::task::yield_now().await;
+                let now = std::time::Instant::now();
+                longest.set(longest.get().max(now - last));
+                last = now;
+            }
+        })
+    };
+    tokio::task::yield_now().await;
+    let began = std::time::Instant::now();
+    let report = store.clean_now().await?;
+    let cleanup = began.elapsed();
+    done.set(true);
+    ticker.await?;
+    Ok(DeleteProbe {
+        segments_deleted: report.segments,
+        bytes_deleted: report.bytes,
+        longest_stall_us: longest.get().as_micros() as u64,
+        cleanup_us: cleanup.as_micros() as u64,
+        longest_step_us: report.longest_step_micros,
     })
 }
 
@@ -445,6 +519,17 @@ pub fn print_summary(summary: &StoreBenchSummary) {
         "  fsyncs per message {:.4}  ({} batches)  errors {}  flush timeouts {}",
         summary.fsyncs_per_msg, summary.batches, summary.errors, summary.flush_timeouts
     );
+    let delete = &summary.delete;
+    if delete.segments_deleted > 0 {
+        println!(
+            "  deleted {} segments ({} bytes) in {} us (longest step on the shard {} us); longest shard stall meanwhile {} us",
+            delete.segments_deleted,
+            delete.bytes_deleted,
+            delete.cleanup_us,
+            delete.longest_step_us,
+            delete.longest_stall_us
+        );
+    }
     let query = &summary.query;
     if query.queries > 0 {
         println!(

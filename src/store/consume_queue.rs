@@ -272,6 +272,13 @@ impl ConsumeQueue {
     /// the caller to unlink.
     pub fn trim_below(&self, log_start: u64) -> io::Result<Vec<std::path::PathBuf>> {
         let (min, max) = (self.min_offset(), self.max_offset());
+        let first = self.read_entries(min, 1)?;
+        if first
+            .first()
+            .is_none_or(|entry| entry.phys_offset as u64 >= log_start)
+        {
+            return Ok(Vec::new());
+        }
         // Physical offsets increase with the queue offset: find the first entry at or past
         // `log_start` by bisection.
         let (mut low, mut high) = (min, max);

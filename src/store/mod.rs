@@ -624,6 +624,16 @@ impl Store {
         retention::clean(&self.shared).await
     }
 
+    /// The safe offset of the last checkpoint: recovery would start there.
+    pub fn checkpointed_safe_offset(&self) -> u64 {
+        self.shared
+            .checkpoint
+            .borrow()
+            .as_ref()
+            .and_then(|file| file.last())
+            .map_or(0, |last| last.safe_offset)
+    }
+
     /// The log's first offset (see [`Shared::log_start`]).
     pub fn log_start(&self) -> u64 {
         self.shared.log_start()

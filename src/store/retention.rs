@@ -13,11 +13,12 @@
 //!    forced, only expired ones. A closed segment expires `fileReservedTime` after the
 //!    store time of the first record of the segment after it (when it stopped being
 //!    written), not its file's mtime, which a rewrite would refresh.
-//! 4. Moves the log's start, then (with no await in between, so no reader sees one
-//!    without the other) every ConsumeQueue's minimum past the entries below it and
-//!    drops the index files wholly below it; then unlinks the files off the shard's
-//!    thread. A pull below a queue's new minimum is answered PULL_OFFSET_MOVED by the pull
-//!    path; committed offsets are left as they are.
+//! 4. Moves every ConsumeQueue's minimum past the entries below the new log start, one
+//!    queue per turn of the shard (the segments are all still there meanwhile, so a
+//!    reader never meets a missing one); then, with no await in between, moves the log's
+//!    start and drops the index files wholly below it; then unlinks the files off the
+//!    shard's thread. A pull below a queue's new minimum is answered PULL_OFFSET_MOVED by
+//!    the pull path; committed offsets are left as they are.
 //!
 //! A crash anywhere in a run leaves a store that opens consistently: opening trims every
 //! queue and the index to the log's first segment the same way (`recovery.rs`).
@@ -113,6 +114,9 @@ pub struct CleanupReport {
     /// The log's first offset after the run.
     pub log_start: u64,
     pub used_percent: u8,
+    /// The longest the run held the shard's thread in one step (one queue's trim, or
+    /// moving the log start and the index; the unlinks run elsewhere), in µs.
+    pub longest_step_micros: u64,
 }
 
 /// Counters of everything the cleaner did, for metrics.
@@ -168,22 +172,33 @@ pub(crate) async fn clean(shared: &Shared) -> Result<CleanupReport, StoreError> 
     };
     let size = shared.log.segment_size();
     let log_start = last + size;
-    // From here to the unlinks nothing awaits: readers see the log, the queues and the
-    // index move together.
-    let segment_paths = shared.log.segments.borrow_mut().detach_below(log_start);
-    let mut paths: Vec<PathBuf> = segment_paths.clone();
+    let mut longest_step = Duration::ZERO;
+    let mut paths: Vec<PathBuf> = Vec::new();
+    // First the queues' minimums, one queue per turn of the shard, while the segments are
+    // all still there: a reader meanwhile reads below a minimum not yet moved from a
+    // segment that still exists.
     for queue in shared.all_queues() {
+        let began = std::time::Instant::now();
         let removed = queue
             .trim_below(log_start)
             .map_err(|error| StoreError::from_io("trimming a consume queue", &error))?;
+        longest_step = longest_step.max(began.elapsed());
         report.queue_files += removed.len();
         paths.extend(removed);
+        tokio::task::yield_now().await;
     }
+    // Then, with no await in between, the log start and the index: every queue already
+    // starts at or past it.
+    let began = std::time::Instant::now();
+    let segment_paths = shared.log.segments.borrow_mut().detach_below(log_start);
     if let Some(index) = &shared.index {
         let removed = index.detach_below(log_start);
         report.index_files += removed.len();
         paths.extend(removed);
     }
+    longest_step = longest_step.max(began.elapsed());
+    report.longest_step_micros = longest_step.as_micros() as u64;
+    paths.extend(segment_paths.iter().cloned());
     report.segments = segment_paths.len();
     report.bytes = segment_paths.len() as u64 * size;
     report.log_start = log_start;

@@ -1,0 +1,102 @@
+//! Retention through a running node: with `fileReservedTime=0` and every hour a
+//! `deleteWhen` hour, closed segments go at the cleaner's next run; a consumer pulling
+//! below the queue's new minimum gets PULL_OFFSET_MOVED with the minimum as its next
+//! offset, and pulling from there serves what is left; GET_MIN_OFFSET reports it; a
+//! committed offset below it stays as it was committed.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::run_local;
+use ringmq::client::{queue_request, send_request_v1, Client};
+use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::{ExtFields, RemotingCommand};
+use ringmq::store::retention::RetentionConfig;
+
+const TOPIC: &str = "Expiring";
+const GROUP: &str = "CG_expiring";
+
+fn ext<'a>(cmd: &'a RemotingCommand, field: &str) -> &'a str {
+    cmd.ext_fields
+        .get(field)
+        .unwrap_or_else(|| panic!("no {field} in {cmd:?}"))
+}
+
+fn offset_request(code: i32, commit: Option<i64>) -> RemotingCommand {
+    let mut fields = ExtFields::new();
+    fields.insert("consumerGroup".into(), GROUP);
+    fields.insert("topic".into(), TOPIC);
+    fields.insert("queueId".into(), "0");
+    if let Some(offset) = commit {
+        fields.insert("commitOffset".into(), offset.to_string());
+    }
+    RemotingCommand::request(code, fields)
+}
+
+#[test]
+fn a_consumer_behind_expired_segments_is_moved_to_the_new_minimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.shards = 1;
+    options.segment_size = Some(64 * 1024);
+    let mut store = ringmq::config::StoreConfig::new(dir.path());
+    store.retention = RetentionConfig {
+        file_reserved: Duration::ZERO,
+        delete_when: (0..24).collect(),
+        clean_interval: Duration::from_millis(50),
+        ..store.retention
+    };
+    store.checkpoint_interval = Duration::from_millis(50);
+    options.store_template = Some(store);
+    let node = ringmq::node::start(options).expect("node starts");
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        let commit = client
+            .request(offset_request(request::UPDATE_CONSUMER_OFFSET, Some(0)))
+            .await
+            .unwrap();
+        assert_eq!(commit.code, response::SUCCESS, "{commit:?}");
+        let body = vec![b'r'; 1024];
+        for _ in 0..300 {
+            let answer = client
+                .request(send_request_v1(TOPIC, 0, &body, None, None))
+                .await
+                .unwrap();
+            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        }
+        // Bounded wait for the cleaner (every 50 ms) to move the queue's minimum.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let min = loop {
+            let answer = client
+                .request(queue_request(request::GET_MIN_OFFSET, TOPIC, 0))
+                .await
+                .unwrap();
+            let min: u64 = ext(&answer, "offset").parse().unwrap();
+            if min > 0 {
+                break min;
+            }
+            assert!(Instant::now() < deadline, "the minimum never moved");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let moved = client.pull(TOPIC, 0, 0, 32, None).await.unwrap();
+        assert_eq!(moved.code, response::PULL_OFFSET_MOVED, "{moved:?}");
+        let next: u64 = ext(&moved, "nextBeginOffset").parse().unwrap();
+        assert!(next >= min, "next {next} below the minimum {min}");
+        let kept = client.pull(TOPIC, 0, next, 32, None).await.unwrap();
+        assert_eq!(kept.code, response::SUCCESS, "{kept:?}");
+        assert!(!common::pull_records(&kept.body).is_empty());
+        let committed = client
+            .request(offset_request(request::QUERY_CONSUMER_OFFSET, None))
+            .await
+            .unwrap();
+        assert_eq!(committed.code, response::SUCCESS, "{committed:?}");
+        assert_eq!(
+            ext(&committed, "offset"),
+            "0",
+            "the committed offset is kept"
+        );
+    });
+    node.shutdown().unwrap();
+}
