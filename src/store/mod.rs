@@ -252,6 +252,8 @@ pub(crate) struct Shared {
     /// `diskSpaceWarningLevelRatio` (`retention.rs`).
     pub space_refusal: RefCell<Option<String>>,
     pub retention: Cell<retention::RetentionStats>,
+    /// A retention run is under way.
+    pub cleaning: Cell<bool>,
 }
 
 impl Shared {

@@ -141,6 +141,7 @@ pub(crate) async fn open(
         index,
         space_refusal: RefCell::new(None),
         retention: Cell::new(Default::default()),
+        cleaning: Cell::new(false),
         config,
         disk,
         clock,

@@ -145,8 +145,21 @@ pub(crate) async fn run_cleaner(shared: Rc<Shared>) {
     }
 }
 
-/// One cleaner run (see the module docs).
+/// One cleaner run (see the module docs). A run asked for while another is under way
+/// (the timer's and [`super::Store::clean_now`]) does nothing and reports nothing deleted.
 pub(crate) async fn clean(shared: &Shared) -> Result<CleanupReport, StoreError> {
+    if shared.cleaning.replace(true) {
+        return Ok(CleanupReport {
+            log_start: shared.log_start(),
+            ..CleanupReport::default()
+        });
+    }
+    let outcome = clean_exclusively(shared).await;
+    shared.cleaning.set(false);
+    outcome
+}
+
+async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError> {
     let config = &shared.config.retention;
     let dir = &shared.config.dir;
     let used_percent = shared
