@@ -34,6 +34,7 @@
 //! | `ringmq_index_entries_total` | counter | IndexFile entries added (one per key of each stored record) |
 //! | `ringmq_index_errors_total` | counter | stored records the index could not take (they are stored, not findable by key) |
 //! | `ringmq_index_queries_total` | counter | QUERY_MESSAGE lookups this shard's index answered |
+//! | `ringmq_index_query_seconds_total` | counter | time spent in those lookups |
 //! | `ringmq_retention_segments_deleted_total` | counter | CommitLog segments retention deleted |
 //! | `ringmq_retention_bytes_deleted_total` | counter | bytes of those segments |
 //! | `ringmq_retention_files_deleted_total` | counter | ConsumeQueue and index files retention deleted |
@@ -504,6 +505,13 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "QUERY_MESSAGE lookups this shard's index answered.",
         |s| s.store.lock().index_queries as i128,
     );
+    seconds_family(
+        &mut out,
+        shards,
+        "ringmq_index_query_seconds_total",
+        "Time spent in index lookups (divided by ringmq_index_queries_total: the mean lookup).",
+        |s| s.store.lock().index_query_micros,
+    );
     family(
         &mut out,
         shards,
@@ -756,6 +764,7 @@ mod tests {
             index_entries: 6,
             index_errors: 0,
             index_queries: 3,
+            index_query_micros: 1_500,
             retention: crate::store::retention::RetentionStats {
                 segments_deleted: 2,
                 bytes_deleted: 2048,
@@ -781,6 +790,7 @@ mod tests {
             "ringmq_store_task_panics_total{shard=\"1\"} 1",
             "ringmq_index_entries_total{shard=\"1\"} 6",
             "ringmq_index_queries_total{shard=\"1\"} 3",
+            "ringmq_index_query_seconds_total{shard=\"1\"} 0.001500",
             "ringmq_retention_segments_deleted_total{shard=\"1\"} 2",
             "ringmq_retention_bytes_deleted_total{shard=\"1\"} 2048",
             "ringmq_puts_refused_for_space_total{shard=\"1\"} 5",

@@ -190,6 +190,8 @@ pub struct StoreStats {
     pub index_errors: u64,
     /// Index lookups answered ([`Store::lookup_keys`]).
     pub index_queries: u64,
+    /// Time spent in them (the index walk and the record checks), in µs.
+    pub index_query_micros: u64,
     /// What retention did (`retention.rs`).
     pub retention: retention::RetentionStats,
 }

@@ -49,10 +49,28 @@ impl Store {
         let Some(index) = &self.shared.index else {
             return Ok(KeyLookup::default());
         };
+        let began = std::time::Instant::now();
+        let lookup = self.lookup_in(index, topic, key, max, begin_ms, end_ms);
+        let took = began.elapsed().as_micros() as u64;
+        self.shared.update_stats(|stats| {
+            stats.index_queries += 1;
+            stats.index_query_micros += took;
+        });
+        lookup
+    }
+
+    fn lookup_in(
+        &self,
+        index: &super::index::Index,
+        topic: &str,
+        key: &str,
+        max: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> Result<KeyLookup, StoreError> {
         let mut hits: Vec<IndexHit> = index
             .lookup(topic, key, max, begin_ms, end_ms)
             .map_err(|error| StoreError::from_io("reading the index", &error))?;
-        self.shared.update_stats(|stats| stats.index_queries += 1);
         hits.sort_by_key(|hit| hit.phys_offset);
         hits.dedup_by_key(|hit| hit.phys_offset);
         let (last_update_timestamp, last_update_phys_offset) = index.last_update();
