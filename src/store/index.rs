@@ -419,9 +419,13 @@ impl Index {
     /// also the active file's when `with_slots` (a clean close). Then syncs what was
     /// written (and the directory of new files), and drops the memory of sealed files.
     pub async fn write_out_and_sync(&self, with_slots: bool) -> io::Result<()> {
-        let count = self.files.borrow().len();
+        // By name, not position: retention may drop the oldest files while this awaits.
+        let names: Vec<String> = self.files.borrow().iter().map(|f| f.name.clone()).collect();
         let mut new_files = false;
-        for at in 0..count {
+        for name in names {
+            let Some(at) = self.position(&name) else {
+                continue;
+            };
             let Some((file, writes, entries, sealed, slots_written)) =
                 self.snapshot(at, with_slots)
             else {
@@ -437,6 +441,9 @@ impl Index {
                 self.disk.write_at(file, offset, bytes).await?;
             }
             self.disk.sync_data(file).await?;
+            let Some(at) = self.position(&name) else {
+                continue;
+            };
             let mut files = self.files.borrow_mut();
             let index_file = &mut files[at];
             new_files |= std::mem::take(&mut index_file.new);
@@ -460,6 +467,13 @@ impl Index {
             self.disk.sync_dir(&self.dir)?;
         }
         Ok(())
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.files
+            .borrow()
+            .iter()
+            .position(|file| file.name == name)
     }
 
     /// What writing out file `at` takes: its writes, how many tail entries they cover,
