@@ -149,18 +149,6 @@ pub fn key_hash(java_hash: i32) -> i32 {
     java_hash.checked_abs().unwrap_or(0)
 }
 
-/// Java's `String.hashCode` of `prefix_hash`'s string followed by `more`, computed
-/// without building the joined string.
-pub fn extend_java_hash(prefix_hash: i32, more: &str) -> i32 {
-    let step = |h: i32, unit: i32| h.wrapping_mul(31).wrapping_add(unit);
-    if more.is_ascii() {
-        // An ASCII byte is its own UTF-16 code unit.
-        return more.bytes().fold(prefix_hash, |h, b| step(h, i32::from(b)));
-    }
-    more.encode_utf16()
-        .fold(prefix_hash, |h, unit| step(h, i32::from(unit)))
-}
-
 /// The `UNIQ_KEY` and `KEYS` values of a properties string in one pass; as
 /// [`properties::get`], the last non-empty value of a name wins.
 fn uniq_and_keys(properties_text: &str) -> (Option<&str>, Option<&str>) {
@@ -188,22 +176,30 @@ pub fn record_key_hashes(topic: &str, properties_text: &str, out: &mut Vec<i32>)
     if uniq.is_none() && keys.is_none() {
         return;
     }
-    let prefix = extend_java_hash(extend_java_hash(0, topic), "#");
-    debug_assert_eq!(KEY_JOIN, '#');
+    let prefix = key_prefix_hash(topic);
     if let Some(uniq) = uniq {
-        out.push(key_hash(extend_java_hash(prefix, uniq)));
+        out.push(key_hash(properties::java_string_hash_from(prefix, uniq)));
     }
     if let Some(keys) = keys {
         for key in keys.split(KEYS_SEPARATOR).filter(|key| !key.is_empty()) {
-            out.push(key_hash(extend_java_hash(prefix, key)));
+            out.push(key_hash(properties::java_string_hash_from(prefix, key)));
         }
     }
 }
 
 /// The hash a query for `key` of `topic` looks up.
 pub fn query_key_hash(topic: &str, key: &str) -> i32 {
-    let prefix = extend_java_hash(properties::java_string_hash(topic), "#");
-    key_hash(extend_java_hash(prefix, key))
+    key_hash(properties::java_string_hash_from(
+        key_prefix_hash(topic),
+        key,
+    ))
+}
+
+/// The Java hash of `topic#`, which every key of the topic extends.
+fn key_prefix_hash(topic: &str) -> i32 {
+    let mut join = [0u8; 4];
+    let join: &str = KEY_JOIN.encode_utf8(&mut join);
+    properties::java_string_hash_from(properties::java_string_hash(topic), join)
 }
 
 /// Seconds from `begin_timestamp` to `store_timestamp`, as RocketMQ stores them: clamped to
@@ -220,7 +216,7 @@ pub fn time_diff(begin_timestamp: i64, store_timestamp: i64) -> i32 {
 pub fn file_name(created_ms: i64) -> String {
     let ms = created_ms.max(0);
     let (days, in_day) = (ms / 86_400_000, ms % 86_400_000);
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = crate::clock::civil_from_days(days);
     format!(
         "{year:04}{month:02}{day:02}{:02}{:02}{:02}{:03}",
         in_day / 3_600_000,
@@ -233,20 +229,6 @@ pub fn file_name(created_ms: i64) -> String {
 /// Whether `name` is an index file's name (17 digits).
 pub fn is_file_name(name: &str) -> bool {
     name.len() == 17 && name.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -142,9 +142,20 @@ pub fn get<'a>(properties: &'a str, key: &str) -> Option<&'a str> {
 
 /// Java `String.hashCode()`: `h = 31*h + c` over UTF-16 code units, wrapping i32.
 pub fn java_string_hash(text: &str) -> i32 {
-    text.encode_utf16().fold(0i32, |h, unit| {
-        h.wrapping_mul(31).wrapping_add(i32::from(unit))
-    })
+    java_string_hash_from(0, text)
+}
+
+/// Java's `String.hashCode` of the string whose hash is `prefix_hash` followed by `text`,
+/// computed without building the joined string (`java_string_hash_from(0, s)` is
+/// `java_string_hash(s)`).
+pub fn java_string_hash_from(prefix_hash: i32, text: &str) -> i32 {
+    let step = |h: i32, unit: i32| h.wrapping_mul(31).wrapping_add(unit);
+    if text.is_ascii() {
+        // An ASCII byte is its own UTF-16 code unit.
+        return text.bytes().fold(prefix_hash, |h, b| step(h, i32::from(b)));
+    }
+    text.encode_utf16()
+        .fold(prefix_hash, |h, unit| step(h, i32::from(unit)))
 }
 
 #[cfg(test)]

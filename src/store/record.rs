@@ -248,6 +248,12 @@ pub fn record_len(
         + props_len
 }
 
+/// Where a record's STORETIMESTAMP is: right after its born host, whose length its
+/// sysFlag gives.
+pub fn store_timestamp_pos(sys_flag: i32) -> usize {
+    BORN_HOST_POS + host_len(sys_flag & SYSFLAG_BORNHOST_V6 != 0)
+}
+
 fn host_len(v6: bool) -> usize {
     if v6 {
         HOST_V6_LEN

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::record::{MAGIC_POS, MAGIC_V1, MAGIC_V2, SYSFLAG_BORNHOST_V6, SYSFLAG_POS};
+use super::record::{store_timestamp_pos, MAGIC_POS, MAGIC_V1, MAGIC_V2, SYSFLAG_POS};
 use super::watch::panic_point;
 use super::{Shared, StoreError, StoreTask};
 
@@ -313,9 +313,6 @@ fn pick_segments(shared: &Shared, now: i64, forced: bool) -> Result<Vec<u64>, St
 
 /// Bytes of a record's head that hold its store timestamp, whatever its born host.
 const HEAD_LEN: usize = 80;
-const STORE_TIMESTAMP_POS_V4: usize = 56;
-const STORE_TIMESTAMP_POS_V6: usize = 68;
-const _: () = assert!(STORE_TIMESTAMP_POS_V6 + 8 <= HEAD_LEN);
 
 /// The store time of the record at the start of the segment at `start`, if one is there.
 fn first_store_timestamp(
@@ -329,11 +326,11 @@ fn first_store_timestamp(
     if magic != MAGIC_V1 && magic != MAGIC_V2 {
         return Ok(None);
     }
-    let at = if be_i32(SYSFLAG_POS) & SYSFLAG_BORNHOST_V6 != 0 {
-        STORE_TIMESTAMP_POS_V6
-    } else {
-        STORE_TIMESTAMP_POS_V4
-    };
+    let at = store_timestamp_pos(be_i32(SYSFLAG_POS));
+    assert!(
+        at + 8 <= HEAD_LEN,
+        "a store timestamp at {at} past the {HEAD_LEN}-byte head"
+    );
     Ok(Some(i64::from_be_bytes(
         head[at..at + 8].try_into().expect("8"),
     )))
