@@ -481,6 +481,22 @@ fn invalid_values_name_their_key() {
             "cleanResourceInterval",
             "at least 1 ms",
         ),
+        (
+            "maxHashSlotNum=0",
+            "maxHashSlotNum",
+            "between 1 and 50000000",
+        ),
+        (
+            "maxHashSlotNum=50000001",
+            "maxHashSlotNum",
+            "between 1 and 50000000",
+        ),
+        ("maxIndexNum=1", "maxIndexNum", "between 2 and 200000000"),
+        (
+            "messageIndexEnable=maybe",
+            "messageIndexEnable",
+            "true or false",
+        ),
         ("deleteWhen=25", "deleteWhen", "hour of the day"),
         ("deleteWhen=04;x", "deleteWhen", "hour of the day"),
         (

@@ -227,3 +227,38 @@ fn messages_are_found_by_key_unique_key_and_offset_id_across_shards_and_restarts
     });
     node.shutdown().unwrap();
 }
+
+#[test]
+fn a_query_past_the_cap_of_64_returns_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path());
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        for i in 0..70 {
+            let answer = client
+                .request(send_request_v1(
+                    TOPIC,
+                    i % QUEUES,
+                    format!("many {i}").as_bytes(),
+                    None,
+                    Some("many"),
+                ))
+                .await
+                .unwrap();
+            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        }
+        let answer = client
+            .request(query("many", 1000, 0, i64::MAX, false))
+            .await
+            .unwrap();
+        assert_eq!(answer.code, response::SUCCESS);
+        let (found, records) = bodies_with_key(&answer, "many");
+        assert_eq!(
+            (found.len(), records),
+            (64, 64),
+            "maxNum 1000 is capped at 64"
+        );
+    });
+    node.shutdown().unwrap();
+}
