@@ -48,6 +48,8 @@ impl Node {
             generation: 0,
         };
         node.spawn();
+        node.wait_for_addresses()
+            .unwrap_or_else(|log| panic!("node exited during start; log:\n{log}"));
         node
     }
 
@@ -109,11 +111,11 @@ impl Node {
             self.log_path().display()
         );
         self.child = Some(child);
-        self.wait_for_addresses();
     }
 
-    /// Reads the log until the node has printed both listening addresses.
-    fn wait_for_addresses(&mut self) {
+    /// Reads the log until the node has printed both listening addresses; the log if the
+    /// node exits first.
+    fn wait_for_addresses(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_DEADLINE;
         loop {
             let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
@@ -123,10 +125,11 @@ impl Node {
                 self.port = broker;
                 self.namesrv_port = namesrv;
                 println!("node: broker 127.0.0.1:{broker}, name server 127.0.0.1:{namesrv}");
-                return;
+                return Ok(());
             }
             if let Some(status) = self.child_mut().try_wait().expect("poll the node") {
-                panic!("node exited during start ({status}); log:\n{log}");
+                self.child = None;
+                return Err(format!("({status})\n{log}"));
             }
             assert!(
                 Instant::now() < deadline,
@@ -183,10 +186,26 @@ impl Node {
 
     /// Starts the node again on the same directory and the same ports (so clients that
     /// know the name server keep working).
+    ///
+    /// The ports were free when the node stopped, but the kernel may hand one of them to
+    /// another test's outgoing connection meanwhile (its ephemeral range is the one
+    /// `--port 0` picked from). A start that fails with "Address already in use" is tried
+    /// again until [`START_DEADLINE`]: the connection holding the port ends.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart of a running node");
-        self.generation += 1;
-        self.spawn();
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            self.generation += 1;
+            self.spawn();
+            match self.wait_for_addresses() {
+                Ok(()) => return,
+                Err(log) if log.contains("Address already in use") && Instant::now() < deadline => {
+                    println!("node: a port is still in use; starting again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(log) => panic!("node exited during start; log:\n{log}"),
+            }
+        }
     }
 
     /// The current start's log.
