@@ -5,88 +5,25 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::BytesMut;
+use common::raw::Raw;
 use ringmq::node::NodeOptions;
 use ringmq::remoting::codes::{request, response};
-use ringmq::remoting::frame::{encode_frame, take_frame, DEFAULT_MAX_FRAME_LEN};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
 const GROUP: &str = "notified-group";
 const TOPIC: &str = "Watched";
 
-/// A blocking raw connection that sees every frame the node writes, requests included.
-struct Raw {
-    socket: TcpStream,
-    buffer: BytesMut,
-    opaque: i32,
-}
-
-impl Raw {
-    fn connect(addr: std::net::SocketAddr) -> Raw {
-        let socket = TcpStream::connect(addr).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        Raw {
-            socket,
-            buffer: BytesMut::new(),
-            opaque: 0,
-        }
-    }
-
-    fn send(&mut self, mut command: RemotingCommand) -> i32 {
-        self.opaque += 1;
-        command.opaque = self.opaque;
-        let mut out = Vec::new();
-        encode_frame(&command, &mut out).unwrap();
-        self.socket.write_all(&out).unwrap();
-        self.opaque
-    }
-
-    /// The next frame matching `wanted`, waiting at most `limit`.
-    fn next(
-        &mut self,
-        limit: Duration,
-        wanted: impl Fn(&RemotingCommand) -> bool,
-    ) -> RemotingCommand {
-        let deadline = Instant::now() + limit;
-        loop {
-            while let Some(frame) = take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
-                if wanted(&frame) {
-                    return frame;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no wanted frame within {limit:?}"
-            );
-            let mut chunk = [0u8; 4096];
-            match self.socket.read(&mut chunk) {
-                Ok(0) => panic!("the node closed the connection"),
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(error) => panic!("read failed: {error}"),
-            }
-        }
-    }
-
-    fn call(&mut self, command: RemotingCommand) -> RemotingCommand {
-        let opaque = self.send(command);
-        self.next(Duration::from_secs(10), |f| {
-            f.is_response() && f.opaque == opaque
-        })
-    }
-
+/// What this test reads off a [`Raw`] connection: the notifications among its responses.
+trait Notices {
     /// Sends `command`; returns its response and the groups of the notifications that
     /// arrived before it, in order.
+    fn call_noting(&mut self, command: RemotingCommand) -> (RemotingCommand, Vec<String>);
+    fn notification(&mut self) -> RemotingCommand;
+}
+
+impl Notices for Raw {
     fn call_noting(&mut self, command: RemotingCommand) -> (RemotingCommand, Vec<String>) {
         let opaque = self.send(command);
         let notices = std::cell::RefCell::new(Vec::new());

@@ -149,6 +149,23 @@ impl ConsumerOffsets {
             .copied()
     }
 
+    /// The topics `group` has committed offsets on, in name order.
+    pub fn topics_of(&self, group: &str) -> Vec<String> {
+        let table = self.table.lock();
+        table
+            .keys()
+            .filter(|(_, g)| g == group)
+            .map(|(topic, _)| topic.clone())
+            .collect()
+    }
+
+    /// Every group with a committed offset, in name order.
+    pub fn groups(&self) -> Vec<String> {
+        let table = self.table.lock();
+        let groups: std::collections::BTreeSet<&String> = table.keys().map(|(_, g)| g).collect();
+        groups.into_iter().cloned().collect()
+    }
+
     /// Writes the file if anything changed since the last write; true if it wrote.
     pub fn persist_if_changed(&self) -> std::io::Result<bool> {
         if !self.dirty.load(Ordering::Acquire) {

@@ -142,6 +142,11 @@ pub struct HeartbeatData {
     pub producer_data_set: Vec<ProducerData>,
     #[serde(default, deserialize_with = "or_default")]
     pub consumer_data_set: Vec<ConsumerData>,
+    /// The sender's language and version, from the request header, not the body.
+    #[serde(skip)]
+    pub language: String,
+    #[serde(skip)]
+    pub version: i32,
 }
 
 /// The shard's closed connections whose clients are still registered. A close only queues
@@ -235,7 +240,9 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
             Some("HeartbeatData has no clientID".into()),
         );
     }
-    let data = registrable(data);
+    let mut data = registrable(data);
+    data.language = request.language.to_string();
+    data.version = request.version;
     for group in broker.groups.heartbeat(&data, Instant::now(), peer) {
         broker.notify_consumer_ids_changed(&group);
     }

@@ -71,6 +71,26 @@ pub struct CloseStep {
     pub done: bool,
 }
 
+/// One client of a consumer group, as GET_CONSUMER_CONNECTION_LIST lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConnection {
+    pub client_id: String,
+    /// The connection its latest heartbeat came over.
+    pub peer: SocketAddr,
+    pub language: String,
+    pub version: i32,
+}
+
+/// A consumer group's clients, subscriptions (in topic order) and settings.
+#[derive(Clone, Debug)]
+pub struct GroupConnections {
+    pub clients: Vec<ClientConnection>,
+    pub subscriptions: Vec<SubscriptionData>,
+    pub consume_type: String,
+    pub message_model: String,
+    pub consume_from_where: String,
+}
+
 /// Which kind of group a registration is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
@@ -84,6 +104,10 @@ struct ConsumerGroup {
     clients: BTreeMap<String, Instant>,
     /// Topic → subscription.
     subscriptions: BTreeMap<String, SubscriptionData>,
+    /// How the group consumes, as its latest heartbeat said (for the admin tools).
+    consume_type: String,
+    message_model: String,
+    consume_from_where: String,
 }
 
 #[derive(Debug)]
@@ -92,6 +116,9 @@ struct Client {
     peer: SocketAddr,
     /// The groups it is registered in.
     registrations: BTreeSet<(Role, String)>,
+    /// The client's language and `MQVersion` ordinal, from its latest heartbeat's header.
+    language: String,
+    version: i32,
 }
 
 /// One entry of the expiry order: (last heartbeat, role, group, client).
@@ -127,6 +154,8 @@ impl Tables {
                 let entry = Client {
                     peer,
                     registrations: BTreeSet::new(),
+                    language: String::new(),
+                    version: 0,
                 };
                 self.clients.insert(client.to_owned(), entry);
                 None
@@ -286,6 +315,10 @@ impl Groups {
             return joined;
         }
         tables.link(client, peer);
+        if let Some(entry) = tables.clients.get_mut(client) {
+            entry.language.clone_from(&data.language);
+            entry.version = data.version;
+        }
         for producer in &data.producer_data_set {
             tables.register(Role::Producer, &producer.group_name, client, now);
         }
@@ -309,6 +342,11 @@ impl Groups {
                 subscriptions.insert(sub.topic.clone(), keep);
             }
             group.subscriptions = subscriptions;
+            group.consume_type.clone_from(&consumer.consume_type);
+            group.message_model.clone_from(&consumer.message_model);
+            group
+                .consume_from_where
+                .clone_from(&consumer.consume_from_where);
         }
         joined
     }
@@ -451,6 +489,46 @@ impl Groups {
             .subscriptions
             .get(topic)
             .cloned()
+    }
+
+    /// The consumer groups with at least one client, in name order.
+    pub fn consumer_groups(&self) -> Vec<String> {
+        let tables = self.tables.lock();
+        let mut names: Vec<String> = tables.consumers.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The group's clients, subscriptions and consumption settings; `None` when the group
+    /// has no client.
+    pub fn connections(&self, group: &str) -> Option<GroupConnections> {
+        let tables = self.tables.lock();
+        let entry = tables.consumers.get(group)?;
+        let clients = entry
+            .clients
+            .keys()
+            .map(|id| {
+                let client = tables.clients.get(id);
+                assert!(
+                    client.is_some(),
+                    "consumer group {group:?} lists client {id:?}, which has no entry"
+                );
+                let client = client.expect("checked above");
+                ClientConnection {
+                    client_id: id.clone(),
+                    peer: client.peer,
+                    language: client.language.clone(),
+                    version: client.version,
+                }
+            })
+            .collect();
+        Some(GroupConnections {
+            clients,
+            subscriptions: entry.subscriptions.values().cloned().collect(),
+            consume_type: entry.consume_type.clone(),
+            message_model: entry.message_model.clone(),
+            consume_from_where: entry.consume_from_where.clone(),
+        })
     }
 
     /// Registrations held right now (every role and group).

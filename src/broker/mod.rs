@@ -14,6 +14,14 @@
 //! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
 //!   `commitOffset`, and `config/consumerOffset.json`.
+//! - [`query`]: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33).
+//! - The admin requests (`ringmq admin`, mqadmin, the dashboard), answered in Java's JSON
+//!   shapes ([`admin_json`]) with the whole node's view ([`fan_out`] asks every shard):
+//!   [`runtime_info`] GET_BROKER_RUNTIME_INFO (28), [`topic_stats`] GET_TOPIC_STATS_INFO
+//!   (202), [`consume_stats`] GET_CONSUME_STATS (208), [`consumer_connections`]
+//!   GET_CONSUMER_CONNECTION_LIST (203) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
+//!   [`reset_offset`] INVOKE_BROKER_TO_RESET_OFFSET (222) with RESET_CONSUMER_CLIENT_OFFSET
+//!   (220) to the live clients.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -31,11 +39,15 @@
 //! offsets) are one [`NodeTables`] shared by every shard's broker.
 //!
 //! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): retry/DLQ, delay levels,
-//! transactions, query/view, pop.
+//! transactions, pop.
 
+pub mod admin_json;
 pub mod assignment;
+pub mod consume_stats;
+pub mod consumer_connections;
 pub mod consumer_offsets;
 pub mod consumers;
+pub mod fan_out;
 pub mod groups;
 pub mod ids;
 pub mod names;
@@ -43,8 +55,11 @@ pub mod notify;
 pub mod offsets;
 pub mod pull;
 pub mod query;
+pub mod reset_offset;
+pub mod runtime_info;
 pub mod send;
 pub mod topic_requests;
+pub mod topic_stats;
 pub mod topics;
 
 use std::cell::Cell;
@@ -139,6 +154,8 @@ pub struct Broker {
     pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
     pub(crate) metrics: Arc<ShardMetrics>,
+    /// When this broker started (ms since the epoch), for GET_BROKER_RUNTIME_INFO.
+    pub(crate) started_ms: i64,
 }
 
 impl Broker {
@@ -151,6 +168,7 @@ impl Broker {
         shard: ShardContext,
         metrics: Arc<ShardMetrics>,
     ) -> Broker {
+        let started_ms = clock.now_ms();
         Broker {
             topics: tables.topics,
             groups: tables.groups,
@@ -166,6 +184,7 @@ impl Broker {
             next_queue: Cell::new(0),
             shard,
             metrics,
+            started_ms,
         }
     }
 
@@ -301,6 +320,24 @@ impl Broker {
             request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
             request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
             request::QUERY_ASSIGNMENT => assignment::query_assignment(self, &request),
+            request::GET_BROKER_RUNTIME_INFO => {
+                Box::pin(runtime_info::runtime_info(self, &request, peer)).await
+            }
+            request::GET_TOPIC_STATS_INFO => {
+                Box::pin(topic_stats::topic_stats(self, &request, peer)).await
+            }
+            request::GET_CONSUME_STATS => {
+                Box::pin(consume_stats::consume_stats(self, &request, peer)).await
+            }
+            request::INVOKE_BROKER_TO_RESET_OFFSET => {
+                Box::pin(reset_offset::reset_offset(self, &request, peer)).await
+            }
+            request::GET_CONSUMER_CONNECTION_LIST => {
+                consumer_connections::consumer_connections(self, &request)
+            }
+            request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
+                consumer_connections::subscription_groups(self, &request)
+            }
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,

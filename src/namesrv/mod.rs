@@ -10,6 +10,8 @@
 //!   the default topic `TBW102` and the broker creates the topic on the first send; the
 //!   result for the producer (that many queues on this broker) is the same.
 //! - GET_BROKER_CLUSTER_INFO (106): ClusterInfo (shape in [`route`]).
+//! - GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): `TopicList`, `{"topicList":["T",…]}`, every
+//!   topic of the node's table, in name order.
 //! - Anything else: REQUEST_CODE_NOT_SUPPORTED. Broker requests (sends, pulls) are not
 //!   answered here, nor routes on the broker port.
 //!
@@ -65,6 +67,17 @@ impl NameServer {
             request::GET_BROKER_CLUSTER_INFO => {
                 RemotingCommand::response_to(request, response::SUCCESS, None)
                     .with_body(route::cluster_info_json(&self.entry()).into_bytes())
+            }
+            request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
+                let names: Vec<String> = self
+                    .topics
+                    .all()
+                    .into_iter()
+                    .map(|config| config.topic_name)
+                    .collect();
+                let body = serde_json::json!({ "topicList": names });
+                RemotingCommand::response_to(request, response::SUCCESS, None)
+                    .with_body(body.to_string().into_bytes())
             }
             other => RemotingCommand::response_to(
                 request,

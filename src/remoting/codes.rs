@@ -91,6 +91,8 @@ pub mod request {
         REGISTER_TOPIC_IN_NAMESRV = 217,
         /// Broker to consumer.
         RESET_CONSUMER_CLIENT_OFFSET = 220,
+        /// Admin tools (`mqadmin resetOffsetByTime`); from `RequestCode.java`.
+        INVOKE_BROKER_TO_RESET_OFFSET = 222,
         /// Broker to consumer.
         GET_CONSUMER_STATUS_FROM_CLIENT = 221,
         /// Broker to consumer.

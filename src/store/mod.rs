@@ -557,6 +557,22 @@ impl Store {
             .map(Some)
     }
 
+    /// Store time of the message at `queue_offset`, if the queue still holds it.
+    pub fn message_store_time(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(None);
+        };
+        if queue_offset < queue.min_offset() || queue_offset >= queue.max_offset() {
+            return Ok(None);
+        }
+        self.store_timestamp_at(&queue, queue_offset).map(Some)
+    }
+
     fn store_timestamp_at(
         &self,
         queue: &ConsumeQueue,

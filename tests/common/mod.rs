@@ -12,6 +12,8 @@ use ringmq::io::Disk;
 use ringmq::store::properties;
 use ringmq::store::record::{body_crc, decode, Decoded, RecordInput, RecordView, Verify};
 
+pub mod raw;
+
 /// Runs `future` on a current-thread runtime inside a `LocalSet`, as a shard does.
 /// With `paused` time, timers advance only when every task is idle, so runs repeat exactly.
 pub fn run_local<F: Future>(paused: bool, future: F) -> F::Output {

@@ -703,3 +703,155 @@ fn messages_are_found_by_key_offset_id_and_unique_key() {
     });
     drop(node);
 }
+
+/// Scenario 7: the stock admin client (`DefaultMQAdminExt`) reads the node's cluster,
+/// runtime figures, a topic's queues, a live group's progress and connection
+/// (GET_BROKER_CLUSTER_INFO, GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
+/// GET_CONSUME_STATS, GET_CONSUMER_CONNECTION_LIST, all parsed by the client's own codecs),
+/// then resets the group's offsets to a time before every message
+/// (INVOKE_BROKER_TO_RESET_OFFSET): the node tells the live consumer
+/// (RESET_CONSUMER_CLIENT_OFFSET), which receives the whole batch again.
+#[test]
+fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
+    use rocketmq_client_rust::{
+        DefaultMQAdminExt, MQAdminMutationExt, MQAdminReadExt, MQAdminTopicStatsReadExt,
+    };
+    let seed = seed();
+    println!("seed {seed}");
+    let node = Node::start("async");
+    let namesrv = node.namesrv_addr();
+    let broker = node.broker_addr();
+    let topic = format!("CompatAdmin{seed}");
+    let group = format!("CG_admin_{seed}");
+    let batch = numbered_batch(seed, "admin", 12, "TagA");
+    run_clients("admin", |runtime| {
+        let (namesrv, broker, topic, group, batch) = (&namesrv, &broker, &topic, &group, &batch);
+        async move {
+            let mut producer = start_producer(&runtime, namesrv, &format!("PG_admin_{seed}")).await;
+            send_each(&producer, topic, batch, seed).await;
+            producer.shutdown().await;
+            let member = start_member(
+                &runtime,
+                ConsumerSpec {
+                    namesrv,
+                    group,
+                    instance: "admin-member",
+                    topic,
+                    expression: "*",
+                    model: MessageModel::Clustering,
+                },
+            )
+            .await;
+            wait_for_all("the batch", &[&member], batch).await;
+
+            let mut admin = DefaultMQAdminExt::new(Arc::clone(&runtime));
+            admin.set_namesrv_addr(namesrv.as_str());
+            admin.start().await.expect("start the admin client");
+            let cluster = admin
+                .examine_broker_cluster_info()
+                .await
+                .expect("cluster info");
+            let brokers = cluster.broker_addr_table.expect("a broker table");
+            assert!(
+                brokers
+                    .values()
+                    .any(|data| data.broker_addrs().values().any(|a| a.as_str() == broker)),
+                "seed {seed}: the cluster lists {broker}: {brokers:?}"
+            );
+            let figures = admin
+                .fetch_broker_runtime_stats(broker.clone().into())
+                .await
+                .expect("runtime info");
+            let version = figures
+                .table
+                .get("brokerVersionDesc")
+                .map(|v| v.to_string());
+            assert!(
+                version.as_deref().is_some_and(|v| v.starts_with("ringmq")),
+                "seed {seed}: {figures:?}"
+            );
+            let stats = admin
+                .topic_stats_at(broker.clone().into(), topic.clone().into())
+                .await
+                .expect("topic stats");
+            let stored: i64 = stats
+                .get_offset_table()
+                .values()
+                .map(|offset| offset.get_max_offset())
+                .sum();
+            assert_eq!(stored, batch.len() as i64, "seed {seed}: {stats:?}");
+
+            // The member commits on its own timer: wait until the node has every commit.
+            let queues: Vec<i32> = stats
+                .get_offset_table()
+                .keys()
+                .map(|q| q.queue_id())
+                .collect();
+            wait_until(
+                "the group's commits to reach the queue ends",
+                Duration::from_secs(30),
+                || {
+                    queues.iter().all(|q| {
+                        let end = raw::max_offset(broker, topic, *q);
+                        end == 0 || raw::committed_offset(broker, group, topic, *q) == Some(end)
+                    })
+                },
+                || format!("queues {queues:?}"),
+            )
+            .await;
+            let progress = admin
+                .examine_consume_stats(
+                    group.clone().into(),
+                    Some(topic.clone().into()),
+                    None,
+                    None,
+                    None,
+                )
+                .await
+                .expect("consume stats");
+            assert_eq!(
+                progress.get_offset_table().len(),
+                queues.len(),
+                "seed {seed}"
+            );
+            assert_eq!(progress.compute_total_diff(), 0, "seed {seed}: no lag left");
+            let connection = admin
+                .examine_consumer_connection_info(group.clone().into(), None)
+                .await
+                .expect("consumer connection");
+            assert_eq!(connection.get_connection_set().len(), 1, "seed {seed}");
+
+            let before = member.collector.len();
+            let reset = admin
+                .reset_consumer_offset(None, topic.clone().into(), group.clone().into(), 1, true)
+                .await
+                .expect("reset the group's offsets");
+            assert_eq!(reset.len(), queues.len(), "seed {seed}: {reset:?}");
+            assert!(
+                reset.values().all(|offset| *offset == 0),
+                "seed {seed}: {reset:?}"
+            );
+            wait_until(
+                "the batch again after the reset",
+                DELIVERY_DEADLINE,
+                || {
+                    let again: BTreeSet<String> = member.collector.deliveries()[before..]
+                        .iter()
+                        .map(|d| d.body.clone())
+                        .collect();
+                    batch.keys().all(|body| again.contains(body))
+                },
+                || {
+                    format!(
+                        "{} deliveries after the reset",
+                        member.collector.len() - before
+                    )
+                },
+            )
+            .await;
+            admin.shutdown().await;
+            member.shutdown().await;
+        }
+    });
+    drop(node);
+}

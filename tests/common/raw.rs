@@ -1,0 +1,79 @@
+//! A blocking remoting connection for tests that must see what the node sends on its own:
+//! the requests it pushes to clients (NOTIFY_CONSUMER_IDS_CHANGED,
+//! RESET_CONSUMER_CLIENT_OFFSET) arrive between the responses.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use ringmq::remoting::frame::{encode_frame, take_frame, DEFAULT_MAX_FRAME_LEN};
+use ringmq::remoting::RemotingCommand;
+
+/// One connection, its unread bytes and its last opaque.
+pub struct Raw {
+    socket: TcpStream,
+    buffer: BytesMut,
+    opaque: i32,
+}
+
+impl Raw {
+    pub fn connect(addr: std::net::SocketAddr) -> Raw {
+        let socket = TcpStream::connect(addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        Raw {
+            socket,
+            buffer: BytesMut::new(),
+            opaque: 0,
+        }
+    }
+
+    pub fn send(&mut self, mut command: RemotingCommand) -> i32 {
+        self.opaque += 1;
+        command.opaque = self.opaque;
+        let mut out = Vec::new();
+        encode_frame(&command, &mut out).unwrap();
+        self.socket.write_all(&out).unwrap();
+        self.opaque
+    }
+
+    /// The next frame matching `wanted`, waiting at most `limit`.
+    pub fn next(
+        &mut self,
+        limit: Duration,
+        wanted: impl Fn(&RemotingCommand) -> bool,
+    ) -> RemotingCommand {
+        let deadline = Instant::now() + limit;
+        loop {
+            while let Some(frame) = take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN).unwrap() {
+                if wanted(&frame) {
+                    return frame;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no wanted frame within {limit:?}"
+            );
+            let mut chunk = [0u8; 4096];
+            match self.socket.read(&mut chunk) {
+                Ok(0) => panic!("the node closed the connection"),
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(error) => panic!("read failed: {error}"),
+            }
+        }
+    }
+
+    pub fn call(&mut self, command: RemotingCommand) -> RemotingCommand {
+        let opaque = self.send(command);
+        self.next(Duration::from_secs(10), |f| {
+            f.is_response() && f.opaque == opaque
+        })
+    }
+}
