@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::command;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use common::raw::Raw;
 use ringmq::node::NodeOptions;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::send_request_v1;
-use ringmq::remoting::{ExtFields, RemotingCommand};
+use ringmq::remoting::RemotingCommand;
 use serde_json::Value;
 
 const TOPIC: &str = "Inspected";
@@ -26,14 +28,6 @@ fn options(dir: &std::path::Path) -> NodeOptions {
     let mut options = common::node_options(dir);
     options.shards = 2;
     options
-}
-
-fn command(code: i32, pairs: &[(&str, &str)]) -> RemotingCommand {
-    let mut fields = ExtFields::new();
-    for (name, value) in pairs {
-        fields.insert((*name).into(), *value);
-    }
-    RemotingCommand::request(code, fields)
 }
 
 fn ok(answer: &RemotingCommand) -> Value {

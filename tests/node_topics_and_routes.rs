@@ -5,13 +5,15 @@
 
 mod common;
 
+use common::command;
+
 use std::path::Path;
 
 use common::run_local;
 use ringmq::client::{send_request_v2, Client};
 use ringmq::node::{NodeHandle, NodeOptions};
 use ringmq::remoting::codes::{request, response};
-use ringmq::remoting::{ExtFields, RemotingCommand};
+use ringmq::remoting::RemotingCommand;
 use serde_json::Value;
 
 fn options(dir: &Path, auto_create: bool) -> NodeOptions {
@@ -26,14 +28,6 @@ fn options(dir: &Path, auto_create: bool) -> NodeOptions {
 
 fn start(dir: &Path, auto_create: bool) -> NodeHandle {
     ringmq::node::start(options(dir, auto_create)).expect("node starts")
-}
-
-fn command(code: i32, fields: &[(&str, &str)]) -> RemotingCommand {
-    let mut ext = ExtFields::new();
-    for (key, value) in fields {
-        ext.insert((*key).into(), *value);
-    }
-    RemotingCommand::request(code, ext)
 }
 
 fn route_request(topic: &str) -> RemotingCommand {

@@ -194,3 +194,12 @@ pub fn pull_bodies(body: &[u8]) -> Vec<String> {
         .map(|record| String::from_utf8(record.body.to_vec()).expect("a text body"))
         .collect()
 }
+
+/// A request with `code` and the header fields `fields`.
+pub fn command(code: i32, fields: &[(&str, &str)]) -> ringmq::remoting::RemotingCommand {
+    let mut ext = ringmq::remoting::ExtFields::new();
+    for (key, value) in fields {
+        ext.insert((*key).into(), *value);
+    }
+    ringmq::remoting::RemotingCommand::request(code, ext)
+}
