@@ -630,8 +630,8 @@ fn verify(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
             }
         );
         println!(
-            "{} consume queues, {} entries",
-            report.queues, report.queue_entries
+            "{} consume queues, {} entries ({} below the log's start, expired)",
+            report.queues, report.queue_entries, report.expired_queue_entries
         );
         if let Some(tail) = &report.unrecovered_tail {
             println!("unrecovered tail (the next start cuts it): {tail}");

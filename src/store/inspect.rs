@@ -35,6 +35,10 @@ pub struct VerifyReport {
     pub crashed: bool,
     pub queues: u64,
     pub queue_entries: u64,
+    /// Of those, the entries at the front of their queue whose records retention deleted
+    /// (below the log's first segment): the queue's minimum is past them, as the next
+    /// start computes it. Not checked further, and not damage.
+    pub expired_queue_entries: u64,
     /// Invalid data past the durable point that the next start will cut.
     pub unrecovered_tail: Option<String>,
     /// Everything wrong below the durable point. Empty means the store is sound.
@@ -170,6 +174,8 @@ fn verify_queues(
     if !disk.exists(&root) {
         return Ok(());
     }
+    // Retention moves the log's start; the queues' entries below it went with it.
+    let log_start = segments.first_start().unwrap_or(segments.base());
     for topic in disk.list_dir(&root)? {
         for queue in disk.list_dir(&root.join(&topic))? {
             report.queues += 1;
@@ -177,6 +183,7 @@ fn verify_queues(
             let queue_id: i32 = queue.parse().unwrap_or(-1);
             let mut expected_index = None;
             let mut previous_end = 0u64;
+            let mut retained_seen = false;
             for name in disk.list_dir(&queue_dir)? {
                 let Some(start) = parse_segment_name(&name) else {
                     continue;
@@ -199,6 +206,19 @@ fn verify_queues(
                     }
                     expected_index = Some(index + 1);
                     report.queue_entries += 1;
+                    if (entry.phys_offset as u64) < log_start {
+                        if retained_seen {
+                            report.damage.push(format!(
+                                "{topic}/{queue} entry {index}: points at {}, below the log's start, after entries the log holds",
+                                entry.phys_offset
+                            ));
+                        } else {
+                            report.expired_queue_entries += 1;
+                        }
+                        previous_end = entry.end();
+                        continue;
+                    }
+                    retained_seen = true;
                     let problem = check_entry(
                         segments,
                         report.log_end,

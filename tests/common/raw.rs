@@ -70,6 +70,38 @@ impl Raw {
         }
     }
 
+    /// The response to `command`, or `None` when the connection fails or closes first (the
+    /// node was killed) or nothing came within 10 s.
+    pub fn try_call(&mut self, mut command: RemotingCommand) -> Option<RemotingCommand> {
+        self.opaque += 1;
+        command.opaque = self.opaque;
+        let mut out = Vec::new();
+        encode_frame(&command, &mut out).ok()?;
+        self.socket.write_all(&out).ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            while let Some(frame) = take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN).ok()? {
+                if frame.is_response() && frame.opaque == self.opaque {
+                    return Some(frame);
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            let mut chunk = [0u8; 4096];
+            match self.socket.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
     pub fn call(&mut self, command: RemotingCommand) -> RemotingCommand {
         let opaque = self.send(command);
         self.next(Duration::from_secs(10), |f| {
