@@ -174,6 +174,7 @@ fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
         acked.len()
     );
     // A clean stop, then the offline check of the whole store.
+    // SAFETY: kill(2) takes no pointers; the pid is our own child, not yet reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert!(child.wait().unwrap().success(), "seed {seed}: clean stop");
     let verify = Command::new(BIN)
