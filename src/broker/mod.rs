@@ -12,6 +12,8 @@
 //!   and the heartbeat subscriptions pulls filter by; [`groups`]: the client registry they
 //!   fill, indexed by group, client, connection and expiry.
 //! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
+//! - [`lock_requests`]: LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), over the node's
+//!   [`queue_locks`], for orderly consumers.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
 //!   `commitOffset`, and `config/consumerOffset.json`.
 //! - [`query`]: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33).
@@ -50,11 +52,13 @@ pub mod consumers;
 pub mod fan_out;
 pub mod groups;
 pub mod ids;
+pub mod lock_requests;
 pub mod names;
 pub mod notify;
 pub mod offsets;
 pub mod pull;
 pub mod query;
+pub mod queue_locks;
 pub mod reset_offset;
 pub mod runtime_info;
 pub mod send;
@@ -121,6 +125,8 @@ pub struct NodeTables {
     pub consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     /// Every open client connection of every shard, by peer address.
     pub links: Arc<notify::Links>,
+    /// The orderly-consumption queue locks.
+    pub locks: Arc<queue_locks::QueueLocks>,
 }
 
 impl NodeTables {
@@ -133,6 +139,7 @@ impl NodeTables {
             groups: Arc::new(consumers::Groups::new()),
             consumer_offsets: Arc::new(consumer_offsets),
             links: Arc::new(notify::Links::default()),
+            locks: Arc::new(queue_locks::QueueLocks::new()),
         }
     }
 }
@@ -150,6 +157,7 @@ pub struct Broker {
     pub(crate) groups: Arc<consumers::Groups>,
     pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     pub(crate) links: Arc<notify::Links>,
+    pub(crate) locks: Arc<queue_locks::QueueLocks>,
     /// Closed connections whose clients are yet to leave their groups.
     pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
@@ -174,6 +182,7 @@ impl Broker {
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
             links: tables.links,
+            locks: tables.locks,
             closed: consumers::ClosedConnections::default(),
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip(), shard.id()),
             store,
@@ -335,6 +344,8 @@ impl Broker {
             request::GET_CONSUMER_CONNECTION_LIST => {
                 consumer_connections::consumer_connections(self, &request)
             }
+            request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
+            request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),
             request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
                 consumer_connections::subscription_groups(self, &request)
             }
@@ -422,6 +433,7 @@ impl RequestHandler for Broker {
     /// [`consumers::reap_closed_connections`], a bounded step per turn of the shard.
     fn connection_closed(&self, peer: SocketAddr) {
         self.links.close(peer);
+        self.locks.connection_closed(peer);
         self.closed.push(peer);
     }
 

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use cheetah_string::CheetahString;
 use rocketmq_client_rust::{
     AllocateMessageQueueStrategy, ClientConfig, ClientResult, ClientRuntime, ClientRuntimeConfig,
-    ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQProducer,
-    DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
+    ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, ConsumeOrderlyContext,
+    ConsumeOrderlyStatus, DefaultMQProducer, DefaultMQPushConsumer, MQPushConsumer,
+    MessageListenerConcurrently, MessageListenerOrderly,
 };
 use rocketmq_model::allocation::AllocateMessageQueueAveragely;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
@@ -230,6 +231,26 @@ impl MessageListenerConcurrently for Collector {
         msgs: &[&MessageExt],
         _context: &ConsumeConcurrentlyContext,
     ) -> ClientResult<ConsumeConcurrentlyStatus> {
+        self.record(msgs);
+        Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
+    }
+}
+
+/// The same collector as an orderly listener: the client calls it for one queue at a time,
+/// holding that queue's lock (LOCK_BATCH_MQ), so the deliveries of a queue arrive in order.
+impl MessageListenerOrderly for Collector {
+    fn consume_message(
+        &self,
+        msgs: &[&MessageExt],
+        _context: &mut ConsumeOrderlyContext,
+    ) -> ClientResult<ConsumeOrderlyStatus> {
+        self.record(msgs);
+        Ok(ConsumeOrderlyStatus::Success)
+    }
+}
+
+impl Collector {
+    fn record(&self, msgs: &[&MessageExt]) {
         let mut deliveries = self.deliveries.lock().unwrap();
         for msg in msgs {
             let inner = msg.message_inner();
@@ -243,7 +264,6 @@ impl MessageListenerConcurrently for Collector {
                 keys: inner.keys().unwrap_or_default(),
             });
         }
-        Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
     }
 }
 
@@ -373,6 +393,19 @@ impl Member {
 /// Builds, subscribes and starts a push consumer that consumes from the first offset when
 /// its group has no committed offset.
 pub async fn start_member(runtime: &Arc<ClientRuntime>, spec: ConsumerSpec<'_>) -> Member {
+    start_member_as(runtime, spec, false).await
+}
+
+/// [`start_member`] with the collector registered as an orderly listener.
+pub async fn start_orderly_member(runtime: &Arc<ClientRuntime>, spec: ConsumerSpec<'_>) -> Member {
+    start_member_as(runtime, spec, true).await
+}
+
+async fn start_member_as(
+    runtime: &Arc<ClientRuntime>,
+    spec: ConsumerSpec<'_>,
+    orderly: bool,
+) -> Member {
     let collector = Collector::new(spec.instance);
     let allocator = RecordingAllocator::new();
     let mut consumer = DefaultMQPushConsumer::builder(Arc::clone(runtime))
@@ -387,7 +420,11 @@ pub async fn start_member(runtime: &Arc<ClientRuntime>, spec: ConsumerSpec<'_>) 
         .subscribe(spec.topic, spec.expression)
         .await
         .expect("subscribe");
-    consumer.register_message_listener_concurrently(collector.clone());
+    if orderly {
+        consumer.register_message_listener_orderly(collector.clone());
+    } else {
+        consumer.register_message_listener_concurrently(collector.clone());
+    }
     consumer.start().await.expect("start the push consumer");
     Member {
         consumer,

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use ringmq_compat::node::Node;
 use ringmq_compat::{
-    describe_allocations, group_settled, raw, run_clients, seed, start_member, start_producer,
-    wait_until, ConsumerSpec, Delivery, Member, DELIVERY_DEADLINE, REBALANCE_DEADLINE,
+    describe_allocations, group_settled, raw, run_clients, seed, start_member,
+    start_orderly_member, start_producer, wait_until, ConsumerSpec, Delivery, Member,
+    DELIVERY_DEADLINE, REBALANCE_DEADLINE,
 };
 use rocketmq_client_rust::{ClientRuntime, DefaultMQProducer};
 use rocketmq_model::common::message::message_single::Message;
@@ -850,6 +851,60 @@ fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
             )
             .await;
             admin.shutdown().await;
+            member.shutdown().await;
+        }
+    });
+    drop(node);
+}
+
+/// Scenario 8: an orderly push consumer (which consumes a queue only while it holds the
+/// queue's lock, LOCK_BATCH_MQ) receives every message, each queue's in queue-offset order
+/// with no gap and nothing twice; its shutdown releases the locks (UNLOCK_BATCH_MQ).
+#[test]
+fn an_orderly_consumer_receives_every_queue_in_order() {
+    let seed = seed();
+    println!("seed {seed}");
+    let node = Node::start("async");
+    let namesrv = node.namesrv_addr();
+    let topic = format!("CompatOrderly{seed}");
+    let group = format!("CG_orderly_{seed}");
+    let batch = numbered_batch(seed, "orderly", 40, "TagO");
+    run_clients("orderly", |runtime| {
+        let (namesrv, topic, group, batch) = (&namesrv, &topic, &group, &batch);
+        async move {
+            let mut producer =
+                start_producer(&runtime, namesrv, &format!("PG_orderly_{seed}")).await;
+            send_each(&producer, topic, batch, seed).await;
+            producer.shutdown().await;
+            let member = start_orderly_member(
+                &runtime,
+                ConsumerSpec {
+                    namesrv,
+                    group,
+                    instance: "orderly-member",
+                    topic,
+                    expression: "*",
+                    model: MessageModel::Clustering,
+                },
+            )
+            .await;
+            wait_for_all("the batch, consumed orderly", &[&member], batch).await;
+            settle_quietly(&[&member], Duration::from_secs(2)).await;
+            let deliveries = member.collector.deliveries();
+            check_deliveries(&deliveries, batch, seed);
+            assert_eq!(duplicates(&deliveries), vec![], "seed {seed}: duplicates");
+            let mut per_queue: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+            for delivery in &deliveries {
+                per_queue
+                    .entry(delivery.queue_id)
+                    .or_default()
+                    .push(delivery.queue_offset);
+            }
+            for (queue, offsets) in &per_queue {
+                let expected: Vec<i64> = (0..offsets.len() as i64).collect();
+                assert_eq!(offsets, &expected, "seed {seed}: queue {queue} in order");
+            }
+            println!("seed {seed}: {} queues consumed in order", per_queue.len());
             member.shutdown().await;
         }
     });
