@@ -772,6 +772,8 @@ mod tests {
                 index_files_deleted: 0,
                 puts_refused_for_space: 5,
                 used_percent: 42,
+                segments_kept_for_holds: 0,
+                messages_lost_from_holds: 0,
             },
         });
         let text = metrics.render();
