@@ -14,6 +14,8 @@
 //! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
 //!   `commitOffset`, and `config/consumerOffset.json`.
+//! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
+//!   on the shard's store.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -41,6 +43,7 @@ pub mod ids;
 pub mod names;
 pub mod notify;
 pub mod offsets;
+pub mod protected_groups;
 pub mod pull;
 pub mod query;
 pub mod send;
@@ -89,6 +92,9 @@ pub struct BrokerConfig {
     /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
     /// crash loses at most this much of the commits.
     pub consumer_offset_flush_interval: Duration,
+    /// `retentionProtectedGroups`: consumer groups whose unconsumed records retention
+    /// keeps below the forced ratio ([`protected_groups`]); empty for none.
+    pub retention_protected_groups: Vec<String>,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;
