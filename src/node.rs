@@ -9,7 +9,9 @@
 //! (with port 0). It binds every listener first (so a taken port fails the start before
 //! any store opens), checks that the store root was made for this shard count, loads the
 //! node-wide tables (`config/topics.json`, `config/consumerOffset.json`; a corrupt one
-//! stops the start naming the file), then starts the shards and returns once every one
+//! stops the start naming the file), then starts the shards (each registers the
+//! protected consumer groups, `retentionProtectedGroups`, on its store as retention holds
+//! before its store's first retention run: `broker/protected_groups.rs`) and returns once every one
 //! serves, with the bound addresses and a [`NodeHandle`]. If one shard fails to start,
 //! the others are stopped cleanly and the start fails with that shard's error.
 //!
@@ -286,6 +288,10 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
         options.shards,
         crate::node_config::MAX_SHARDS
     );
+    for group in &options.broker.retention_protected_groups {
+        crate::broker::names::validate_group(group)
+            .map_err(|why| anyhow::anyhow!("retentionProtectedGroups: {why}"))?;
+    }
     layout::check_shard_count(&options.dir, options.shards)
         .map_err(|error| anyhow::anyhow!(error))?;
     for shard in 0..options.shards {
@@ -529,6 +535,8 @@ async fn run_shard(
         context,
         metrics.clone(),
     ));
+    // Before any await: the store's first retention run already keeps what they hold.
+    crate::broker::protected_groups::protect(&broker);
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let spawn_watched =
         |task: &'static str, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {

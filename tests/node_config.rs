@@ -674,3 +674,81 @@ fn the_channel_expiry_and_client_sweep_interval_reach_the_broker_settings() {
         Duration::from_millis(500)
     );
 }
+
+#[test]
+fn retention_protected_groups_from_each_source_reach_the_broker_settings() {
+    assert!(
+        base().retention_protected_groups.is_empty(),
+        "none by default"
+    );
+    let mut conf = loader();
+    conf.broker_conf_str(
+        "broker.conf",
+        "retentionProtectedGroups = CG_orders; CG_billing;CG_audit-2\n",
+    )
+    .unwrap();
+    let config = conf.finish().unwrap();
+    let groups = vec![
+        "CG_orders".to_string(),
+        "CG_billing".to_string(),
+        "CG_audit-2".to_string(),
+    ];
+    assert_eq!(config.retention_protected_groups, groups);
+    let options = ringmq::node::NodeOptions::from_config(&config);
+    assert_eq!(options.broker.retention_protected_groups, groups);
+
+    let mut toml = loader();
+    toml.toml_str(
+        "node.toml",
+        "retention_protected_groups = \"CG_orders;CG_orders\"",
+    )
+    .unwrap();
+    let config = toml.finish().unwrap();
+    assert_eq!(config.retention_protected_groups, vec!["CG_orders"]);
+    let mut cli = loader();
+    cli.override_arg("retentionProtectedGroups=").unwrap();
+    assert!(cli.finish().unwrap().retention_protected_groups.is_empty());
+}
+
+#[test]
+fn a_bad_protected_group_is_refused_naming_the_key_and_the_group() {
+    let long = format!("retentionProtectedGroups={}", "g".repeat(256));
+    let cases: &[(&str, &str)] = &[
+        (
+            "retentionProtectedGroups=CG orders",
+            "group 'CG orders' has the character ' '",
+        ),
+        (
+            "retentionProtectedGroups=CG_a;topic@CG_b",
+            "has the character '@'",
+        ),
+        ("retentionProtectedGroups=CG_a;;CG_b", "empty group name"),
+        ("retentionProtectedGroups=CG_a;", "empty group name"),
+        (&long, "at most 255"),
+    ];
+    for (line, fragment) in cases {
+        let error = loader().broker_conf_str("broker.conf", line).err().unwrap();
+        expect_error(error, "broker.conf", "retentionProtectedGroups", fragment);
+    }
+    let error = loader()
+        .toml_str("node.toml", "retention_protected_groups = 7")
+        .err()
+        .unwrap();
+    expect_error(
+        error,
+        "node.toml",
+        "retention_protected_groups",
+        "found an integer",
+    );
+    // A config built in code is checked too.
+    let config = NodeConfig {
+        retention_protected_groups: vec!["CG_a".into(), "CG_a".into()],
+        ..base()
+    };
+    expect_error(
+        config.validate().unwrap_err(),
+        "config",
+        "retention_protected_groups",
+        "listed twice",
+    );
+}

@@ -2,7 +2,9 @@
 //! `deleteWhen` hour, closed segments go at the cleaner's next run; a consumer pulling
 //! below the queue's new minimum gets PULL_OFFSET_MOVED with the minimum as its next
 //! offset, and pulling from there serves what is left; GET_MIN_OFFSET reports it; a
-//! committed offset below it stays as it was committed.
+//! committed offset below it stays as it was committed. With the consumer group
+//! protected (`retentionProtectedGroups`), the same segments stay while the group's
+//! committed offset is in them, and go once it commits past them.
 
 mod common;
 
@@ -23,6 +25,40 @@ fn ext<'a>(cmd: &'a RemotingCommand, field: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {field} in {cmd:?}"))
 }
 
+/// A node with 64 KiB segments whose cleaner runs every 50 ms and finds every closed
+/// segment expired, with `protected` consumer groups.
+fn expiring_node(dir: &std::path::Path, protected: &[&str]) -> ringmq::node::NodeHandle {
+    let mut options = common::node_options(dir);
+    options.shards = 1;
+    options.segment_size = Some(64 * 1024);
+    options.broker.retention_protected_groups = protected.iter().map(|g| g.to_string()).collect();
+    let mut store = ringmq::config::StoreConfig::new(dir);
+    store.retention = RetentionConfig {
+        file_reserved: Duration::ZERO,
+        delete_when: (0..24).collect(),
+        clean_interval: Duration::from_millis(50),
+        ..store.retention
+    };
+    store.checkpoint_interval = Duration::from_millis(50);
+    options.store_template = Some(store);
+    ringmq::node::start(options).expect("node starts")
+}
+
+/// The value of the sample `series` (name and labels) in a scrape of `node`.
+fn sample(node: &ringmq::node::NodeHandle, series: &str) -> Option<u64> {
+    let text = node.metrics().render();
+    let line = text.lines().find(|line| line.starts_with(series))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+async fn min_offset(client: &Client) -> u64 {
+    let answer = client
+        .request(queue_request(request::GET_MIN_OFFSET, TOPIC, 0))
+        .await
+        .unwrap();
+    ext(&answer, "offset").parse().unwrap()
+}
+
 fn offset_request(code: i32, commit: Option<i64>) -> RemotingCommand {
     let mut fields = ExtFields::new();
     fields.insert("consumerGroup".into(), GROUP);
@@ -37,19 +73,7 @@ fn offset_request(code: i32, commit: Option<i64>) -> RemotingCommand {
 #[test]
 fn a_consumer_behind_expired_segments_is_moved_to_the_new_minimum() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.shards = 1;
-    options.segment_size = Some(64 * 1024);
-    let mut store = ringmq::config::StoreConfig::new(dir.path());
-    store.retention = RetentionConfig {
-        file_reserved: Duration::ZERO,
-        delete_when: (0..24).collect(),
-        clean_interval: Duration::from_millis(50),
-        ..store.retention
-    };
-    store.checkpoint_interval = Duration::from_millis(50);
-    options.store_template = Some(store);
-    let node = ringmq::node::start(options).expect("node starts");
+    let node = expiring_node(dir.path(), &[]);
     let addr = node.addr();
     run_local(false, async move {
         let client = Client::connect(addr).await.unwrap();
@@ -99,4 +123,83 @@ fn a_consumer_behind_expired_segments_is_moved_to_the_new_minimum() {
         );
     });
     node.shutdown().unwrap();
+}
+
+#[test]
+fn a_protected_group_keeps_the_segments_it_has_not_consumed_until_it_commits_past_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = expiring_node(dir.path(), &[GROUP]);
+    let addr = node.addr();
+    let kept = "ringmq_retention_segments_kept_for_consumers{shard=\"0\"}";
+    run_local(false, async {
+        let client = Client::connect(addr).await.unwrap();
+        let commit = client
+            .request(offset_request(request::UPDATE_CONSUMER_OFFSET, Some(0)))
+            .await
+            .unwrap();
+        assert_eq!(commit.code, response::SUCCESS, "{commit:?}");
+        let body = vec![b'r'; 1024];
+        for _ in 0..300 {
+            let answer = client
+                .request(send_request_v1(TOPIC, 0, &body, None, None))
+                .await
+                .unwrap();
+            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        }
+        // Bounded wait for a cleaner run to report segments kept for the group (the
+        // metrics copy the store's figures once a second).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sample(&node, kept).unwrap_or(0) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no segment was ever kept for the group"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            min_offset(&client).await,
+            0,
+            "the group's messages were deleted"
+        );
+        let all = client
+            .request(queue_request(request::GET_MAX_OFFSET, TOPIC, 0))
+            .await
+            .unwrap();
+        let end: i64 = ext(&all, "offset").parse().unwrap();
+        assert_eq!(end, 300);
+        let commit = client
+            .request(offset_request(request::UPDATE_CONSUMER_OFFSET, Some(end)))
+            .await
+            .unwrap();
+        assert_eq!(commit.code, response::SUCCESS, "{commit:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while min_offset(&client).await == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the minimum never moved after the commit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sample(&node, kept) != Some(0) {
+            assert!(Instant::now() < deadline, "segments still counted as kept");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let lost = "ringmq_retention_unconsumed_lost_total{shard=\"0\",group=\"CG_expiring\"}";
+        assert_eq!(sample(&node, lost), Some(0), "nothing was lost");
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_bad_protected_group_name_stops_the_start_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.retention_protected_groups = vec!["CG ok".into()];
+    let error = ringmq::node::start(options).err().expect("refused");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("retentionProtectedGroups") && message.contains("CG ok"),
+        "{message}"
+    );
 }

@@ -166,6 +166,25 @@ impl ConsumerOffsets {
         groups.into_iter().cloned().collect()
     }
 
+    /// Every committed offset of the groups in `groups`, as `(group, topic, queue id,
+    /// offset)`, in table order; offsets below 0 (fastjson's "nothing committed") are left
+    /// out. One pass over the table under its lock (retention asks once per run).
+    pub fn committed_by(&self, groups: &[String]) -> Vec<(String, String, i32, u64)> {
+        let table = self.table.lock();
+        let mut found = Vec::new();
+        for ((topic, group), queues) in table.iter() {
+            if !groups.iter().any(|wanted| wanted == group) {
+                continue;
+            }
+            for (&queue_id, &offset) in queues {
+                if let Ok(offset) = u64::try_from(offset) {
+                    found.push((group.clone(), topic.clone(), queue_id, offset));
+                }
+            }
+        }
+        found
+    }
+
     /// Writes the file if anything changed since the last write; true if it wrote.
     pub fn persist_if_changed(&self) -> std::io::Result<bool> {
         if !self.dirty.load(Ordering::Acquire) {
@@ -426,5 +445,24 @@ mod tests {
         assert_eq!(loaded.query("g", "T", 3), Some(42));
         assert_eq!(loaded.query("h", "T", 0), Some(1));
         assert_eq!(loaded.query("h", "T", 1), None);
+    }
+
+    #[test]
+    fn committed_offsets_are_listed_for_the_groups_asked_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = ConsumerOffsets::in_memory(dir.path());
+        offsets.commit("g", "T", 3, 42);
+        offsets.commit("g", "%RETRY%g", 0, 7);
+        offsets.commit("h", "T", 0, 1);
+        offsets.commit("g", "U", 1, -1);
+        let listed = offsets.committed_by(&["g".into(), "absent".into()]);
+        assert_eq!(
+            listed,
+            vec![
+                ("g".into(), "%RETRY%g".into(), 0, 7),
+                ("g".into(), "T".into(), 3, 42),
+            ]
+        );
+        assert!(offsets.committed_by(&[]).is_empty());
     }
 }

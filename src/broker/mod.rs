@@ -24,6 +24,8 @@
 //!   GET_CONSUMER_CONNECTION_LIST (203) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
 //!   [`reset_offset`] INVOKE_BROKER_TO_RESET_OFFSET (222) with RESET_CONSUMER_CLIENT_OFFSET
 //!   (220) to the live clients.
+//! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
+//!   on the shard's store.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -56,6 +58,7 @@ pub mod lock_requests;
 pub mod names;
 pub mod notify;
 pub mod offsets;
+pub mod protected_groups;
 pub mod pull;
 pub mod query;
 pub mod queue_locks;
@@ -108,6 +111,9 @@ pub struct BrokerConfig {
     /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
     /// crash loses at most this much of the commits.
     pub consumer_offset_flush_interval: Duration,
+    /// `retentionProtectedGroups`: consumer groups whose unconsumed records retention
+    /// keeps below the forced ratio ([`protected_groups`]); empty for none.
+    pub retention_protected_groups: Vec<String>,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;

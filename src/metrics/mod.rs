@@ -38,6 +38,8 @@
 //! | `ringmq_retention_segments_deleted_total` | counter | CommitLog segments retention deleted |
 //! | `ringmq_retention_bytes_deleted_total` | counter | bytes of those segments |
 //! | `ringmq_retention_files_deleted_total` | counter | ConsumeQueue and index files retention deleted |
+//! | `ringmq_retention_segments_kept_for_consumers` | gauge | segments the last deleting run would have deleted (at most `deleteFileBatchMax`) but kept because a protected consumer group (a retention hold) had not consumed them |
+//! | `ringmq_retention_unconsumed_lost_total{group}` | counter | messages a protected group had not consumed that forced cleanup deleted, by group (the groups are `retentionProtectedGroups`, fixed at start, so traffic adds no series) |
 //! | `ringmq_puts_refused_for_space_total` | counter | puts refused at `diskSpaceWarningLevelRatio` or above |
 //! | `ringmq_disk_used_percent` | gauge | use of the store's disk at the cleaner's last run |
 //! | `ringmq_connections` | gauge | open client connections |
@@ -184,6 +186,9 @@ pub struct ShardMetrics {
     pub parked_pulls: AtomicI64,
     pub forwarded: AtomicU64,
     store: Locked<StoreStats>,
+    /// Messages each protected consumer group lost to forced cleanup, by group: the
+    /// configured groups, so the series are fixed at start.
+    unconsumed_lost: Locked<Vec<(String, u64)>>,
     latency: [Locked<Histogram<u64>>; 2],
 }
 
@@ -205,6 +210,7 @@ impl ShardMetrics {
             parked_pulls: AtomicI64::new(0),
             forwarded: AtomicU64::new(0),
             store: Locked::default(),
+            unconsumed_lost: Locked::default(),
             latency: [
                 Locked::new(latency_histogram()),
                 Locked::new(latency_histogram()),
@@ -234,6 +240,38 @@ impl ShardMetrics {
     /// Copies the store's counters (once a second, from the shard).
     pub fn set_store(&self, stats: StoreStats) {
         *self.store.lock() = stats;
+    }
+
+    /// Starts a lost-message counter at 0 for each of `groups` (the protected groups),
+    /// so each series exists before its first loss.
+    pub fn protect_groups(&self, groups: &[String]) {
+        let mut lost = self.unconsumed_lost.lock();
+        for group in groups {
+            if !lost.iter().any(|(known, _)| known == group) {
+                lost.push((group.clone(), 0));
+            }
+        }
+    }
+
+    /// Counts `messages` a protected group lost to forced cleanup.
+    ///
+    /// Panics for a group [`ShardMetrics::protect_groups`] did not start: only the
+    /// configured groups may add series.
+    pub fn add_unconsumed_lost(&self, group: &str, messages: u64) {
+        let mut lost = self.unconsumed_lost.lock();
+        match lost.iter().position(|(known, _)| known == group) {
+            Some(index) => lost[index].1 += messages,
+            None => panic!("{group} is not a protected group: {:?}", *lost),
+        }
+    }
+
+    /// Messages `group` lost to forced cleanup so far (0 for a group not protected).
+    pub fn unconsumed_lost(&self, group: &str) -> u64 {
+        self.unconsumed_lost
+            .lock()
+            .iter()
+            .find(|(known, _)| known == group)
+            .map_or(0, |(_, count)| *count)
     }
 
     pub fn add(counter: &AtomicU64, n: u64) {
@@ -542,6 +580,29 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     family(
         &mut out,
         shards,
+        "ringmq_retention_segments_kept_for_consumers",
+        "gauge",
+        "Segments the last deleting retention run would have deleted (at most deleteFileBatchMax) but kept because a protected consumer group had not consumed them.",
+        |s| s.store.lock().retention.segments_kept_for_holds as i128,
+    );
+    let name = "ringmq_retention_unconsumed_lost_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Messages a protected consumer group had not consumed that forced cleanup deleted.\n# TYPE {name} counter"
+    );
+    for shard in shards {
+        // Group names are validated (`%|a-zA-Z0-9_-`): nothing to escape in the label.
+        for (group, lost) in shard.unconsumed_lost.lock().iter() {
+            let _ = writeln!(
+                out,
+                "{name}{{shard=\"{}\",group=\"{group}\"}} {lost}",
+                shard.shard
+            );
+        }
+    }
+    family(
+        &mut out,
+        shards,
         "ringmq_puts_refused_for_space_total",
         "counter",
         "Puts refused because the disk was at diskSpaceWarningLevelRatio or above.",
@@ -772,10 +833,17 @@ mod tests {
                 index_files_deleted: 0,
                 puts_refused_for_space: 5,
                 used_percent: 42,
+                segments_kept_for_holds: 3,
+                messages_lost_from_holds: 0,
             },
         });
+        shard.protect_groups(&["CG_a".into(), "CG_b".into()]);
+        shard.add_unconsumed_lost("CG_b", 17);
         let text = metrics.render();
         for line in [
+            "ringmq_retention_segments_kept_for_consumers{shard=\"1\"} 3",
+            "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_a\"} 0",
+            "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_b\"} 17",
             "ringmq_requests_total{shard=\"1\",code=\"10\"} 2",
             "ringmq_responses_total{shard=\"1\",status=\"0\"} 1",
             "ringmq_responses_total{shard=\"1\",status=\"2\"} 1",

@@ -71,6 +71,7 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
         client_expiry: config.channel_expired_timeout,
         client_sweep_interval: config.client_sweep_interval,
         consumer_offset_flush_interval: broker::CONSUMER_OFFSET_FLUSH_INTERVAL,
+        retention_protected_groups: config.retention_protected_groups.clone(),
     }
 }
 

@@ -9,8 +9,8 @@ use super::key::Preset::{Constant, Machine, Text};
 use super::key::Range::{Number, Parsed, Rule};
 use super::key::{Bounds, Key, Unit};
 use super::parse::{
-    flag, flush_mode, home_dir, hours_of_day, io_name, ip, millis, name, port, reserved_time,
-    root_dir, text, uint, Value,
+    flag, flush_mode, group_names, home_dir, hours_of_day, io_name, ip, millis, name, port,
+    reserved_time, root_dir, text, uint, Value,
 };
 use super::{default_shards, BrokerRole, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
 use crate::broker::names::MAX_QUEUE_NUMS;
@@ -399,6 +399,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.clean_resource_interval.as_millis().to_string(),
     ),
     key!(
+        "retention_protected_groups", ringmq ["retentionProtectedGroups"],
+        default: Text(""),
+        range: Rule { doc: "consumer group names, `;`-separated, each 1 to 255 of `a-zA-Z0-9`, `%`, `_`, `-` and the vertical bar; empty for none", check: |c| protected_groups(&c.retention_protected_groups) },
+        meaning: "consumer groups whose unconsumed messages retention keeps below `diskSpaceCleanForciblyRatio`: a segment holding a message at or after a listed group's committed offset is not deleted, expired or not (a queue the group never committed on is not protected); above the ratio they go anyway, logged and counted per group; empty: RocketMQ's consumer-blind retention",
+        set: |c, v| c.retention_protected_groups = group_names(v)?,
+        get: |c| c.retention_protected_groups.join(";"),
+    ),
+    key!(
         "max_connections", ringmq ["maxConnections"],
         default: Text("10000"),
         range: Number(AT_LEAST_1),
@@ -571,6 +579,20 @@ fn host_ports(addr: &str) -> Result<(), String> {
 fn non_empty_root(config: &NodeConfig) -> Result<(), String> {
     if config.store_path_root_dir.as_os_str().is_empty() {
         return Err("is empty (the default is $HOME/store and HOME is not set)".into());
+    }
+    Ok(())
+}
+
+fn protected_groups(groups: &[String]) -> Result<(), String> {
+    for group in groups {
+        crate::broker::names::validate_group(group)?;
+    }
+    if let Some(repeated) = groups
+        .iter()
+        .enumerate()
+        .find_map(|(at, group)| groups[..at].contains(group).then_some(group))
+    {
+        return Err(format!("group '{repeated}' is listed twice"));
     }
     Ok(())
 }

@@ -192,6 +192,9 @@ pub struct NodeConfig {
     pub disk_space_warning_level_ratio: u8,
     pub delete_file_batch_max: usize,
     pub clean_resource_interval: Duration,
+    /// `retentionProtectedGroups`: validated group names, in the order given, without
+    /// repeats; empty for none.
+    pub retention_protected_groups: Vec<String>,
     pub max_connections: usize,
     pub max_parked_pulls: usize,
     pub channel_expired_timeout: Duration,
@@ -272,6 +275,7 @@ impl NodeConfig {
             disk_space_warning_level_ratio: 0,
             delete_file_batch_max: 0,
             clean_resource_interval: Duration::ZERO,
+            retention_protected_groups: Vec::new(),
             max_connections: 0,
             max_parked_pulls: 0,
             channel_expired_timeout: Duration::ZERO,
@@ -400,6 +404,7 @@ mod tests {
         let changed = NodeConfig {
             namesrv_addr: Some("10.0.0.1:9876;10.0.0.2:9876".into()),
             delete_when: vec![3, 4],
+            retention_protected_groups: vec!["CG_a".into(), "CG_b".into()],
             flush_disk_type: FlushMode::Sync,
             broker_role: BrokerRole::Slave,
             io_backend: IoChoice::Portable,

@@ -149,6 +149,30 @@ pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, String> {
     Ok(hours)
 }
 
+/// `retentionProtectedGroups`: `;`-separated consumer group names, each checked as
+/// requests check a group ([`crate::broker::names::validate_group`]); returned in the
+/// order given without repeats. Empty text is no group.
+pub(super) fn group_names(value: Value) -> Result<Vec<String>, String> {
+    let s = text(value)?;
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut groups: Vec<String> = Vec::new();
+    for part in s.split(';') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(format!(
+                "'{s}' has an empty group name; list several with ';'"
+            ));
+        }
+        crate::broker::names::validate_group(part)?;
+        if !groups.iter().any(|known| known == part) {
+            groups.push(part.to_string());
+        }
+    }
+    Ok(groups)
+}
+
 /// A path; a leading `~` is `$HOME`.
 pub(super) fn root_dir(value: Value) -> Result<PathBuf, String> {
     let s = text(value)?;
@@ -221,6 +245,20 @@ mod tests {
             .unwrap_err()
             .contains("not an IP"));
         assert_eq!(flush_mode(Value::Raw("SYNC_FLUSH")), Ok(FlushMode::Sync));
+        assert_eq!(
+            group_names(Value::Raw(" CG_a; %RETRY%CG_b ;CG_a")),
+            Ok(vec!["CG_a".to_string(), "%RETRY%CG_b".to_string()])
+        );
+        assert_eq!(group_names(Value::Str("")), Ok(vec![]));
+        assert!(group_names(Value::Raw("CG_a;"))
+            .unwrap_err()
+            .contains("empty group name"));
+        assert!(group_names(Value::Raw("CG a"))
+            .unwrap_err()
+            .contains("character ' '"));
+        assert!(group_names(Value::Int(3))
+            .unwrap_err()
+            .contains("found an integer"));
         assert!(flush_mode(Value::Raw("sync")).is_err());
     }
 }

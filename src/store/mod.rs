@@ -23,6 +23,9 @@
 //! checkpointer task periodically writes the ConsumeQueues out, syncs them and records the
 //! safe offset recovery starts from.
 //!
+//! The cleaner task (`retention.rs`) deletes expired segments, keeping what the holders
+//! registered through the retention-hold seam (`retention_holds.rs`) still need.
+//!
 //! Every one of these tasks runs under watch (`watch.rs`): a panic poisons the store with
 //! its message, like a failed write (D11), instead of leaving the shard up with nobody
 //! writing.
@@ -45,6 +48,7 @@ pub mod read;
 pub mod record;
 mod recovery;
 pub mod retention;
+pub mod retention_holds;
 pub mod scan;
 pub mod segment;
 pub mod topic;
@@ -256,6 +260,8 @@ pub(crate) struct Shared {
     pub retention: Cell<retention::RetentionStats>,
     /// A retention run is under way.
     pub cleaning: Cell<bool>,
+    /// Who keeps records from retention ([`Store::add_retention_holds`]).
+    pub retention_holds: RefCell<Vec<Rc<dyn retention_holds::RetentionHolds>>>,
 }
 
 impl Shared {
@@ -637,6 +643,13 @@ impl Store {
     /// What retention has done so far.
     pub fn retention_stats(&self) -> retention::RetentionStats {
         self.shared.retention.get()
+    }
+
+    /// Registers a holder whose holds every retention run that is not forced keeps
+    /// (`retention_holds.rs`). Register before the first await after [`Store::open`], so
+    /// no run goes without it.
+    pub fn add_retention_holds(&self, holds: Rc<dyn retention_holds::RetentionHolds>) {
+        self.shared.retention_holds.borrow_mut().push(holds);
     }
 
     /// Runs the retention cleaner once now, as its timer would.

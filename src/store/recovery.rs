@@ -142,6 +142,7 @@ pub(crate) async fn open(
         space_refusal: RefCell::new(None),
         retention: Cell::new(Default::default()),
         cleaning: Cell::new(false),
+        retention_holds: RefCell::new(Vec::new()),
         config,
         disk,
         clock,

@@ -1,5 +1,6 @@
 //! Retention: expiring CommitLog segments, and the ConsumeQueue and index files below
-//! them, and refusing writes while the disk is nearly full (reference §7, part 2 §4.3).
+//! them, and refusing writes while the disk is nearly full (reference §7, part 2 §4.3),
+//! keeping what retention holds (protected consumer groups) still need.
 //!
 //! The cleaner runs every `cleanResourceInterval`. Each run:
 //! 1. Measures the disk (`Disk::space`). At `diskSpaceWarningLevelRatio` or above, puts
@@ -7,18 +8,29 @@
 //! 2. Decides ([`decide`]): delete if the hour (UTC) is one of `deleteWhen`, or usage is at
 //!    `diskMaxUsedSpaceRatio` or above; delete even unexpired segments at
 //!    `diskSpaceCleanForciblyRatio` or above.
-//! 3. Takes segments oldest first, at most `deleteFileBatchMax`, stopping at the first that
-//!    may not go, so the log never has a hole: never the active segment, never one that
-//!    reaches past the checkpoint's safe offset (recovery starts there), and, unless
-//!    forced, only expired ones. A closed segment expires `fileReservedTime` after the
-//!    store time of the first record of the segment after it (when it stopped being
-//!    written), not its file's mtime, which a rewrite would refresh.
-//! 4. Moves every ConsumeQueue's minimum past the entries below the new log start, one
+//! 3. Asks every registered holder for its holds (`retention_holds.rs`) and resolves each
+//!    to the physical offset of the first record it still needs; the lowest is the floor.
+//! 4. Takes segments oldest first, at most `deleteFileBatchMax`, stopping at the first that
+//!    may not go, so the log never has a hole ([`plan`]): never the active segment, never
+//!    one that reaches past the checkpoint's safe offset (recovery starts there), and,
+//!    unless forced, only expired ones, and none that ends after the floor. A closed
+//!    segment expires `fileReservedTime` after the store time of the first record of the
+//!    segment after it (when it stopped being written), not its file's mtime, which a
+//!    rewrite would refresh. The segments the floor alone kept are counted
+//!    ([`RetentionStats::segments_kept_for_holds`], a gauge of the last run that decided
+//!    to delete).
+//! 5. Moves every ConsumeQueue's minimum past the entries below the new log start, one
 //!    queue per turn of the shard (the segments are all still there meanwhile, so a
 //!    reader never meets a missing one); then, with no await in between, moves the log's
 //!    start and drops the index files wholly below it; then unlinks the files off the
 //!    shard's thread. A pull below a queue's new minimum is answered PULL_OFFSET_MOVED by
 //!    the pull path; committed offsets are left as they are.
+//! 6. A forced run ignores the floor: each hold whose queue minimum moved past where it
+//!    held from is logged (holder, topic, queue, the offsets lost), counted
+//!    ([`RetentionStats::messages_lost_from_holds`]) and reported to its holder.
+//!
+//! With no holder registered (no `retentionProtectedGroups`) the floor never exists and
+//! retention is RocketMQ's, blind to consumers.
 //!
 //! A crash anywhere in a run leaves a store that opens consistently: opening trims every
 //! queue and the index to the log's first segment the same way (`recovery.rs`).
@@ -28,6 +40,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::record::{store_timestamp_pos, MAGIC_POS, MAGIC_V1, MAGIC_V2, SYSFLAG_POS};
+use super::retention_holds::{self, Resolved};
 use super::watch::panic_point;
 use super::{Shared, StoreError, StoreTask};
 
@@ -114,6 +127,10 @@ pub struct CleanupReport {
     /// The log's first offset after the run.
     pub log_start: u64,
     pub used_percent: u8,
+    /// Segments this run would have deleted but kept because a hold still needs them.
+    pub kept_for_holds: usize,
+    /// Messages this (forced) run deleted that a hold still needed.
+    pub lost_from_holds: u64,
     /// The longest the run held the shard's thread in one step (one queue's trim, or
     /// moving the log start and the index; the unlinks run elsewhere), in µs.
     pub longest_step_micros: u64,
@@ -129,6 +146,11 @@ pub struct RetentionStats {
     pub puts_refused_for_space: u64,
     /// Usage at the last run, percent.
     pub used_percent: u8,
+    /// Segments the last run that decided to delete kept only because a hold still
+    /// needed them (a gauge: the same segments count again at every run).
+    pub segments_kept_for_holds: u64,
+    /// Messages forced runs deleted that a hold still needed, all holds together.
+    pub messages_lost_from_holds: u64,
 }
 
 pub(crate) async fn run_cleaner(shared: Rc<Shared>) {
@@ -179,7 +201,18 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
     if !decision.delete {
         return Ok(report);
     }
-    let doomed = pick_segments(shared, now, decision.forced)?;
+    let holders = shared.retention_holds.borrow().clone();
+    let held = retention_holds::resolve(&holders, |topic, queue_id| shared.queue(topic, queue_id))
+        .map_err(|error| StoreError::from_io("reading a held queue position", &error))?;
+    let floor = if decision.forced {
+        None
+    } else {
+        retention_holds::floor(&held)
+    };
+    let picked = pick_segments(shared, now, decision.forced, floor)?;
+    report_kept(shared, &held, picked.kept_for_holds);
+    report.kept_for_holds = picked.kept_for_holds;
+    let doomed = picked.doomed;
     let Some(&last) = doomed.last() else {
         return Ok(report);
     };
@@ -199,6 +232,22 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
         report.queue_files += removed.len();
         paths.extend(removed);
         tokio::task::yield_now().await;
+    }
+    if decision.forced {
+        report.lost_from_holds = report_losses(&held, used_percent, config);
+    } else {
+        for held in &held {
+            let min = held.queue.min_offset();
+            assert!(
+                min <= held.from,
+                "an unforced run trimmed {}/{} to {min}, past {} it holds from {} (floor \
+                 {floor:?}, log start {log_start})",
+                held.hold.topic,
+                held.hold.queue_id,
+                held.hold.holder,
+                held.from
+            );
+        }
     }
     // Then, with no await in between, the log start and the index: every queue already
     // starts at or past it.
@@ -250,8 +299,60 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
         stats.bytes_deleted += report.bytes;
         stats.queue_files_deleted += report.queue_files as u64;
         stats.index_files_deleted += report.index_files as u64;
+        stats.messages_lost_from_holds += report.lost_from_holds;
     });
     Ok(report)
+}
+
+/// Sets the kept-for-holds gauge, and logs when it changes, naming the lowest hold.
+fn report_kept(shared: &Shared, held: &[Resolved], kept: usize) {
+    let before = shared.retention.get().segments_kept_for_holds;
+    shared.update_retention(|stats| stats.segments_kept_for_holds = kept as u64);
+    if kept as u64 == before {
+        return;
+    }
+    match held.iter().min_by_key(|held| held.phys) {
+        Some(lowest) if kept > 0 => tracing::info!(
+            "retention: keeping {kept} expired CommitLog segments from {} on: {} {} has not \
+             consumed {} queue {} from offset {}",
+            lowest.phys,
+            lowest.holds.kind(),
+            lowest.hold.holder,
+            lowest.hold.topic,
+            lowest.hold.queue_id,
+            lowest.from
+        ),
+        _ => tracing::info!("retention: no segment is kept for retention holds any more"),
+    }
+}
+
+/// After a forced run's trims: logs and reports every hold whose queue minimum moved past
+/// where it held from; returns the messages lost, all holds together.
+fn report_losses(held: &[Resolved], used_percent: u8, config: &RetentionConfig) -> u64 {
+    let mut total = 0;
+    for held in held {
+        let new_min = held.queue.min_offset();
+        let Some(lost) = retention_holds::lost_range(held.from, new_min) else {
+            continue;
+        };
+        let messages = lost.end - lost.start;
+        tracing::warn!(
+            "retention: disk {used_percent}% used, at or above diskSpaceCleanForciblyRatio \
+             {}%: {} {} lost {} queue {} offsets {}..{} ({messages} messages it had not \
+             consumed; its offset {} is kept, the queue now starts at {new_min})",
+            config.clean_forcibly_percent,
+            held.holds.kind(),
+            held.hold.holder,
+            held.hold.topic,
+            held.hold.queue_id,
+            lost.start,
+            lost.end,
+            held.hold.queue_offset
+        );
+        held.holds.lost(&held.hold, messages);
+        total += messages;
+    }
+    total
 }
 
 fn set_space_refusal(shared: &Shared, refuse: bool, used_percent: u8) {
@@ -278,8 +379,73 @@ fn set_space_refusal(shared: &Shared, refuse: bool, used_percent: u8) {
     }
 }
 
-/// The segments this run may delete, oldest first (see the module docs).
-fn pick_segments(shared: &Shared, now: i64, forced: bool) -> Result<Vec<u64>, StoreError> {
+/// What one run takes ([`plan`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Picked {
+    /// The starts of the segments to delete, oldest first.
+    pub doomed: Vec<u64>,
+    /// Segments after those that every other rule let go, kept because they end after the
+    /// holds' floor.
+    pub kept_for_holds: usize,
+}
+
+/// The rules of one run besides expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub segment_size: u64,
+    /// The checkpoint's safe offset: no segment reaching past it goes.
+    pub safe_offset: u64,
+    pub batch_max: usize,
+    /// Expiry is not asked.
+    pub forced: bool,
+    /// The lowest physical offset a hold still needs; `None`: no hold (or forced).
+    pub floor: Option<u64>,
+}
+
+/// The segments a run deletes, oldest first, from the segment `starts` (ascending; the
+/// last is the active one): it stops at the first segment that may not go, so the log
+/// never has a hole. `expired(next)` says whether the segment before the one starting at
+/// `next` has expired (asked only when not forced, in order). A segment that ends after
+/// the floor is kept, and so is every later one; they are counted as kept for holds
+/// when every other rule would have let them go (the batch limit included).
+pub fn plan(
+    starts: &[u64],
+    limits: Limits,
+    mut expired: impl FnMut(u64) -> std::io::Result<bool>,
+) -> std::io::Result<Picked> {
+    let mut picked = Picked::default();
+    for pair in starts.windows(2) {
+        let (start, next) = (pair[0], pair[1]);
+        let end = start + limits.segment_size;
+        if picked.doomed.len() + picked.kept_for_holds >= limits.batch_max
+            || end > limits.safe_offset
+        {
+            break;
+        }
+        if !limits.forced && !expired(next)? {
+            break;
+        }
+        if limits.floor.is_some_and(|floor| end > floor) {
+            picked.kept_for_holds += 1;
+        } else {
+            assert!(
+                picked.kept_for_holds == 0,
+                "segment {start} would go after a kept one: a hole (floor {:?})",
+                limits.floor
+            );
+            picked.doomed.push(start);
+        }
+    }
+    Ok(picked)
+}
+
+/// The segments this run may delete (see [`plan`]).
+fn pick_segments(
+    shared: &Shared,
+    now: i64,
+    forced: bool,
+    floor: Option<u64>,
+) -> Result<Picked, StoreError> {
     let config = &shared.config.retention;
     let safe = shared
         .checkpoint
@@ -288,27 +454,19 @@ fn pick_segments(shared: &Shared, now: i64, forced: bool) -> Result<Vec<u64>, St
         .and_then(|file| file.last())
         .map_or(0, |last| last.safe_offset);
     let segments = shared.log.segments.borrow();
-    let size = segments.size();
-    let starts = segments.starts();
-    let mut doomed = Vec::new();
-    for pair in starts.windows(2) {
-        let (start, next) = (pair[0], pair[1]);
-        if doomed.len() >= config.delete_batch_max || start + size > safe {
-            break;
-        }
-        if !forced {
-            let closed_at = first_store_timestamp(&segments, next)
-                .map_err(|error| StoreError::from_io("reading a segment's first record", &error))?;
-            let expired = closed_at.is_some_and(|closed| {
-                closed.saturating_add(config.file_reserved.as_millis() as i64) <= now
-            });
-            if !expired {
-                break;
-            }
-        }
-        doomed.push(start);
-    }
-    Ok(doomed)
+    let limits = Limits {
+        segment_size: segments.size(),
+        safe_offset: safe,
+        batch_max: config.delete_batch_max,
+        forced,
+        floor,
+    };
+    let reserved = config.file_reserved.as_millis() as i64;
+    plan(&segments.starts(), limits, |next| {
+        let closed_at = first_store_timestamp(&segments, next)?;
+        Ok(closed_at.is_some_and(|closed| closed.saturating_add(reserved) <= now))
+    })
+    .map_err(|error| StoreError::from_io("reading a segment's first record", &error))
 }
 
 /// Bytes of a record's head that hold its store timestamp, whatever its born host.
@@ -390,6 +548,127 @@ mod tests {
                 forced: true,
                 refuse_writes: true
             }
+        );
+    }
+
+    const SIZE: u64 = 100;
+
+    fn limits(floor: Option<u64>) -> Limits {
+        Limits {
+            segment_size: SIZE,
+            safe_offset: 1_000,
+            batch_max: 10,
+            forced: false,
+            floor,
+        }
+    }
+
+    /// Segments at 0, 100, ... 500; the one at 500 is active.
+    fn starts() -> Vec<u64> {
+        (0..6).map(|n| n * SIZE).collect()
+    }
+
+    fn all_expired(_: u64) -> std::io::Result<bool> {
+        Ok(true)
+    }
+
+    #[test]
+    fn without_holds_every_expired_closed_segment_goes_never_the_active_one() {
+        let picked = plan(&starts(), limits(None), all_expired).unwrap();
+        assert_eq!(picked.doomed, vec![0, 100, 200, 300, 400]);
+        assert_eq!(picked.kept_for_holds, 0);
+    }
+
+    #[test]
+    fn segments_ending_after_the_floor_are_kept_and_counted() {
+        // The floor inside the segment at 200: it and the later closed ones stay.
+        let picked = plan(&starts(), limits(Some(250)), all_expired).unwrap();
+        assert_eq!(picked.doomed, vec![0, 100]);
+        assert_eq!(picked.kept_for_holds, 3);
+        // A floor at a segment's start keeps that segment, not the one ending there.
+        let picked = plan(&starts(), limits(Some(200)), all_expired).unwrap();
+        assert_eq!(picked.doomed, vec![0, 100]);
+        // A floor at the first record keeps everything.
+        let picked = plan(&starts(), limits(Some(0)), all_expired).unwrap();
+        assert_eq!(
+            picked,
+            Picked {
+                doomed: vec![],
+                kept_for_holds: 5
+            }
+        );
+        // A floor in the active segment keeps nothing closed.
+        let picked = plan(&starts(), limits(Some(520)), all_expired).unwrap();
+        assert_eq!(picked.doomed.len(), 5);
+        assert_eq!(picked.kept_for_holds, 0);
+    }
+
+    #[test]
+    fn only_what_the_other_rules_let_go_counts_as_kept_for_holds() {
+        // Expired only up to the segment at 300: the floor keeps 200, not 300 or 400.
+        let expired = |next: u64| Ok(next <= 300);
+        let picked = plan(&starts(), limits(Some(250)), expired).unwrap();
+        assert_eq!(
+            picked,
+            Picked {
+                doomed: vec![0, 100],
+                kept_for_holds: 1
+            }
+        );
+        // The safe offset stops at 300.
+        let picked = plan(
+            &starts(),
+            Limits {
+                safe_offset: 300,
+                ..limits(Some(150))
+            },
+            all_expired,
+        )
+        .unwrap();
+        assert_eq!(
+            picked,
+            Picked {
+                doomed: vec![0],
+                kept_for_holds: 2
+            }
+        );
+        // The batch: three segments a run, kept ones included.
+        let picked = plan(
+            &starts(),
+            Limits {
+                batch_max: 3,
+                ..limits(Some(150))
+            },
+            all_expired,
+        )
+        .unwrap();
+        assert_eq!(
+            picked,
+            Picked {
+                doomed: vec![0],
+                kept_for_holds: 2
+            }
+        );
+    }
+
+    #[test]
+    fn a_forced_run_takes_unexpired_segments_and_no_floor_is_given_to_it() {
+        let never = |_: u64| -> std::io::Result<bool> { panic!("expiry asked when forced") };
+        let picked = plan(
+            &starts(),
+            Limits {
+                forced: true,
+                ..limits(None)
+            },
+            never,
+        )
+        .unwrap();
+        assert_eq!(picked.doomed, vec![0, 100, 200, 300, 400]);
+        let picked = plan(&starts(), limits(Some(250)), |_| Ok(false)).unwrap();
+        assert_eq!(
+            picked,
+            Picked::default(),
+            "nothing expired: nothing kept for holds"
         );
     }
 
