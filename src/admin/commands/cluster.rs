@@ -2,8 +2,11 @@
 //! GET_BROKER_RUNTIME_INFO (28) on every broker address it lists; and `broker-status`
 //! (mqadmin brokerStatus): 28 on one broker, its KVTable sorted by key.
 //!
-//! A broker that does not answer 28 is still listed, with its error; the command then
-//! exits with that error (3) after printing the table.
+//! The table shows the runtime figures Java brokers and ringmq both give where they exist
+//! (`brokerVersionDesc`, `putTps` and `getTransferedTps` as their first figure,
+//! `msgPutTotalTodayNow` else `msgPutTotalSinceBoot`, `commitLogDiskRatio`), `-` where
+//! not; `--json` has every key. A broker that does not answer 28 is still listed, with
+//! its error; the command then exits with that error (3) after printing the table.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -45,8 +48,8 @@ pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
         "version",
         "#in tps",
         "#out tps",
-        "#in today",
-        "#out today",
+        "#msgs in",
+        "#disk ratio",
     ]);
     let mut entries = Vec::new();
     let mut failure: Option<AdminError> = None;
@@ -57,33 +60,27 @@ pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
                 Err(error) => Err(error),
             };
             let get = |key: &str| runtime.as_ref().ok().and_then(|r| r.get(key)).cloned();
-            let (version, in_tps, out_tps, in_today, out_today) = match &runtime {
-                Ok(info) => (
-                    get("brokerVersionDesc").unwrap_or_else(|| "-".into()),
+            let dash = || "-".to_owned();
+            let row = match &runtime {
+                Ok(info) => vec![
+                    get("brokerVersionDesc").unwrap_or_else(dash),
                     first_figure(info.get("putTps")),
                     first_figure(info.get("getTransferedTps")),
-                    get("msgPutTotalTodayNow").unwrap_or_else(|| "-".into()),
-                    get("msgGetTotalTodayNow").unwrap_or_else(|| "-".into()),
-                ),
-                Err(_) => (
-                    "(no answer)".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                ),
+                    get("msgPutTotalTodayNow")
+                        .or_else(|| get("msgPutTotalSinceBoot"))
+                        .unwrap_or_else(dash),
+                    get("commitLogDiskRatio").unwrap_or_else(dash),
+                ],
+                Err(_) => vec!["(no answer)".into(), dash(), dash(), dash(), dash()],
             };
-            table.row(vec![
+            let mut cells = vec![
                 broker.cluster.clone(),
                 broker.broker_name.clone(),
                 id.to_string(),
                 addr.clone(),
-                version,
-                in_tps,
-                out_tps,
-                in_today,
-                out_today,
-            ]);
+            ];
+            cells.extend(row);
+            table.row(cells);
             entries.push(json!({
                 "cluster": broker.cluster,
                 "brokerName": broker.broker_name,

@@ -22,9 +22,6 @@ use super::super::time::{format_utc, now_ms, parse_timestamp};
 use super::super::wire::command;
 use super::{check_group, check_topic, Ctx};
 
-/// RocketMQ's `RequestCode.INVOKE_BROKER_TO_RESET_OFFSET`.
-pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
-
 pub async fn groups(ctx: &Ctx) -> AdminResult<Output> {
     let broker = ctx.broker().await?;
     let answer = ctx
@@ -183,7 +180,7 @@ pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Outp
         .call_ok(
             broker,
             command(
-                INVOKE_BROKER_TO_RESET_OFFSET,
+                request::INVOKE_BROKER_TO_RESET_OFFSET,
                 &[
                     ("topic", &args.topic),
                     ("group", &args.group),
