@@ -8,7 +8,8 @@
 //! - `reset-offset` (mqadmin resetOffsetByTime): INVOKE_BROKER_TO_RESET_OFFSET (222) with
 //!   `queueId` -1 (every queue), then GET_EARLIEST_MSG_STORETIME (32) per queue to say
 //!   which queues the time is before the oldest message of (their offsets go to the
-//!   queue's minimum).
+//!   queue's minimum). The offsets are reset once 222 answers; a queue whose oldest time
+//!   cannot be read then shows it as unknown (`-`, -1 in JSON) rather than failing.
 
 use serde_json::json;
 
@@ -208,7 +209,9 @@ pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Outp
         "note",
     ]);
     for entry in &offsets {
-        let answer = ctx
+        // The reset has happened by now: a queue whose oldest time cannot be read is
+        // reported as unknown (-1), not as a failed command.
+        let earliest = match ctx
             .wire
             .call_ok(
                 broker,
@@ -217,11 +220,17 @@ pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Outp
                     &[("topic", &args.topic), ("queueId", &entry.queue.queue_id)],
                 ),
             )
-            .await?;
-        let earliest = answer
-            .opt_str("timestamp")
-            .and_then(|t| t.parse::<i64>().ok())
-            .unwrap_or(-1);
+            .await
+        {
+            Ok(answer) => answer
+                .opt_str("timestamp")
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or(-1),
+            Err(error) => {
+                tracing::warn!(%error, queue = entry.queue.queue_id, "no oldest store time");
+                -1
+            }
+        };
         let before = earliest > 0 && timestamp < earliest;
         before_oldest += usize::from(before);
         table.row(vec![
