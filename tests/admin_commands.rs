@@ -2,7 +2,9 @@
 //! a few) its human output, and its exit code: 0 done, 1 not found (unknown topic, group,
 //! message), 2 bad input (found before any request: those cases point at addresses where
 //! nothing listens, so a request would have been exit 3), 3 the node unreachable or
-//! silent. Errors are one line on stderr with nothing on stdout.
+//! silent. Errors are one line on stderr with nothing on stdout. A fake name server that
+//! answers cluster info in Java's fastjson form (unquoted broker-id keys), listing one
+//! broker that does not answer, checks `cluster`'s partial failure and broker discovery.
 
 mod common;
 
@@ -915,4 +917,88 @@ fn bad_input_is_exit_2_before_any_request() {
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert_eq!(run.stdout, "");
     }
+}
+
+/// A name server that answers every request with GET_BROKER_CLUSTER_INFO's body as a Java
+/// name server writes it: fastjson, unquoted broker-id keys.
+fn fake_namesrv(body: String) -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut buffer = Vec::new();
+            let mut chunk = [0; 4096];
+            while let Ok(read) = stream.read(&mut chunk) {
+                if read == 0 {
+                    break;
+                }
+                buffer.extend_from_slice(&chunk[..read]);
+                while let Ok(Some((request, used))) =
+                    ringmq::remoting::decode_frame(&buffer, 1 << 20)
+                {
+                    buffer.drain(..used);
+                    let answer = RemotingCommand::response_to(&request, response::SUCCESS, None)
+                        .with_body(body.as_bytes().to_vec());
+                    let mut out = Vec::new();
+                    ringmq::remoting::encode_frame(&answer, &mut out).unwrap();
+                    if stream.write_all(&out).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn cluster_reads_java_cluster_info_and_lists_a_broker_that_does_not_answer() {
+    let node = Node::start(1);
+    let body = format!(
+        concat!(
+            r#"{{"brokerAddrTable":{{"broker-a":{{"brokerAddrs":{{0:"{}"}},"brokerName":"broker-a","cluster":"C1"}},"#,
+            r#""broker-b":{{"brokerAddrs":{{0:"127.0.0.1:1"}},"brokerName":"broker-b","cluster":"C1"}}}},"#,
+            r#""clusterAddrTable":{{"C1":["broker-a","broker-b"]}}}}"#
+        ),
+        node.addr
+    );
+    let namesrv = fake_namesrv(body);
+    let run = admin(&[
+        "--json".into(),
+        "--namesrv".into(),
+        namesrv.to_string(),
+        "cluster".into(),
+    ]);
+    // The table comes first; the broker that does not answer makes the exit 3.
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+    assert!(run.stderr.contains("127.0.0.1:1"), "{run:?}");
+    let cluster: Value = serde_json::from_str(&run.stdout).unwrap();
+    let brokers = cluster["brokers"].as_array().unwrap();
+    assert_eq!(brokers.len(), 2, "{cluster}");
+    assert_eq!(brokers[0]["brokerName"], "broker-a");
+    assert_eq!(brokers[0]["addr"], node.addr.to_string());
+    assert!(brokers[0]["runtime"].is_object(), "{cluster}");
+    assert_eq!(brokers[1]["brokerName"], "broker-b");
+    assert!(brokers[1]["runtime"].is_null(), "{cluster}");
+    assert!(
+        brokers[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach"),
+        "{cluster}"
+    );
+
+    // The same cluster info names the broker other commands use when --broker is not given.
+    let run = admin(&[
+        "--json".into(),
+        "--namesrv".into(),
+        namesrv.to_string(),
+        "broker-status".into(),
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let status: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(status["broker"], node.addr.to_string());
 }
