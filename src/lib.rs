@@ -16,6 +16,7 @@
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
 //! - [`node`]: the shard thread that owns the listener, the store and the connections
 //!   (`ringmq serve`); [`client`]: the in-project client.
+//! - [`admin`]: `ringmq admin`, mqadmin's everyday commands against a running node.
 //! - [`mod@bench`]: the load generators (`ringmq bench`, `bench produce|consume`, `bench store`).
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
 //! - [`node_config`]: the node's settings (one key table; TOML, RocketMQ `broker.conf`,
@@ -25,6 +26,7 @@
 //! Everything in a store belongs to one thread (thread-per-core, D3): handles are `Rc`,
 //! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.
 
+pub mod admin;
 pub mod bench;
 pub mod broker;
 pub mod client;

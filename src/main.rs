@@ -44,6 +44,9 @@ enum Command {
     /// Offline tools for a store directory (the store must not be running).
     #[command(subcommand)]
     Store(StoreCommand),
+    /// mqadmin's everyday commands against a running node, over the remoting protocol.
+    /// Exit codes: 0 done, 1 not found, 2 bad input, 3 the node failed or is unreachable.
+    Admin(ringmq::admin::args::AdminArgs),
 }
 
 /// `ringmq serve`: settings come from defaults, then `--config` (TOML), then
@@ -420,6 +423,7 @@ fn main() -> ExitCode {
         }) => bench_embedded(embedded),
         Command::Store(StoreCommand::Verify { dir, json }) => verify(&dir, json),
         Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
+        Command::Admin(args) => Ok(ringmq::admin::run(args)),
     };
     match outcome {
         Ok(code) => code,

@@ -1,0 +1,58 @@
+//! `ringmq admin`: an mqadmin-like tool that speaks the remoting protocol to a running
+//! node (or any RocketMQ name server and broker): cluster and broker status, topics,
+//! consumer groups and their progress, finding messages, resetting offsets.
+//!
+//! - [`args`]: the command line (clap).
+//! - [`commands`]: one function per command: argument checks, calls, output.
+//! - [`wire`]: connections, bounded by `--timeout`, and what response codes mean.
+//! - [`bodies`]: typed readers of the response bodies; [`fastjson`]: the JSON reader that
+//!   accepts RocketMQ's non-standard object and integer map keys.
+//! - [`message`]: stored records decoded into what the query commands print.
+//! - [`output`]: tables, `key: value` blocks and the JSON form; [`time`]: timestamps in
+//!   and out.
+//! - [`error`]: the error kinds and their exit codes (0 done, 1 not found, 2 bad input,
+//!   3 the node failed or could not be reached).
+//!
+//! Errors go to stderr as one line; stdout carries only the result.
+
+pub mod args;
+pub mod bodies;
+pub mod commands;
+pub mod error;
+pub mod fastjson;
+pub mod message;
+pub mod output;
+pub mod time;
+pub mod wire;
+
+use std::process::ExitCode;
+
+use args::AdminArgs;
+use error::AdminError;
+
+/// The error as one line on stderr.
+fn report(error: &AdminError) {
+    let line = error.to_string().replace(['\n', '\r'], " ");
+    eprintln!("ringmq admin: {line}");
+}
+
+/// Runs `ringmq admin` and returns its exit code.
+pub fn run(args: AdminArgs) -> ExitCode {
+    let ctx = commands::Ctx::new(&args);
+    match wire::block_on(commands::dispatch(&ctx, &args.command)) {
+        Ok(output) => {
+            output.print(args.json);
+            match &output.failure {
+                Some(failure) => {
+                    report(failure);
+                    failure.to_exit_code()
+                }
+                None => ExitCode::SUCCESS,
+            }
+        }
+        Err(error) => {
+            report(&error);
+            error.to_exit_code()
+        }
+    }
+}
