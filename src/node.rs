@@ -43,6 +43,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::broker::consumer_offsets::ConsumerOffsets;
+use crate::broker::subscription_groups::SubscriptionGroups;
 use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
@@ -91,6 +92,8 @@ pub struct NodeOptions {
     pub namesrv_port: u16,
     /// `autoCreateTopicEnable`: a send to (or route query for) an unknown topic creates it.
     pub auto_create_topics: bool,
+    /// `autoCreateSubscriptionGroup`: a heartbeat or pull of an unknown group creates it.
+    pub auto_create_subscription_groups: bool,
     /// `defaultTopicQueueNums`: queues of an auto-created topic.
     pub default_topic_queue_nums: u32,
     /// Shards (threads, stores); a store root keeps the count it was made with.
@@ -149,6 +152,7 @@ impl NodeOptions {
             broker: node_config::broker_config(config),
             namesrv_port: config.namesrv_port,
             auto_create_topics: config.auto_create_topic_enable,
+            auto_create_subscription_groups: config.auto_create_subscription_group,
             default_topic_queue_nums: config.default_topic_queue_nums,
             shards: config.shards,
             pin_threads: true,
@@ -346,6 +350,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             options.default_topic_queue_nums,
         )?,
         ConsumerOffsets::load(&options.dir)?,
+        SubscriptionGroups::load(&options.dir, options.auto_create_subscription_groups)?,
     );
     for shard in 0..options.shards {
         options

@@ -72,6 +72,8 @@ async fn open(sim: &SimDisk, config: StoreConfig, groups: &[&str]) -> Shard {
     let tables = NodeTables::new(
         TopicTable::load(tables_dir.path(), true, 2).unwrap(),
         ConsumerOffsets::in_memory(tables_dir.path()),
+        ringmq::broker::subscription_groups::SubscriptionGroups::load(tables_dir.path(), true)
+            .unwrap(),
     );
     let offsets = tables.consumer_offsets.clone();
     let metrics = Arc::new(ShardMetrics::new(0));

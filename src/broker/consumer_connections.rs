@@ -1,8 +1,7 @@
 //! GET_CONSUMER_CONNECTION_LIST (203), `mqadmin consumerConnection`: who is in a consumer
-//! group right now, what it subscribes to and how it consumes; and
-//! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), the groups the node knows.
+//! group right now, what it subscribes to and how it consumes.
 //!
-//! 203 takes header `consumerGroup` and answers a `ConsumerConnection`:
+//! It takes header `consumerGroup` and answers a `ConsumerConnection`:
 //!
 //! ```text
 //! {"connectionSet":[{"clientAddr":"127.0.0.1:50312","clientId":"10.0.0.5@1",
@@ -16,11 +15,6 @@
 //! A group with no live client is CONSUMER_NOT_ONLINE (206) with Java's remark. A setting
 //! the group's heartbeat did not give is left out (the clients read it as absent), and a
 //! client whose header named no language is `OTHER`.
-//!
-//! 201 answers a `SubscriptionGroupWrapper` listing every group with a live consumer or a
-//! committed offset, each with RocketMQ's default subscription-group settings: the node
-//! keeps no per-group configuration yet (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP is not
-//! supported), so these are what it acts on.
 
 use serde_json::{json, Map, Value};
 
@@ -94,43 +88,6 @@ fn connection_json(connections: &GroupConnections) -> Value {
         }
     }
     Value::Object(body)
-}
-
-/// RocketMQ's `SubscriptionGroupConfig` defaults for `group`.
-fn default_group_config(group: &str) -> Value {
-    json!({
-        "brokerId": 0,
-        "consumeBroadcastEnable": true,
-        "consumeEnable": true,
-        "consumeFromMinEnable": true,
-        "consumeMessageOrderly": false,
-        "consumeTimeoutMinute": 15,
-        "groupName": group,
-        "groupRetryPolicy": {"type": "CUSTOMIZED"},
-        "groupSysFlag": 0,
-        "notifyConsumerIdsChangedEnable": true,
-        "retryMaxTimes": 16,
-        "retryQueueNums": 1,
-        "whichBrokerWhenConsumeSlowly": 1,
-    })
-}
-
-pub fn subscription_groups(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    let mut groups = broker.consumer_offsets.groups();
-    groups.extend(broker.groups.consumer_groups());
-    groups.sort();
-    groups.dedup();
-    let table: Map<String, Value> = groups
-        .iter()
-        .map(|group| (group.clone(), default_group_config(group)))
-        .collect();
-    let body = json!({
-        "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": broker.started_ms},
-        "forbiddenTable": {},
-        "subscriptionGroupTable": table,
-    });
-    RemotingCommand::response_to(request, response::SUCCESS, None)
-        .with_body(body.to_string().into_bytes())
 }
 
 #[cfg(test)]

@@ -149,6 +149,19 @@ impl ConsumerOffsets {
             .copied()
     }
 
+    /// Forgets every committed offset of `group` (its subscription group was deleted with
+    /// `cleanOffset`); how many (topic, group) entries went.
+    pub fn remove_group(&self, group: &str) -> usize {
+        let mut table = self.table.lock();
+        let before = table.len();
+        table.retain(|(_, g), _| g != group);
+        let removed = before - table.len();
+        if removed > 0 {
+            self.dirty.store(true, Ordering::Release);
+        }
+        removed
+    }
+
     /// The topics `group` has committed offsets on, in name order.
     pub fn topics_of(&self, group: &str) -> Vec<String> {
         let table = self.table.lock();

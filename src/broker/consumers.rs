@@ -55,6 +55,7 @@ use crate::remoting::log_safe::{log_safe, Warn, WarnLimiter};
 use crate::remoting::RemotingCommand;
 
 use super::pull::tag_codes;
+use super::subscription_groups::SubscriptionGroupConfig;
 use super::{bad_header, Broker};
 
 pub use super::groups::{Groups, SWEEP_BATCH};
@@ -243,6 +244,22 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
     let mut data = registrable(data);
     data.language = request.language.to_string();
     data.version = request.version;
+    if broker.subscription_groups.auto_create() {
+        for consumer in &data.consumer_data_set {
+            let config = SubscriptionGroupConfig::new(&consumer.group_name);
+            if let Err(error) = broker
+                .subscription_groups
+                .put_if_absent(config, broker.now_ms())
+            {
+                // The heartbeat still registers the client; the group is created on a later
+                // heartbeat or pull.
+                tracing::warn!(
+                    group = %log_safe(&consumer.group_name),
+                    "cannot create the subscription group: {error}"
+                );
+            }
+        }
+    }
     for group in broker.groups.heartbeat(&data, Instant::now(), peer) {
         broker.notify_consumer_ids_changed(&group);
     }

@@ -12,6 +12,9 @@
 //!   and the heartbeat subscriptions pulls filter by; [`groups`]: the client registry they
 //!   fill, indexed by group, client, connection and expiry.
 //! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
+//! - [`subscription_groups`]: the groups' settings (`config/subscriptionGroup.json`);
+//!   [`subscription_group_requests`]: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
+//!   GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207).
 //! - [`lock_requests`]: LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), over the node's
 //!   [`queue_locks`], for orderly consumers.
 //! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
@@ -21,7 +24,7 @@
 //!   shapes ([`admin_json`]) with the whole node's view ([`fan_out`] asks every shard):
 //!   [`runtime_info`] GET_BROKER_RUNTIME_INFO (28), [`topic_stats`] GET_TOPIC_STATS_INFO
 //!   (202), [`consume_stats`] GET_CONSUME_STATS (208), [`consumer_connections`]
-//!   GET_CONSUMER_CONNECTION_LIST (203) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
+//!   GET_CONSUMER_CONNECTION_LIST (203),
 //!   [`reset_offset`] INVOKE_BROKER_TO_RESET_OFFSET (222) with RESET_CONSUMER_CLIENT_OFFSET
 //!   (220) to the live clients.
 //! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
@@ -65,6 +68,8 @@ pub mod queue_locks;
 pub mod reset_offset;
 pub mod runtime_info;
 pub mod send;
+pub mod subscription_group_requests;
+pub mod subscription_groups;
 pub mod topic_requests;
 pub mod topic_stats;
 pub mod topics;
@@ -133,12 +138,15 @@ pub struct NodeTables {
     pub links: Arc<notify::Links>,
     /// The orderly-consumption queue locks.
     pub locks: Arc<queue_locks::QueueLocks>,
+    /// The subscription groups (`config/subscriptionGroup.json`).
+    pub subscription_groups: Arc<subscription_groups::SubscriptionGroups>,
 }
 
 impl NodeTables {
     pub fn new(
         topics: topics::TopicTable,
         consumer_offsets: consumer_offsets::ConsumerOffsets,
+        subscription_groups: subscription_groups::SubscriptionGroups,
     ) -> NodeTables {
         NodeTables {
             topics: Arc::new(topics),
@@ -146,6 +154,7 @@ impl NodeTables {
             consumer_offsets: Arc::new(consumer_offsets),
             links: Arc::new(notify::Links::default()),
             locks: Arc::new(queue_locks::QueueLocks::new()),
+            subscription_groups: Arc::new(subscription_groups),
         }
     }
 }
@@ -164,6 +173,7 @@ pub struct Broker {
     pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     pub(crate) links: Arc<notify::Links>,
     pub(crate) locks: Arc<queue_locks::QueueLocks>,
+    pub(crate) subscription_groups: Arc<subscription_groups::SubscriptionGroups>,
     /// Closed connections whose clients are yet to leave their groups.
     pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
@@ -189,6 +199,7 @@ impl Broker {
             consumer_offsets: tables.consumer_offsets,
             links: tables.links,
             locks: tables.locks,
+            subscription_groups: tables.subscription_groups,
             closed: consumers::ClosedConnections::default(),
             uniq_keys: ids::UniqKeys::new(identity.store_host.ip(), shard.id()),
             store,
@@ -353,7 +364,13 @@ impl Broker {
             request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
             request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),
             request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
-                consumer_connections::subscription_groups(self, &request)
+                subscription_group_requests::get_all(self, &request)
+            }
+            request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
+                subscription_group_requests::update_and_create(self, &request)
+            }
+            request::DELETE_SUBSCRIPTIONGROUP => {
+                subscription_group_requests::delete(self, &request)
             }
             other => RemotingCommand::response_to(
                 &request,

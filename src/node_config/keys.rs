@@ -319,6 +319,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.auto_create_topic_enable.to_string(),
     ),
     key!(
+        "auto_create_subscription_group", rocketmq ["autoCreateSubscriptionGroup"],
+        default: Text("true"),
+        range: Parsed("`true` or `false`"),
+        meaning: "create a consumer group's subscription group (RocketMQ's defaults) on its first heartbeat or pull; off: a pull of an unknown group is SUBSCRIPTION_GROUP_NOT_EXIST",
+        set: |c, v| c.auto_create_subscription_group = flag(v)?,
+        get: |c| c.auto_create_subscription_group.to_string(),
+    ),
+    key!(
         "default_topic_queue_nums", rocketmq ["defaultTopicQueueNums"],
         default: Text("8"),
         range: Number(Bounds::between(1, MAX_QUEUE_NUMS as u64, Unit::Plain)),

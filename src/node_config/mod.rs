@@ -182,6 +182,7 @@ pub struct NodeConfig {
     pub max_hash_slot_num: u32,
     pub max_index_num: u32,
     pub auto_create_topic_enable: bool,
+    pub auto_create_subscription_group: bool,
     pub default_topic_queue_nums: u32,
     /// `fileReservedTime`, configured in whole hours.
     pub file_reserved_time: Duration,
@@ -267,6 +268,7 @@ impl NodeConfig {
             max_hash_slot_num: 0,
             max_index_num: 0,
             auto_create_topic_enable: false,
+            auto_create_subscription_group: false,
             default_topic_queue_nums: 0,
             file_reserved_time: Duration::ZERO,
             delete_when: Vec::new(),
@@ -409,6 +411,7 @@ mod tests {
             broker_role: BrokerRole::Slave,
             io_backend: IoChoice::Portable,
             auto_create_topic_enable: false,
+            auto_create_subscription_group: false,
             file_reserved_time: Duration::from_secs(5 * 3600),
             server_channel_max_idle_time_seconds: Duration::from_secs(7),
             ..base()

@@ -66,7 +66,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "messageDelayLevel",
     "timerWheelEnable",
     "enableScheduleMessageStats",
-    "autoCreateSubscriptionGroup",
     "clusterTopicEnable",
     "brokerTopicEnable",
     "traceTopicEnable",

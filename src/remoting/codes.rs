@@ -83,6 +83,8 @@ pub mod request {
         GET_PRODUCER_CONNECTION_LIST = 204,
         /// Name server.
         GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206,
+        /// Admin tools (`mqadmin deleteSubGroup`); from `RequestCode.java`.
+        DELETE_SUBSCRIPTIONGROUP = 207,
         /// Admin tools (`mqadmin consumerProgress`); not in the reference, from `RequestCode.java`.
         GET_CONSUME_STATS = 208,
         /// Admin tools; not in the reference, from `RequestCode.java`.

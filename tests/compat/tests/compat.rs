@@ -711,7 +711,9 @@ fn messages_are_found_by_key_offset_id_and_unique_key() {
 /// GET_CONSUME_STATS, GET_CONSUMER_CONNECTION_LIST, all parsed by the client's own codecs),
 /// then resets the group's offsets to a time before every message
 /// (INVOKE_BROKER_TO_RESET_OFFSET): the node tells the live consumer
-/// (RESET_CONSUMER_CLIENT_OFFSET), which receives the whole batch again.
+/// (RESET_CONSUMER_CLIENT_OFFSET), which receives the whole batch again. Last, a
+/// subscription group the admin writes (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) is stored
+/// with what it set.
 #[test]
 fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
     use rocketmq_client_rust::{
@@ -850,6 +852,26 @@ fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
                 },
             )
             .await;
+            // A subscription group written by the stock admin (200) is stored as it sent it.
+            let tuned_group = format!("CG_tuned_{seed}");
+            let mut tuned = rocketmq_protocol::protocol::subscription::subscription_group_config::SubscriptionGroupConfig::new(tuned_group.clone().into());
+            tuned.set_retry_max_times(5);
+            tuned.set_consume_enable(false);
+            admin
+                .upsert_subscription_group(broker.clone().into(), tuned)
+                .await
+                .expect("upsert a subscription group");
+            let table = raw::request(broker, 201, serde_json::json!({})).expect("201");
+            assert_eq!(table.code, 0, "seed {seed}: {table:?}");
+            let table: serde_json::Value = serde_json::from_slice(&table.body).unwrap();
+            let stored = &table["subscriptionGroupTable"][tuned_group.as_str()];
+            assert_eq!(stored["retryMaxTimes"], 5, "seed {seed}: {table}");
+            assert_eq!(stored["consumeEnable"], false, "seed {seed}: {table}");
+            assert_eq!(
+                table["subscriptionGroupTable"][group.as_str()]["retryMaxTimes"],
+                16,
+                "seed {seed}: the live group was created with the defaults: {table}"
+            );
             admin.shutdown().await;
             member.shutdown().await;
         }
