@@ -1,8 +1,10 @@
 //! Deterministic crash simulation of the node-wide tables (`config/topics.json`,
-//! `config/consumerOffset.json`) through the simulated disk's [`MetaFiles`].
+//! `config/consumerOffset.json`, `config/subscriptionGroup.json`) through the simulated
+//! disk's [`MetaFiles`].
 //!
-//! Each seed runs several lives. In each life both tables are loaded from the disk, a
-//! random mix of topic puts and removes, offset commits and offset writes runs, and the
+//! Each seed runs several lives. In each life the tables are loaded from the disk, a
+//! random mix of topic and subscription-group puts and removes, offset commits and offset
+//! writes runs, and the
 //! disk loses power after a random number of disk operations (so inside a table write:
 //! before or after the temp file's write, its fsync, the rename, the directory sync).
 //! Unsynced writes are then kept, dropped or torn and names not made durable by a
@@ -23,6 +25,9 @@ use std::sync::Arc;
 
 use common::{sim_disk, sim_seeds, Rng};
 use ringmq::broker::consumer_offsets::ConsumerOffsets;
+use ringmq::broker::subscription_groups::{
+    SubscriptionGroupConfig, SubscriptionGroupWrapper, SubscriptionGroups,
+};
 use ringmq::broker::topics::{DataVersion, TopicConfig, TopicConfigWrapper, TopicTable};
 use ringmq::io::meta::{replace_file, MetaFiles};
 
@@ -34,6 +39,9 @@ const QUEUES: i32 = 3;
 /// A topic table version: its topics and its data version.
 type TopicVersion = (BTreeMap<String, TopicConfig>, DataVersion);
 
+/// A subscription group table version: its groups and its data version.
+type GroupVersion = (BTreeMap<String, SubscriptionGroupConfig>, DataVersion);
+
 /// (group, topic, queue id) → offset.
 type Offsets = BTreeMap<(String, String, i32), i64>;
 
@@ -42,6 +50,8 @@ type Offsets = BTreeMap<(String, String, i32), i64>;
 struct Model {
     /// The topic table as of the last put or remove that returned `Ok`.
     topics: TopicVersion,
+    /// The subscription group table, likewise.
+    groups: GroupVersion,
     /// The last offset each queue's client committed (in memory, maybe not yet written).
     committed: Offsets,
     /// The offsets as of the last offset write that returned `Ok`.
@@ -52,6 +62,7 @@ struct Model {
 #[derive(Default)]
 struct InFlight {
     topics: Option<TopicVersion>,
+    groups: Option<GroupVersion>,
     offsets: Option<Offsets>,
 }
 
@@ -108,21 +119,30 @@ fn simulate(seed: u64) -> Outcomes {
     let mut clock = 1_000i64;
     let mut outcomes = Outcomes::default();
     for life in 0..lives {
-        let (topics, offsets) = load(&files, life);
-        check(&topics, &offsets, &model, &InFlight::default(), life);
+        let (topics, offsets, groups) = load(&files, life);
+        check(
+            &topics,
+            &offsets,
+            &groups,
+            &model,
+            &InFlight::default(),
+            life,
+        );
         let ops = rng.range(5, 40);
         // About four disk operations per table write: crash anywhere in the life.
         sim.crash_after_ops(rng.range(1, 4 * ops + 4));
-        let in_flight = run_life(&mut rng, &topics, &offsets, &mut model, ops, &mut clock);
+        let tables = (&topics, &offsets, &groups);
+        let in_flight = run_life(&mut rng, tables, &mut model, ops, &mut clock);
         if !sim.is_crashed() {
             sim.crash_now();
         }
-        drop((topics, offsets));
+        drop((topics, offsets, groups));
         sim.restart();
-        let (topics, offsets) = load(&files, life);
-        check(&topics, &offsets, &model, &in_flight, life);
+        let (topics, offsets, groups) = load(&files, life);
+        check(&topics, &offsets, &groups, &model, &in_flight, life);
         let survived_topics = topic_version(&topics);
         let survived_offsets = offsets_of(&offsets);
+        let survived_groups = group_version(&groups);
         for landed in [
             in_flight
                 .topics
@@ -132,6 +152,10 @@ fn simulate(seed: u64) -> Outcomes {
                 .offsets
                 .as_ref()
                 .map(|new| *new == survived_offsets && *new != model.stored_offsets),
+            in_flight
+                .groups
+                .as_ref()
+                .map(|new| *new == survived_groups && *new != model.groups),
         ]
         .into_iter()
         .flatten()
@@ -145,18 +169,25 @@ fn simulate(seed: u64) -> Outcomes {
         // What survived is the truth the next life starts from.
         model.topics = topic_version(&topics);
         model.stored_offsets = offsets_of(&offsets);
+        model.groups = group_version(&groups);
     }
     outcomes
 }
 
-fn load(files: &Arc<dyn MetaFiles>, life: u64) -> (TopicTable, ConsumerOffsets) {
+fn load(
+    files: &Arc<dyn MetaFiles>,
+    life: u64,
+) -> (TopicTable, ConsumerOffsets, SubscriptionGroups) {
     let dir = Path::new(STORE_DIR);
     let topics = TopicTable::load_from(files.clone(), dir, true, 4)
         .unwrap_or_else(|error| panic!("life {life}: topics.json is torn or empty: {error:#}"));
     let offsets = ConsumerOffsets::load_from(files.clone(), dir).unwrap_or_else(|error| {
         panic!("life {life}: consumerOffset.json is torn or empty: {error:#}")
     });
-    (topics, offsets)
+    let groups = SubscriptionGroups::load_from(files.clone(), dir, true).unwrap_or_else(|error| {
+        panic!("life {life}: subscriptionGroup.json is torn or empty: {error:#}")
+    });
+    (topics, offsets, groups)
 }
 
 /// Runs `ops` random table operations until the disk fails; returns the versions whose
@@ -164,8 +195,7 @@ fn load(files: &Arc<dyn MetaFiles>, life: u64) -> (TopicTable, ConsumerOffsets) 
 /// later write fails before it changes anything).
 fn run_life(
     rng: &mut Rng,
-    topics: &TopicTable,
-    offsets: &ConsumerOffsets,
+    (topics, offsets, groups): (&TopicTable, &ConsumerOffsets, &SubscriptionGroups),
     model: &mut Model,
     ops: u64,
     clock: &mut i64,
@@ -174,7 +204,7 @@ fn run_life(
     for _ in 0..ops {
         *clock += 1;
         let topic = TOPICS[rng.below(TOPICS.len())];
-        match rng.range(0, 10) {
+        match rng.range(0, 12) {
             0..=2 => {
                 let queues = rng.range(1, 17) as u32;
                 let config = TopicConfig::new(topic, queues);
@@ -221,6 +251,30 @@ fn run_life(
                     model.committed.insert(key, offset);
                 }
             }
+            8 | 9 => {
+                let group = GROUPS[rng.below(GROUPS.len())];
+                let mut next = model.groups.clone();
+                let result = if rng.chance(70) {
+                    let mut config = SubscriptionGroupConfig::new(group);
+                    config.retry_max_times = rng.range(0, 20) as i32;
+                    next.0.insert(group.to_owned(), config.clone());
+                    groups.put(config, *clock)
+                } else if next.0.remove(group).is_some() {
+                    groups.remove(group, *clock).map(|removed| assert!(removed))
+                } else {
+                    continue;
+                };
+                next.1 = bumped(&next.1, *clock);
+                match result {
+                    Ok(()) => {
+                        assert_eq!(group_version(groups), next, "the model follows the table");
+                        model.groups = next;
+                    }
+                    Err(_) => {
+                        in_flight.groups.get_or_insert(next);
+                    }
+                }
+            }
             _ => {
                 let snapshot = offsets_of(offsets);
                 let written = if rng.chance(50) {
@@ -253,6 +307,11 @@ fn topic_version(topics: &TopicTable) -> TopicVersion {
     (wrapper.topic_config_table, wrapper.data_version)
 }
 
+fn group_version(groups: &SubscriptionGroups) -> GroupVersion {
+    let wrapper: SubscriptionGroupWrapper = serde_json::from_str(&groups.to_json()).unwrap();
+    (wrapper.subscription_group_table, wrapper.data_version)
+}
+
 /// Every offset the table holds, for the keys this simulation uses.
 fn offsets_of(offsets: &ConsumerOffsets) -> Offsets {
     let mut all = Offsets::new();
@@ -271,10 +330,19 @@ fn offsets_of(offsets: &ConsumerOffsets) -> Offsets {
 fn check(
     topics: &TopicTable,
     offsets: &ConsumerOffsets,
+    groups: &SubscriptionGroups,
     model: &Model,
     in_flight: &InFlight,
     life: u64,
 ) {
+    let loaded = group_version(groups);
+    assert!(
+        loaded == model.groups || in_flight.groups.as_ref() == Some(&loaded),
+        "life {life}: subscriptionGroup.json is neither its stored version nor the \
+         interrupted one:\nloaded {loaded:?}\nstored {:?}\ninterrupted {:?}",
+        model.groups,
+        in_flight.groups
+    );
     let loaded = topic_version(topics);
     assert!(
         loaded == model.topics || in_flight.topics.as_ref() == Some(&loaded),
