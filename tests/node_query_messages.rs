@@ -216,6 +216,18 @@ fn messages_are_found_by_key_unique_key_and_offset_id_across_shards_and_restarts
         check_views(&client, &sent).await;
         sent
     });
+    // Every query and view was timed, on the shard that received it.
+    let text = node.metrics().render();
+    let timed: u64 = text
+        .lines()
+        .filter(|line| {
+            line.starts_with("ringmq_request_latency_seconds_count{")
+                && line.contains("family=\"query\"")
+        })
+        .map(|line| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    let asked = MESSAGES as u64 + 2 + 1 + 4 + 1 + MESSAGES as u64 + 4;
+    assert_eq!(timed, asked, "query and view latencies recorded:\n{text}");
     node.shutdown().unwrap();
 
     let node = start(dir.path());

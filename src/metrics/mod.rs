@@ -55,7 +55,7 @@
 //! | `ringmq_parked_requests` | gauge | requests in flight that are parked long-polling pulls, all connections |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
-//! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send` and `pull` (parked time included) |
+//! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send`, `pull` (parked time included) and `query` (QUERY_MESSAGE and VIEW_MESSAGE_BY_ID, the fan-out over the shards included) |
 
 pub mod http;
 
@@ -76,15 +76,17 @@ use crate::sync::Locked;
 pub enum Family {
     Send,
     Pull,
+    Query,
 }
 
 impl Family {
-    const ALL: [Family; 2] = [Family::Send, Family::Pull];
+    const ALL: [Family; 3] = [Family::Send, Family::Pull, Family::Query];
 
     fn name(self) -> &'static str {
         match self {
             Family::Send => "send",
             Family::Pull => "pull",
+            Family::Query => "query",
         }
     }
 
@@ -95,6 +97,7 @@ impl Family {
                 Some(Family::Send)
             }
             request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => Some(Family::Pull),
+            request::QUERY_MESSAGE | request::VIEW_MESSAGE_BY_ID => Some(Family::Query),
             _ => None,
         }
     }
@@ -189,7 +192,7 @@ pub struct ShardMetrics {
     /// Messages each protected consumer group lost to forced cleanup, by group: the
     /// configured groups, so the series are fixed at start.
     unconsumed_lost: Locked<Vec<(String, u64)>>,
-    latency: [Locked<Histogram<u64>>; 2],
+    latency: [Locked<Histogram<u64>>; 3],
 }
 
 /// Latencies are recorded in microseconds, up to an hour, 3 significant digits.
@@ -211,10 +214,7 @@ impl ShardMetrics {
             forwarded: AtomicU64::new(0),
             store: Locked::default(),
             unconsumed_lost: Locked::default(),
-            latency: [
-                Locked::new(latency_histogram()),
-                Locked::new(latency_histogram()),
-            ],
+            latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
         }
     }
 
