@@ -175,6 +175,12 @@ fn admin_requests_answer_for_the_whole_node() {
         let last = entry["lastUpdateTimestamp"].as_i64().unwrap();
         assert!(last > middle && last <= now_ms(), "queue {queue}: {last}");
     }
+    // The shards' own marker is not a client's to set: the answer is still the whole node's.
+    let marked = offset_table(&raw.call(command(
+        request::GET_TOPIC_STATS_INFO,
+        &[("topic", TOPIC), ("_ringmqShardOnly", "true")],
+    )));
+    assert_eq!(marked, stats, "a client's shard-only marker is ignored");
     let unknown = raw.call(command(
         request::GET_TOPIC_STATS_INFO,
         &[("topic", "NoSuchTopic")],

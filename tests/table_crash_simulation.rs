@@ -26,7 +26,7 @@ use std::sync::Arc;
 use common::{sim_disk, sim_seeds, Rng};
 use ringmq::broker::consumer_offsets::ConsumerOffsets;
 use ringmq::broker::subscription_groups::{
-    SubscriptionGroupConfig, SubscriptionGroupWrapper, SubscriptionGroups,
+    SubscriptionGroupConfig, SubscriptionGroupWrapper, SubscriptionGroups, SYSTEM_GROUPS,
 };
 use ringmq::broker::topics::{DataVersion, TopicConfig, TopicConfigWrapper, TopicTable};
 use ringmq::io::meta::{replace_file, MetaFiles};
@@ -115,6 +115,13 @@ fn simulate(seed: u64) -> Outcomes {
     let sim = sim_disk(seed);
     let files: Arc<dyn MetaFiles> = Arc::new(sim.clone());
     let mut model = Model::default();
+    // The system groups are in the table from the first load on.
+    for group in SYSTEM_GROUPS {
+        model
+            .groups
+            .0
+            .insert(group.to_owned(), SubscriptionGroupConfig::new(group));
+    }
     let lives = rng.range(3, 8);
     let mut clock = 1_000i64;
     let mut outcomes = Outcomes::default();

@@ -45,6 +45,19 @@ pub async fn consume_stats(
     if let Some(Err(why)) = named.map(names::validate_topic) {
         return bad_header(request, why);
     }
+    if request.opt_str(super::fan_out::SHARD_ONLY) == Some("true") {
+        // Another shard's copy for one topic: always answer with rows (maybe none), never
+        // skip the topic on this shard's own view of the tables, which may differ.
+        let topic = named.unwrap_or_default();
+        let queues = broker.topics.get(topic).map_or(0, |c| c.read_queue_nums);
+        let local = match local_rows(broker, group, topic, queues) {
+            Ok(local) => local,
+            Err(why) => {
+                return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why))
+            }
+        };
+        return super::fan_out::shard_answer(request, local);
+    }
     let topics = match named {
         Some(topic) => vec![topic.to_owned()],
         None => broker.consumer_offsets.topics_of(group),

@@ -21,7 +21,9 @@ use crate::remoting::RemotingCommand;
 
 use super::Broker;
 
-/// Set on the copies a shard sends the others: answer with your own rows only.
+/// Set on the copies a shard sends the others: answer with your own rows only. A client
+/// cannot set it: [`super::Broker::handle`] removes it from every request a connection
+/// brings.
 pub use super::query::SHARD_ONLY;
 /// In a shard's answer: its rows.
 const ROWS: &str = "_ringmqRows";
@@ -49,9 +51,7 @@ pub async fn gather(
 ) -> Result<Gathered, RemotingCommand> {
     check_width(&local, width).map_err(|why| system_error(request, why))?;
     if request.opt_str(SHARD_ONLY) == Some("true") {
-        let mut answer = RemotingCommand::response_to(request, response::SUCCESS, None);
-        answer.put_ext(ROWS, encode(&local));
-        return Ok(Gathered::Answer(answer));
+        return Ok(Gathered::Answer(shard_answer(request, local)));
     }
     let mut all = local;
     for shard in 0..broker.shard.count() {
@@ -75,6 +75,13 @@ pub async fn gather(
         }
     }
     Ok(Gathered::All(all))
+}
+
+/// The answer to another shard's copy of `request`: this shard's rows.
+pub fn shard_answer(request: &RemotingCommand, local: Rows) -> RemotingCommand {
+    let mut answer = RemotingCommand::response_to(request, response::SUCCESS, None);
+    answer.put_ext(ROWS, encode(&local));
+    answer
 }
 
 fn system_error(request: &RemotingCommand, why: String) -> RemotingCommand {
@@ -132,8 +139,12 @@ fn rows_of(shard: u8, answer: &RemotingCommand, width: usize) -> Result<Rows, St
             answer.remark.as_deref().unwrap_or("")
         ));
     }
-    let rows = decode(answer.opt_str(ROWS).unwrap_or(""))
-        .map_err(|why| format!("shard {shard}'s answer: {why}"))?;
+    // An answer without the field is not a shard's rows (a handler answered another way):
+    // never read it as "no rows", which would drop that shard's queues from the table.
+    let listed = answer
+        .opt_str(ROWS)
+        .ok_or_else(|| format!("shard {shard}'s answer carries no rows"))?;
+    let rows = decode(listed).map_err(|why| format!("shard {shard}'s answer: {why}"))?;
     check_width(&rows, width).map_err(|why| format!("shard {shard}'s answer: {why}"))?;
     Ok(rows)
 }

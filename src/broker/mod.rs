@@ -266,6 +266,8 @@ impl Broker {
         let started = std::time::Instant::now();
         let code = request.code;
         self.metrics.request(code);
+        // The marker of the shards' own copies ([`fan_out`]) is never a client's to set.
+        request.ext_fields.remove(query::SHARD_ONLY);
         let response = match self.owner_of(&mut request) {
             Some(owner) if owner != self.shard.id() => {
                 ShardMetrics::add(&self.metrics.forwarded, 1);

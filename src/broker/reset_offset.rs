@@ -22,8 +22,10 @@
 //!   on the topic nor a live client is SUBSCRIPTION_GROUP_NOT_EXIST (26), rather than
 //!   Java's SYSTEM_ERROR for both, so a tool can tell them from a failure.
 //!
-//! The queues' offsets are searched on the shards that own them ([`super::fan_out`]); each
-//! shard commits its own queues' offsets. The remark says how many clients were told.
+//! The queues' offsets are searched on the shards that own them ([`super::fan_out`]); the
+//! shard the request reached commits them (the offset table is node-wide) only once every
+//! shard has answered, so a reset that fails part-way changes no offset. The remark says
+//! how many clients were told.
 
 use std::net::SocketAddr;
 
@@ -115,6 +117,12 @@ pub async fn reset_offset(
         Ok(Gathered::All(rows)) => rows,
         Err(answer) => return answer,
     };
+    // Only once every shard has answered: a reset that fails part-way changes nothing.
+    for (queue_id, values) in &rows {
+        broker
+            .consumer_offsets
+            .commit(header.group, header.topic, *queue_id, values[0]);
+    }
     let body = reset_body(broker, header.topic, &rows);
     let told = tell_clients(broker, &header, &body);
     tracing::info!(
@@ -134,7 +142,8 @@ pub async fn reset_offset(
     .with_body(body.into_bytes())
 }
 
-/// Searches and commits the new offsets of the queues this shard owns.
+/// Searches the new offsets of the queues this shard owns; the shard that received the
+/// request commits them all once every shard has answered.
 fn reset_local(broker: &Broker, header: &ResetHeader<'_>, queues: i32) -> Result<Rows, String> {
     let mut rows = Rows::new();
     let targets: Vec<i32> = match header.queue_id {
@@ -169,9 +178,6 @@ fn reset_local(broker: &Broker, header: &ResetHeader<'_>, queues: i32) -> Result
             "reset of {}/{queue_id} to {offset}, outside [{min}, {max}] and not the committed {committed:?}",
             header.topic
         );
-        broker
-            .consumer_offsets
-            .commit(header.group, header.topic, queue_id, offset);
         rows.insert(queue_id, vec![offset]);
     }
     Ok(rows)

@@ -25,7 +25,9 @@
 //!
 //! Invariants, as the topic table's ([`super::topics`]): the file is always a whole table
 //! (temp file, fsync, rename, directory fsync through the [`MetaFiles`] seam); a change is
-//! visible only once it is on disk, else rolled back and the error returned; a file that
+//! visible only once it is on disk, and a failed write changes nothing; readers (every
+//! pull looks its group up) never wait for a write's fsync, since a change is made on a
+//! copy that is swapped in after the write; a file that
 //! exists but does not parse, or holds an entry [`check_config`] refuses, stops the start
 //! naming the file and the entry; `dataVersion.counter` grows by one per change.
 
@@ -39,6 +41,10 @@ use crate::io::meta::{replace_file, MetaFiles, RealFiles};
 use crate::sync::Locked;
 
 use super::topics::DataVersion;
+
+/// The groups every RocketMQ broker knows from its start: the admin tools pull as
+/// `TOOLS_CONSUMER` (`mqadmin queryMsgByOffset`, `ringmq admin query-offset`).
+pub const SYSTEM_GROUPS: [&str; 1] = ["TOOLS_CONSUMER"];
 
 /// Most retries a group may ask for; RocketMQ has no bound, but past 18 every retry waits
 /// the longest delay level anyway.
@@ -158,7 +164,12 @@ pub struct SubscriptionGroups {
     files: Arc<dyn MetaFiles>,
     path: PathBuf,
     auto_create: bool,
-    state: Locked<SubscriptionGroupWrapper>,
+    /// What readers see: swapped whole once a change is on disk.
+    state: Locked<Arc<SubscriptionGroupWrapper>>,
+    /// Held by a change from its copy of the table to its swap, so changes land (on disk
+    /// and in `state`) one at a time and in order, while readers (every pull) never wait
+    /// for the file's fsync.
+    writer: Locked<()>,
 }
 
 impl SubscriptionGroups {
@@ -209,11 +220,21 @@ impl SubscriptionGroups {
                 );
             }
         }
+        let mut state = state;
+        for group in SYSTEM_GROUPS {
+            // Known from the start, as Java's, so tools that pull as them create nothing;
+            // written with the next change.
+            state
+                .subscription_group_table
+                .entry(group.to_string())
+                .or_insert_with(|| SubscriptionGroupConfig::new(group));
+        }
         Ok(SubscriptionGroups {
             files,
             path,
             auto_create,
-            state: Locked::new(state),
+            state: Locked::new(Arc::new(state)),
+            writer: Locked::new(()),
         })
     }
 
@@ -278,7 +299,8 @@ impl SubscriptionGroups {
 
     /// The table as the file holds it.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&*self.state.lock()).expect("the subscription group table serialises")
+        let state = self.state.lock().clone();
+        serde_json::to_string(&*state).expect("the subscription group table serialises")
     }
 
     /// Creates `config`'s group unless it exists (another shard may have just created it);
@@ -288,68 +310,56 @@ impl SubscriptionGroups {
         config: SubscriptionGroupConfig,
         now_ms: i64,
     ) -> std::io::Result<bool> {
-        let name = config.group_name.clone();
-        let mut state = self.state.lock();
-        if state.subscription_group_table.contains_key(&name) {
-            return Ok(false);
-        }
-        state.subscription_group_table.insert(name.clone(), config);
-        self.commit(&mut state, now_ms, |state| {
-            state.subscription_group_table.remove(&name);
-        })?;
-        Ok(true)
+        self.change(now_ms, |table| {
+            if table
+                .subscription_group_table
+                .contains_key(&config.group_name)
+            {
+                return false;
+            }
+            let name = config.group_name.clone();
+            table.subscription_group_table.insert(name, config);
+            true
+        })
     }
 
     /// Creates or replaces a group and persists the table.
     pub fn put(&self, config: SubscriptionGroupConfig, now_ms: i64) -> std::io::Result<()> {
-        let name = config.group_name.clone();
-        let mut state = self.state.lock();
-        let previous = state.subscription_group_table.insert(name.clone(), config);
-        self.commit(&mut state, now_ms, |state| match previous {
-            Some(previous) => {
-                state.subscription_group_table.insert(name, previous);
-            }
-            None => {
-                state.subscription_group_table.remove(&name);
-            }
+        self.change(now_ms, |table| {
+            let name = config.group_name.clone();
+            table.subscription_group_table.insert(name, config);
+            true
         })
+        .map(|_| ())
     }
 
     /// Removes a group and persists the table; `false` if there was no such group.
     pub fn remove(&self, group: &str, now_ms: i64) -> std::io::Result<bool> {
-        let mut state = self.state.lock();
-        let Some(previous) = state.subscription_group_table.remove(group) else {
-            return Ok(false);
-        };
-        self.commit(&mut state, now_ms, |state| {
-            state
-                .subscription_group_table
-                .insert(group.to_owned(), previous);
-        })?;
-        Ok(true)
+        self.change(now_ms, |table| {
+            table.subscription_group_table.remove(group).is_some()
+        })
     }
 
-    /// Bumps the version and writes the table; on failure undoes the change with `undo`.
-    /// Runs under the table's lock, so writes land in the order the changes were made.
-    fn commit(
+    /// Applies `edit` to a copy of the table; if it changed something (`edit` returns
+    /// true), bumps the version, writes the file and only then lets readers see the copy.
+    /// A failed write changes nothing. Returns whether `edit` changed something.
+    fn change(
         &self,
-        state: &mut SubscriptionGroupWrapper,
         now_ms: i64,
-        undo: impl FnOnce(&mut SubscriptionGroupWrapper),
-    ) -> std::io::Result<()> {
-        let old_version = state.data_version.clone();
-        state.data_version.counter += 1;
-        state.data_version.timestamp = now_ms;
-        let json =
-            serde_json::to_vec_pretty(&*state).expect("the subscription group table serialises");
-        match replace_file(&*self.files, &self.path, &json) {
-            Ok(()) => Ok(()),
-            Err(error) => {
-                undo(state);
-                state.data_version = old_version;
-                Err(error)
-            }
+        edit: impl FnOnce(&mut SubscriptionGroupWrapper) -> bool,
+    ) -> std::io::Result<bool> {
+        let _writer = self.writer.lock();
+        let mut next = SubscriptionGroupWrapper::clone(&self.state.lock());
+        if !edit(&mut next) {
+            return Ok(false);
         }
+        next.data_version.counter += 1;
+        next.data_version.timestamp = now_ms;
+        let json =
+            serde_json::to_vec_pretty(&next).expect("the subscription group table serialises");
+        replace_file(&*self.files, &self.path, &json)?;
+        *self.state.lock() = Arc::new(next);
+        Ok(true)
     }
 }
 
