@@ -68,6 +68,7 @@ pub mod queue_locks;
 pub mod reset_offset;
 pub mod runtime_info;
 pub mod send;
+pub mod send_back;
 pub mod subscription_group_requests;
 pub mod subscription_groups;
 pub mod topic_requests;
@@ -287,10 +288,20 @@ impl Broker {
     /// this shard; a header too broken to route is answered locally, with the handler's
     /// own error.
     fn owner_of(&self, request: &mut RemotingCommand) -> Option<u8> {
+        if matches!(
+            request.code,
+            request::SEND_MESSAGE | request::SEND_MESSAGE_V2
+        ) {
+            // Before routing: a retry that is due for the DLQ goes to the DLQ's owner.
+            send_back::dead_letter_if_due(self, request);
+        }
         if self.shard.count() == 1 {
             return None;
         }
-        if request.code == request::VIEW_MESSAGE_BY_ID {
+        if request.code == request::VIEW_MESSAGE_BY_ID
+            || request.code == request::CONSUMER_SEND_MSG_BACK
+        {
+            // Both name a record by its CommitLog offset: the shard is its top byte (D4).
             return query::view_owner(request, self.shard.count());
         }
         let (fields, topic, queue_id) = routing::named_queue(request)?;
@@ -362,6 +373,9 @@ impl Broker {
             }
             request::GET_CONSUMER_CONNECTION_LIST => {
                 consumer_connections::consumer_connections(self, &request)
+            }
+            request::CONSUMER_SEND_MSG_BACK => {
+                Box::pin(send_back::send_back(self, &request)).await
             }
             request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
             request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),

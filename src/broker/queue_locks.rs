@@ -172,6 +172,16 @@ impl QueueLocks {
             .then(|| lock.client_id.clone())
     }
 
+    /// Whether any client holds an unexpired lock on a queue of `group` (an orderly
+    /// consumer is at work: its retries go to the dead-letter queue, part 2 §1.3). A scan
+    /// of the table: only sends to a retry topic ask.
+    pub fn group_holds_any(&self, group: &str, now: Instant) -> bool {
+        let tables = self.tables.lock();
+        tables.locks.iter().any(|((locked_group, _, _), lock)| {
+            locked_group == group && now.saturating_duration_since(lock.renewed) <= LOCK_MAX_LIVE
+        })
+    }
+
     /// Locks held right now, expired ones included until they are taken or released.
     pub fn len(&self) -> usize {
         self.tables.lock().locks.len()

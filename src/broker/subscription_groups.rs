@@ -250,6 +250,33 @@ impl SubscriptionGroups {
             .cloned()
     }
 
+    /// `group`'s config, created with the defaults when auto-creation allows; else
+    /// SUBSCRIPTION_GROUP_NOT_EXIST (code and remark).
+    pub fn find_or_create(
+        &self,
+        group: &str,
+        now_ms: i64,
+    ) -> Result<SubscriptionGroupConfig, (i32, String)> {
+        use crate::remoting::codes::response;
+        if let Some(config) = self.get(group) {
+            return Ok(config);
+        }
+        if !self.auto_create {
+            return Err((
+                response::SUBSCRIPTION_GROUP_NOT_EXIST,
+                format!("subscription group [{group}] does not exist"),
+            ));
+        }
+        let config = SubscriptionGroupConfig::new(group);
+        self.put_if_absent(config, now_ms).map_err(|error| {
+            (
+                response::SYSTEM_ERROR,
+                format!("cannot create subscription group {group}: {error}"),
+            )
+        })?;
+        Ok(self.get(group).unwrap_or_else(|| SubscriptionGroupConfig::new(group)))
+    }
+
     /// Whether a pull of `group` may go on: `Ok` with its config, created with the
     /// defaults when auto-creation allows; `Err` with a response code and remark.
     pub fn for_consumption(
@@ -258,26 +285,7 @@ impl SubscriptionGroups {
         now_ms: i64,
     ) -> Result<SubscriptionGroupConfig, (i32, String)> {
         use crate::remoting::codes::response;
-        let config = match self.get(group) {
-            Some(config) => config,
-            None if self.auto_create => {
-                let config = SubscriptionGroupConfig::new(group);
-                self.put_if_absent(config.clone(), now_ms)
-                    .map_err(|error| {
-                        (
-                            response::SYSTEM_ERROR,
-                            format!("cannot create subscription group {group}: {error}"),
-                        )
-                    })?;
-                config
-            }
-            None => {
-                return Err((
-                    response::SUBSCRIPTION_GROUP_NOT_EXIST,
-                    format!("subscription group [{group}] does not exist"),
-                ))
-            }
-        };
+        let config = self.find_or_create(group, now_ms)?;
         if !config.consume_enable {
             return Err((
                 response::NO_PERMISSION,

@@ -563,6 +563,14 @@ impl Store {
             .map(Some)
     }
 
+    /// `len` CommitLog bytes at `phys` (a record [`Store::record_at`] found).
+    pub fn read_log(&self, phys: u64, len: usize) -> Result<bytes::Bytes, StoreError> {
+        self.shared
+            .log
+            .read(phys, len)
+            .map_err(|error| StoreError::from_io("reading the CommitLog", &error))
+    }
+
     /// Store time of the message at `queue_offset`, if the queue still holds it.
     pub fn message_store_time(
         &self,
