@@ -54,7 +54,7 @@
 //! | `ringmq_request_bytes_in_flight` | gauge | bytes held by requests in flight (frames, and 2 KiB each for header and task), all connections |
 //! | `ringmq_parked_requests` | gauge | requests in flight that are parked long-polling pulls, all connections |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
-//! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
+//! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox, and delayed messages coming due that a scheduler sent to another shard's queue |
 //! | `ringmq_delay_pending{level}` | gauge | delayed messages of the level waiting in `SCHEDULE_TOPIC_XXXX` (its queue's end minus the scheduler's cursor), on the shard whose scheduler runs the level |
 //! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
 //! | `ringmq_delay_lateness_seconds_total{level}` | counter | time from each delivered message's due time to its copy's acknowledgement, summed (divided by `ringmq_delay_delivered_total`: the mean lateness) |
@@ -812,7 +812,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         shards,
         "ringmq_forwarded_total",
         "counter",
-        "Requests sent to the shard that owns their queue.",
+        "Requests, and delayed messages coming due, sent to the shard that owns their queue.",
         |s| relaxed(&s.forwarded),
     );
     let name = "ringmq_request_latency_seconds";
