@@ -103,6 +103,10 @@ pub struct StoreConfig {
     /// `maxHashSlotNum` and `maxIndexNum`: the shape of every IndexFile.
     pub index_geometry: crate::store::index_file::Geometry,
     pub retention: crate::store::retention::RetentionConfig,
+    /// `messageDelayLevel` in ms, level 1 first: the delivery time a
+    /// `SCHEDULE_TOPIC_XXXX` record's ConsumeQueue entry carries is its store time plus
+    /// the delay of its queue's level ([`crate::store::topic::tags_code`]).
+    pub schedule_delays_ms: Vec<u64>,
 }
 
 pub const MIB: u64 = 1024 * 1024;

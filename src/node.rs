@@ -8,11 +8,13 @@
 //! [`start`] is the one entry: `ringmq serve` calls it and so do the integration tests
 //! (with port 0). It binds every listener first (so a taken port fails the start before
 //! any store opens), checks that the store root was made for this shard count, loads the
-//! node-wide tables (`config/topics.json`, `config/consumerOffset.json`; a corrupt one
-//! stops the start naming the file), then starts the shards (each registers the
-//! protected consumer groups, `retentionProtectedGroups`, on its store as retention holds
-//! before its store's first retention run: `broker/protected_groups.rs`) and returns once every one
-//! serves, with the bound addresses and a [`NodeHandle`]. If one shard fails to start,
+//! node-wide tables (`config/topics.json`, `config/consumerOffset.json`,
+//! `config/delayOffset.json`, `config/subscriptionGroup.json`; a corrupt one stops the
+//! start naming the file), then starts the shards and returns once every one serves, with
+//! the bound addresses and a [`NodeHandle`]. Each shard runs the delay scheduler of every
+//! level whose `SCHEDULE_TOPIC_XXXX` queue it owns (`broker/delay.rs`) and registers the
+//! protected consumer groups (`retentionProtectedGroups`) on its store as retention holds
+//! before the store's first retention run (`broker/protected_groups.rs`). If one shard fails to start,
 //! the others are stopped cleanly and the start fails with that shard's error.
 //!
 //! Every listener's accept loop (broker and name server, all shards) admits connections
@@ -24,8 +26,10 @@
 //! (their request tasks, parked pulls included, are aborted with them); then each shard's
 //! `Store::shutdown` lets puts already queued finish, flushes, writes a clean checkpoint
 //! and removes the `abort` marker, so the next start does not scan. Once every shard has
-//! stopped, the committed consumer offsets are written once more (after the connections,
-//! so no commit arrives after the write).
+//! stopped, the committed consumer offsets and the delay cursors are written once more
+//! (after the connections and the schedulers, so no commit or delivery arrives after the
+//! write; a delivery aborted mid-put left its cursor where it was, so the next start
+//! delivers that message again rather than lose it).
 //!
 //! With one shard SO_REUSEPORT stays off: it would let a second node on the same port
 //! silently take half the connections. With several it is on; a second node on the same
@@ -43,6 +47,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::broker::consumer_offsets::ConsumerOffsets;
+use crate::broker::delay_offsets::DelayOffsets;
 use crate::broker::subscription_groups::SubscriptionGroups;
 use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
@@ -106,7 +111,8 @@ pub struct NodeOptions {
     /// `None` serves none.
     pub metrics_port: Option<u16>,
     /// Store settings every shard starts from; its `dir`, `shard_id`, `flush_mode`,
-    /// `store_host` (and the segment size, when `segment_size` is set) are replaced.
+    /// `store_host`, `schedule_delays_ms` (from `broker.delay_levels`) and the segment
+    /// size (when `segment_size` is set) are replaced.
     /// `None`: the store defaults.
     pub store_template: Option<StoreConfig>,
 }
@@ -175,6 +181,8 @@ impl NodeOptions {
         config.shard_id = shard;
         config.flush_mode = self.flush;
         config.store_host = store_host;
+        // The delivery times in the schedule queues follow the broker's levels.
+        config.schedule_delays_ms = self.broker.delay_levels.as_millis().to_vec();
         if let Some(size) = self.segment_size {
             config.commit_log_segment_size = size;
             // Keep the largest message within one segment, as `validate` demands.
@@ -254,6 +262,11 @@ impl NodeHandle {
             let offsets = &tables.consumer_offsets;
             let written = offsets.persist().map_err(|error| {
                 anyhow::anyhow!("cannot write {}: {error}", offsets.path().display())
+            });
+            result = result.and(written);
+            let cursors = &tables.delay_offsets;
+            let written = cursors.persist().map_err(|error| {
+                anyhow::anyhow!("cannot write {}: {error}", cursors.path().display())
             });
             result = result.and(written);
         }
@@ -343,7 +356,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
         }
         None => None,
     };
-    let tables = NodeTables::new(
+    let mut tables = NodeTables::new(
         TopicTable::load(
             &options.dir,
             options.auto_create_topics,
@@ -352,6 +365,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
         ConsumerOffsets::load(&options.dir)?,
         SubscriptionGroups::load(&options.dir, options.auto_create_subscription_groups)?,
     );
+    tables.delay_offsets = Arc::new(DelayOffsets::load(&options.dir)?);
     for shard in 0..options.shards {
         options
             .store_config(shard, advertised)
@@ -565,6 +579,14 @@ async fn run_shard(
         let handler = NameServer::new(broker.identity().clone(), broker.topics.clone(), clock);
         (listener, Rc::new(handler))
     });
+    for level in
+        crate::broker::delay::levels_on_shard(&options.broker.delay_levels, id, options.shards)
+    {
+        background.push(spawn_watched(
+            "delay scheduler",
+            Box::pin(crate::broker::delay::run_level(broker.clone(), level)),
+        ));
+    }
     if id == 0 {
         // Node-wide housekeeping runs once, on shard 0.
         background.push(spawn_watched(
@@ -574,6 +596,10 @@ async fn run_shard(
         background.push(spawn_watched(
             "consumer offset flush",
             Box::pin(flush_consumer_offsets(broker.clone())),
+        ));
+        background.push(spawn_watched(
+            "delay offset flush",
+            Box::pin(flush_delay_offsets(broker.clone())),
         ));
     }
     tracing::info!(shard = id, %advertised, backend = store.backend_name(), "shard serving");
@@ -724,6 +750,22 @@ async fn flush_consumer_offsets(broker: Rc<Broker>) {
             tracing::error!(
                 "cannot write {}: {error}",
                 broker.consumer_offsets().path().display()
+            );
+        }
+    }
+}
+
+/// Writes moved delay cursors every `delay_offset_flush_interval`.
+async fn flush_delay_offsets(broker: Rc<Broker>) {
+    let mut ticks = tokio::time::interval(broker.config.delay_offset_flush_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(error) = broker.delay_offsets().persist_if_changed() {
+            // Kept dirty: the next tick tries again.
+            tracing::error!(
+                "cannot write {}: {error}",
+                broker.delay_offsets().path().display()
             );
         }
     }

@@ -456,3 +456,63 @@ fn put_all_queues_a_group_into_one_write_and_stops_at_the_first_refusal() {
         });
     }
 }
+
+#[test]
+fn schedule_topic_entries_carry_the_delivery_time_live_and_after_a_crash() {
+    use ringmq::store::topic::SCHEDULE_TOPIC;
+    let sim = sim_disk(12);
+    run_local(true, async {
+        let mut config = config(FlushMode::Sync);
+        config.schedule_delays_ms = vec![1000, 5000];
+        let store = Store::open(config.clone(), as_disk(&sim), Clock::starting_at(T0))
+            .await
+            .unwrap();
+        let mut expected = Vec::new();
+        for (queue, delay) in [(0, 1000), (1, 5000), (1, 5000)] {
+            let placement = store
+                .put(message(SCHEDULE_TOPIC, queue, b"wait", Some("TagA"), None))
+                .await
+                .unwrap()
+                .placement
+                .unwrap();
+            expected.push((
+                queue,
+                placement.queue_offset,
+                placement.store_timestamp + delay,
+            ));
+        }
+        // Another topic keeps the tag hash.
+        store
+            .put(message("Plain", 0, b"now", Some("TagA"), None))
+            .await
+            .unwrap();
+        let codes = |store: &Store| {
+            expected
+                .iter()
+                .map(|&(queue, offset, _)| {
+                    store
+                        .queue_entry(SCHEDULE_TOPIC, queue, offset)
+                        .unwrap()
+                        .unwrap()
+                        .tags_code
+                })
+                .collect::<Vec<_>>()
+        };
+        let due: Vec<i64> = expected.iter().map(|&(_, _, due)| due).collect();
+        assert_eq!(codes(&store), due);
+        let plain = store.queue_entry("Plain", 0, 0).unwrap().unwrap();
+        assert_eq!(plain.tags_code, java_string_hash("TagA") as i64);
+        assert_eq!(store.queue_entry(SCHEDULE_TOPIC, 0, 1).unwrap(), None);
+        drop(store);
+        // Recovery rebuilds the entries past the checkpoint from the records: the same
+        // delivery times.
+        sim.crash_now();
+        sim.restart();
+        let store = Store::open(config, as_disk(&sim), Clock::starting_at(T0 + 60_000))
+            .await
+            .unwrap();
+        assert!(matches!(store.opened(), OpenKind::Recovered { .. }));
+        assert_eq!(codes(&store), due);
+        store.shutdown().await.unwrap();
+    });
+}

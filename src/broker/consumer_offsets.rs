@@ -267,7 +267,7 @@ fn check_entry(key: &str, queues: &BTreeMap<i32, i64>) -> Result<(), String> {
 
 /// Quotes object keys that are bare integers (`{0:5}` → `{"0":5}`), leaving strings and
 /// array elements alone.
-fn quote_bare_keys(text: &str) -> String {
+pub(crate) fn quote_bare_keys(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len() + 16);
     let (mut in_string, mut escaped, mut key_position) = (false, false, false);

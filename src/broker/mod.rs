@@ -29,6 +29,9 @@
 //!   (220) to the live clients.
 //! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
 //!   on the shard's store.
+//! - [`delay`]: delay levels (`DELAY`, `messageDelayLevel`): delayed sends wait in
+//!   `SCHEDULE_TOPIC_XXXX` and a scheduler per level delivers them on time;
+//!   [`delay_offsets`]: its cursors, `config/delayOffset.json`.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -42,11 +45,12 @@
 //! if another shard owns the queue, [`Broker::handle`] forwards it over that shard's
 //! bounded mailbox and returns the owner's answer; otherwise [`Broker::handle_owned`]
 //! answers it here. A send that leaves the queue to the broker (`queueId` -1) gets a queue
-//! this shard owns when the topic has one. The node-wide tables (topics, groups, committed
-//! offsets) are one [`NodeTables`] shared by every shard's broker.
+//! this shard owns when the topic has one. A delayed send (`DELAY` above 0) is routed to
+//! the owner of its level's `SCHEDULE_TOPIC_XXXX` queue instead, where its scheduler runs.
+//! The node-wide tables (topics, groups, committed offsets, delay cursors) are one
+//! [`NodeTables`] shared by every shard's broker.
 //!
-//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): retry/DLQ, delay levels,
-//! transactions, pop.
+//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): transactions, pop, timers.
 
 pub mod admin_json;
 pub mod assignment;
@@ -54,6 +58,8 @@ pub mod consume_stats;
 pub mod consumer_connections;
 pub mod consumer_offsets;
 pub mod consumers;
+pub mod delay;
+pub mod delay_offsets;
 pub mod fan_out;
 pub mod groups;
 pub mod ids;
@@ -85,10 +91,11 @@ use crate::clock::Clock;
 use crate::metrics::{Family, ShardMetrics};
 use crate::remoting::codes::{request, response};
 use crate::remoting::connection::{Outbound, Reply, RequestHandler};
+use crate::remoting::send_header::SendMessageRequestHeader;
 use crate::remoting::{FieldError, RemotingCommand};
 use crate::shard::mailbox::{run_owned, DirectReply, NotForwarded, OwnerHandler};
 use crate::shard::{routing, ShardContext};
-use crate::store::topic::validate_topic;
+use crate::store::topic::{validate_topic, SCHEDULE_TOPIC};
 use crate::store::Store;
 
 /// Who this broker is, as clients and tools see it.
@@ -120,6 +127,11 @@ pub struct BrokerConfig {
     /// `retentionProtectedGroups`: consumer groups whose unconsumed records retention
     /// keeps below the forced ratio ([`protected_groups`]); empty for none.
     pub retention_protected_groups: Vec<String>,
+    /// `messageDelayLevel`: the delay of each level ([`delay`]).
+    pub delay_levels: delay::DelayLevels,
+    /// How often moved delay cursors are written to `config/delayOffset.json`
+    /// ([`DELAY_OFFSET_FLUSH_INTERVAL`]); a crash delivers at most this much again.
+    pub delay_offset_flush_interval: Duration,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;
@@ -127,6 +139,10 @@ pub struct BrokerConfig {
 pub const MAX_SUSPEND: Duration = Duration::from_secs(20);
 /// [`BrokerConfig::consumer_offset_flush_interval`].
 pub const CONSUMER_OFFSET_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// [`BrokerConfig::delay_offset_flush_interval`] (Java's `flushDelayOffsetInterval` is
+/// 10 s; a shorter one redelivers less after a crash, and the file is written only when a
+/// cursor moved).
+pub const DELAY_OFFSET_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The tables every shard of a node reads and writes: off the data path, each behind its
 /// own lock (`crate::sync::Locked`). Cloning shares them.
@@ -141,6 +157,8 @@ pub struct NodeTables {
     pub locks: Arc<queue_locks::QueueLocks>,
     /// The subscription groups (`config/subscriptionGroup.json`).
     pub subscription_groups: Arc<subscription_groups::SubscriptionGroups>,
+    /// The delay schedulers' cursors.
+    pub delay_offsets: Arc<delay_offsets::DelayOffsets>,
 }
 
 impl NodeTables {
@@ -149,7 +167,14 @@ impl NodeTables {
         consumer_offsets: consumer_offsets::ConsumerOffsets,
         subscription_groups: subscription_groups::SubscriptionGroups,
     ) -> NodeTables {
+        // In memory, beside the consumer offsets' file; a node loads its own at start.
+        let delay_offsets = delay_offsets::DelayOffsets::in_memory(
+            consumer_offsets
+                .path()
+                .with_file_name(delay_offsets::FILE_NAME),
+        );
         NodeTables {
+            delay_offsets: Arc::new(delay_offsets),
             topics: Arc::new(topics),
             groups: Arc::new(consumers::Groups::new()),
             consumer_offsets: Arc::new(consumer_offsets),
@@ -181,6 +206,10 @@ pub struct Broker {
     pub(crate) metrics: Arc<ShardMetrics>,
     /// When this broker started (ms since the epoch), for GET_BROKER_RUNTIME_INFO.
     pub(crate) started_ms: i64,
+    pub(crate) delay_offsets: Arc<delay_offsets::DelayOffsets>,
+    /// Per delay level (level 1 first): wakes its scheduler when a delayed message is
+    /// stored on this shard.
+    pub(crate) delay_wakes: Vec<Rc<tokio::sync::Notify>>,
 }
 
 impl Broker {
@@ -194,7 +223,12 @@ impl Broker {
         metrics: Arc<ShardMetrics>,
     ) -> Broker {
         let started_ms = clock.now_ms();
+        let delay_wakes = (0..config.delay_levels.max_level())
+            .map(|_| Rc::new(tokio::sync::Notify::new()))
+            .collect();
         Broker {
+            delay_offsets: tables.delay_offsets,
+            delay_wakes,
             topics: tables.topics,
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
@@ -251,6 +285,16 @@ impl Broker {
         &self.consumer_offsets
     }
 
+    /// The delay schedulers' cursors.
+    pub fn delay_offsets(&self) -> &delay_offsets::DelayOffsets {
+        &self.delay_offsets
+    }
+
+    /// What wakes the scheduler of `level` (1 to the last level).
+    pub(crate) fn delay_wake(&self, level: u32) -> &Rc<tokio::sync::Notify> {
+        &self.delay_wakes[level as usize - 1]
+    }
+
     /// Pulls parked right now (for metrics and tests).
     pub fn parked_pulls(&self) -> usize {
         self.parked.get()
@@ -305,6 +349,16 @@ impl Broker {
             return query::view_owner(request, self.shard.count());
         }
         let (fields, topic, queue_id) = routing::named_queue(request)?;
+        let delay_level = if fields.is_send {
+            self.delay_level_of(request)
+        } else {
+            None
+        };
+        if let (Some(level), true) = (delay_level, queue_id >= 0) {
+            // Stored on the owner of its level's queue (`delay`); the real queue needs
+            // picking here only when the broker is to pick it.
+            return Some(self.shard.owner(SCHEDULE_TOPIC, level as i32 - 1));
+        }
         if queue_id >= 0 {
             return Some(self.shard.owner(topic, queue_id));
         }
@@ -327,7 +381,32 @@ impl Broker {
         );
         self.next_queue.set(counter);
         request.put_ext(fields.queue_id, queue_id);
-        Some(self.shard.owner(&topic, queue_id))
+        Some(match delay_level {
+            Some(level) => self.shard.owner(SCHEDULE_TOPIC, level as i32 - 1),
+            None => self.shard.owner(&topic, queue_id),
+        })
+    }
+
+    /// The delay level a single-message send asks for, as [`delay::requested_level`]
+    /// reads it on the shard that stores it; `None` for a plain send, a batch (refused
+    /// where it lands) or a header too broken to say (answered where it lands).
+    fn delay_level_of(&self, request: &RemotingCommand) -> Option<u32> {
+        let properties = match request.code {
+            request::SEND_MESSAGE => request.opt_str("properties")?,
+            request::SEND_MESSAGE_V2 => request.opt_str("i")?,
+            _ => return None,
+        };
+        if !properties.contains(delay::DELAY) {
+            return None;
+        }
+        let header = SendMessageRequestHeader::from_command(request).ok()?;
+        delay::requested_level(
+            &header.properties,
+            header.sys_flag,
+            &self.config.delay_levels,
+        )
+        .ok()
+        .flatten()
     }
 
     /// Answers a request whose queue (if it names one) this shard owns.
@@ -374,9 +453,7 @@ impl Broker {
             request::GET_CONSUMER_CONNECTION_LIST => {
                 consumer_connections::consumer_connections(self, &request)
             }
-            request::CONSUMER_SEND_MSG_BACK => {
-                Box::pin(send_back::send_back(self, &request)).await
-            }
+            request::CONSUMER_SEND_MSG_BACK => Box::pin(send_back::send_back(self, &request)).await,
             request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
             request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),
             request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
@@ -425,6 +502,18 @@ impl OwnerHandler for Broker {
         peer: SocketAddr,
     ) -> Option<RemotingCommand> {
         Broker::handle_owned(&self, request, peer).await
+    }
+
+    /// A delayed message another shard's scheduler delivers to a queue of this shard.
+    fn put_owned(
+        self: Rc<Self>,
+        record: crate::store::record::RecordInput,
+        reply: crate::shard::mailbox::PutReply,
+    ) {
+        self.store.put_with(record, move |outcome| {
+            // The scheduler may have stopped meanwhile; its cursor did not move then.
+            let _ = reply.send(outcome);
+        });
     }
 }
 

@@ -15,21 +15,30 @@
 //!   Busy → SYSTEM_BUSY (clients retry), unavailable states → SERVICE_NOT_AVAILABLE, the rest
 //!   SYSTEM_ERROR, always with the store's text as remark.
 //!
+//! A single-message send whose properties carry `DELAY` above 0 is stored to
+//! `SCHEDULE_TOPIC_XXXX` queue `level - 1` instead ([`super::delay`]); its response names
+//! the queue asked for with the scheduled record's `queueOffset` and `msgId`, as Java's.
+//! The request was routed to that queue's owner ([`Broker`]'s routing), where the level's
+//! scheduler runs and is woken once the record is visible. A batch header asking for a
+//! delay is refused (MESSAGE_ILLEGAL).
+//!
 //! A batch is queued in the store whole ([`crate::store::Store::put_all`]), so its
 //! messages share one CommitLog write (when they fit the appender's batch bytes) and get
 //! consecutive queue offsets. Unlike Java's, a batch is not atomic: a refusal part-way
 //! leaves the earlier messages stored (the error remark says how many).
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 
 use crate::remoting::codes::response;
 use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
 use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
+use crate::store::topic::SCHEDULE_TOPIC;
 use crate::store::{properties, PutResult, PutStatus, StoreError};
 
-use super::topics::PERM_WRITE;
-use super::{bad_header, ids, names, Broker};
+use super::topics::{TopicConfig, PERM_WRITE};
+use super::{bad_header, delay, ids, names, Broker};
 
 /// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
 const CLUSTER: &str = "CLUSTER";
@@ -218,7 +227,16 @@ fn prepare_send(
     peer: SocketAddr,
 ) -> Result<(RecordInput, PendingSend), Box<RemotingCommand>> {
     let (header, queue_id) = checked_header(broker, request)?;
-    let (record, uniq_key) = broker.record_for(
+    let refuse = |code: i32, remark: String| {
+        Box::new(RemotingCommand::response_to(request, code, Some(remark)))
+    };
+    let level = delay::requested_level(
+        &header.properties,
+        header.sys_flag,
+        &broker.config.delay_levels,
+    )
+    .map_err(|remark| refuse(response::MESSAGE_ILLEGAL, remark))?;
+    let (mut record, uniq_key) = broker.record_for(
         &header,
         queue_id,
         peer,
@@ -226,13 +244,46 @@ fn prepare_send(
         request.body.clone(),
         &header.properties,
     );
+    let mut wake = None;
+    if let Some(level) = level {
+        let schedule_queue = level as i32 - 1;
+        // The routing sent it here (`Broker::owner_of`); a record on another shard's
+        // queue would never be delivered.
+        let owner = broker.shard.owner(SCHEDULE_TOPIC, schedule_queue);
+        if owner != broker.shard.id() {
+            return Err(refuse(
+                response::SYSTEM_ERROR,
+                format!(
+                    "delay level {level} is scheduled by shard {owner}, not by shard {}",
+                    broker.shard.id()
+                ),
+            ));
+        }
+        ensure_schedule_topic(broker).map_err(|remark| refuse(response::SYSTEM_ERROR, remark))?;
+        delay::schedule(&mut record, level);
+        wake = Some(broker.delay_wake(level).clone());
+    }
     let pending = PendingSend {
         answer: RemotingCommand::response_to(request, response::SUCCESS, None),
         queue_id,
         uniq_key,
         store_host: broker.identity.store_host,
+        wake,
     };
     Ok((record, pending))
+}
+
+/// Creates `SCHEDULE_TOPIC_XXXX` in the topic table, one queue per level, if it is not
+/// there (Java creates it at start; here the first delayed send does).
+fn ensure_schedule_topic(broker: &Broker) -> Result<(), String> {
+    if broker.topics.get(SCHEDULE_TOPIC).is_some() {
+        return Ok(());
+    }
+    let config = TopicConfig::new(SCHEDULE_TOPIC, broker.config.delay_levels.max_level());
+    broker
+        .topics
+        .put(config, broker.clock.now_ms())
+        .map_err(|error| format!("cannot create topic {SCHEDULE_TOPIC}: {error}"))
 }
 
 /// A single-message send waiting for the store: its response so far and the fields the
@@ -242,6 +293,8 @@ struct PendingSend {
     queue_id: i32,
     uniq_key: String,
     store_host: SocketAddr,
+    /// A delayed message's scheduler, woken once the record is visible.
+    wake: Option<Rc<tokio::sync::Notify>>,
 }
 
 impl PendingSend {
@@ -249,6 +302,9 @@ impl PendingSend {
         let mut answer = self.answer;
         match outcome {
             Ok(result) => {
+                if let Some(wake) = &self.wake {
+                    wake.notify_one();
+                }
                 answer.code = status_code(result.status);
                 // Added in key order into room for all six, so each insert appends; the two
                 // ids move in as the Strings they are, without a copy.
@@ -295,6 +351,20 @@ pub async fn send_batch(
         Ok(checked) => checked,
         Err(refusal) => return *refusal,
     };
+    match delay::requested_level(
+        &header.properties,
+        header.sys_flag,
+        &broker.config.delay_levels,
+    ) {
+        Ok(None) => {}
+        Ok(Some(_)) | Err(_) => {
+            return RemotingCommand::response_to(
+                request,
+                response::MESSAGE_ILLEGAL,
+                Some("a batch cannot be delayed (DELAY); send delayed messages one by one".into()),
+            )
+        }
+    }
     let items = match decode_batch(&request.body) {
         Ok(items) if !items.is_empty() => items,
         Ok(_) => {

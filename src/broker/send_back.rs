@@ -39,8 +39,7 @@ use super::{bad_header, ids, names, send, Broker};
 pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
 /// `MessageConst.PROPERTY_ORIGIN_MESSAGE_ID`.
 pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
-/// `MessageConst.PROPERTY_DELAY_TIME_LEVEL`.
-pub const DELAY: &str = "DELAY";
+pub use super::delay::DELAY;
 /// `MixAll.RETRY_GROUP_TOPIC_PREFIX`.
 pub const RETRY_PREFIX: &str = "%RETRY%";
 /// `MixAll.DLQ_GROUP_TOPIC_PREFIX`.
@@ -77,7 +76,11 @@ pub enum Destination {
 }
 
 /// The decision of §1.2 step 6 for a record tried `reconsume_times` times.
-pub fn destination(reconsume_times: i32, max_reconsume_times: i32, delay_level: i32) -> Destination {
+pub fn destination(
+    reconsume_times: i32,
+    max_reconsume_times: i32,
+    delay_level: i32,
+) -> Destination {
     if reconsume_times >= max_reconsume_times || delay_level < 0 {
         Destination::DeadLetter
     } else if delay_level == 0 {
@@ -123,13 +126,14 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
         other => {
             return failed(
                 request,
-                format!("look message by offset failed, {}: {other:?}", header.offset),
+                format!(
+                    "look message by offset failed, {}: {other:?}",
+                    header.offset
+                ),
             )
         }
     };
-    let max = header
-        .max_reconsume_times
-        .unwrap_or(config.retry_max_times);
+    let max = header.max_reconsume_times.unwrap_or(config.retry_max_times);
     let destination = destination(view.reconsume_times, max, header.delay_level);
     let (topic, queue_id) = match destination {
         Destination::DeadLetter => (format!("{DLQ_PREFIX}{}", header.group), 0),
@@ -187,8 +191,8 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     ] {
         fields.insert(name.into(), value);
     }
-    let mut resend = RemotingCommand::request(request_code::SEND_MESSAGE, fields)
-        .with_body(view.body.to_vec());
+    let mut resend =
+        RemotingCommand::request(request_code::SEND_MESSAGE, fields).with_body(view.body.to_vec());
     let born_host = view.born_host;
     let answer = match broker.owner_of(&mut resend) {
         Some(owner) if owner != broker.shard.id() => {
@@ -305,10 +309,17 @@ mod tests {
     fn the_retry_schedule_and_the_dead_letter_rule() {
         assert_eq!(destination(0, 16, 0), Destination::Retry { level: 3 });
         assert_eq!(destination(15, 16, 0), Destination::Retry { level: 18 });
-        assert_eq!(destination(16, 16, 0), Destination::DeadLetter, ">= on send-back");
+        assert_eq!(
+            destination(16, 16, 0),
+            Destination::DeadLetter,
+            ">= on send-back"
+        );
         assert_eq!(destination(2, 16, 7), Destination::Retry { level: 7 });
         assert_eq!(destination(0, 16, -1), Destination::DeadLetter);
         assert_eq!(destination(0, 0, 0), Destination::DeadLetter);
-        assert_eq!(destination(i32::MAX - 1, i32::MAX, 0), Destination::Retry { level: i32::MAX });
+        assert_eq!(
+            destination(i32::MAX - 1, i32::MAX, 0),
+            Destination::Retry { level: i32::MAX }
+        );
     }
 }

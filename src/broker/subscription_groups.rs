@@ -274,7 +274,9 @@ impl SubscriptionGroups {
                 format!("cannot create subscription group {group}: {error}"),
             )
         })?;
-        Ok(self.get(group).unwrap_or_else(|| SubscriptionGroupConfig::new(group)))
+        Ok(self
+            .get(group)
+            .unwrap_or_else(|| SubscriptionGroupConfig::new(group)))
     }
 
     /// Whether a pull of `group` may go on: `Ok` with its config, created with the

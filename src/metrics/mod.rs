@@ -56,6 +56,12 @@
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
 //! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send`, `pull` (parked time included) and `query` (QUERY_MESSAGE and VIEW_MESSAGE_BY_ID, the fan-out over the shards included) |
+//! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox, and delayed messages coming due that a scheduler sent to another shard's queue |
+//! | `ringmq_delay_pending{level}` | gauge | delayed messages of the level waiting in `SCHEDULE_TOPIC_XXXX` (its queue's end minus the scheduler's cursor), on the shard whose scheduler runs the level |
+//! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
+//! | `ringmq_delay_lateness_seconds_total{level}` | counter | time from each delivered message's due time to its copy's acknowledgement, summed (divided by `ringmq_delay_delivered_total`: the mean lateness) |
+//! | `ringmq_delay_skipped_total{level}` | counter | scheduled records that could not be delivered at all (no `REAL_TOPIC`, an illegal message) and were skipped, logged |
+//! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send` and `pull` (parked time included) |
 
 pub mod http;
 
@@ -193,6 +199,20 @@ pub struct ShardMetrics {
     /// configured groups, so the series are fixed at start.
     unconsumed_lost: Locked<Vec<(String, u64)>>,
     latency: [Locked<Histogram<u64>>; 3],
+    /// The delay levels whose schedulers run on this shard, fixed at start.
+    delay: Locked<Vec<DelayFigures>>,
+}
+
+/// One delay level's figures, on the shard that runs its scheduler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DelayFigures {
+    pub level: u32,
+    /// Messages in the level's queue from the cursor on.
+    pub pending: u64,
+    pub delivered: u64,
+    /// Sum over the delivered messages of (acknowledged - due), ms.
+    pub lateness_ms: u64,
+    pub skipped: u64,
 }
 
 /// Latencies are recorded in microseconds, up to an hour, 3 significant digits.
@@ -215,6 +235,7 @@ impl ShardMetrics {
             store: Locked::default(),
             unconsumed_lost: Locked::default(),
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
+            delay: Locked::default(),
         }
     }
 
@@ -272,6 +293,50 @@ impl ShardMetrics {
             .iter()
             .find(|(known, _)| known == group)
             .map_or(0, |(_, count)| *count)
+    }
+
+    /// Starts the series of delay level `level` at 0 (its scheduler starts on this shard).
+    pub fn delay_level_started(&self, level: u32) {
+        let mut delay = self.delay.lock();
+        if !delay.iter().any(|figures| figures.level == level) {
+            delay.push(DelayFigures {
+                level,
+                ..DelayFigures::default()
+            });
+            delay.sort_by_key(|figures| figures.level);
+        }
+    }
+
+    fn with_delay_level(&self, level: u32, change: impl FnOnce(&mut DelayFigures)) {
+        let mut delay = self.delay.lock();
+        let figures = delay
+            .iter_mut()
+            .find(|figures| figures.level == level)
+            .unwrap_or_else(|| panic!("delay level {level} has no scheduler on this shard"));
+        change(figures);
+    }
+
+    /// The messages of `level` waiting now.
+    pub fn set_delay_pending(&self, level: u32, pending: u64) {
+        self.with_delay_level(level, |figures| figures.pending = pending);
+    }
+
+    /// One message of `level` delivered `late_ms` after its due time.
+    pub fn delay_delivered(&self, level: u32, late_ms: u64) {
+        self.with_delay_level(level, |figures| {
+            figures.delivered += 1;
+            figures.lateness_ms += late_ms;
+        });
+    }
+
+    /// One scheduled record of `level` skipped as undeliverable.
+    pub fn delay_skipped(&self, level: u32) {
+        self.with_delay_level(level, |figures| figures.skipped += 1);
+    }
+
+    /// The figures of the delay levels scheduled on this shard, by level.
+    pub fn delay_figures(&self) -> Vec<DelayFigures> {
+        self.delay.lock().clone()
     }
 
     pub fn add(counter: &AtomicU64, n: u64) {
@@ -405,6 +470,51 @@ fn by_code(
             CodeCounts::UNKNOWN,
             counts(shard).unknown()
         );
+    }
+}
+
+/// The delay level families: one sample per level, from the shard that schedules it.
+fn render_delay(out: &mut String, shards: &[Arc<ShardMetrics>]) {
+    type Pick = fn(&DelayFigures) -> String;
+    let families: [(&str, &str, &str, Pick); 4] = [
+        (
+            "ringmq_delay_pending",
+            "gauge",
+            "Delayed messages of the level waiting in SCHEDULE_TOPIC_XXXX.",
+            |f| f.pending.to_string(),
+        ),
+        (
+            "ringmq_delay_delivered_total",
+            "counter",
+            "Delayed messages of the level delivered.",
+            |f| f.delivered.to_string(),
+        ),
+        (
+            "ringmq_delay_lateness_seconds_total",
+            "counter",
+            "Time from each delivered delayed message's due time to its acknowledged copy, summed.",
+            |f| format!("{}.{:03}", f.lateness_ms / 1000, f.lateness_ms % 1000),
+        ),
+        (
+            "ringmq_delay_skipped_total",
+            "counter",
+            "Scheduled records of the level that could not be delivered and were skipped.",
+            |f| f.skipped.to_string(),
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for shard in shards {
+            for figures in shard.delay.lock().iter() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{shard=\"{}\",level=\"{}\"}} {}",
+                    shard.shard,
+                    figures.level,
+                    pick(figures)
+                );
+            }
+        }
     }
 }
 
@@ -600,6 +710,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             );
         }
     }
+    render_delay(&mut out, shards);
     family(
         &mut out,
         shards,
@@ -703,7 +814,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         shards,
         "ringmq_forwarded_total",
         "counter",
-        "Requests sent to the shard that owns their queue.",
+        "Requests, and delayed messages coming due, sent to the shard that owns their queue.",
         |s| relaxed(&s.forwarded),
     );
     let name = "ringmq_request_latency_seconds";
@@ -839,8 +950,27 @@ mod tests {
         });
         shard.protect_groups(&["CG_a".into(), "CG_b".into()]);
         shard.add_unconsumed_lost("CG_b", 17);
+        shard.delay_level_started(3);
+        shard.delay_level_started(2);
+        shard.set_delay_pending(2, 4);
+        shard.delay_delivered(2, 1500);
+        shard.delay_delivered(2, 25);
+        shard.delay_skipped(3);
+        assert_eq!(
+            shard
+                .delay_figures()
+                .iter()
+                .map(|f| f.level)
+                .collect::<Vec<_>>(),
+            [2, 3]
+        );
         let text = metrics.render();
         for line in [
+            "ringmq_delay_pending{shard=\"1\",level=\"2\"} 4",
+            "ringmq_delay_pending{shard=\"1\",level=\"3\"} 0",
+            "ringmq_delay_delivered_total{shard=\"1\",level=\"2\"} 2",
+            "ringmq_delay_lateness_seconds_total{shard=\"1\",level=\"2\"} 1.525",
+            "ringmq_delay_skipped_total{shard=\"1\",level=\"3\"} 1",
             "ringmq_retention_segments_kept_for_consumers{shard=\"1\"} 3",
             "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_a\"} 0",
             "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_b\"} 17",

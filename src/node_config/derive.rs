@@ -54,6 +54,7 @@ pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
             delete_batch_max: config.delete_file_batch_max,
             clean_interval: config.clean_resource_interval,
         },
+        schedule_delays_ms: config.message_delay_level.as_millis().to_vec(),
     }
 }
 
@@ -72,6 +73,8 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
         client_sweep_interval: config.client_sweep_interval,
         consumer_offset_flush_interval: broker::CONSUMER_OFFSET_FLUSH_INTERVAL,
         retention_protected_groups: config.retention_protected_groups.clone(),
+        delay_levels: config.message_delay_level.clone(),
+        delay_offset_flush_interval: broker::DELAY_OFFSET_FLUSH_INTERVAL,
     }
 }
 

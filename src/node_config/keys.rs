@@ -415,6 +415,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.retention_protected_groups.join(";"),
     ),
     key!(
+        "message_delay_level", rocketmq ["messageDelayLevel"],
+        default: Text(crate::broker::delay::DEFAULT_LEVELS),
+        range: Parsed("1 to 1024 delays separated by spaces, level 1 first; each a whole number above 0 with a unit: `s`, `m`, `h` or `d` (RocketMQ's), or `ms` (ringmq's own), at most 3650 days"),
+        meaning: "the delay of each delay level: a message sent with the property `DELAY` = n waits in `SCHEDULE_TOPIC_XXXX` queue n-1 this long before it is delivered to its topic (a level above the last is the last)",
+        set: |c, v| c.message_delay_level = crate::broker::delay::DelayLevels::parse(text(v)?)?,
+        get: |c| c.message_delay_level.to_string(),
+    ),
+    key!(
         "max_connections", ringmq ["maxConnections"],
         default: Text("10000"),
         range: Number(AT_LEAST_1),

@@ -196,6 +196,8 @@ pub struct NodeConfig {
     /// `retentionProtectedGroups`: validated group names, in the order given, without
     /// repeats; empty for none.
     pub retention_protected_groups: Vec<String>,
+    /// `messageDelayLevel`: the delay of each level, level 1 first.
+    pub message_delay_level: crate::broker::delay::DelayLevels,
     pub max_connections: usize,
     pub max_parked_pulls: usize,
     pub channel_expired_timeout: Duration,
@@ -278,6 +280,7 @@ impl NodeConfig {
             delete_file_batch_max: 0,
             clean_resource_interval: Duration::ZERO,
             retention_protected_groups: Vec::new(),
+            message_delay_level: crate::broker::delay::DelayLevels::default(),
             max_connections: 0,
             max_parked_pulls: 0,
             channel_expired_timeout: Duration::ZERO,
@@ -434,6 +437,30 @@ mod tests {
 
     /// Per key with a numeric range: the bounds pass the key's check, and a value just
     /// outside each bound is refused, naming the key and the bound.
+    #[test]
+    fn message_delay_level_is_read_in_both_spellings_and_a_bad_one_names_the_level() {
+        let config =
+            NodeConfig::load(None, None, &["messageDelayLevel=100ms 2s 1h".into()]).unwrap();
+        assert_eq!(
+            config.message_delay_level.as_millis(),
+            &[100, 2000, 3_600_000]
+        );
+        assert_eq!(
+            NodeConfig::default().message_delay_level.to_string(),
+            crate::broker::delay::DEFAULT_LEVELS
+        );
+        let config = NodeConfig::load(None, None, &["message_delay_level=1d".into()]).unwrap();
+        assert_eq!(config.message_delay_level.max_level(), 1);
+        let error = NodeConfig::load(None, None, &["messageDelayLevel=1s 5x".into()]).unwrap_err();
+        assert_eq!(error.key, "messageDelayLevel");
+        assert!(
+            error
+                .message
+                .contains("level 2 '5x' has the unknown unit 'x'"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn values_just_outside_each_range_are_refused() {
         let mut tried = 0;

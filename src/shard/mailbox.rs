@@ -16,6 +16,10 @@
 //! - The mailbox is bounded (`shard_mailbox_capacity`): a sender whose target is full
 //!   waits for room, so a slow shard slows its producers down instead of queueing
 //!   without limit or answering "busy".
+//! - A put of a record the shard's own broker made (a delayed message coming due,
+//!   `crate::broker::delay`) crosses the same mailbox as a [`Mail::Put`] and is answered
+//!   with the owner store's outcome, or [`StoreError::ShuttingDown`] when the owner is
+//!   stopping or gone.
 //! - Every forwarded request gets exactly one answer: the owner's response, or, when the
 //!   owner is stopping or gone, a SERVICE_NOT_AVAILABLE response made by the sender.
 //! - A forwarded request runs as its own task on the owner, like a local one, so a parked
@@ -31,6 +35,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
+use crate::store::record::RecordInput;
+use crate::store::{PutResult, StoreError};
 
 /// One request crossing to its owner shard.
 pub struct Forwarded {
@@ -38,6 +44,23 @@ pub struct Forwarded {
     pub peer: SocketAddr,
     pub reply: ForwardReply,
 }
+
+/// What crosses a mailbox.
+pub enum Mail {
+    /// A client's request for a queue the owner holds.
+    Request(Forwarded),
+    /// A record for a queue the owner holds, from another shard's broker.
+    Put(ForwardedPut),
+}
+
+/// A record to store on its queue's owner, and where the outcome goes.
+pub struct ForwardedPut {
+    pub record: RecordInput,
+    pub reply: PutReply,
+}
+
+/// The outcome of a [`ForwardedPut`], once the owner's store decided.
+pub type PutReply = oneshot::Sender<Result<PutResult, StoreError>>;
 
 /// How a forwarded request's answer goes back.
 pub enum ForwardReply {
@@ -120,11 +143,11 @@ pub fn try_forward(
     match to.try_reserve() {
         Ok(permit) => {
             let unavailable = owner_unavailable(&request, owner);
-            permit.send(Forwarded {
+            permit.send(Mail::Request(Forwarded {
                 request,
                 peer,
                 reply: ForwardReply::Direct(DirectReply::new(respond, unavailable)),
-            });
+            }));
             Ok(())
         }
         Err(mpsc::error::TrySendError::Full(())) => Err(NotForwarded::Full(Box::new(request))),
@@ -136,9 +159,9 @@ pub fn try_forward(
 }
 
 /// The sending side of one shard's mailbox.
-pub type MailboxSender = mpsc::Sender<Forwarded>;
+pub type MailboxSender = mpsc::Sender<Mail>;
 /// The receiving side, drained by [`serve_mailbox`] on the owner.
-pub type MailboxReceiver = mpsc::Receiver<Forwarded>;
+pub type MailboxReceiver = mpsc::Receiver<Mail>;
 
 /// A mailbox of `capacity` requests.
 pub fn mailbox(capacity: usize) -> (MailboxSender, MailboxReceiver) {
@@ -155,17 +178,31 @@ pub async fn forward(
     let (reply, answer) = oneshot::channel();
     let unavailable = owner_unavailable(&request, owner);
     if to
-        .send(Forwarded {
+        .send(Mail::Request(Forwarded {
             request,
             peer,
             reply: ForwardReply::Await(reply),
-        })
+        }))
         .await
         .is_err()
     {
         return Some(unavailable);
     }
     answer.await.unwrap_or(Some(unavailable))
+}
+
+/// Hands `record` to the shard behind `to` and waits until its store decided: the
+/// outcome of its put, or [`StoreError::ShuttingDown`] when that shard is stopping.
+pub async fn forward_put(to: &MailboxSender, record: RecordInput) -> Result<PutResult, StoreError> {
+    let (reply, outcome) = oneshot::channel();
+    if to
+        .send(Mail::Put(ForwardedPut { record, reply }))
+        .await
+        .is_err()
+    {
+        return Err(StoreError::ShuttingDown);
+    }
+    outcome.await.unwrap_or(Err(StoreError::ShuttingDown))
 }
 
 /// What answers forwarded requests on their owner shard.
@@ -186,6 +223,10 @@ pub trait OwnerHandler: Sized + 'static {
     ) {
         run_owned(self, request, peer, reply);
     }
+
+    /// Stores a record another shard sent ([`forward_put`]) and answers `reply` once the
+    /// store decided.
+    fn put_owned(self: Rc<Self>, record: RecordInput, reply: PutReply);
 }
 
 /// Runs `request` as its own task on the owner and hands its answer to `reply`.
@@ -203,13 +244,19 @@ pub fn run_owned<H: OwnerHandler>(
 /// Drains this shard's mailbox until every sender is gone or the task is aborted (at
 /// shutdown), running each request as its own local task.
 pub async fn serve_mailbox<H: OwnerHandler>(mut inbox: MailboxReceiver, handler: Rc<H>) {
-    while let Some(Forwarded {
-        request,
-        peer,
-        reply,
-    }) = inbox.recv().await
-    {
+    while let Some(mail) = inbox.recv().await {
         let handler = handler.clone();
+        let (request, peer, reply) = match mail {
+            Mail::Request(Forwarded {
+                request,
+                peer,
+                reply,
+            }) => (request, peer, reply),
+            Mail::Put(ForwardedPut { record, reply }) => {
+                handler.put_owned(record, reply);
+                continue;
+            }
+        };
         match reply {
             ForwardReply::Await(reply) => {
                 tokio::task::spawn_local(async move {

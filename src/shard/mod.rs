@@ -74,6 +74,16 @@ impl ShardContext {
         mailbox::forward(&self.mailboxes[owner as usize], owner, request, peer).await
     }
 
+    /// Stores `record` on shard `owner` (whose queue it is) and waits for its store's
+    /// outcome; see [`mailbox::forward_put`].
+    pub async fn put_on(
+        &self,
+        owner: u8,
+        record: crate::store::record::RecordInput,
+    ) -> Result<crate::store::PutResult, crate::store::StoreError> {
+        mailbox::forward_put(&self.mailboxes[owner as usize], record).await
+    }
+
     /// Hands `request` to shard `owner` without waiting; see [`mailbox::try_forward`].
     pub fn try_forward(
         &self,

@@ -553,7 +553,14 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
         let entry = CqEntry {
             phys_offset: item.placement.phys_offset as i64,
             size: item.placement.size as i32,
-            tags_code: item.put.tags_code,
+            tags_code: if item.put.input.topic == super::topic::SCHEDULE_TOPIC {
+                // The delivery time: the store time plus the level's delay (`enqueue`).
+                item.placement
+                    .store_timestamp
+                    .saturating_add(item.put.tags_code)
+            } else {
+                item.put.tags_code
+            },
         };
         let outcome = item
             .queue

@@ -203,6 +203,8 @@ pub struct StoreStats {
 pub(crate) struct PendingPut {
     pub input: RecordInput,
     pub encoded_len: u32,
+    /// The ConsumeQueue tags code; for [`topic::SCHEDULE_TOPIC`] the delay, which the
+    /// store time is added to when the entry is made ([`topic::tags_code`]).
     pub tags_code: i64,
     pub slot: Rc<put_slot::PutSlot>,
 }
@@ -494,9 +496,14 @@ impl Store {
         if waiting >= shared.config.max_pending_puts {
             return Err(StoreError::Busy(waiting));
         }
-        let tags_code = properties::get(&input.properties, properties::TAGS)
-            .map(|tags| properties::java_string_hash(tags) as i64)
-            .unwrap_or(0);
+        // Store time 0: for the schedule topic this is the delay, the entry adds the time.
+        let tags_code = topic::tags_code(
+            &input.topic,
+            input.queue_id,
+            &input.properties,
+            0,
+            &shared.config.schedule_delays_ms,
+        );
         let slot = put_slot::PutSlot::new(shared.watchdog_tick.get());
         shared.pending.borrow_mut().push_back(PendingPut {
             input,
@@ -585,6 +592,32 @@ impl Store {
             return Ok(None);
         }
         self.store_timestamp_at(&queue, queue_offset).map(Some)
+    }
+
+    /// The ConsumeQueue entry at `queue_offset` of a queue, if it is visible and still
+    /// stored.
+    pub fn queue_entry(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+    ) -> Result<Option<CqEntry>, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(None);
+        };
+        Ok(queue
+            .read_entries(queue_offset, 1)
+            .map_err(|error| StoreError::from_io("reading a consume queue", &error))?
+            .first()
+            .copied())
+    }
+
+    /// The `size` bytes of the record at `phys` (a ConsumeQueue entry's position).
+    pub fn read_record(&self, phys: u64, size: usize) -> Result<bytes::Bytes, StoreError> {
+        self.shared
+            .log
+            .read(phys, size)
+            .map_err(|error| StoreError::from_io("reading the CommitLog", &error))
     }
 
     fn store_timestamp_at(

@@ -140,6 +140,24 @@ pub fn get<'a>(properties: &'a str, key: &str) -> Option<&'a str> {
     found
 }
 
+/// `properties` parsed as [`parse`] does, without the pairs whose key is in `remove` or
+/// in `set`, then the pairs of `set` appended in their order: how the broker rebuilds a
+/// message's properties when it rewrites some (Java rebuilds the string from the parsed
+/// map likewise, so a malformed segment the client sent is dropped the same way).
+pub fn rewritten(properties: &str, remove: &[&str], set: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(properties.len() + 64);
+    for (key, value) in parse(properties) {
+        if remove.contains(&key) || set.iter().any(|(replaced, _)| *replaced == key) {
+            continue;
+        }
+        push_pair(&mut out, key, value);
+    }
+    for (key, value) in set {
+        push_pair(&mut out, key, value);
+    }
+    out
+}
+
 /// Java `String.hashCode()`: `h = 31*h + c` over UTF-16 code units, wrapping i32.
 pub fn java_string_hash(text: &str) -> i32 {
     java_string_hash_from(0, text)
@@ -161,6 +179,31 @@ pub fn java_string_hash_from(prefix_hash: i32, text: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rewritten_drops_and_replaces_pairs_and_appends_the_set_ones() {
+        let original =
+            "TAGS\u{1}a\u{2}DELAY\u{1}3\u{2}bad\u{2}KEYS\u{1}k\u{2}TIMER_DELAY_SEC\u{1}9";
+        let out = rewritten(
+            original,
+            &["TIMER_DELAY_SEC"],
+            &[("DELAY", "2"), ("REAL_TOPIC", "T")],
+        );
+        assert_eq!(
+            out,
+            "TAGS\u{1}a\u{2}KEYS\u{1}k\u{2}DELAY\u{1}2\u{2}REAL_TOPIC\u{1}T\u{2}"
+        );
+        assert_eq!(
+            parse(&out),
+            vec![
+                ("TAGS", "a"),
+                ("KEYS", "k"),
+                ("DELAY", "2"),
+                ("REAL_TOPIC", "T")
+            ]
+        );
+        assert_eq!(rewritten("", &["X"], &[]), "");
+    }
 
     #[test]
     fn encode_terminates_every_pair_and_skips_empty_parts() {

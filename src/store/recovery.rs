@@ -39,7 +39,7 @@ use super::scan::{scan, ScanStop};
 use super::segment::segment_name;
 use super::segment::SegmentSet;
 use super::waiters::{AckCondition, Waiters};
-use super::{properties, topic, OpenKind, QueueMap, Shared, StoreError, StoreStats};
+use super::{topic, OpenKind, QueueMap, Shared, StoreError, StoreStats};
 use super::{ABORT_FILE, COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, LOCK_FILE};
 use crate::clock::Clock;
 use crate::config::StoreConfig;
@@ -283,9 +283,13 @@ fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), S
         )),
         other => other,
     })?;
-    let tags_code = properties::get(view.properties, properties::TAGS)
-        .map(|tags| properties::java_string_hash(tags) as i64)
-        .unwrap_or(0);
+    let tags_code = topic::tags_code(
+        view.topic,
+        view.queue_id,
+        view.properties,
+        view.store_timestamp,
+        &shared.config.schedule_delays_ms,
+    );
     let entry = CqEntry {
         phys_offset: phys as i64,
         size: view.total_size as i32,

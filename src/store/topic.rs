@@ -32,6 +32,36 @@ pub fn validate_topic(topic: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// RocketMQ's `TopicValidator.RMQ_SYS_SCHEDULE_TOPIC`: the topic delayed messages wait in,
+/// queue `level - 1` per delay level (`crate::broker::delay`). Its ConsumeQueue entries
+/// carry the delivery time (ms) where other topics carry the tag hash, as Java's
+/// `CommitLog.checkMessageAndReturnSize` writes them.
+pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+
+/// The ConsumeQueue tags code of a record of `topic` queue `queue_id` stored at
+/// `store_timestamp` with `properties`: for [`SCHEDULE_TOPIC`] the delivery time, the store
+/// time plus the delay of level `queue_id + 1` in `schedule_delays_ms` (a level past the
+/// table gets 1 s, as Java's `computeDeliverTimestamp`); for any other topic Java's
+/// `String.hashCode` of `TAGS`, 0 without one.
+pub fn tags_code(
+    topic: &str,
+    queue_id: i32,
+    properties: &str,
+    store_timestamp: i64,
+    schedule_delays_ms: &[u64],
+) -> i64 {
+    if topic == SCHEDULE_TOPIC {
+        let delay = usize::try_from(queue_id)
+            .ok()
+            .and_then(|index| schedule_delays_ms.get(index).copied())
+            .unwrap_or(1000);
+        return store_timestamp.saturating_add(delay.min(i64::MAX as u64) as i64);
+    }
+    super::properties::get(properties, super::properties::TAGS)
+        .map(|tags| super::properties::java_string_hash(tags) as i64)
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +77,20 @@ mod tests {
         assert!(validate_topic("a/b").unwrap_err().contains("'/'"));
         assert!(validate_topic("..").is_err());
         assert!(validate_topic("").is_err());
+    }
+
+    #[test]
+    fn a_schedule_entry_carries_its_delivery_time_and_others_the_tag_hash() {
+        let delays = [1000, 5000];
+        let props = "TAGS\u{1}TagA\u{2}";
+        assert_eq!(tags_code(SCHEDULE_TOPIC, 0, props, 10_000, &delays), 11_000);
+        assert_eq!(tags_code(SCHEDULE_TOPIC, 1, props, 10_000, &delays), 15_000);
+        // A level past the table (the levels shrank): one second, as Java.
+        assert_eq!(tags_code(SCHEDULE_TOPIC, 7, props, 10_000, &delays), 11_000);
+        assert_eq!(
+            tags_code("Orders", 0, props, 10_000, &delays),
+            crate::store::properties::java_string_hash("TagA") as i64
+        );
+        assert_eq!(tags_code("Orders", 0, "", 10_000, &delays), 0);
     }
 }

@@ -186,6 +186,15 @@ pub struct Delivery {
     pub body: String,
     pub tags: Option<String>,
     pub keys: Vec<String>,
+    /// The message's timestamps as delivered (`bornTimestamp`, `storeTimestamp`), ms.
+    pub born_timestamp: i64,
+    pub store_timestamp: i64,
+    /// The wall clock when the listener got it, ms since the epoch.
+    pub received_ms: i64,
+    /// Its `REAL_TOPIC` and `DELAY` properties (set on a delayed message, `DELAY` only
+    /// until it is delivered).
+    pub real_topic: Option<String>,
+    pub delay: Option<String>,
 }
 
 /// Collects every delivery of one member into a shared list.
@@ -252,6 +261,9 @@ impl MessageListenerOrderly for Collector {
 impl Collector {
     fn record(&self, msgs: &[&MessageExt]) {
         let mut deliveries = self.deliveries.lock().unwrap();
+        let received_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as i64);
         for msg in msgs {
             let inner = msg.message_inner();
             deliveries.push(Delivery {
@@ -262,6 +274,11 @@ impl Collector {
                 body: String::from_utf8_lossy(inner.body_slice()).into_owned(),
                 tags: inner.tags().map(str::to_string),
                 keys: inner.keys().unwrap_or_default(),
+                born_timestamp: msg.born_timestamp(),
+                store_timestamp: msg.store_timestamp(),
+                received_ms,
+                real_topic: inner.property("REAL_TOPIC").map(str::to_string),
+                delay: inner.property("DELAY").map(str::to_string),
             });
         }
     }

@@ -29,11 +29,19 @@ pub struct Node {
     namesrv_port: u16,
     /// Which start this is (0 first, then one more per restart): names the log file.
     generation: u32,
+    /// `key=value` settings passed with `--set` on every start.
+    settings: Vec<String>,
 }
 
 impl Node {
     /// Starts a node on free ports (`--port 0 --namesrv-port 0`) with the given flush mode.
     pub fn start(flush: &str) -> Node {
+        Node::start_with(flush, &[])
+    }
+
+    /// [`Node::start`] with `settings` (`key=value`, either key spelling), each passed as
+    /// `--set key=value`.
+    pub fn start_with(flush: &str, settings: &[&str]) -> Node {
         crate::init_process();
         let temp = tempfile::Builder::new()
             .prefix("ringmq-compat-")
@@ -46,6 +54,7 @@ impl Node {
             port: 0,
             namesrv_port: 0,
             generation: 0,
+            settings: settings.iter().map(|setting| setting.to_string()).collect(),
         };
         node.spawn();
         node.wait_for_addresses()
@@ -81,8 +90,12 @@ impl Node {
             bin.display()
         );
         let log = File::create(self.log_path()).expect("create the node log");
-        let child = Command::new(&bin)
-            .arg("serve")
+        let mut command = Command::new(&bin);
+        command.arg("serve");
+        for setting in &self.settings {
+            command.arg("--set").arg(setting);
+        }
+        let child = command
             .arg("--dir")
             .arg(self.store_dir())
             .arg("--port")

@@ -932,3 +932,87 @@ fn an_orderly_consumer_receives_every_queue_in_order() {
     });
     drop(node);
 }
+
+/// Scenario: the stock producer sends with delay levels (`setDelayTimeLevel`) to a node
+/// started with short `messageDelayLevel`s; a consumer gets each message once, with its
+/// body, tags and keys, on its own topic, never before its level's delay has passed since
+/// it was sent, without `DELAY` and with `REAL_TOPIC`.
+#[test]
+fn delayed_messages_arrive_no_earlier_than_their_level() {
+    let seed = seed();
+    println!("seed {seed}");
+    // Level 1: 1 s, level 2: 3 s (ringmq also takes ms; Java's units are enough here).
+    let node = Node::start_with("async", &["messageDelayLevel=1s 3s"]);
+    let namesrv = node.namesrv_addr();
+    let topic = format!("CompatDelay{seed}");
+    let group = format!("CG_delay_{seed}");
+    run_clients("delay", |runtime| async move {
+        let instance = format!("delay-0-{seed}");
+        let member = start_member(
+            &runtime,
+            ConsumerSpec {
+                namesrv: &namesrv,
+                group: &group,
+                instance: &instance,
+                topic: &topic,
+                expression: "*",
+                model: MessageModel::Clustering,
+            },
+        )
+        .await;
+        let producer = start_producer(&runtime, &namesrv, &format!("PG_delay_{seed}")).await;
+        let mut expected = BTreeMap::new();
+        let mut levels = BTreeMap::new();
+        for i in 0..6 {
+            let (body, key) = numbered(seed, "delay", i);
+            // 1, 2, and 5 (above the last level: delayed by the last, 3 s).
+            let level = [1, 2, 5][i % 3];
+            let mut msg = message(&topic, &body, "TagD", &key);
+            msg.set_delay_time_level(level);
+            let result = producer
+                .send(msg)
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: send {i}: {e}"))
+                .expect("a result");
+            assert_eq!(result.send_status, SendStatus::SendOk);
+            levels.insert(body.clone(), level);
+            expected.insert(body, Expected::new("TagD", key));
+        }
+        wait_for_all("every delayed message", &[&member], &expected).await;
+        settle_quietly(&[&member], Duration::from_secs(2)).await;
+        let deliveries = member.collector.deliveries();
+        check_deliveries(&deliveries, &expected, seed);
+        assert_eq!(
+            duplicates(&deliveries),
+            vec![],
+            "seed {seed}: delivered twice"
+        );
+        for delivery in &deliveries {
+            let delay_ms = if levels[&delivery.body] == 1 {
+                1000
+            } else {
+                3000
+            };
+            assert_eq!(delivery.topic, topic, "seed {seed}: {delivery:?}");
+            assert_eq!(delivery.real_topic.as_deref(), Some(topic.as_str()));
+            assert_eq!(
+                delivery.delay, None,
+                "seed {seed}: DELAY left on {delivery:?}"
+            );
+            // Sent (born) before the node stored it: due at born + delay at the earliest.
+            assert!(
+                delivery.store_timestamp >= delivery.born_timestamp + delay_ms,
+                "seed {seed}: stored for consumers {} ms after it was sent, its level waits {delay_ms}: {delivery:?}",
+                delivery.store_timestamp - delivery.born_timestamp
+            );
+            assert!(
+                delivery.received_ms >= delivery.born_timestamp + delay_ms,
+                "seed {seed}: received early: {delivery:?}"
+            );
+        }
+        member.shutdown().await;
+        let mut producer = producer;
+        producer.shutdown().await;
+    });
+    drop(node);
+}

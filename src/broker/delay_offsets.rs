@@ -1,0 +1,230 @@
+//! The delay schedulers' cursors (reference-2 §1.4): per delay level, the next
+//! `SCHEDULE_TOPIC_XXXX` queue offset its scheduler examines, kept in
+//! `<store dir>/config/delayOffset.json` in RocketMQ's shape:
+//!
+//! ```text
+//! {"offsetTable":{"1":5,"3":17}}
+//! ```
+//!
+//! Keys are delay levels (not queue ids). Java (fastjson) writes them unquoted (`{1:5}`)
+//! and adds a `dataVersion`; loading accepts both and ignores unknown fields, writing
+//! always quotes the keys.
+//!
+//! Invariants:
+//! - A cursor only moves forward past a message once that message's delivered copy is
+//!   durable (the scheduler advances it after the put is acknowledged, `super::delay`),
+//!   so the file never names an offset whose message was not delivered. It may lag: a
+//!   crash (or an abort mid-delivery at a stop) delivers the messages between the written
+//!   cursor and the real one again (at-least-once, as Java).
+//! - The file is only ever replaced whole through the disk seam's [`MetaFiles`]
+//!   ([`replace_file`]: temp file, fsync, rename, directory fsync), as
+//!   `config/consumerOffset.json` is ([`super::consumer_offsets`]).
+//! - The node writes it every [`super::DELAY_OFFSET_FLUSH_INTERVAL`] when a cursor moved,
+//!   and once more at a clean shutdown, after every shard (and so every scheduler) has
+//!   stopped: a clean restart resumes each level exactly where it stopped.
+//! - A file that cannot be read or parsed, or that names a level below 1 or an offset
+//!   below 0, stops the node's start with an error naming the file; a missing file is an
+//!   empty table (every level from its queue's first offset). A level past the configured
+//!   ones is kept (and written back) untouched, so shrinking `messageDelayLevel` and
+//!   growing it again loses nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::io::meta::{replace_file, MetaFiles, RealFiles};
+use crate::sync::Locked;
+
+/// The file's name inside `<store dir>/config/`.
+pub const FILE_NAME: &str = "delayOffset.json";
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OffsetFile {
+    #[serde(default)]
+    offset_table: BTreeMap<i64, i64>,
+}
+
+/// Delay level → next queue offset to examine.
+#[derive(Debug)]
+pub struct DelayOffsets {
+    files: Arc<dyn MetaFiles>,
+    path: PathBuf,
+    table: Locked<BTreeMap<u32, u64>>,
+    dirty: AtomicBool,
+    /// Held while the file is written: one writer of the temp file at a time.
+    writing: Locked<()>,
+}
+
+impl DelayOffsets {
+    /// `<store dir>/config/delayOffset.json`.
+    pub fn file_path(store_dir: &Path) -> PathBuf {
+        store_dir.join("config").join(FILE_NAME)
+    }
+
+    /// Loads the table of the store in `store_dir` from the real filesystem.
+    pub fn load(store_dir: &Path) -> anyhow::Result<DelayOffsets> {
+        DelayOffsets::load_from(Arc::new(RealFiles), store_dir)
+    }
+
+    /// [`DelayOffsets::load`] through `files`, which the table also writes through.
+    pub fn load_from(files: Arc<dyn MetaFiles>, store_dir: &Path) -> anyhow::Result<DelayOffsets> {
+        let path = DelayOffsets::file_path(store_dir);
+        let table = match files.read_file(&path) {
+            Ok(bytes) => std::str::from_utf8(&bytes)
+                .map_err(anyhow::Error::from)
+                .and_then(parse)
+                .with_context(|| format!("corrupt {}", path.display()))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(error) => {
+                return Err(error).with_context(|| format!("cannot read {}", path.display()))
+            }
+        };
+        Ok(DelayOffsets::with(files, path, table))
+    }
+
+    /// An empty table that [`DelayOffsets::persist`] writes to `path` (tests, and the
+    /// tables a node replaces at start).
+    pub fn in_memory(path: PathBuf) -> DelayOffsets {
+        DelayOffsets::with(Arc::new(RealFiles), path, BTreeMap::new())
+    }
+
+    fn with(files: Arc<dyn MetaFiles>, path: PathBuf, table: BTreeMap<u32, u64>) -> DelayOffsets {
+        DelayOffsets {
+            files,
+            path,
+            table: Locked::new(table),
+            dirty: AtomicBool::new(false),
+            writing: Locked::new(()),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The cursor of `level`, if one was ever stored.
+    pub fn get(&self, level: u32) -> Option<u64> {
+        self.table.lock().get(&level).copied()
+    }
+
+    /// Every stored cursor, by level.
+    pub fn all(&self) -> BTreeMap<u32, u64> {
+        self.table.lock().clone()
+    }
+
+    /// Sets the cursor of `level`.
+    pub fn set(&self, level: u32, offset: u64) {
+        assert!(level >= 1, "delay levels start at 1, not {level}");
+        if self.table.lock().insert(level, offset) != Some(offset) {
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// Writes the file if a cursor moved since the last write; true if it wrote.
+    pub fn persist_if_changed(&self) -> std::io::Result<bool> {
+        if !self.dirty.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        self.persist()?;
+        Ok(true)
+    }
+
+    /// Writes the whole table atomically.
+    pub fn persist(&self) -> std::io::Result<()> {
+        let _writing = self.writing.lock();
+        // Cleared before the snapshot: a cursor moving during the write marks it again.
+        self.dirty.store(false, Ordering::Release);
+        let file = OffsetFile {
+            offset_table: self
+                .table
+                .lock()
+                .iter()
+                .map(|(&level, &offset)| (level as i64, offset as i64))
+                .collect(),
+        };
+        let written = serde_json::to_vec_pretty(&file)
+            .map_err(std::io::Error::other)
+            .and_then(|text| replace_file(&*self.files, &self.path, &text));
+        if written.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        written
+    }
+}
+
+fn parse(text: &str) -> anyhow::Result<BTreeMap<u32, u64>> {
+    let file: OffsetFile = match serde_json::from_str(text) {
+        Ok(file) => file,
+        // fastjson's unquoted integer keys.
+        Err(error) => serde_json::from_str(&super::consumer_offsets::quote_bare_keys(text))
+            .map_err(|_| error)?,
+    };
+    let mut table = BTreeMap::new();
+    for (level, offset) in file.offset_table {
+        let level = u32::try_from(level)
+            .ok()
+            .filter(|&level| level >= 1)
+            .ok_or_else(|| anyhow::anyhow!("level {level}: delay levels start at 1"))?;
+        let offset = u64::try_from(offset)
+            .map_err(|_| anyhow::anyhow!("level {level} has the offset {offset}"))?;
+        table.insert(level, offset);
+    }
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_java_and_own_files_and_writes_them_back_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = DelayOffsets::file_path(dir.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1},"offsetTable":{1:0,3:17}}"#,
+        )
+        .unwrap();
+        let offsets = DelayOffsets::load(dir.path()).unwrap();
+        assert_eq!(offsets.get(1), Some(0));
+        assert_eq!(offsets.get(3), Some(17));
+        assert_eq!(offsets.get(2), None);
+        assert!(!offsets.persist_if_changed().unwrap(), "nothing moved");
+        offsets.set(2, 4);
+        offsets.set(3, 17);
+        assert!(offsets.persist_if_changed().unwrap());
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!({"offsetTable": {"1": 0, "2": 4, "3": 17}})
+        );
+        let again = DelayOffsets::load(dir.path()).unwrap();
+        assert_eq!(again.all(), offsets.all());
+    }
+
+    #[test]
+    fn a_bad_file_names_what_is_wrong() {
+        for (text, why) in [
+            (r#"{"offsetTable":{"0":1}}"#, "delay levels start at 1"),
+            (r#"{"offsetTable":{"2":-1}}"#, "level 2 has the offset -1"),
+            ("{not json", ""),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = DelayOffsets::file_path(dir.path());
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", DelayOffsets::load(dir.path()).unwrap_err());
+            assert!(error.contains("delayOffset.json"), "{error}");
+            assert!(error.contains(why), "{error}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        assert!(DelayOffsets::load(dir.path()).unwrap().all().is_empty());
+    }
+}
