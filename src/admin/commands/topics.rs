@@ -288,7 +288,7 @@ pub async fn status(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
             format_utc(queue.last_update_timestamp),
         ]);
     }
-    let messages: i64 = queues.iter().map(|q| q.max_offset - q.min_offset).sum();
+    let messages = bodies::messages_held(&queues);
     let text = format!(
         "{}{} queues, {messages} messages between their min and max offsets\n",
         table.render(),
