@@ -917,6 +917,42 @@ fn bad_input_is_exit_2_before_any_request() {
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert_eq!(run.stdout, "");
     }
+    // A malformed --broker or --namesrv is a usage error too, before any request (the
+    // other address, where given, is one where nothing listens: a request would be exit 3).
+    for args in [
+        &[
+            "--namesrv",
+            NOWHERE,
+            "--broker",
+            "127.0.0.1",
+            "broker-status",
+        ][..],
+        &[
+            "--namesrv",
+            NOWHERE,
+            "--broker",
+            "host:notaport",
+            "broker-status",
+        ],
+        &["--namesrv", NOWHERE, "--broker", "host:0", "topics"],
+        &[
+            "--namesrv",
+            NOWHERE,
+            "--broker",
+            "[::1]",
+            "query-id",
+            "--id",
+            "7F000001000000010000000000000000",
+        ],
+        &["--namesrv", "127.0.0.1", "cluster"],
+        &["--namesrv", "host:notaport", "cluster"],
+        &["--namesrv", "::1:9876", "--broker", NOWHERE, "topics"],
+    ] {
+        let run = admin(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert!(run.stderr.contains("is not host:port"), "{args:?}: {run:?}");
+    }
 }
 
 /// A name server that answers every request with GET_BROKER_CLUSTER_INFO's body as a Java
