@@ -22,7 +22,7 @@ use crate::remoting::codes::{request, response};
 use super::super::args::{TopicCreateArgs, TopicUpdateArgs};
 use super::super::bodies::{self, TopicConfig};
 use super::super::error::{bad_input, node_error, not_found, AdminResult};
-use super::super::output::{Output, Table};
+use super::super::output::{human, Output, Table};
 use super::super::time::format_utc;
 use super::super::wire::{command, refusal};
 use super::{check_topic, Ctx};
@@ -95,7 +95,7 @@ async fn topic_names(ctx: &Ctx) -> AdminResult<(&'static str, Vec<String>, Vec<T
 pub async fn list(ctx: &Ctx) -> AdminResult<Output> {
     let (source, topics, configs) = topic_names(ctx).await?;
     let text = if configs.is_empty() {
-        topics.iter().map(|t| format!("{t}\n")).collect()
+        topics.iter().map(|t| format!("{}\n", human(t))).collect()
     } else {
         let mut table = Table::new(&["topic", "#read queues", "#write queues", "perm", "order"]);
         for config in &configs {
@@ -144,7 +144,7 @@ fn config_output(action: &str, config: &TopicConfig) -> Output {
         json!({ "action": action, "topic": config }),
         format!(
             "{action} topic {}: {} read queues, {} write queues, perm {} ({}), order {}\n",
-            config.topic_name,
+            human(&config.topic_name),
             config.read_queue_nums,
             config.write_queue_nums,
             config.perm,
