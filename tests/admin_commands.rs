@@ -479,9 +479,12 @@ fn message_queries_by_key_unique_key_id_and_offset() {
         &["query-uniq", "--topic", "Unknown", "--id", &sent[5].uniq],
     );
 
-    // By offsetMsgId: the store host comes from the id (no --broker needed).
+    // By offsetMsgId: the store host comes from the id. No --broker, and a name server
+    // where nothing listens, so neither names the node: only the id's host can.
     let run = admin(&[
         "--json".into(),
+        "--namesrv".into(),
+        NOWHERE.into(),
         "query-id".into(),
         "--id".into(),
         sent[6].msg_id.clone(),
