@@ -1,10 +1,13 @@
 //! `ringmq admin` against a real `ringmq serve` process: every command, its JSON and (for
 //! a few) its human output, and its exit code: 0 done, 1 not found (unknown topic, group,
 //! message), 2 bad input (found before any request: those cases point at addresses where
-//! nothing listens, so a request would have been exit 3), 3 the node unreachable or
-//! silent. Errors are one line on stderr with nothing on stdout. A fake name server that
-//! answers cluster info in Java's fastjson form (unquoted broker-id keys), listing one
-//! broker that does not answer, checks `cluster`'s partial failure and broker discovery.
+//! nothing listens, so a request would have been exit 3; the one exit 2 that needs the
+//! node is `topic-create` of an existing topic, after its one request, 21), 3 the node
+//! unreachable, silent or failing. Errors are one line on stderr with nothing on stdout.
+//! A fake name server that answers cluster info in Java's fastjson form (unquoted
+//! broker-id keys), listing one broker that does not answer, checks `cluster`'s partial
+//! failure and broker discovery; fake brokers check how query-id reads SYSTEM_ERROR and
+//! what query-offset's pull carries.
 
 mod common;
 

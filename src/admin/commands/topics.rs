@@ -4,10 +4,12 @@
 //!   server; with `--broker`, or when the name server does not support 206, the broker's
 //!   GET_ALL_TOPIC_CONFIG (21), which also gives each topic's queues and permissions.
 //! - `topic-create`, `topic-update` (mqadmin updateTopic): UPDATE_AND_CREATE_TOPIC (17),
-//!   after 21 says whether the topic exists (create refuses an existing one, exit 2;
+//!   after 21 says whether the topic exists (create refuses an existing one, exit 2
+//!   after that one request, the only exit 2 that needs the node;
 //!   update needs one, exit 1, and keeps what is not given).
 //! - `topic-delete` (mqadmin deleteTopic): DELETE_TOPIC_IN_BROKER (215) of a topic 21
-//!   lists (the node's name server reads the same table, so there is no second delete).
+//!   lists (the node's name server reads the same table, so there is no second delete;
+//!   DELETE_TOPIC_IN_NAMESRV, 216, is not sent, so a Java name server is not told).
 //! - `topic-route` (mqadmin topicRoute): GET_ROUTEINFO_BY_TOPIC (105) on the name server,
 //!   for a topic the topic list (206, else 21) names: an unknown topic is not found, and
 //!   the route query cannot create it (ringmq's name server auto-creates on a route query
