@@ -1,10 +1,13 @@
 //! `ringmq admin` against a real `ringmq serve` process: every command, its JSON and (for
 //! a few) its human output, and its exit code: 0 done, 1 not found (unknown topic, group,
 //! message), 2 bad input (found before any request: those cases point at addresses where
-//! nothing listens, so a request would have been exit 3), 3 the node unreachable or
-//! silent. Errors are one line on stderr with nothing on stdout. A fake name server that
-//! answers cluster info in Java's fastjson form (unquoted broker-id keys), listing one
-//! broker that does not answer, checks `cluster`'s partial failure and broker discovery.
+//! nothing listens, so a request would have been exit 3; the one exit 2 that needs the
+//! node is `topic-create` of an existing topic, after its one request, 21), 3 the node
+//! unreachable, silent or failing. Errors are one line on stderr with nothing on stdout.
+//! A fake name server that answers cluster info in Java's fastjson form (unquoted
+//! broker-id keys), listing one broker that does not answer, checks `cluster`'s partial
+//! failure and broker discovery; fake brokers check how query-id reads SYSTEM_ERROR and
+//! what query-offset's pull carries.
 
 mod common;
 
@@ -479,9 +482,12 @@ fn message_queries_by_key_unique_key_id_and_offset() {
         &["query-uniq", "--topic", "Unknown", "--id", &sent[5].uniq],
     );
 
-    // By offsetMsgId: the store host comes from the id (no --broker needed).
+    // By offsetMsgId: the store host comes from the id. No --broker, and a name server
+    // where nothing listens, so neither names the node: only the id's host can.
     let run = admin(&[
         "--json".into(),
+        "--namesrv".into(),
+        NOWHERE.into(),
         "query-id".into(),
         "--id".into(),
         sent[6].msg_id.clone(),
@@ -917,11 +923,48 @@ fn bad_input_is_exit_2_before_any_request() {
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert_eq!(run.stdout, "");
     }
+    // A malformed --broker or --namesrv is a usage error too, before any request (the
+    // other address, where given, is one where nothing listens: a request would be exit 3).
+    for args in [
+        &[
+            "--namesrv",
+            NOWHERE,
+            "--broker",
+            "127.0.0.1",
+            "broker-status",
+        ][..],
+        &[
+            "--namesrv",
+            NOWHERE,
+            "--broker",
+            "host:notaport",
+            "broker-status",
+        ],
+        &["--namesrv", NOWHERE, "--broker", "host:0", "topics"],
+        &[
+            "--namesrv",
+            NOWHERE,
+            "--broker",
+            "[::1]",
+            "query-id",
+            "--id",
+            "7F000001000000010000000000000000",
+        ],
+        &["--namesrv", "127.0.0.1", "cluster"],
+        &["--namesrv", "host:notaport", "cluster"],
+        &["--namesrv", "::1:9876", "--broker", NOWHERE, "topics"],
+    ] {
+        let run = admin(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+        assert!(run.stderr.contains("is not host:port"), "{args:?}: {run:?}");
+    }
 }
 
-/// A name server that answers every request with GET_BROKER_CLUSTER_INFO's body as a Java
-/// name server writes it: fastjson, unquoted broker-id keys.
-fn fake_namesrv(body: String) -> SocketAddr {
+/// A server that answers every request with what `answer` makes of it.
+fn fake_server(
+    answer: impl Fn(&RemotingCommand) -> RemotingCommand + Send + Clone + 'static,
+) -> SocketAddr {
     use std::io::{Read, Write};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -939,10 +982,8 @@ fn fake_namesrv(body: String) -> SocketAddr {
                     ringmq::remoting::decode_frame(&buffer, 1 << 20)
                 {
                     buffer.drain(..used);
-                    let answer = RemotingCommand::response_to(&request, response::SUCCESS, None)
-                        .with_body(body.as_bytes().to_vec());
                     let mut out = Vec::new();
-                    ringmq::remoting::encode_frame(&answer, &mut out).unwrap();
+                    ringmq::remoting::encode_frame(&answer(&request), &mut out).unwrap();
                     if stream.write_all(&out).is_err() {
                         return;
                     }
@@ -951,6 +992,137 @@ fn fake_namesrv(body: String) -> SocketAddr {
         }
     });
     addr
+}
+
+/// A name server that answers every request with GET_BROKER_CLUSTER_INFO's body as a Java
+/// name server writes it: fastjson, unquoted broker-id keys.
+fn fake_namesrv(body: String) -> SocketAddr {
+    fake_server(move |request| {
+        RemotingCommand::response_to(request, response::SUCCESS, None)
+            .with_body(body.as_bytes().to_vec())
+    })
+}
+
+/// A broker that answers every request with SYSTEM_ERROR and `remark`.
+fn failing_broker(remark: &'static str) -> SocketAddr {
+    fake_server(move |request| {
+        RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(remark.to_owned()))
+    })
+}
+
+/// One stored record of topic `T`, queue 0, at `queue_offset`, with `body`.
+fn record_at(queue_offset: i64, body: &[u8]) -> Vec<u8> {
+    use ringmq::store::record::{body_crc, encode_into, RecordInput};
+    let input = RecordInput {
+        topic: "T".into(),
+        queue_id: 0,
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp: 1_700_000_000_000,
+        born_host: SocketAddr::from(([10, 0, 0, 7], 50000)),
+        store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+        body_crc: body_crc(body),
+        body: bytes::Bytes::copy_from_slice(body),
+        properties: String::new(),
+    };
+    let mut out = Vec::new();
+    encode_into(&input, queue_offset, 4096, 1_700_000_000_500, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn query_offset_pulls_as_mqadmin_and_wants_the_offset_it_asked() {
+    // A broker with topic T whose pull answers the message at offset 5 whatever offset is
+    // asked (as a broker may answer the next message it has), and only to a pull that
+    // carries mqadmin's subscription.
+    let broker = fake_server(|cmd| {
+        if cmd.code == request::GET_ALL_TOPIC_CONFIG {
+            let table = r#"{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":4,"writeQueueNums":4,"perm":6,"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false}},"dataVersion":{}}"#;
+            return RemotingCommand::response_to(cmd, response::SUCCESS, None)
+                .with_body(table.as_bytes().to_vec());
+        }
+        let field = |name: &str| cmd.ext_fields.get(name).map(|v| v.to_string());
+        let sys_flag: i32 = field("sysFlag").unwrap_or_default().parse().unwrap_or(0);
+        let as_mqadmin = cmd.code == request::PULL_MESSAGE
+            && field("consumerGroup").as_deref() == Some("TOOLS_CONSUMER")
+            && field("subscription").as_deref() == Some("*")
+            && field("expressionType").as_deref() == Some("TAG")
+            && sys_flag & ringmq::remoting::requests::FLAG_SUBSCRIPTION != 0;
+        if !as_mqadmin {
+            return RemotingCommand::response_to(
+                cmd,
+                response::SYSTEM_ERROR,
+                Some(format!("not mqadmin's pull: {cmd:?}")),
+            );
+        }
+        RemotingCommand::response_to(cmd, response::SUCCESS, None)
+            .with_body(record_at(5, b"the fifth\n\x1b[2J"))
+    });
+    let query = |offset: &str, json: bool| {
+        let mut args = vec!["--broker".to_string(), broker.to_string()];
+        if json {
+            args.push("--json".into());
+        }
+        args.extend(
+            [
+                "query-offset",
+                "--topic",
+                "T",
+                "--queue",
+                "0",
+                "--offset",
+                offset,
+            ]
+            .map(String::from),
+        );
+        admin(&args)
+    };
+    let run = query("5", true);
+    assert_eq!(run.code, 0, "{run:?}");
+    let found: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(found["messages"][0]["queueOffset"], 5);
+    assert_eq!(
+        found["messages"][0]["body"], "the fifth\n\x1b[2J",
+        "JSON is exact"
+    );
+    // The human form escapes the body's control characters.
+    let run = query("5", false);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("the fifth\\n\\u{1b}[2J"), "{run:?}");
+    assert!(!run.stdout.contains('\x1b'), "{run:?}");
+    // Asked for 3, answered 5: not the message at offset 3.
+    let line = query("3", true).failed(1, &["query-offset 3, answered 5"]);
+    assert!(line.contains("no message at offset 3"), "{line}");
+    assert!(line.contains("the next is at offset 5"), "{line}");
+}
+
+#[test]
+fn query_id_reads_a_system_error_by_its_remark() {
+    let id = "7F000001000000010000000000000000";
+    // Java's remark for an offset that starts no message: not found.
+    let java = failing_broker("can not find message by the offset, 0");
+    let run = admin(&[
+        "--broker".into(),
+        java.to_string(),
+        "query-id".into(),
+        "--id".into(),
+        id.into(),
+    ]);
+    let line = run.failed(1, &["query-id, Java's not found"]);
+    assert!(line.contains("no message at commit log offset 0"), "{line}");
+    // Any other SYSTEM_ERROR is the node failing.
+    let broken = failing_broker("store is not available");
+    let run = admin(&[
+        "--broker".into(),
+        broken.to_string(),
+        "query-id".into(),
+        "--id".into(),
+        id.into(),
+    ]);
+    let line = run.failed(3, &["query-id, a failing node"]);
+    assert!(line.contains("store is not available"), "{line}");
 }
 
 #[test]

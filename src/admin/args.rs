@@ -10,11 +10,11 @@ use clap::{Args, Subcommand};
 #[derive(Args, Debug)]
 pub struct AdminArgs {
     /// The name server, `host:port`.
-    #[arg(long, global = true, default_value = "127.0.0.1:9876")]
+    #[arg(long, global = true, default_value = "127.0.0.1:9876", value_parser = parse_addr)]
     pub namesrv: String,
     /// The broker, `host:port` [default: the first master the name server's cluster info
     /// lists, else 127.0.0.1:10911].
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = parse_addr)]
     pub broker: Option<String>,
     /// Print one JSON document instead of tables.
     #[arg(long, global = true)]
@@ -173,6 +173,38 @@ pub struct ResetOffsetArgs {
     pub force: bool,
 }
 
+/// `host:port`: a name or IPv4 address, or a bracketed IPv6 address (`[::1]:9876`), and
+/// a port from 1 to 65535. Only the shape is checked here (a usage error, exit 2, before
+/// any request); whether the name resolves is found when it is used.
+pub fn parse_addr(text: &str) -> Result<String, String> {
+    let usage = |why: &str| format!("{text:?} is not host:port: {why}");
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(usage("no port"));
+    };
+    match port.parse::<u16>() {
+        Ok(0) => return Err(usage("port 0")),
+        Ok(_) => {}
+        Err(_) => return Err(usage("the port is not a number from 1 to 65535")),
+    }
+    let bare = match host.strip_prefix('[') {
+        Some(inner) => match inner.strip_suffix(']') {
+            Some(inner) if inner.parse::<std::net::Ipv6Addr>().is_ok() => return Ok(text.into()),
+            _ => return Err(usage("not an IPv6 address in brackets")),
+        },
+        None => host,
+    };
+    if bare.is_empty() {
+        return Err(usage("no host"));
+    }
+    if !bare
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+    {
+        return Err(usage("a host is a name or an address (IPv6 in brackets)"));
+    }
+    Ok(text.into())
+}
+
 /// `500ms`, `5s`, `2m`, or a bare number of seconds; positive.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -222,6 +254,36 @@ mod tests {
     }
 
     #[test]
+    fn addresses() {
+        for good in [
+            "127.0.0.1:9876",
+            "localhost:10911",
+            "broker-a.example.com:1",
+            "[::1]:9876",
+            "[fe80::1]:65535",
+        ] {
+            assert_eq!(parse_addr(good).as_deref(), Ok(good), "{good}");
+        }
+        for bad in [
+            "",
+            "127.0.0.1",
+            "127.0.0.1:",
+            "host:notaport",
+            "host:0",
+            "host:65536",
+            "host:-1",
+            ":9876",
+            "::1:9876",
+            "[::1]",
+            "[nope]:9876",
+            "a b:9876",
+            "host:9876/x",
+        ] {
+            assert!(parse_addr(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn global_options_go_before_or_after_the_command() {
         let args = parse(&[
             "--json",
@@ -257,6 +319,8 @@ mod tests {
                 "0",
             ],
             &["cluster", "--timeout", "soon"],
+            &["cluster", "--broker", "127.0.0.1"],
+            &["topics", "--namesrv", "host:notaport"],
             &["no-such-command"],
         ] {
             let error = parse(args).unwrap_err();

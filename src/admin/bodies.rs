@@ -288,6 +288,15 @@ pub struct QueueStats {
     pub last_update_timestamp: i64,
 }
 
+/// The messages between each queue's min and max offset, added up. The offsets are the
+/// node's numbers: the arithmetic saturates (and a max below its min counts none), so a
+/// bad answer cannot overflow.
+pub fn messages_held(queues: &[QueueStats]) -> i64 {
+    queues.iter().fold(0i64, |sum, queue| {
+        sum.saturating_add(queue.max_offset.saturating_sub(queue.min_offset).max(0))
+    })
+}
+
 /// `{"offsetTable":{{mq}:{"minOffset":..,"maxOffset":..,"lastUpdateTimestamp":..}}}`.
 pub fn topic_stats(body: &[u8]) -> Result<Vec<QueueStats>, String> {
     let what = "the topic stats";
@@ -347,12 +356,19 @@ pub fn consume_stats(body: &[u8]) -> Result<ConsumeStats, String> {
     }
     queues.sort_by(|a, b| a.queue.cmp(&b.queue));
     let consume_tps = doc.get("consumeTps").and_then(Value::as_f64).unwrap_or(0.0);
-    let total_lag = queues.iter().map(|q| q.lag).sum();
+    let total_lag = total_lag(&queues);
     Ok(ConsumeStats {
         queues,
         consume_tps,
         total_lag,
     })
+}
+
+/// The lags of `queues` added up, saturating (the offsets are the node's numbers).
+pub fn total_lag(queues: &[QueueProgress]) -> i64 {
+    queues
+        .iter()
+        .fold(0i64, |sum, queue| sum.saturating_add(queue.lag))
 }
 
 /// What a group has yet to consume of a queue: none before it committed anything
@@ -559,6 +575,38 @@ mod tests {
         assert_eq!(stats.consume_tps, 1.5);
         let empty = consume_stats(br#"{"offsetTable":{},"consumeTps":0.0}"#).unwrap();
         assert!(empty.queues.is_empty());
+    }
+
+    #[test]
+    fn sums_of_node_numbers_saturate() {
+        let stats = |min, max| QueueStats {
+            queue: mq("t", 0),
+            min_offset: min,
+            max_offset: max,
+            last_update_timestamp: 0,
+        };
+        assert_eq!(messages_held(&[stats(2, 10), stats(0, 5)]), 13);
+        assert_eq!(messages_held(&[stats(i64::MIN, i64::MAX)]), i64::MAX);
+        assert_eq!(
+            messages_held(&[stats(0, i64::MAX), stats(0, i64::MAX)]),
+            i64::MAX
+        );
+        assert_eq!(messages_held(&[stats(10, 2)]), 0);
+        let progress = |broker_offset, consumer_offset| QueueProgress {
+            queue: mq("t", 0),
+            broker_offset,
+            consumer_offset,
+            pull_offset: consumer_offset,
+            lag: lag(broker_offset, consumer_offset),
+            last_timestamp: 0,
+        };
+        assert_eq!(lag(i64::MAX, -1), i64::MAX);
+        assert_eq!(lag(i64::MIN, 5), 0);
+        assert_eq!(
+            total_lag(&[progress(i64::MAX, 0), progress(i64::MAX, 0)]),
+            i64::MAX
+        );
+        assert_eq!(total_lag(&[progress(10, 4), progress(7, -1)]), 13);
     }
 
     #[test]

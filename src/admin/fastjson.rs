@@ -11,12 +11,18 @@
 //! read the same through [`parse_key`]. An unquoted key is taken as written.
 //!
 //! Invariants: never panics and never recurses deeper than [`MAX_DEPTH`], whatever the
-//! input; rejects trailing bytes after the document.
+//! input; rejects trailing bytes after the document. A key written back from an object
+//! or array is at most [`MAX_KEY_LEN`] bytes: each level of object keys nested in object
+//! keys escapes the one inside again, so without a cap a short document of keys nested a
+//! few dozen deep would grow without bound (about doubling per level).
 
 use serde_json::{Map, Number, Value};
 
 /// Deepest nesting accepted; bodies from a node are a few levels deep.
 pub const MAX_DEPTH: usize = 64;
+
+/// Longest key an object or array key becomes (a message queue key is under 100 bytes).
+pub const MAX_KEY_LEN: usize = 16 * 1024;
 
 /// Why a body is not readable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -140,7 +146,15 @@ impl Parser<'_> {
         self.skip_space();
         match self.peek() {
             Some(b'"') => self.string(),
-            Some(b'{' | b'[') => Ok(self.value(depth + 1)?.to_string()),
+            Some(b'{' | b'[') => {
+                let key = self.value(depth + 1)?.to_string();
+                if key.len() > MAX_KEY_LEN {
+                    return Err(self.error(format!(
+                        "an object key longer than {MAX_KEY_LEN} bytes as JSON"
+                    )));
+                }
+                Ok(key)
+            }
             Some(byte) if byte == b'-' || byte == b'_' || byte.is_ascii_alphanumeric() => {
                 let start = self.at;
                 while matches!(self.peek(), Some(b) if b == b'-' || b == b'_' || b == b'.' || b.is_ascii_alphanumeric())
@@ -332,10 +346,39 @@ mod tests {
                 text.escape_ascii().to_string()
             );
         }
-        let deep = "[".repeat(MAX_DEPTH + 2);
-        assert!(parse(deep.as_bytes()).unwrap_err().what.contains("deeper"));
-        let deep_keys = "{".repeat(MAX_DEPTH + 2);
-        assert!(parse(deep_keys.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn complete_documents_nested_past_the_limit_are_refused_for_their_depth() {
+        // Complete, well-formed documents: only the depth limit can refuse them.
+        let arrays = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let objects = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+        // fastjson's object keys: {{{"a":1}:1}:1}
+        let keys =
+            |n: usize| (1..n).fold(r#"{"a":1}"#.to_owned(), |inner, _| format!("{{{inner}:1}}"));
+        for (what, doc) in [
+            ("arrays", &arrays as &dyn Fn(usize) -> String),
+            ("objects", &objects),
+            ("object keys", &keys),
+        ] {
+            if what != "object keys" {
+                assert!(
+                    parse(doc(MAX_DEPTH).as_bytes()).is_ok(),
+                    "{what} {MAX_DEPTH} deep"
+                );
+            }
+            let error = parse(doc(MAX_DEPTH + 2).as_bytes()).unwrap_err();
+            assert!(
+                error.what.contains(&format!("deeper than {MAX_DEPTH}")),
+                "{what}: {error:?}"
+            );
+        }
+        // Object keys nested in object keys: a few levels read, and within the depth limit
+        // the escaping that grows with each level is cut off by the key length, not memory.
+        let three = parse(keys(3).as_bytes()).unwrap();
+        assert_eq!(three.as_object().unwrap().len(), 1);
+        let error = parse(keys(MAX_DEPTH).as_bytes()).unwrap_err();
+        assert!(error.what.contains("longer than"), "{error:?}");
     }
 
     #[test]

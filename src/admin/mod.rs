@@ -30,10 +30,9 @@ use std::process::ExitCode;
 use args::AdminArgs;
 use error::AdminError;
 
-/// The error as one line on stderr.
+/// The error as one line on stderr, its control characters escaped by [`output::human`].
 fn report(error: &AdminError) {
-    let line = error.to_string().replace(['\n', '\r'], " ");
-    eprintln!("ringmq admin: {line}");
+    eprintln!("ringmq admin: {}", output::human(&error.to_string()));
 }
 
 /// Runs `ringmq admin` and returns its exit code.

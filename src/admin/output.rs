@@ -1,12 +1,41 @@
 //! What a command prints: a JSON document (`--json`, one object on stdout, for scripts)
 //! or text for people: tables with aligned columns, `key: value` blocks and notes.
 //! Commands build an [`Output`] with both forms; [`Output::print`] writes the one asked.
+//!
+//! Text from the node (message bodies, topic names, client ids, keys, addresses) goes into
+//! the human form through [`human`], which escapes control characters, so a body holding
+//! a newline or an ESC sequence can neither fake lines nor drive the terminal. [`Table`]
+//! cells and [`fields`] values are escaped by them; other text callers pass through
+//! [`human`] themselves. The JSON form holds every string exactly.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
 use super::error::AdminError;
+
+/// `text` for the human output: each control character (C0, DEL and C1) escaped, as
+/// `\n`, `\r`, `\t` or `\u{1b}`; everything else as it is. Borrows when there is
+/// nothing to escape.
+pub fn human(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// How a column's cells line up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +76,7 @@ impl Table {
         }
     }
 
+    /// A row; each cell is escaped by [`human`].
     pub fn row(&mut self, cells: Vec<String>) {
         assert_eq!(
             cells.len(),
@@ -55,7 +85,15 @@ impl Table {
             cells.len(),
             self.headers.len()
         );
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|cell| match human(&cell) {
+                    Cow::Borrowed(_) => cell,
+                    Cow::Owned(escaped) => escaped,
+                })
+                .collect(),
+        );
     }
 
     pub fn is_empty(&self) -> bool {
@@ -99,7 +137,7 @@ impl Table {
     }
 }
 
-/// `key: value` lines with the values lined up.
+/// `key: value` lines with the values lined up; each value escaped by [`human`].
 pub fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs
         .iter()
@@ -112,7 +150,8 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
             out,
             "{key:<width$}  {value}",
             width = width + 1,
-            key = format!("{key}:")
+            key = format!("{key}:"),
+            value = human(value)
         );
     }
     out
@@ -191,6 +230,30 @@ mod tests {
     #[should_panic(expected = "a row of 1 cells in a table of 2 columns")]
     fn a_short_row_is_a_bug() {
         Table::new(&["a", "b"]).row(vec!["x".into()]);
+    }
+
+    #[test]
+    fn human_escapes_control_characters() {
+        assert!(matches!(human("plain é 中"), Cow::Borrowed("plain é 中")));
+        assert_eq!(human("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+        assert_eq!(human("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(
+            human("nul\0 del\u{7f} c1\u{85}\u{9b}"),
+            "nul\\u{0} del\\u{7f} c1\\u{85}\\u{9b}"
+        );
+        assert_eq!(
+            human("back\\slash"),
+            "back\\slash",
+            "only control characters"
+        );
+        let mut table = Table::new(&["id"]);
+        table.row(vec!["x\ny".into()]);
+        assert_eq!(table.render(), "id\nx\\ny\n");
+        assert_eq!(fields(&[("body", "1\n2".into())]), "body:  1\\n2\n");
+        // JSON keeps the text exact.
+        let output = Output::new(json!({"body": "1\n2"}), table.render());
+        let parsed: Value = serde_json::from_str(&output.render(true)).unwrap();
+        assert_eq!(parsed["body"], "1\n2");
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!   which queues the time is before the oldest message of (their offsets go to the
 //!   queue's minimum). The offsets are reset once 222 answers; a queue whose oldest time
 //!   cannot be read then shows it as unknown (`-`, -1 in JSON) rather than failing.
+//!   ringmq's node writes the offsets itself; a Java broker only asks the online
+//!   consumers and, with none online, answers CONSUMER_NOT_ONLINE (exit 1).
 
 use serde_json::json;
 

@@ -8,9 +8,12 @@
 //! - `query-id` (mqadmin queryMsgById): VIEW_MESSAGE_BY_ID (33) to the store host the id
 //!   names (or `--broker` when given: behind NAT the id's address may not be reachable);
 //!   a malformed id is exit 2 before any request. The node answers an offset that starts
-//!   no record with SYSTEM_ERROR, as Java does: that is not found here.
+//!   no record with SYSTEM_ERROR, as Java does: that is not found here only when the
+//!   remark says so (ringmq's "no message at commit log offset ...", Java's "can not find
+//!   message ..."); any other SYSTEM_ERROR is the node failing (exit 3).
 //! - `query-offset` (mqadmin queryMsgByOffset): PULL_MESSAGE (11) of one message at the
-//!   offset, as mqadmin does; no message there is not found, with the queue's range.
+//!   offset as group `TOOLS_CONSUMER` with subscription `*`, as mqadmin does; no message
+//!   there, or a first record at another offset, is not found, with the queue's range.
 //!
 //! A topic must be in the broker's table (GET_ALL_TOPIC_CONFIG, 21) first: an unknown
 //! topic is not found rather than an empty answer.
@@ -31,6 +34,8 @@ use super::{check_topic, Ctx};
 
 /// The group the admin pulls as: mqadmin's tools group.
 const TOOLS_GROUP: &str = "TOOLS_CONSUMER";
+/// The subscription the pull carries, as mqadmin's: every tag.
+const SUBSCRIBE_ALL: &str = "*";
 /// What a unique-key query asks for (the broker forces RocketMQ's `defaultQueryMaxNum`).
 const UNIQ_MAX: i32 = 32;
 /// The broker's cap on a key query (`maxMsgsNumBatch`).
@@ -182,6 +187,17 @@ pub async fn by_uniq_key(ctx: &Ctx, args: &QueryUniqArgs) -> AdminResult<Output>
     Ok(messages_output(&messages))
 }
 
+/// Whether a SYSTEM_ERROR remark to VIEW_MESSAGE_BY_ID says there is no message at the
+/// offset: ringmq's node answers "no message at commit log offset N" (its `view_message`),
+/// Java's "can not find message by the offset, N". Any other
+/// SYSTEM_ERROR is the node failing.
+fn says_no_message(remark: Option<&str>) -> bool {
+    let remark = remark.unwrap_or("").trim().to_ascii_lowercase();
+    remark.starts_with("no message at commit log offset")
+        || remark.contains("can not find message")
+        || remark.contains("cannot find message")
+}
+
 pub async fn by_id(ctx: &Ctx, args: &QueryIdArgs) -> AdminResult<Output> {
     let malformed = || {
         bad_input(format!(
@@ -216,7 +232,10 @@ pub async fn by_id(ctx: &Ctx, args: &QueryIdArgs) -> AdminResult<Output> {
     };
     match answer.code {
         response::SUCCESS if !answer.body.is_empty() => {}
-        response::SUCCESS | response::SYSTEM_ERROR => return Err(nothing()),
+        response::SUCCESS => return Err(nothing()),
+        response::SYSTEM_ERROR if says_no_message(answer.remark.as_deref()) => {
+            return Err(nothing())
+        }
         _ => return Err(refusal(request::VIEW_MESSAGE_BY_ID, broker, &answer)),
     }
     let messages = decode_records(&answer.body).map_err(node_error)?;
@@ -246,7 +265,16 @@ pub async fn by_offset(ctx: &Ctx, args: &QueryOffsetArgs) -> AdminResult<Output>
             args.topic, args.queue
         )));
     }
-    let mut cmd = pull_request(&args.topic, args.queue, args.offset as u64, 1, None, None);
+    // As mqadmin's pull: subscription `*` (FLAG_SUBSCRIPTION, expressionType TAG), so a
+    // node that keeps no subscription for the tools group still filters nothing out.
+    let mut cmd = pull_request(
+        &args.topic,
+        args.queue,
+        args.offset as u64,
+        1,
+        None,
+        Some(SUBSCRIBE_ALL),
+    );
     cmd.put_ext("consumerGroup", TOOLS_GROUP);
     let answer = ctx.wire.call(broker, cmd).await?;
     match answer.code {
@@ -275,5 +303,38 @@ pub async fn by_offset(ctx: &Ctx, args: &QueryOffsetArgs) -> AdminResult<Output>
             "{broker} answered a pull with no records"
         )));
     };
+    // A broker may answer a pull from a later offset than asked (the next message it
+    // has, e.g. past a gap): that is not the message at this offset.
+    if message.queue_offset != args.offset {
+        return Err(not_found(format!(
+            "no message at offset {} of queue {} of topic {} (the next is at offset {})",
+            args.offset, args.queue, args.topic, message.queue_offset
+        )));
+    }
     Ok(messages_output(&[message]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_no_message_remark_is_not_found() {
+        for remark in [
+            "no message at commit log offset 12345",
+            "can not find message by the offset, 12345",
+            "Can not find message, maybe deleted",
+        ] {
+            assert!(says_no_message(Some(remark)), "{remark}");
+        }
+        for remark in [
+            None,
+            Some(""),
+            Some("disk full"),
+            Some("java.lang.NullPointerException"),
+            Some("store is shutting down"),
+        ] {
+            assert!(!says_no_message(remark), "{remark:?}");
+        }
+    }
 }

@@ -4,10 +4,12 @@
 //!   server; with `--broker`, or when the name server does not support 206, the broker's
 //!   GET_ALL_TOPIC_CONFIG (21), which also gives each topic's queues and permissions.
 //! - `topic-create`, `topic-update` (mqadmin updateTopic): UPDATE_AND_CREATE_TOPIC (17),
-//!   after 21 says whether the topic exists (create refuses an existing one, exit 2;
+//!   after 21 says whether the topic exists (create refuses an existing one, exit 2
+//!   after that one request, the only exit 2 that needs the node;
 //!   update needs one, exit 1, and keeps what is not given).
 //! - `topic-delete` (mqadmin deleteTopic): DELETE_TOPIC_IN_BROKER (215) of a topic 21
-//!   lists (the node's name server reads the same table, so there is no second delete).
+//!   lists (the node's name server reads the same table, so there is no second delete;
+//!   DELETE_TOPIC_IN_NAMESRV, 216, is not sent, so a Java name server is not told).
 //! - `topic-route` (mqadmin topicRoute): GET_ROUTEINFO_BY_TOPIC (105) on the name server,
 //!   for a topic the topic list (206, else 21) names: an unknown topic is not found, and
 //!   the route query cannot create it (ringmq's name server auto-creates on a route query
@@ -22,7 +24,7 @@ use crate::remoting::codes::{request, response};
 use super::super::args::{TopicCreateArgs, TopicUpdateArgs};
 use super::super::bodies::{self, TopicConfig};
 use super::super::error::{bad_input, node_error, not_found, AdminResult};
-use super::super::output::{Output, Table};
+use super::super::output::{human, Output, Table};
 use super::super::time::format_utc;
 use super::super::wire::{command, refusal};
 use super::{check_topic, Ctx};
@@ -95,7 +97,7 @@ async fn topic_names(ctx: &Ctx) -> AdminResult<(&'static str, Vec<String>, Vec<T
 pub async fn list(ctx: &Ctx) -> AdminResult<Output> {
     let (source, topics, configs) = topic_names(ctx).await?;
     let text = if configs.is_empty() {
-        topics.iter().map(|t| format!("{t}\n")).collect()
+        topics.iter().map(|t| format!("{}\n", human(t))).collect()
     } else {
         let mut table = Table::new(&["topic", "#read queues", "#write queues", "perm", "order"]);
         for config in &configs {
@@ -144,7 +146,7 @@ fn config_output(action: &str, config: &TopicConfig) -> Output {
         json!({ "action": action, "topic": config }),
         format!(
             "{action} topic {}: {} read queues, {} write queues, perm {} ({}), order {}\n",
-            config.topic_name,
+            human(&config.topic_name),
             config.read_queue_nums,
             config.write_queue_nums,
             config.perm,
@@ -288,7 +290,7 @@ pub async fn status(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
             format_utc(queue.last_update_timestamp),
         ]);
     }
-    let messages: i64 = queues.iter().map(|q| q.max_offset - q.min_offset).sum();
+    let messages = bodies::messages_held(&queues);
     let text = format!(
         "{}{} queues, {messages} messages between their min and max offsets\n",
         table.render(),
