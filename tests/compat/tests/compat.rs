@@ -1016,3 +1016,103 @@ fn delayed_messages_arrive_no_earlier_than_their_level() {
     });
     drop(node);
 }
+
+/// Records each delivery's body and reconsume count, and asks for every message again.
+#[derive(Clone, Default)]
+struct AlwaysLater {
+    seen: Arc<Mutex<Vec<(String, i32)>>>,
+}
+
+impl rocketmq_client_rust::MessageListenerConcurrently for AlwaysLater {
+    fn consume_message(
+        &self,
+        msgs: &[&rocketmq_model::common::message::message_ext::MessageExt],
+        _context: &rocketmq_client_rust::ConsumeConcurrentlyContext,
+    ) -> rocketmq_client_rust::ClientResult<rocketmq_client_rust::ConsumeConcurrentlyStatus> {
+        let mut seen = self.seen.lock().unwrap();
+        for msg in msgs {
+            let body = String::from_utf8_lossy(msg.message_inner().body_slice()).into_owned();
+            seen.push((body, msg.reconsume_times()));
+        }
+        Ok(rocketmq_client_rust::ConsumeConcurrentlyStatus::ReconsumeLater)
+    }
+}
+
+/// Scenario 9: a push consumer that answers RECONSUME_LATER gets each message again
+/// (CONSUMER_SEND_MSG_BACK, the node's delay levels, the retry topic) with its reconsume
+/// count rising 0, 1, 2, and after `max_reconsume_times` (2) tries more the node parks it
+/// in `%DLQ%<group>`. The node runs with delay levels of a few hundred ms
+/// (`messageDelayLevel`), so the whole schedule takes seconds.
+#[test]
+fn a_consumer_that_keeps_failing_sees_rising_reconsume_times_then_the_dlq() {
+    use rocketmq_client_rust::MQPushConsumer;
+    let seed = seed();
+    println!("seed {seed}");
+    let node = Node::start_with(
+        "async",
+        &["messageDelayLevel=100ms 200ms 300ms 400ms 500ms 600ms"],
+    );
+    let namesrv = node.namesrv_addr();
+    let broker = node.broker_addr();
+    let topic = format!("CompatRetry{seed}");
+    let group = format!("CG_retry_{seed}");
+    let batch = numbered_batch(seed, "retry", 3, "TagR");
+    run_clients("retry", |runtime| {
+        let (namesrv, broker, topic, group, batch) = (&namesrv, &broker, &topic, &group, &batch);
+        async move {
+            let mut producer = start_producer(&runtime, namesrv, &format!("PG_retry_{seed}")).await;
+            send_each(&producer, topic, batch, seed).await;
+            producer.shutdown().await;
+            let listener = AlwaysLater::default();
+            let mut consumer = rocketmq_client_rust::DefaultMQPushConsumer::builder(Arc::clone(&runtime))
+                .client_config(ringmq_compat::client_config(namesrv, "retry-member"))
+                .name_server_addr(namesrv.to_string())
+                .consumer_group(group.to_string())
+                .message_model(MessageModel::Clustering)
+                .consume_from_where(
+                    rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere::ConsumeFromFirstOffset,
+                )
+                .max_reconsume_times(2)
+                .build();
+            consumer
+                .subscribe(topic.as_str(), "*")
+                .await
+                .expect("subscribe");
+            consumer.register_message_listener_concurrently(listener.clone());
+            consumer.start().await.expect("start the push consumer");
+            let dlq = format!("%DLQ%{group}");
+            wait_until(
+                "every message tried 3 times and then in the DLQ",
+                DELIVERY_DEADLINE,
+                || {
+                    let seen = listener.seen.lock().unwrap();
+                    let all_tried = batch.keys().all(|body| {
+                        let times: BTreeSet<i32> = seen
+                            .iter()
+                            .filter(|(b, _)| b == body)
+                            .map(|(_, t)| *t)
+                            .collect();
+                        times == BTreeSet::from([0, 1, 2])
+                    });
+                    all_tried && raw::max_offset(broker, &dlq, 0) == batch.len() as i64
+                },
+                || {
+                    format!(
+                        "deliveries {:?}, DLQ holds {}",
+                        listener.seen.lock().unwrap(),
+                        raw::max_offset(broker, &dlq, 0)
+                    )
+                },
+            )
+            .await;
+            let seen = listener.seen.lock().unwrap().clone();
+            assert!(
+                seen.iter().all(|(_, times)| *times <= 2),
+                "seed {seed}: nothing is delivered after its last try: {seen:?}"
+            );
+            println!("seed {seed}: {} deliveries, then the DLQ", seen.len());
+            consumer.shutdown().await;
+        }
+    });
+    drop(node);
+}
