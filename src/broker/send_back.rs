@@ -25,6 +25,10 @@
 //!   shard that owns its queue; SUCCESS once it is stored as durably as a send, else
 //!   SYSTEM_ERROR with the send's remark. An offset that starts no record is SYSTEM_ERROR
 //!   "look message by offset failed", as Java answers.
+//! - The copy is routed as a plain send is, so the rule of [`dead_letter_if_due`] applies
+//!   to it too: a retry of a group that holds an orderly lock goes to the DLQ. Java
+//!   applies that rule to plain retry sends only; an orderly group does not send back, so
+//!   the two agree in practice.
 
 use std::cell::Cell;
 
@@ -204,6 +208,11 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
         _ => Box::pin(send::send_message(broker, &resend, born_host)).await,
     };
     if answer.code == response::SUCCESS {
+        let counter = match destination {
+            Destination::Retry { .. } => &broker.metrics.retries,
+            Destination::DeadLetter => &broker.metrics.dead_letters,
+        };
+        crate::metrics::ShardMetrics::add(counter, 1);
         tracing::debug!(
             group = %crate::remoting::log_safe::log_safe(header.group),
             ?destination,
@@ -270,6 +279,7 @@ pub fn dead_letter_if_due(broker: &Broker, request: &mut RemotingCommand) {
         .map(|(key, value)| (key.to_owned(), value.to_owned()))
         .collect();
     let props = properties::encode(kept.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    crate::metrics::ShardMetrics::add(&broker.metrics.dead_letters, 1);
     request.put_ext(topic_field, format!("{DLQ_PREFIX}{group}"));
     request.put_ext(queue_field, 0);
     request.put_ext(props_field, props);

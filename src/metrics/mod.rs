@@ -54,9 +54,10 @@
 //! | `ringmq_request_bytes_in_flight` | gauge | bytes held by requests in flight (frames, and 2 KiB each for header and task), all connections |
 //! | `ringmq_parked_requests` | gauge | requests in flight that are parked long-polling pulls, all connections |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
-//! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox |
 //! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send`, `pull` (parked time included) and `query` (QUERY_MESSAGE and VIEW_MESSAGE_BY_ID, the fan-out over the shards included) |
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox, and delayed messages coming due that a scheduler sent to another shard's queue |
+//! | `ringmq_retries_total` | counter | messages a consumer handed back (CONSUMER_SEND_MSG_BACK) stored for a later retry, on the shard that read them |
+//! | `ringmq_dead_letters_total` | counter | messages sent to a `%DLQ%` topic: handed back at their last try (or with `delayLevel` -1), or a retry send past its maximum |
 //! | `ringmq_delay_pending{level}` | gauge | delayed messages of the level waiting in `SCHEDULE_TOPIC_XXXX` (its queue's end minus the scheduler's cursor), on the shard whose scheduler runs the level |
 //! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
 //! | `ringmq_delay_lateness_seconds_total{level}` | counter | time from each delivered message's due time to its copy's acknowledgement, summed (divided by `ringmq_delay_delivered_total`: the mean lateness) |
@@ -194,6 +195,10 @@ pub struct ShardMetrics {
     pub connections_total: AtomicU64,
     pub parked_pulls: AtomicI64,
     pub forwarded: AtomicU64,
+    /// Handed-back messages stored for a later retry.
+    pub retries: AtomicU64,
+    /// Messages sent to a dead-letter topic.
+    pub dead_letters: AtomicU64,
     store: Locked<StoreStats>,
     /// Messages each protected consumer group lost to forced cleanup, by group: the
     /// configured groups, so the series are fixed at start.
@@ -232,6 +237,8 @@ impl ShardMetrics {
             connections_total: AtomicU64::new(0),
             parked_pulls: AtomicI64::new(0),
             forwarded: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
             store: Locked::default(),
             unconsumed_lost: Locked::default(),
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
@@ -816,6 +823,22 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "counter",
         "Requests, and delayed messages coming due, sent to the shard that owns their queue.",
         |s| relaxed(&s.forwarded),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_retries_total",
+        "counter",
+        "Messages consumers handed back, stored for a later retry.",
+        |s| relaxed(&s.retries),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_dead_letters_total",
+        "counter",
+        "Messages sent to a dead-letter (%DLQ%) topic.",
+        |s| relaxed(&s.dead_letters),
     );
     let name = "ringmq_request_latency_seconds";
     let _ = writeln!(
