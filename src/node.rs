@@ -556,6 +556,7 @@ async fn run_shard(
     ));
     // Before any await: the store's first retention run already keeps what they hold.
     crate::broker::protected_groups::protect(&broker);
+    crate::broker::delay_holds::hold(&broker);
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let spawn_watched =
         |task: &'static str, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {

@@ -4,7 +4,8 @@
 //! offset, and pulling from there serves what is left; GET_MIN_OFFSET reports it; a
 //! committed offset below it stays as it was committed. With the consumer group
 //! protected (`retentionProtectedGroups`), the same segments stay while the group's
-//! committed offset is in them, and go once it commits past them.
+//! committed offset is in them, and go once it commits past them. A delayed message
+//! waiting for its level keeps its segment (and the ones after it) likewise.
 
 mod common;
 
@@ -202,4 +203,91 @@ fn a_bad_protected_group_name_stops_the_start_naming_the_setting() {
         message.contains("retentionProtectedGroups") && message.contains("CG ok"),
         "{message}"
     );
+}
+
+/// A delayed message waiting for its level (1 h here) holds its segment: retention
+/// deletes the segments before it and stops there, so the message is still in
+/// `SCHEDULE_TOPIC_XXXX` for its scheduler, while the plain messages after it stay too.
+#[test]
+fn a_waiting_delayed_message_keeps_its_segment_until_it_is_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.delay_levels = ringmq::broker::delay::DelayLevels::parse("1h").unwrap();
+    let node = {
+        // The expiring node's settings, with the 1 h level.
+        let mut expiring = options;
+        expiring.shards = 1;
+        expiring.segment_size = Some(64 * 1024);
+        let mut store = ringmq::config::StoreConfig::new(dir.path());
+        store.retention = RetentionConfig {
+            file_reserved: Duration::ZERO,
+            delete_when: (0..24).collect(),
+            clean_interval: Duration::from_millis(50),
+            ..store.retention
+        };
+        store.checkpoint_interval = Duration::from_millis(50);
+        expiring.store_template = Some(store);
+        ringmq::node::start(expiring).expect("node starts")
+    };
+    let addr = node.addr();
+    run_local(false, async {
+        let client = Client::connect(addr).await.unwrap();
+        let body = vec![b'r'; 1024];
+        let send_plain = |count: usize| {
+            let client = &client;
+            let body = &body;
+            async move {
+                for _ in 0..count {
+                    let answer = client
+                        .request(send_request_v1(TOPIC, 0, body, None, None))
+                        .await
+                        .unwrap();
+                    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+                }
+            }
+        };
+        send_plain(150).await;
+        let mut delayed = send_request_v1(TOPIC, 0, b"due in an hour", None, None);
+        let properties = format!("{}DELAY\u{1}1\u{2}", ext(&delayed, "properties"));
+        delayed.put_ext("properties", properties);
+        let answer = client.request(delayed).await.unwrap();
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        send_plain(150).await;
+
+        // Bounded wait for the cleaner to delete the segments before the delayed message.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while min_offset(&client).await == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "retention never deleted a segment"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A few more runs: none goes past the delayed message's segment.
+        let kept = "ringmq_retention_segments_kept_for_consumers{shard=\"0\"}";
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sample(&node, kept).unwrap_or(0) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no segment was kept for the delay"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let plain_min = min_offset(&client).await;
+        assert!(
+            plain_min <= 150,
+            "plain messages stored after the delayed one were deleted (min {plain_min})"
+        );
+        let schedule = "SCHEDULE_TOPIC_XXXX";
+        let waiting = client
+            .request(queue_request(request::GET_MIN_OFFSET, schedule, 0))
+            .await
+            .unwrap();
+        assert_eq!(ext(&waiting, "offset"), "0", "{waiting:?}");
+        let pulled = client.pull(schedule, 0, 0, 1, None).await.unwrap();
+        assert_eq!(pulled.code, response::SUCCESS, "{pulled:?}");
+        let records = common::pull_records(&pulled.body);
+        assert_eq!(records[0].body, b"due in an hour");
+    });
+    node.shutdown().unwrap();
 }

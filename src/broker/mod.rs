@@ -31,7 +31,8 @@
 //!   on the shard's store.
 //! - [`delay`]: delay levels (`DELAY`, `messageDelayLevel`): delayed sends wait in
 //!   `SCHEDULE_TOPIC_XXXX` and a scheduler per level delivers them on time;
-//!   [`delay_offsets`]: its cursors, `config/delayOffset.json`.
+//!   [`delay_offsets`]: its cursors, `config/delayOffset.json`; [`delay_holds`]: the
+//!   retention holds that keep waiting delayed messages past `fileReservedTime`.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -59,6 +60,7 @@ pub mod consumer_connections;
 pub mod consumer_offsets;
 pub mod consumers;
 pub mod delay;
+pub mod delay_holds;
 pub mod delay_offsets;
 pub mod fan_out;
 pub mod groups;

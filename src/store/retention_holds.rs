@@ -25,10 +25,10 @@
 //!   minimum moved past where it held from is reported to its holder
 //!   ([`RetentionHolds::lost`]) and logged, one line per hold.
 //!
-//! Future holders (issue 12: delay levels, timer messages, POP revive state) register a
-//! [`RetentionHolds`] of their own the same way: the delay levels hold their
-//! `SCHEDULE_TOPIC_XXXX` queues at the scheduler's offsets, POP holds the queues at its
-//! oldest unacknowledged offsets. A holder whose state points into the log directly (the
+//! The delay levels register one too (`broker/delay_holds.rs`): each level holds its
+//! `SCHEDULE_TOPIC_XXXX` queue from its scheduler's cursor. Future holders (timer
+//! messages, POP revive state) register a [`RetentionHolds`] of their own the same way:
+//! POP would hold the queues at its oldest unacknowledged offsets. A holder whose state points into the log directly (the
 //! timer log) would add a `Hold` variant carrying a physical offset; the floor is the
 //! minimum over every holder either way.
 
