@@ -132,18 +132,7 @@ fn admin_requests_answer_for_the_whole_node() {
     let dir = tempfile::tempdir().unwrap();
     let node = ringmq::node::start(options(dir.path())).unwrap();
     let mut raw = Raw::connect(node.addr());
-    let queues = QUEUES.to_string();
-    let created = raw.call(command(
-        request::UPDATE_AND_CREATE_TOPIC,
-        &[
-            ("topic", TOPIC),
-            ("readQueueNums", &queues),
-            ("writeQueueNums", &queues),
-            ("perm", "6"),
-            ("topicFilterType", "SINGLE_TAG"),
-        ],
-    ));
-    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
 
     // Queue q gets q + 1 messages before `middle`, and 2 more after it.
     for queue in 0..QUEUES {

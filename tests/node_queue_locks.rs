@@ -6,7 +6,6 @@
 
 mod common;
 
-use common::command;
 use common::raw::Raw;
 use ringmq::node::NodeOptions;
 use ringmq::remoting::codes::{request, response};
@@ -66,18 +65,7 @@ fn queue_locks_are_held_by_one_client_and_freed_by_unlock_or_a_closed_connection
     let node = ringmq::node::start(options(dir.path())).unwrap();
     let mut a = Raw::connect(node.addr());
     let mut b = Raw::connect(node.addr());
-    let queues = QUEUES.to_string();
-    let created = a.call(command(
-        request::UPDATE_AND_CREATE_TOPIC,
-        &[
-            ("topic", TOPIC),
-            ("readQueueNums", &queues),
-            ("writeQueueNums", &queues),
-            ("perm", "6"),
-            ("topicFilterType", "SINGLE_TAG"),
-        ],
-    ));
-    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    common::create_topic(&mut a, TOPIC, QUEUES as u32);
 
     // Four queues, spread over both shards, in one batch; renewing gives the same.
     assert_eq!(

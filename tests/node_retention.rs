@@ -29,6 +29,15 @@ fn ext<'a>(cmd: &'a RemotingCommand, field: &str) -> &'a str {
 /// A node with 64 KiB segments whose cleaner runs every 50 ms and finds every closed
 /// segment expired, with `protected` consumer groups.
 fn expiring_node(dir: &std::path::Path, protected: &[&str]) -> ringmq::node::NodeHandle {
+    expiring_node_with(dir, protected, |_| {})
+}
+
+/// [`expiring_node`], with `adjust` applied to its options before the start.
+fn expiring_node_with(
+    dir: &std::path::Path,
+    protected: &[&str],
+    adjust: impl FnOnce(&mut ringmq::node::NodeOptions),
+) -> ringmq::node::NodeHandle {
     let mut options = common::node_options(dir);
     options.shards = 1;
     options.segment_size = Some(64 * 1024);
@@ -42,6 +51,7 @@ fn expiring_node(dir: &std::path::Path, protected: &[&str]) -> ringmq::node::Nod
     };
     store.checkpoint_interval = Duration::from_millis(50);
     options.store_template = Some(store);
+    adjust(&mut options);
     ringmq::node::start(options).expect("node starts")
 }
 
@@ -211,24 +221,9 @@ fn a_bad_protected_group_name_stops_the_start_naming_the_setting() {
 #[test]
 fn a_waiting_delayed_message_keeps_its_segment_until_it_is_delivered() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.broker.delay_levels = ringmq::broker::delay::DelayLevels::parse("1h").unwrap();
-    let node = {
-        // The expiring node's settings, with the 1 h level.
-        let mut expiring = options;
-        expiring.shards = 1;
-        expiring.segment_size = Some(64 * 1024);
-        let mut store = ringmq::config::StoreConfig::new(dir.path());
-        store.retention = RetentionConfig {
-            file_reserved: Duration::ZERO,
-            delete_when: (0..24).collect(),
-            clean_interval: Duration::from_millis(50),
-            ..store.retention
-        };
-        store.checkpoint_interval = Duration::from_millis(50);
-        expiring.store_template = Some(store);
-        ringmq::node::start(expiring).expect("node starts")
-    };
+    let node = expiring_node_with(dir.path(), &[], |options| {
+        options.broker.delay_levels = ringmq::broker::delay::DelayLevels::parse("1h").unwrap();
+    });
     let addr = node.addr();
     run_local(false, async {
         let client = Client::connect(addr).await.unwrap();

@@ -99,18 +99,7 @@ fn a_handed_back_message_is_retried_later_then_dead_lettered() {
     let dir = tempfile::tempdir().unwrap();
     let node = ringmq::node::start(options(dir.path())).unwrap();
     let mut raw = Raw::connect(node.addr());
-    let queues = QUEUES.to_string();
-    let created = raw.call(command(
-        request::UPDATE_AND_CREATE_TOPIC,
-        &[
-            ("topic", TOPIC),
-            ("readQueueNums", &queues),
-            ("writeQueueNums", &queues),
-            ("perm", "6"),
-            ("topicFilterType", "SINGLE_TAG"),
-        ],
-    ));
-    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
     // One message per queue, so some live on each shard.
     let mut originals = Vec::new();
     for queue in 0..QUEUES {

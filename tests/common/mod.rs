@@ -203,3 +203,23 @@ pub fn command(code: i32, fields: &[(&str, &str)]) -> ringmq::remoting::Remoting
     }
     ringmq::remoting::RemotingCommand::request(code, ext)
 }
+
+/// Creates (or replaces) `topic` with `queues` read and write queues over `raw`.
+pub fn create_topic(raw: &mut raw::Raw, topic: &str, queues: u32) {
+    let queues = queues.to_string();
+    let created = raw.call(command(
+        ringmq::remoting::codes::request::UPDATE_AND_CREATE_TOPIC,
+        &[
+            ("topic", topic),
+            ("readQueueNums", &queues),
+            ("writeQueueNums", &queues),
+            ("perm", "6"),
+            ("topicFilterType", "SINGLE_TAG"),
+        ],
+    ));
+    assert_eq!(
+        created.code,
+        ringmq::remoting::codes::response::SUCCESS,
+        "create {topic}: {created:?}"
+    );
+}
