@@ -12,8 +12,9 @@
 //! - The file on disk is always a complete table: every change is written to a temp file,
 //!   fsynced, renamed over `topics.json`, and the directory fsynced. A crash leaves the old
 //!   table or the new one, never half of either.
-//! - A change is visible in memory only once it is on disk: if persisting fails the table
-//!   is rolled back and the caller gets the error.
+//! - A change is visible in memory only once it is on disk: it is made on a copy, written,
+//!   and only then swapped in; if persisting fails nothing changed and the caller gets the
+//!   error. Readers (every send looks its topic up) never wait for the write's fsync.
 //! - A `topics.json` that exists but cannot be parsed stops the start with an error naming
 //!   the file; it is never silently replaced by an empty table. So does one holding an
 //!   entry the admin requests would refuse ([`check_config`]: the name rules of
@@ -24,7 +25,7 @@
 //! Topic changes are rare (admin requests, the first send to a new topic), so the file is
 //! written synchronously on the shard thread, through the disk seam's
 //! [`MetaFiles`] (the real filesystem in the node, the simulated disk in crash tests); the
-//! shard stalls for one fsync then.
+//! writing shard stalls for one fsync then, the other shards do not.
 //!
 //! Auto-creation (`autoCreateTopicEnable`, default true): a send to, or a route query for,
 //! an unknown topic creates it with `defaultTopicQueueNums` queues. System topics
@@ -170,7 +171,13 @@ pub struct TopicTable {
     path: PathBuf,
     auto_create: bool,
     default_queue_nums: u32,
-    state: Locked<TopicConfigWrapper>,
+    /// What readers see (every send looks its topic up): swapped whole once a change is
+    /// on disk.
+    state: Locked<Arc<TopicConfigWrapper>>,
+    /// Held by a change from its copy of the table to its swap, so changes land (on disk
+    /// and in `state`) one at a time and in order, while readers never wait for the
+    /// file's fsync.
+    writer: Locked<()>,
 }
 
 impl TopicTable {
@@ -222,7 +229,8 @@ impl TopicTable {
             path,
             auto_create,
             default_queue_nums: default_queue_nums.max(1),
-            state: Locked::new(state),
+            state: Locked::new(Arc::new(state)),
+            writer: Locked::new(()),
         })
     }
 
@@ -254,7 +262,8 @@ impl TopicTable {
 
     /// The table as `topics.json` holds it.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&*self.state.lock()).expect("the topic table serialises")
+        let state = self.state.lock().clone();
+        serde_json::to_string(&*state).expect("the topic table serialises")
     }
 
     /// The topic a send or a route query needs: the existing one, else a new one when the
@@ -286,51 +295,40 @@ impl TopicTable {
 
     /// Creates or replaces a topic and persists the table.
     pub fn put(&self, config: TopicConfig, now_ms: i64) -> std::io::Result<()> {
-        let name = config.topic_name.clone();
-        let mut state = self.state.lock();
-        let previous = state.topic_config_table.insert(name.clone(), config);
-        self.commit(&mut state, now_ms, |state| match previous {
-            Some(previous) => {
-                state.topic_config_table.insert(name, previous);
-            }
-            None => {
-                state.topic_config_table.remove(&name);
-            }
+        self.change(now_ms, |table| {
+            let name = config.topic_name.clone();
+            table.topic_config_table.insert(name, config);
+            true
         })
+        .map(|_| ())
     }
 
     /// Removes a topic and persists the table; `false` if there was no such topic.
     pub fn remove(&self, topic: &str, now_ms: i64) -> std::io::Result<bool> {
-        let mut state = self.state.lock();
-        let Some(previous) = state.topic_config_table.remove(topic) else {
-            return Ok(false);
-        };
-        self.commit(&mut state, now_ms, |state| {
-            state.topic_config_table.insert(topic.to_owned(), previous);
-        })?;
-        Ok(true)
+        self.change(now_ms, |table| {
+            table.topic_config_table.remove(topic).is_some()
+        })
     }
 
-    /// Bumps the version and writes the table; on failure undoes the change with `undo`.
-    /// Runs under the table's lock, so writes land in the order the changes were made.
-    fn commit(
+    /// Applies `edit` to a copy of the table; if it changed something (`edit` returns
+    /// true), bumps the version, writes the file and only then lets readers see the copy.
+    /// A failed write changes nothing. Returns whether `edit` changed something.
+    fn change(
         &self,
-        state: &mut TopicConfigWrapper,
         now_ms: i64,
-        undo: impl FnOnce(&mut TopicConfigWrapper),
-    ) -> std::io::Result<()> {
-        let old_version = state.data_version.clone();
-        state.data_version.counter += 1;
-        state.data_version.timestamp = now_ms;
-        let json = serde_json::to_vec_pretty(&*state).expect("the topic table serialises");
-        match replace_file(&*self.files, &self.path, &json) {
-            Ok(()) => Ok(()),
-            Err(error) => {
-                undo(state);
-                state.data_version = old_version;
-                Err(error)
-            }
+        edit: impl FnOnce(&mut TopicConfigWrapper) -> bool,
+    ) -> std::io::Result<bool> {
+        let _writer = self.writer.lock();
+        let mut next = TopicConfigWrapper::clone(&self.state.lock());
+        if !edit(&mut next) {
+            return Ok(false);
         }
+        next.data_version.counter += 1;
+        next.data_version.timestamp = now_ms;
+        let json = serde_json::to_vec_pretty(&next).expect("the topic table serialises");
+        replace_file(&*self.files, &self.path, &json)?;
+        *self.state.lock() = Arc::new(next);
+        Ok(true)
     }
 }
 
@@ -442,7 +440,8 @@ mod tests {
             path: dir.path().join("config").join("topics.json"),
             auto_create: true,
             default_queue_nums: 8,
-            state: Locked::new(TopicConfigWrapper::default()),
+            state: Locked::new(Arc::new(TopicConfigWrapper::default())),
+            writer: Locked::new(()),
         };
         assert!(table.put(TopicConfig::new("A", 4), 1).is_err());
         assert!(table.get("A").is_none());
