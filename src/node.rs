@@ -557,6 +557,17 @@ async fn run_shard(
     // Before any await: the store's first retention run already keeps what they hold.
     crate::broker::protected_groups::protect(&broker);
     crate::broker::delay_holds::hold(&broker);
+    let timers = Rc::new(
+        crate::broker::timer_scheduler::Timers::open(
+            Arc::new(crate::io::meta::RealFiles),
+            &store.config().dir,
+            crate::broker::timer::queue_of_shard(id, options.shards),
+            options.broker.timer_limits,
+        )
+        .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?,
+    );
+    crate::broker::timer_holds::hold(&store, &timers);
+    broker.set_timers(timers.clone());
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let spawn_watched =
         |task: &'static str, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
@@ -586,6 +597,15 @@ async fn run_shard(
         background.push(spawn_watched(
             "delay scheduler",
             Box::pin(crate::broker::delay::run_level(broker.clone(), level)),
+        ));
+    }
+    if options.broker.timer_enabled {
+        background.push(spawn_watched(
+            "timer scheduler",
+            Box::pin(crate::broker::timer_scheduler::run(
+                broker.clone(),
+                timers.clone(),
+            )),
         ));
     }
     if id == 0 {
@@ -634,6 +654,10 @@ async fn run_shard(
     tokio::task::yield_now().await;
     for task in background {
         task.abort();
+    }
+    // The scheduler is stopped: what it acknowledged is not delivered again.
+    if let Err(error) = timers.checkpoint() {
+        tracing::error!(shard = id, "cannot checkpoint the timer store: {error}");
     }
     store.shutdown().await?;
     Ok(())

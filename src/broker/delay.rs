@@ -44,7 +44,7 @@
 //! Not here: `SCHEDULE_TOPIC_XXXX` may be pulled (as Java lets mqadmin browse it), its
 //! tags codes are delivery times, so a tag filter on it matches nothing useful; slaves
 //! (GET_ALL_DELAY_OFFSET, 45) do not exist yet; 5.x timer messages (`TIMER_*`) are
-//! not delivered on time, they are stored as plain messages.
+//! `super::timer`'s.
 
 use std::fmt;
 use std::rc::Rc;
@@ -81,11 +81,11 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// sysFlag's transaction type bits (`MessageSysFlag.TRANSACTION_*`).
-const TRANSACTION_TYPE_MASK: i32 = 0x3 << 2;
-const TRANSACTION_PREPARED: i32 = 0x1 << 2;
-const TRANSACTION_ROLLBACK: i32 = 0x3 << 2;
+pub(crate) const TRANSACTION_TYPE_MASK: i32 = 0x3 << 2;
+pub(crate) const TRANSACTION_PREPARED: i32 = 0x1 << 2;
+pub(crate) const TRANSACTION_ROLLBACK: i32 = 0x3 << 2;
 /// The sysFlag bits the encoder derives from the hosts.
-const HOST_FAMILY_BITS: i32 = 0x10 | 0x20;
+pub(crate) const HOST_FAMILY_BITS: i32 = 0x10 | 0x20;
 
 /// `messageDelayLevel`: the delay of each level, level 1 first.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -79,6 +79,10 @@ pub mod send;
 pub mod send_back;
 pub mod subscription_group_requests;
 pub mod subscription_groups;
+pub mod timer;
+pub mod timer_holds;
+pub mod timer_scheduler;
+pub mod timer_store;
 pub mod topic_requests;
 pub mod topic_stats;
 pub mod topics;
@@ -134,6 +138,14 @@ pub struct BrokerConfig {
     /// How often moved delay cursors are written to `config/delayOffset.json`
     /// ([`DELAY_OFFSET_FLUSH_INTERVAL`]); a crash delivers at most this much again.
     pub delay_offset_flush_interval: Duration,
+    /// `timerWheelEnable`: timer messages are delivered when due ([`timer`]).
+    pub timer_enabled: bool,
+    /// `timerMaxDelaySec`.
+    pub timer_max_delay_sec: u64,
+    /// `timerMaxPending`: this shard's share.
+    pub timer_max_pending: u64,
+    /// The timer store's memory bounds (`timerMemoryEntries`).
+    pub timer_limits: timer_store::TimerLimits,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;
@@ -212,6 +224,9 @@ pub struct Broker {
     /// Per delay level (level 1 first): wakes its scheduler when a delayed message is
     /// stored on this shard.
     pub(crate) delay_wakes: Vec<Rc<tokio::sync::Notify>>,
+    /// This shard's timer store and scheduler state, set once at start
+    /// ([`Broker::set_timers`]); unset, timer sends are refused.
+    pub(crate) timers: std::cell::OnceCell<Rc<timer_scheduler::Timers>>,
 }
 
 impl Broker {
@@ -231,6 +246,7 @@ impl Broker {
         Broker {
             delay_offsets: tables.delay_offsets,
             delay_wakes,
+            timers: std::cell::OnceCell::new(),
             topics: tables.topics,
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
@@ -295,6 +311,15 @@ impl Broker {
     /// What wakes the scheduler of `level` (1 to the last level).
     pub(crate) fn delay_wake(&self, level: u32) -> &Rc<tokio::sync::Notify> {
         &self.delay_wakes[level as usize - 1]
+    }
+
+    /// Gives this shard its timers (once, at start).
+    pub fn set_timers(&self, timers: Rc<timer_scheduler::Timers>) {
+        assert!(
+            self.timers.set(timers).is_ok(),
+            "shard {}'s timers were set twice",
+            self.shard.id()
+        );
     }
 
     /// Pulls parked right now (for metrics and tests).

@@ -34,11 +34,11 @@ use crate::remoting::codes::response;
 use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
 use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
-use crate::store::topic::SCHEDULE_TOPIC;
+use crate::store::topic::{SCHEDULE_TOPIC, TIMER_TOPIC};
 use crate::store::{properties, PutResult, PutStatus, StoreError};
 
 use super::topics::{TopicConfig, PERM_WRITE};
-use super::{bad_header, delay, ids, names, Broker};
+use super::{bad_header, delay, ids, names, timer, Broker};
 
 /// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
 const CLUSTER: &str = "CLUSTER";
@@ -262,6 +262,27 @@ fn prepare_send(
         ensure_schedule_topic(broker).map_err(|remark| refuse(response::SYSTEM_ERROR, remark))?;
         delay::schedule(&mut record, level);
         wake = Some(broker.delay_wake(level).clone());
+    } else if let Some(due) =
+        timer_due(broker, &header).map_err(|(code, remark)| refuse(code, remark))?
+    {
+        let timers = broker
+            .timers
+            .get()
+            .ok_or_else(|| refuse(response::SYSTEM_ERROR, "the timer store is not open".into()))?;
+        let queue_end = broker.store.max_offset(TIMER_TOPIC, timers.queue);
+        let pending = timers.pending(queue_end);
+        if pending >= broker.config.timer_max_pending {
+            return Err(refuse(
+                response::SYSTEM_ERROR,
+                format!(
+                    "timer messages are under flow control: {pending} wait on this shard, timerMaxPending allows {}",
+                    broker.config.timer_max_pending
+                ),
+            ));
+        }
+        ensure_timer_topic(broker).map_err(|remark| refuse(response::SYSTEM_ERROR, remark))?;
+        timer::schedule(&mut record, due, timers.queue);
+        wake = Some(timers.wake.clone());
     }
     let pending = PendingSend {
         answer: RemotingCommand::response_to(request, response::SUCCESS, None),
@@ -271,6 +292,41 @@ fn prepare_send(
         wake,
     };
     Ok((record, pending))
+}
+
+/// The due time a single-message send asks for ([`timer::requested_due`]), or its refusal:
+/// MESSAGE_ILLEGAL for a bad value, SYSTEM_ERROR when `timerWheelEnable` is off.
+fn timer_due(
+    broker: &Broker,
+    header: &SendMessageRequestHeader,
+) -> Result<Option<i64>, (i32, String)> {
+    let due = timer::requested_due(
+        &header.properties,
+        header.sys_flag,
+        broker.clock.now_ms(),
+        broker.config.timer_max_delay_sec,
+    )
+    .map_err(|remark| (response::MESSAGE_ILLEGAL, remark))?;
+    if due.is_some() && !broker.config.timer_enabled {
+        return Err((
+            response::SYSTEM_ERROR,
+            "timer messages are not enabled here (timerWheelEnable=false)".into(),
+        ));
+    }
+    Ok(due)
+}
+
+/// Creates `rmq_sys_wheel_timer` in the topic table, one queue per shard, if it is not
+/// there (the first timer send does).
+fn ensure_timer_topic(broker: &Broker) -> Result<(), String> {
+    if broker.topics.get(TIMER_TOPIC).is_some() {
+        return Ok(());
+    }
+    let config = TopicConfig::new(TIMER_TOPIC, broker.shard.count() as u32);
+    broker
+        .topics
+        .put(config, broker.clock.now_ms())
+        .map_err(|error| format!("cannot create topic {TIMER_TOPIC}: {error}"))
 }
 
 /// Creates `SCHEDULE_TOPIC_XXXX` in the topic table, one queue per level, if it is not
@@ -364,6 +420,16 @@ pub async fn send_batch(
                 Some("a batch cannot be delayed (DELAY); send delayed messages one by one".into()),
             )
         }
+    }
+    if !matches!(timer_due(broker, &header), Ok(None)) {
+        return RemotingCommand::response_to(
+            request,
+            response::MESSAGE_ILLEGAL,
+            Some(
+                "a batch cannot be a timer message (TIMER_*); send timer messages one by one"
+                    .into(),
+            ),
+        );
     }
     let items = match decode_batch(&request.body) {
         Ok(items) if !items.is_empty() => items,

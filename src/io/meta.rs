@@ -41,6 +41,17 @@ pub trait MetaFiles: Send + Sync + std::fmt::Debug {
 
     /// Makes the directory's entries (created, renamed or removed files) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Up to `len` bytes of the file at `path` from `offset` (fewer at its end). What
+    /// lets a table larger than memory should hold be read a block at a time (the timer
+    /// store's runs).
+    fn read_range(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+
+    /// Removes the file at `path`. Durable once the directory is synced.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// The names of the entries of `dir`, sorted.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
 }
 
 /// `<path>.tmp`: where [`replace_file`] stages the new content.
@@ -103,6 +114,31 @@ impl MetaFiles for RealFiles {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         super::portable::sync_dir(dir)
+    }
+    fn read_range(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(path)?;
+        let mut out = vec![0; len];
+        let mut filled = 0;
+        while filled < len {
+            match file.read_at(&mut out[filled..], offset + filled as u64)? {
+                0 => break,
+                read => filled += read,
+            }
+        }
+        out.truncate(filled);
+        Ok(out)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
     }
 }
 

@@ -940,4 +940,21 @@ impl MetaFiles for SimDisk {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.state().sync_dir(dir)
     }
+    fn read_range(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut state = self.state();
+        let inode = state.lookup_or_create(path, false)?;
+        if let Some(errno) = state.fail_read.take() {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let content = &state.inodes[&inode].current;
+        let start = (offset.min(content.len() as u64)) as usize;
+        let end = start.saturating_add(len).min(content.len());
+        Ok(content[start..end].to_vec())
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        <SimDisk as super::Disk>::remove_file(self, path)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        <SimDisk as super::Disk>::list_dir(self, dir)
+    }
 }

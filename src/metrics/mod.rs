@@ -58,6 +58,11 @@
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox, and delayed messages coming due that a scheduler sent to another shard's queue |
 //! | `ringmq_retries_total` | counter | messages a consumer handed back (CONSUMER_SEND_MSG_BACK) stored for a later retry, on the shard that read them |
 //! | `ringmq_dead_letters_total` | counter | messages sent to a `%DLQ%` topic: handed back at their last try (or with `delayLevel` -1), or a retry send past its maximum |
+//! | `ringmq_timer_pending` | gauge | timer messages indexed in the shard's timer store and not yet delivered |
+//! | `ringmq_timer_delivered_total` | counter | timer messages delivered (their copy acknowledged) |
+//! | `ringmq_timer_lateness_seconds_total` | counter | time from each delivered timer message's due time to its copy's acknowledgement, summed |
+//! | `ringmq_timer_cancelled_total` | counter | timer messages a `TIMER_DEL_UNIQKEY` cancellation kept from delivery, plus the cancellations |
+//! | `ringmq_timer_skipped_total` | counter | timer records that could not be delivered at all (no `REAL_TOPIC`, an illegal message) and were skipped, logged |
 //! | `ringmq_delay_pending{level}` | gauge | delayed messages of the level waiting in `SCHEDULE_TOPIC_XXXX` (its queue's end minus the scheduler's cursor), on the shard whose scheduler runs the level |
 //! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
 //! | `ringmq_delay_lateness_seconds_total{level}` | counter | time from each delivered message's due time to its copy's acknowledgement, summed (divided by `ringmq_delay_delivered_total`: the mean lateness) |
@@ -199,6 +204,17 @@ pub struct ShardMetrics {
     pub retries: AtomicU64,
     /// Messages sent to a dead-letter topic.
     pub dead_letters: AtomicU64,
+    /// Timer messages indexed on this shard and not yet delivered (a gauge).
+    pub timer_pending: AtomicU64,
+    /// Timer messages delivered (their copy acknowledged).
+    pub timer_delivered: AtomicU64,
+    /// Sum over delivered timer messages of (acknowledged - due), ms.
+    pub timer_lateness_ms: AtomicU64,
+    /// Timer messages not delivered because a cancellation named them, and the
+    /// cancellations themselves.
+    pub timer_cancelled: AtomicU64,
+    /// Timer records that could not be delivered at all and were skipped, logged.
+    pub timer_skipped: AtomicU64,
     store: Locked<StoreStats>,
     /// Messages each protected consumer group lost to forced cleanup, by group: the
     /// configured groups, so the series are fixed at start.
@@ -239,6 +255,11 @@ impl ShardMetrics {
             forwarded: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             dead_letters: AtomicU64::new(0),
+            timer_pending: AtomicU64::new(0),
+            timer_delivered: AtomicU64::new(0),
+            timer_lateness_ms: AtomicU64::new(0),
+            timer_cancelled: AtomicU64::new(0),
+            timer_skipped: AtomicU64::new(0),
             store: Locked::default(),
             unconsumed_lost: Locked::default(),
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
@@ -839,6 +860,49 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "counter",
         "Messages sent to a dead-letter (%DLQ%) topic.",
         |s| relaxed(&s.dead_letters),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_timer_pending",
+        "gauge",
+        "Timer messages waiting in the shard's timer store.",
+        |s| relaxed(&s.timer_pending),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_timer_delivered_total",
+        "counter",
+        "Timer messages delivered.",
+        |s| relaxed(&s.timer_delivered),
+    );
+    seconds_family(
+        &mut out,
+        shards,
+        "ringmq_timer_lateness_seconds_total",
+        "Time from each delivered timer message's due time to its acknowledged copy, summed.",
+        |s| {
+            s.timer_lateness_ms
+                .load(Ordering::Relaxed)
+                .saturating_mul(1000)
+        },
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_timer_cancelled_total",
+        "counter",
+        "Timer messages cancelled (TIMER_DEL_UNIQKEY), and the cancellations.",
+        |s| relaxed(&s.timer_cancelled),
+    );
+    family(
+        &mut out,
+        shards,
+        "ringmq_timer_skipped_total",
+        "counter",
+        "Timer records that could not be delivered and were skipped.",
+        |s| relaxed(&s.timer_skipped),
     );
     let name = "ringmq_request_latency_seconds";
     let _ = writeln!(

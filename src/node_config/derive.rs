@@ -75,6 +75,16 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
         retention_protected_groups: config.retention_protected_groups.clone(),
         delay_levels: config.message_delay_level.clone(),
         delay_offset_flush_interval: broker::DELAY_OFFSET_FLUSH_INTERVAL,
+        timer_enabled: config.timer_wheel_enable,
+        timer_max_delay_sec: config.timer_max_delay_sec,
+        timer_max_pending: per_shard(
+            config.timer_max_pending.min(usize::MAX as u64) as usize,
+            config.shards,
+        ) as u64,
+        timer_limits: broker::timer_store::TimerLimits {
+            buffer_entries: config.timer_memory_entries,
+            ..broker::timer_store::TimerLimits::default()
+        },
     }
 }
 

@@ -198,6 +198,11 @@ pub struct NodeConfig {
     pub retention_protected_groups: Vec<String>,
     /// `messageDelayLevel`: the delay of each level, level 1 first.
     pub message_delay_level: crate::broker::delay::DelayLevels,
+    pub timer_wheel_enable: bool,
+    pub timer_max_delay_sec: u64,
+    /// `timerMaxPending`, node-wide.
+    pub timer_max_pending: u64,
+    pub timer_memory_entries: usize,
     pub max_connections: usize,
     pub max_parked_pulls: usize,
     pub channel_expired_timeout: Duration,
@@ -281,6 +286,10 @@ impl NodeConfig {
             clean_resource_interval: Duration::ZERO,
             retention_protected_groups: Vec::new(),
             message_delay_level: crate::broker::delay::DelayLevels::default(),
+            timer_wheel_enable: false,
+            timer_max_delay_sec: 0,
+            timer_max_pending: 0,
+            timer_memory_entries: 0,
             max_connections: 0,
             max_parked_pulls: 0,
             channel_expired_timeout: Duration::ZERO,

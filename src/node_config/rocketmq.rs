@@ -63,7 +63,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "notifyConsumerIdsChangedEnable",
     "messageIndexSafe",
     "defaultQueryMaxNum",
-    "timerWheelEnable",
     "enableScheduleMessageStats",
     "clusterTopicEnable",
     "brokerTopicEnable",

@@ -558,6 +558,9 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
                 item.placement
                     .store_timestamp
                     .saturating_add(item.put.tags_code)
+            } else if item.put.input.topic == super::topic::TIMER_TOPIC {
+                // The due time, never before the store time (`topic::timer_due`).
+                item.put.tags_code.max(item.placement.store_timestamp)
             } else {
                 item.put.tags_code
             },

@@ -612,6 +612,23 @@ impl Store {
             .copied())
     }
 
+    /// Up to `max` visible ConsumeQueue entries of a queue from `queue_offset` on (none
+    /// for an unknown queue).
+    pub fn queue_entries(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        max: usize,
+    ) -> Result<Vec<CqEntry>, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(Vec::new());
+        };
+        queue
+            .read_entries(queue_offset, max)
+            .map_err(|error| StoreError::from_io("reading a consume queue", &error))
+    }
+
     /// The `size` bytes of the record at `phys` (a ConsumeQueue entry's position).
     pub fn read_record(&self, phys: u64, size: usize) -> Result<bytes::Bytes, StoreError> {
         self.shared

@@ -38,10 +38,35 @@ pub fn validate_topic(topic: &str) -> Result<(), String> {
 /// `CommitLog.checkMessageAndReturnSize` writes them.
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 
+/// RocketMQ's `TimerMessageStore.TIMER_TOPIC`: the topic timer messages (`TIMER_*`
+/// properties) wait in, one queue per shard (`crate::broker::timer`). Its ConsumeQueue
+/// entries carry the due time (ms), as the schedule topic's do.
+pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
+
+/// `MessageConst.PROPERTY_TIMER_OUT_MS`: when a timer message is due (absolute ms).
+pub const TIMER_OUT_MS: &str = "TIMER_OUT_MS";
+
+/// `MessageConst.PROPERTY_TIMER_DEL_UNIQKEY`: a timer message that cancels another.
+pub const TIMER_DEL_UNIQKEY: &str = "TIMER_DEL_UNIQKEY";
+
+/// The due time a timer record's ConsumeQueue entry carries: its `TIMER_OUT_MS`, never
+/// before its store time (a clock that ran on, or a record without the property, is due
+/// at once), and for a cancellation 1 ms earlier, so the timer store meets it before the
+/// message it cancels (same due time, a later queue offset).
+pub fn timer_due(properties: &str, store_timestamp: i64) -> i64 {
+    let out = super::properties::get(properties, TIMER_OUT_MS)
+        .and_then(|value| value.parse::<i64>().ok())
+        .unwrap_or(i64::MIN);
+    let cancels = super::properties::get(properties, TIMER_DEL_UNIQKEY).is_some();
+    let due = if cancels { out.saturating_sub(1) } else { out };
+    due.max(store_timestamp)
+}
+
 /// The ConsumeQueue tags code of a record of `topic` queue `queue_id` stored at
 /// `store_timestamp` with `properties`: for [`SCHEDULE_TOPIC`] the delivery time, the store
 /// time plus the delay of level `queue_id + 1` in `schedule_delays_ms` (a level past the
-/// table gets 1 s, as Java's `computeDeliverTimestamp`); for any other topic Java's
+/// table gets 1 s, as Java's `computeDeliverTimestamp`); for [`TIMER_TOPIC`] the due time
+/// ([`timer_due`]); for any other topic Java's
 /// `String.hashCode` of `TAGS`, 0 without one.
 pub fn tags_code(
     topic: &str,
@@ -56,6 +81,9 @@ pub fn tags_code(
             .and_then(|index| schedule_delays_ms.get(index).copied())
             .unwrap_or(1000);
         return store_timestamp.saturating_add(delay.min(i64::MAX as u64) as i64);
+    }
+    if topic == TIMER_TOPIC {
+        return timer_due(properties, store_timestamp);
     }
     super::properties::get(properties, super::properties::TAGS)
         .map(|tags| super::properties::java_string_hash(tags) as i64)
@@ -87,6 +115,12 @@ mod tests {
         assert_eq!(tags_code(SCHEDULE_TOPIC, 1, props, 10_000, &delays), 15_000);
         // A level past the table (the levels shrank): one second, as Java.
         assert_eq!(tags_code(SCHEDULE_TOPIC, 7, props, 10_000, &delays), 11_000);
+        let timer = "TIMER_OUT_MS\u{1}25000\u{2}";
+        assert_eq!(tags_code(TIMER_TOPIC, 0, timer, 10_000, &delays), 25_000);
+        assert_eq!(tags_code(TIMER_TOPIC, 0, timer, 30_000, &delays), 30_000);
+        let cancel = "TIMER_OUT_MS\u{1}25000\u{2}TIMER_DEL_UNIQKEY\u{1}T+AB\u{2}";
+        assert_eq!(tags_code(TIMER_TOPIC, 0, cancel, 10_000, &delays), 24_999);
+        assert_eq!(tags_code(TIMER_TOPIC, 0, "", 10_000, &delays), 10_000);
         assert_eq!(
             tags_code("Orders", 0, props, 10_000, &delays),
             crate::store::properties::java_string_hash("TagA") as i64
