@@ -198,6 +198,8 @@ pub struct NodeConfig {
     pub retention_protected_groups: Vec<String>,
     /// `messageDelayLevel`: the delay of each level, level 1 first.
     pub message_delay_level: crate::broker::delay::DelayLevels,
+    /// `flushDelayOffsetInterval`: how often moved delay cursors are written.
+    pub flush_delay_offset_interval: Duration,
     pub max_connections: usize,
     pub max_parked_pulls: usize,
     pub channel_expired_timeout: Duration,
@@ -281,6 +283,7 @@ impl NodeConfig {
             clean_resource_interval: Duration::ZERO,
             retention_protected_groups: Vec::new(),
             message_delay_level: crate::broker::delay::DelayLevels::default(),
+            flush_delay_offset_interval: Duration::ZERO,
             max_connections: 0,
             max_parked_pulls: 0,
             channel_expired_timeout: Duration::ZERO,
