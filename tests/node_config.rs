@@ -444,6 +444,21 @@ fn invalid_values_name_their_key() {
             "clientSweepInterval",
             "at least 1 ms",
         ),
+        (
+            "flushDelayOffsetInterval=9",
+            "flushDelayOffsetInterval",
+            "between 10 and 3600000 ms",
+        ),
+        (
+            "flushDelayOffsetInterval=3600001",
+            "flushDelayOffsetInterval",
+            "between 10 and 3600000 ms",
+        ),
+        (
+            "flushDelayOffsetInterval=1s",
+            "flushDelayOffsetInterval",
+            "not a whole number",
+        ),
         ("maxFrameSize=1048576", "maxFrameSize", "max_message_size"),
         (
             "shardMailboxCapacity=0",
@@ -672,6 +687,25 @@ fn the_channel_expiry_and_client_sweep_interval_reach_the_broker_settings() {
     assert_eq!(
         options.broker.client_sweep_interval,
         Duration::from_millis(500)
+    );
+}
+
+#[test]
+fn the_delay_offset_flush_interval_defaults_to_a_second_and_reaches_the_broker_settings() {
+    let options = ringmq::node::NodeOptions::from_config(&base());
+    assert_eq!(
+        options.broker.delay_offset_flush_interval,
+        Duration::from_secs(1)
+    );
+    let mut loader = loader();
+    loader
+        .broker_conf_str("broker.conf", "flushDelayOffsetInterval=250\n")
+        .unwrap();
+    let config = loader.finish().unwrap();
+    let options = ringmq::node::NodeOptions::from_config(&config);
+    assert_eq!(
+        options.broker.delay_offset_flush_interval,
+        Duration::from_millis(250)
     );
 }
 

@@ -1,10 +1,10 @@
 //! Deterministic crash simulation of the node-wide tables (`config/topics.json`,
-//! `config/consumerOffset.json`, `config/subscriptionGroup.json`) through the simulated
-//! disk's [`MetaFiles`].
+//! `config/consumerOffset.json`, `config/subscriptionGroup.json`,
+//! `config/delayOffset.json`) through the simulated disk's [`MetaFiles`].
 //!
 //! Each seed runs several lives. In each life the tables are loaded from the disk, a
 //! random mix of topic and subscription-group puts and removes, offset commits and offset
-//! writes runs, and the
+//! writes, delay-cursor moves and cursor writes runs, and the
 //! disk loses power after a random number of disk operations (so inside a table write:
 //! before or after the temp file's write, its fsync, the rename, the directory sync).
 //! Unsynced writes are then kept, dropped or torn and names not made durable by a
@@ -12,7 +12,11 @@
 //! - each table loads (never torn, never empty when a version was stored) and is exactly
 //!   its last stored version, or the version whose write the crash interrupted;
 //! - every loaded committed offset is at most what the client last committed for that
-//!   queue and at least what the last completed offset write stored.
+//!   queue and at least what the last completed offset write stored;
+//! - the delay cursors (with their dataVersion) are exactly the last completed write's
+//!   table or the interrupted one's, never torn; each loaded cursor is at most where its
+//!   scheduler last set it and at least what the last completed write stored (so a crash
+//!   only ever redelivers, never skips, a delayed message).
 //!
 //! A failure names its seed. `RINGMQ_SIM_SEEDS=START..END cargo test --test
 //! table_crash_simulation` runs other seeds; `scripts/crash_sweep.sh` runs a long sweep.
@@ -25,6 +29,7 @@ use std::sync::Arc;
 
 use common::{sim_disk, sim_seeds, Rng};
 use ringmq::broker::consumer_offsets::ConsumerOffsets;
+use ringmq::broker::delay_offsets::DelayOffsets;
 use ringmq::broker::subscription_groups::{
     SubscriptionGroupConfig, SubscriptionGroupWrapper, SubscriptionGroups, SYSTEM_GROUPS,
 };
@@ -35,6 +40,8 @@ const STORE_DIR: &str = "/node";
 const TOPICS: [&str; 4] = ["Orders", "Payments", "Audit", "%RETRY%billing"];
 const GROUPS: [&str; 2] = ["billing", "search"];
 const QUEUES: i32 = 3;
+/// Delay levels whose cursors move.
+const LEVELS: u64 = 3;
 
 /// A topic table version: its topics and its data version.
 type TopicVersion = (BTreeMap<String, TopicConfig>, DataVersion);
@@ -44,6 +51,9 @@ type GroupVersion = (BTreeMap<String, SubscriptionGroupConfig>, DataVersion);
 
 /// (group, topic, queue id) → offset.
 type Offsets = BTreeMap<(String, String, i32), i64>;
+
+/// The delay cursor table: level → cursor, and its data version.
+type CursorVersion = (BTreeMap<u32, u64>, DataVersion);
 
 /// What the model knows across lives.
 #[derive(Default)]
@@ -56,6 +66,10 @@ struct Model {
     committed: Offsets,
     /// The offsets as of the last offset write that returned `Ok`.
     stored_offsets: Offsets,
+    /// Where each level's scheduler last set its cursor (in memory, maybe not written).
+    cursors_set: BTreeMap<u32, u64>,
+    /// The cursor table as of the last cursor write that returned `Ok`.
+    stored_cursors: CursorVersion,
 }
 
 /// What one life's crash may have left half done: the versions whose writes failed.
@@ -64,6 +78,7 @@ struct InFlight {
     topics: Option<TopicVersion>,
     groups: Option<GroupVersion>,
     offsets: Option<Offsets>,
+    cursors: Option<CursorVersion>,
 }
 
 /// How the interrupted writes of a run of seeds ended, to show both outcomes are explored.
@@ -126,11 +141,9 @@ fn simulate(seed: u64) -> Outcomes {
     let mut clock = 1_000i64;
     let mut outcomes = Outcomes::default();
     for life in 0..lives {
-        let (topics, offsets, groups) = load(&files, life);
+        let (topics, offsets, groups, cursors) = load(&files, life);
         check(
-            &topics,
-            &offsets,
-            &groups,
+            (&topics, &offsets, &groups, &cursors),
             &model,
             &InFlight::default(),
             life,
@@ -138,18 +151,24 @@ fn simulate(seed: u64) -> Outcomes {
         let ops = rng.range(5, 40);
         // About four disk operations per table write: crash anywhere in the life.
         sim.crash_after_ops(rng.range(1, 4 * ops + 4));
-        let tables = (&topics, &offsets, &groups);
+        let tables = (&topics, &offsets, &groups, &cursors);
         let in_flight = run_life(&mut rng, tables, &mut model, ops, &mut clock);
         if !sim.is_crashed() {
             sim.crash_now();
         }
-        drop((topics, offsets, groups));
+        drop((topics, offsets, groups, cursors));
         sim.restart();
-        let (topics, offsets, groups) = load(&files, life);
-        check(&topics, &offsets, &groups, &model, &in_flight, life);
+        let (topics, offsets, groups, cursors) = load(&files, life);
+        check(
+            (&topics, &offsets, &groups, &cursors),
+            &model,
+            &in_flight,
+            life,
+        );
         let survived_topics = topic_version(&topics);
         let survived_offsets = offsets_of(&offsets);
         let survived_groups = group_version(&groups);
+        let survived_cursors = cursor_version(&cursors);
         for landed in [
             in_flight
                 .topics
@@ -163,6 +182,10 @@ fn simulate(seed: u64) -> Outcomes {
                 .groups
                 .as_ref()
                 .map(|new| *new == survived_groups && *new != model.groups),
+            in_flight
+                .cursors
+                .as_ref()
+                .map(|new| *new == survived_cursors && *new != model.stored_cursors),
         ]
         .into_iter()
         .flatten()
@@ -177,14 +200,28 @@ fn simulate(seed: u64) -> Outcomes {
         model.topics = topic_version(&topics);
         model.stored_offsets = offsets_of(&offsets);
         model.groups = group_version(&groups);
+        model.stored_cursors = cursor_version(&cursors);
     }
     outcomes
 }
 
+/// The four tables as one life holds them.
+type Tables<'a> = (
+    &'a TopicTable,
+    &'a ConsumerOffsets,
+    &'a SubscriptionGroups,
+    &'a DelayOffsets,
+);
+
 fn load(
     files: &Arc<dyn MetaFiles>,
     life: u64,
-) -> (TopicTable, ConsumerOffsets, SubscriptionGroups) {
+) -> (
+    TopicTable,
+    ConsumerOffsets,
+    SubscriptionGroups,
+    DelayOffsets,
+) {
     let dir = Path::new(STORE_DIR);
     let topics = TopicTable::load_from(files.clone(), dir, true, 4)
         .unwrap_or_else(|error| panic!("life {life}: topics.json is torn or empty: {error:#}"));
@@ -194,7 +231,9 @@ fn load(
     let groups = SubscriptionGroups::load_from(files.clone(), dir, true).unwrap_or_else(|error| {
         panic!("life {life}: subscriptionGroup.json is torn or empty: {error:#}")
     });
-    (topics, offsets, groups)
+    let cursors = DelayOffsets::load_from(files.clone(), dir)
+        .unwrap_or_else(|error| panic!("life {life}: delayOffset.json is torn: {error:#}"));
+    (topics, offsets, groups, cursors)
 }
 
 /// Runs `ops` random table operations until the disk fails; returns the versions whose
@@ -202,7 +241,7 @@ fn load(
 /// later write fails before it changes anything).
 fn run_life(
     rng: &mut Rng,
-    (topics, offsets, groups): (&TopicTable, &ConsumerOffsets, &SubscriptionGroups),
+    (topics, offsets, groups, cursors): Tables<'_>,
     model: &mut Model,
     ops: u64,
     clock: &mut i64,
@@ -211,7 +250,7 @@ fn run_life(
     for _ in 0..ops {
         *clock += 1;
         let topic = TOPICS[rng.below(TOPICS.len())];
-        match rng.range(0, 12) {
+        match rng.range(0, 15) {
             0..=2 => {
                 let queues = rng.range(1, 17) as u32;
                 let config = TopicConfig::new(topic, queues);
@@ -282,6 +321,28 @@ fn run_life(
                     }
                 }
             }
+            12 | 13 => {
+                // A scheduler delivered some messages of a level: its cursor moves on.
+                let level = rng.range(1, LEVELS + 1) as u32;
+                let from = cursors.get(level).unwrap_or(0);
+                let to = from + rng.range(1, 20);
+                cursors.set(level, to, *clock);
+                model.cursors_set.insert(level, to);
+            }
+            14 => {
+                let snapshot = cursor_version(cursors);
+                let written = if rng.chance(50) {
+                    cursors.persist()
+                } else {
+                    cursors.persist_if_changed().map(|_| ())
+                };
+                match written {
+                    Ok(()) => model.stored_cursors = snapshot,
+                    Err(_) => {
+                        in_flight.cursors.get_or_insert(snapshot);
+                    }
+                }
+            }
             _ => {
                 let snapshot = offsets_of(offsets);
                 let written = if rng.chance(50) {
@@ -319,6 +380,10 @@ fn group_version(groups: &SubscriptionGroups) -> GroupVersion {
     (wrapper.subscription_group_table, wrapper.data_version)
 }
 
+fn cursor_version(cursors: &DelayOffsets) -> CursorVersion {
+    (cursors.all(), cursors.data_version())
+}
+
 /// Every offset the table holds, for the keys this simulation uses.
 fn offsets_of(offsets: &ConsumerOffsets) -> Offsets {
     let mut all = Offsets::new();
@@ -335,13 +400,35 @@ fn offsets_of(offsets: &ConsumerOffsets) -> Offsets {
 }
 
 fn check(
-    topics: &TopicTable,
-    offsets: &ConsumerOffsets,
-    groups: &SubscriptionGroups,
+    (topics, offsets, groups, cursors): Tables<'_>,
     model: &Model,
     in_flight: &InFlight,
     life: u64,
 ) {
+    let loaded = cursor_version(cursors);
+    for (level, cursor) in &loaded.0 {
+        let set = model.cursors_set.get(level);
+        assert!(
+            set.is_some_and(|set| cursor <= set),
+            "life {life}: level {level}'s cursor loaded at {cursor}, past where its \
+             scheduler set it ({set:?})"
+        );
+    }
+    for (level, stored) in &model.stored_cursors.0 {
+        let cursor = loaded.0.get(level);
+        assert!(
+            cursor.is_some_and(|cursor| cursor >= stored),
+            "life {life}: level {level}'s cursor loaded at {cursor:?}, behind the {stored} \
+             the last completed write stored"
+        );
+    }
+    assert!(
+        loaded == model.stored_cursors || in_flight.cursors.as_ref() == Some(&loaded),
+        "life {life}: delayOffset.json is neither its stored version nor the interrupted \
+         one:\nloaded {loaded:?}\nstored {:?}\ninterrupted {:?}",
+        model.stored_cursors,
+        in_flight.cursors
+    );
     let loaded = group_version(groups);
     assert!(
         loaded == model.groups || in_flight.groups.as_ref() == Some(&loaded),

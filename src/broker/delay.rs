@@ -43,7 +43,8 @@
 //!
 //! Not here: `SCHEDULE_TOPIC_XXXX` may be pulled (as Java lets mqadmin browse it), its
 //! tags codes are delivery times, so a tag filter on it matches nothing useful; slaves
-//! (GET_ALL_DELAY_OFFSET, 45) do not exist yet; 5.x timer messages (`TIMER_*`) are
+//! do not exist yet (GET_ALL_DELAY_OFFSET, 45, answers the cursors they would copy,
+//! [`super::delay_offsets::get_all`]); 5.x timer messages (`TIMER_*`) are
 //! `super::timer`'s.
 
 use std::fmt;
@@ -333,7 +334,7 @@ async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u6
                 "delay cursor outside its queue [{min}, {max}); moved"
             );
             *cursor = corrected;
-            broker.delay_offsets.set(level, corrected);
+            broker.delay_offsets.set(level, corrected, broker.now_ms());
         }
         broker.metrics.set_delay_pending(level, max - *cursor);
         if *cursor >= max {
@@ -384,7 +385,7 @@ async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u6
             }
         }
         *cursor += 1;
-        broker.delay_offsets.set(level, *cursor);
+        broker.delay_offsets.set(level, *cursor, broker.now_ms());
     }
 }
 

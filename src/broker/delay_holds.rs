@@ -63,7 +63,7 @@ mod tests {
     #[test]
     fn each_level_holds_its_queue_from_its_cursor() {
         let cursors = Arc::new(DelayOffsets::in_memory("/nowhere/delayOffset.json".into()));
-        cursors.set(2, 7);
+        cursors.set(2, 7, 0);
         let holds = DelayHolds { levels: 3, cursors }.holds();
         let at: Vec<(i32, u64)> = holds.iter().map(|h| (h.queue_id, h.queue_offset)).collect();
         assert_eq!(at, [(0, 0), (1, 7), (2, 0)]);

@@ -3,12 +3,16 @@
 //! `<store dir>/config/delayOffset.json` in RocketMQ's shape:
 //!
 //! ```text
-//! {"offsetTable":{"1":5,"3":17}}
+//! {"offsetTable":{"1":5,"3":17},"dataVersion":{"counter":9,"stateVersion":0,"timestamp":…}}
 //! ```
 //!
-//! Keys are delay levels (not queue ids). Java (fastjson) writes them unquoted (`{1:5}`)
-//! and adds a `dataVersion`; loading accepts both and ignores unknown fields, writing
-//! always quotes the keys.
+//! Keys are delay levels (not queue ids). Java (fastjson) writes them unquoted (`{1:5}`);
+//! loading accepts both and ignores unknown fields, writing always quotes the keys. The
+//! same encoding ([`DelayOffsets::to_json`]) is the body of GET_ALL_DELAY_OFFSET (45),
+//! Java's `DelayOffsetSerializeWrapper`, which a slave copies the table with.
+//! `dataVersion` counts the changes of the table (every cursor move bumps it, as Java's
+//! `ScheduleMessageService.updateOffset` does with the default version step of 1), so a
+//! reader can tell two tables apart; a file without one loads as version 0.
 //!
 //! Invariants:
 //! - A cursor only moves forward past a message once that message's delivered copy is
@@ -19,7 +23,8 @@
 //! - The file is only ever replaced whole through the disk seam's [`MetaFiles`]
 //!   ([`replace_file`]: temp file, fsync, rename, directory fsync), as
 //!   `config/consumerOffset.json` is ([`super::consumer_offsets`]).
-//! - The node writes it every [`super::DELAY_OFFSET_FLUSH_INTERVAL`] when a cursor moved,
+//! - The node writes it every `flushDelayOffsetInterval` (default
+//!   [`super::DELAY_OFFSET_FLUSH_INTERVAL`]) when a cursor moved,
 //!   and once more at a clean shutdown, after every shard (and so every scheduler) has
 //!   stopped: a clean restart resumes each level exactly where it stopped.
 //! - A file that cannot be read or parsed, or that names a level below 1 or an offset
@@ -39,14 +44,30 @@ use serde::{Deserialize, Serialize};
 use crate::io::meta::{replace_file, MetaFiles, RealFiles};
 use crate::sync::Locked;
 
+use crate::remoting::codes::response;
+use crate::remoting::RemotingCommand;
+
+use super::topics::DataVersion;
+use super::Broker;
+
 /// The file's name inside `<store dir>/config/`.
 pub const FILE_NAME: &str = "delayOffset.json";
 
+/// The file's (and GET_ALL_DELAY_OFFSET's body's) shape, `DelayOffsetSerializeWrapper`.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct OffsetFile {
     #[serde(default)]
     offset_table: BTreeMap<i64, i64>,
+    #[serde(default)]
+    data_version: DataVersion,
+}
+
+/// The table and the version of its last change, behind one lock so a snapshot is whole.
+#[derive(Debug, Default)]
+struct State {
+    cursors: BTreeMap<u32, u64>,
+    version: DataVersion,
 }
 
 /// Delay level → next queue offset to examine.
@@ -54,7 +75,7 @@ struct OffsetFile {
 pub struct DelayOffsets {
     files: Arc<dyn MetaFiles>,
     path: PathBuf,
-    table: Locked<BTreeMap<u32, u64>>,
+    table: Locked<State>,
     dirty: AtomicBool,
     /// Held while the file is written: one writer of the temp file at a time.
     writing: Locked<()>,
@@ -79,7 +100,7 @@ impl DelayOffsets {
                 .map_err(anyhow::Error::from)
                 .and_then(parse)
                 .with_context(|| format!("corrupt {}", path.display()))?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => State::default(),
             Err(error) => {
                 return Err(error).with_context(|| format!("cannot read {}", path.display()))
             }
@@ -90,10 +111,10 @@ impl DelayOffsets {
     /// An empty table that [`DelayOffsets::persist`] writes to `path` (tests, and the
     /// tables a node replaces at start).
     pub fn in_memory(path: PathBuf) -> DelayOffsets {
-        DelayOffsets::with(Arc::new(RealFiles), path, BTreeMap::new())
+        DelayOffsets::with(Arc::new(RealFiles), path, State::default())
     }
 
-    fn with(files: Arc<dyn MetaFiles>, path: PathBuf, table: BTreeMap<u32, u64>) -> DelayOffsets {
+    fn with(files: Arc<dyn MetaFiles>, path: PathBuf, table: State) -> DelayOffsets {
         DelayOffsets {
             files,
             path,
@@ -109,20 +130,45 @@ impl DelayOffsets {
 
     /// The cursor of `level`, if one was ever stored.
     pub fn get(&self, level: u32) -> Option<u64> {
-        self.table.lock().get(&level).copied()
+        self.table.lock().cursors.get(&level).copied()
     }
 
     /// Every stored cursor, by level.
     pub fn all(&self) -> BTreeMap<u32, u64> {
-        self.table.lock().clone()
+        self.table.lock().cursors.clone()
     }
 
-    /// Sets the cursor of `level`.
-    pub fn set(&self, level: u32, offset: u64) {
+    /// The version of the table's last change.
+    pub fn data_version(&self) -> DataVersion {
+        self.table.lock().version.clone()
+    }
+
+    /// Sets the cursor of `level`; a change bumps the table's version, stamped `now_ms`.
+    pub fn set(&self, level: u32, offset: u64, now_ms: i64) {
         assert!(level >= 1, "delay levels start at 1, not {level}");
-        if self.table.lock().insert(level, offset) != Some(offset) {
+        let mut state = self.table.lock();
+        if state.cursors.insert(level, offset) != Some(offset) {
+            state.version.counter += 1;
+            state.version.timestamp = now_ms;
             self.dirty.store(true, Ordering::Release);
         }
+    }
+
+    /// The whole table and its version in Java's `DelayOffsetSerializeWrapper` JSON: what
+    /// the file holds and what GET_ALL_DELAY_OFFSET answers.
+    pub fn to_json(&self) -> Vec<u8> {
+        let file = {
+            let state = self.table.lock();
+            OffsetFile {
+                offset_table: state
+                    .cursors
+                    .iter()
+                    .map(|(&level, &offset)| (level as i64, offset as i64))
+                    .collect(),
+                data_version: state.version.clone(),
+            }
+        };
+        serde_json::to_vec_pretty(&file).expect("integer maps always serialize")
     }
 
     /// Writes the file if a cursor moved since the last write; true if it wrote.
@@ -139,17 +185,7 @@ impl DelayOffsets {
         let _writing = self.writing.lock();
         // Cleared before the snapshot: a cursor moving during the write marks it again.
         self.dirty.store(false, Ordering::Release);
-        let file = OffsetFile {
-            offset_table: self
-                .table
-                .lock()
-                .iter()
-                .map(|(&level, &offset)| (level as i64, offset as i64))
-                .collect(),
-        };
-        let written = serde_json::to_vec_pretty(&file)
-            .map_err(std::io::Error::other)
-            .and_then(|text| replace_file(&*self.files, &self.path, &text));
+        let written = replace_file(&*self.files, &self.path, &self.to_json());
         if written.is_err() {
             self.dirty.store(true, Ordering::Release);
         }
@@ -157,7 +193,17 @@ impl DelayOffsets {
     }
 }
 
-fn parse(text: &str) -> anyhow::Result<BTreeMap<u32, u64>> {
+/// GET_ALL_DELAY_OFFSET (45): the node's whole cursor table as [`DelayOffsets::to_json`]
+/// encodes it. Every shard's schedulers set their levels in the one node-wide table
+/// ([`super::NodeTables`]), so the shard a request reaches answers for all of them
+/// without asking the others; cursors moved since the last write are included (Java
+/// answers from memory too).
+pub fn get_all(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+        .with_body(broker.delay_offsets.to_json())
+}
+
+fn parse(text: &str) -> anyhow::Result<State> {
     let file: OffsetFile = match serde_json::from_str(text) {
         Ok(file) => file,
         // fastjson's unquoted integer keys.
@@ -174,7 +220,10 @@ fn parse(text: &str) -> anyhow::Result<BTreeMap<u32, u64>> {
             .map_err(|_| anyhow::anyhow!("level {level} has the offset {offset}"))?;
         table.insert(level, offset);
     }
-    Ok(table)
+    Ok(State {
+        cursors: table,
+        version: file.data_version,
+    })
 }
 
 #[cfg(test)]
@@ -196,17 +245,26 @@ mod tests {
         assert_eq!(offsets.get(3), Some(17));
         assert_eq!(offsets.get(2), None);
         assert!(!offsets.persist_if_changed().unwrap(), "nothing moved");
-        offsets.set(2, 4);
-        offsets.set(3, 17);
+        offsets.set(2, 4, 50);
+        // No change: the version stays.
+        offsets.set(3, 17, 60);
         assert!(offsets.persist_if_changed().unwrap());
         let written: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(
             written,
-            serde_json::json!({"offsetTable": {"1": 0, "2": 4, "3": 17}})
+            serde_json::json!({
+                "offsetTable": {"1": 0, "2": 4, "3": 17},
+                "dataVersion": {"counter": 4, "stateVersion": 0, "timestamp": 50}
+            })
+        );
+        assert_eq!(
+            written,
+            serde_json::from_slice::<serde_json::Value>(&offsets.to_json()).unwrap()
         );
         let again = DelayOffsets::load(dir.path()).unwrap();
         assert_eq!(again.all(), offsets.all());
+        assert_eq!(again.data_version(), offsets.data_version());
     }
 
     #[test]

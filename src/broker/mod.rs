@@ -31,7 +31,8 @@
 //!   on the shard's store.
 //! - [`delay`]: delay levels (`DELAY`, `messageDelayLevel`): delayed sends wait in
 //!   `SCHEDULE_TOPIC_XXXX` and a scheduler per level delivers them on time;
-//!   [`delay_offsets`]: its cursors, `config/delayOffset.json`; [`delay_holds`]: the
+//!   [`delay_offsets`]: its cursors, `config/delayOffset.json`, and GET_ALL_DELAY_OFFSET
+//!   (45); [`delay_holds`]: the
 //!   retention holds that keep waiting delayed messages past `fileReservedTime`.
 //!
 //! Invariants:
@@ -136,7 +137,8 @@ pub struct BrokerConfig {
     /// `messageDelayLevel`: the delay of each level ([`delay`]).
     pub delay_levels: delay::DelayLevels,
     /// How often moved delay cursors are written to `config/delayOffset.json`
-    /// ([`DELAY_OFFSET_FLUSH_INTERVAL`]); a crash delivers at most this much again.
+    /// (`flushDelayOffsetInterval`, default [`DELAY_OFFSET_FLUSH_INTERVAL`]); a crash
+    /// delivers at most this much again.
     pub delay_offset_flush_interval: Duration,
     /// `timerWheelEnable`: timer messages are delivered when due ([`timer`]).
     pub timer_enabled: bool,
@@ -153,9 +155,9 @@ pub struct BrokerConfig {
 pub const MAX_SUSPEND: Duration = Duration::from_secs(20);
 /// [`BrokerConfig::consumer_offset_flush_interval`].
 pub const CONSUMER_OFFSET_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
-/// [`BrokerConfig::delay_offset_flush_interval`] (Java's `flushDelayOffsetInterval` is
-/// 10 s; a shorter one redelivers less after a crash, and the file is written only when a
-/// cursor moved).
+/// The default of `flushDelayOffsetInterval`, [`BrokerConfig::delay_offset_flush_interval`]
+/// (Java's is 10 s; a shorter one redelivers less after a crash, and the file is written
+/// only when a cursor moved).
 pub const DELAY_OFFSET_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The tables every shard of a node reads and writes: off the data path, each behind its
@@ -492,6 +494,7 @@ impl Broker {
             request::DELETE_SUBSCRIPTIONGROUP => {
                 subscription_group_requests::delete(self, &request)
             }
+            request::GET_ALL_DELAY_OFFSET => delay_offsets::get_all(self, &request),
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,

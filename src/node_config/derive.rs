@@ -74,7 +74,7 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
         consumer_offset_flush_interval: broker::CONSUMER_OFFSET_FLUSH_INTERVAL,
         retention_protected_groups: config.retention_protected_groups.clone(),
         delay_levels: config.message_delay_level.clone(),
-        delay_offset_flush_interval: broker::DELAY_OFFSET_FLUSH_INTERVAL,
+        delay_offset_flush_interval: config.flush_delay_offset_interval,
         timer_enabled: config.timer_wheel_enable,
         timer_max_delay_sec: config.timer_max_delay_sec,
         timer_max_pending: per_shard(

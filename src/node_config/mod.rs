@@ -198,6 +198,8 @@ pub struct NodeConfig {
     pub retention_protected_groups: Vec<String>,
     /// `messageDelayLevel`: the delay of each level, level 1 first.
     pub message_delay_level: crate::broker::delay::DelayLevels,
+    /// `flushDelayOffsetInterval`: how often moved delay cursors are written.
+    pub flush_delay_offset_interval: Duration,
     pub timer_wheel_enable: bool,
     pub timer_max_delay_sec: u64,
     /// `timerMaxPending`, node-wide.
@@ -286,6 +288,7 @@ impl NodeConfig {
             clean_resource_interval: Duration::ZERO,
             retention_protected_groups: Vec::new(),
             message_delay_level: crate::broker::delay::DelayLevels::default(),
+            flush_delay_offset_interval: Duration::ZERO,
             timer_wheel_enable: false,
             timer_max_delay_sec: 0,
             timer_max_pending: 0,

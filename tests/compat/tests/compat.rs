@@ -713,7 +713,10 @@ fn messages_are_found_by_key_offset_id_and_unique_key() {
 /// (INVOKE_BROKER_TO_RESET_OFFSET): the node tells the live consumer
 /// (RESET_CONSUMER_CLIENT_OFFSET), which receives the whole batch again. Last, a
 /// subscription group the admin writes (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) is stored
-/// with what it set.
+/// with what it set, and the admin's own GET_ALL_SUBSCRIPTIONGROUP_CONFIG reads it back
+/// with those fields; the name server's topic list (GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+/// has the topic; and after the admin's DELETE_SUBSCRIPTIONGROUP the group is gone from
+/// the table (the live group stays).
 #[test]
 fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
     use rocketmq_client_rust::{
@@ -871,6 +874,66 @@ fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
                 table["subscriptionGroupTable"][group.as_str()]["retryMaxTimes"],
                 16,
                 "seed {seed}: the live group was created with the defaults: {table}"
+            );
+            // The same table through the stock admin's own GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+            // (201) call and decoder. `ConsumerAdmin` is named, not imported: it shares
+            // method names with `MQAdminReadExt`.
+            let wrapper = rocketmq_client_rust::ConsumerAdmin::get_all_subscription_group(
+                &admin,
+                broker.clone().into(),
+                5000,
+            )
+            .await
+            .expect("201 through the admin");
+            let decoded = wrapper
+                .get_subscription_group_table()
+                .get(tuned_group.as_str())
+                .unwrap_or_else(|| panic!("seed {seed}: 201 lists {tuned_group}: {wrapper:?}"));
+            assert_eq!(decoded.group_name().as_str(), tuned_group, "seed {seed}");
+            assert_eq!(decoded.retry_max_times(), 5, "seed {seed}: {decoded:?}");
+            assert!(!decoded.consume_enable(), "seed {seed}: {decoded:?}");
+            assert_eq!(
+                wrapper
+                    .get_subscription_group_table()
+                    .get(group.as_str())
+                    .map(|live| live.retry_max_times()),
+                Some(16),
+                "seed {seed}: {wrapper:?}"
+            );
+            // The name server's topic list (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 206).
+            let topics = admin.fetch_all_topic_list().await.expect("206");
+            assert!(
+                topics.topic_list.iter().any(|t| t.as_str() == topic),
+                "seed {seed}: the name server lists {topic}: {:?}",
+                topics.topic_list
+            );
+            // DELETE_SUBSCRIPTIONGROUP (207) through the admin: 201 no longer lists it.
+            rocketmq_client_rust::ConsumerAdmin::delete_subscription_group(
+                &admin,
+                broker.clone().into(),
+                tuned_group.clone().into(),
+                Some(true),
+            )
+            .await
+            .expect("207 through the admin");
+            let after = rocketmq_client_rust::ConsumerAdmin::get_all_subscription_group(
+                &admin,
+                broker.clone().into(),
+                5000,
+            )
+            .await
+            .expect("201 after the delete");
+            assert!(
+                !after
+                    .get_subscription_group_table()
+                    .contains_key(tuned_group.as_str()),
+                "seed {seed}: {tuned_group} deleted: {after:?}"
+            );
+            assert!(
+                after
+                    .get_subscription_group_table()
+                    .contains_key(group.as_str()),
+                "seed {seed}: only {tuned_group} went: {after:?}"
             );
             admin.shutdown().await;
             member.shutdown().await;
