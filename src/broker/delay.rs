@@ -86,7 +86,7 @@ pub(crate) const TRANSACTION_TYPE_MASK: i32 = 0x3 << 2;
 pub(crate) const TRANSACTION_PREPARED: i32 = 0x1 << 2;
 pub(crate) const TRANSACTION_ROLLBACK: i32 = 0x3 << 2;
 /// The sysFlag bits the encoder derives from the hosts.
-pub(crate) const HOST_FAMILY_BITS: i32 = 0x10 | 0x20;
+const HOST_FAMILY_BITS: i32 = 0x10 | 0x20;
 
 /// `messageDelayLevel`: the delay of each level, level 1 first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -247,13 +247,7 @@ pub fn schedule(record: &mut RecordInput, level: u32) {
 
 /// The message a scheduled record is delivered as (`messageTimeUp`), or why it cannot be.
 pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, String> {
-    let topic = properties::get(view.properties, REAL_TOPIC)
-        .ok_or_else(|| "it has no REAL_TOPIC property".to_string())?;
-    super::names::validate_topic(topic).map_err(|why| format!("REAL_TOPIC: {why}"))?;
-    let queue_id = properties::get(view.properties, REAL_QID)
-        .and_then(|queue| queue.parse::<i32>().ok())
-        .filter(|&queue| queue >= 0)
-        .ok_or_else(|| "its REAL_QID property is not a queue id".to_string())?;
+    let (topic, queue_id) = real_queue(view)?;
     if topic == "RMQ_SYS_TRANS_HALF_TOPIC" {
         return Err("its REAL_TOPIC is the transaction half topic".into());
     }
@@ -267,7 +261,31 @@ pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, String> {
         ],
         &[(properties::WAIT, "false")],
     );
-    Ok(RecordInput {
+    Ok(moved_to(view, topic, queue_id, properties))
+}
+
+/// The topic and queue a waiting record (delay level or timer) is delivered to: its
+/// `REAL_TOPIC` and `REAL_QID`, checked.
+pub(crate) fn real_queue<'a>(view: &RecordView<'a>) -> Result<(&'a str, i32), String> {
+    let topic = properties::get(view.properties, REAL_TOPIC)
+        .ok_or_else(|| "it has no REAL_TOPIC property".to_string())?;
+    super::names::validate_topic(topic).map_err(|why| format!("REAL_TOPIC: {why}"))?;
+    let queue_id = properties::get(view.properties, REAL_QID)
+        .and_then(|queue| queue.parse::<i32>().ok())
+        .filter(|&queue| queue >= 0)
+        .ok_or_else(|| "its REAL_QID property is not a queue id".to_string())?;
+    Ok((topic, queue_id))
+}
+
+/// The record `view` as a new message of `topic` queue `queue_id` with `properties`: the
+/// body, flags, timestamps, hosts and reconsume times it had.
+pub(crate) fn moved_to(
+    view: &RecordView<'_>,
+    topic: &str,
+    queue_id: i32,
+    properties: String,
+) -> RecordInput {
+    RecordInput {
         topic: topic.to_owned(),
         queue_id,
         flag: view.flag,
@@ -280,7 +298,7 @@ pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, String> {
         body_crc: view.body_crc,
         body: Bytes::copy_from_slice(view.body),
         properties,
-    })
+    }
 }
 
 /// The levels whose schedulers run on shard `shard` of `shards`: those whose queue it owns.

@@ -35,15 +35,12 @@
 //! (1 s), so it may deliver up to a second early; ringmq keeps the millisecond asked for
 //! and never delivers early (`timerPrecisionMs` is accepted and ignored).
 
-use bytes::Bytes;
-
 use crate::store::properties;
 use crate::store::record::{RecordInput, RecordView, RECORD_CRC_KEY};
 pub use crate::store::topic::{TIMER_DEL_UNIQKEY, TIMER_OUT_MS, TIMER_TOPIC};
 
 use super::delay::{
-    HOST_FAMILY_BITS, REAL_QID, REAL_TOPIC, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK,
-    TRANSACTION_TYPE_MASK,
+    REAL_QID, REAL_TOPIC, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK,
 };
 
 /// `MessageConst.PROPERTY_TIMER_DELIVER_MS`: the absolute due time.
@@ -68,6 +65,10 @@ pub fn requested_due(
     now_ms: i64,
     max_delay_sec: u64,
 ) -> Result<Option<i64>, String> {
+    if !properties.contains("TIMER_") {
+        // Most sends: one scan, no property lookups.
+        return Ok(None);
+    }
     let get = |key| properties::get(properties, key);
     let (sec, ms, at) = (
         get(TIMER_DELAY_SEC),
@@ -163,13 +164,7 @@ pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
     if let Some(key) = cancelled_key(view.properties) {
         return Ok(Due::Cancel(key.to_owned()));
     }
-    let topic = properties::get(view.properties, REAL_TOPIC)
-        .ok_or_else(|| "it has no REAL_TOPIC property".to_string())?;
-    super::names::validate_topic(topic).map_err(|why| format!("REAL_TOPIC: {why}"))?;
-    let queue_id = properties::get(view.properties, REAL_QID)
-        .and_then(|queue| queue.parse::<i32>().ok())
-        .filter(|&queue| queue >= 0)
-        .ok_or_else(|| "its REAL_QID property is not a queue id".to_string())?;
+    let (topic, queue_id) = super::delay::real_queue(view)?;
     let now_text = now_ms.to_string();
     let props = properties::rewritten(
         view.properties,
@@ -178,20 +173,7 @@ pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
     );
     let uniq_key = properties::get(view.properties, properties::UNIQ_KEY).map(str::to_owned);
     Ok(Due::Deliver {
-        message: RecordInput {
-            topic: topic.to_owned(),
-            queue_id,
-            flag: view.flag,
-            sys_flag: view.sys_flag & !HOST_FAMILY_BITS,
-            born_timestamp: view.born_timestamp,
-            born_host: view.born_host,
-            store_host: view.store_host,
-            reconsume_times: view.reconsume_times,
-            prepared_transaction_offset: view.prepared_transaction_offset,
-            body_crc: view.body_crc,
-            body: Bytes::copy_from_slice(view.body),
-            properties: props,
-        },
+        message: super::delay::moved_to(view, topic, queue_id, props),
         uniq_key,
     })
 }

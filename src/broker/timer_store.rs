@@ -121,7 +121,7 @@ struct Run {
     block: VecDeque<TimerKey>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RunInfo {
     seq: u64,
@@ -601,7 +601,7 @@ impl TimerStore {
                 last: run.last,
             })
             .collect();
-        runs.extend(self.drained.iter().map(|run| RunInfo { ..*run }));
+        runs.extend(self.drained.iter().copied());
         runs.sort_by_key(|run| run.seq);
         let checkpoint = Checkpoint {
             version: CHECKPOINT_VERSION,
@@ -642,12 +642,6 @@ impl TimerStore {
     /// Run files open (for the pending figures and tests).
     pub fn run_count(&self) -> usize {
         self.runs.len() + self.drained.len()
-    }
-}
-
-impl Clone for RunInfo {
-    fn clone(&self) -> RunInfo {
-        RunInfo { ..*self }
     }
 }
 
