@@ -366,6 +366,9 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
         SubscriptionGroups::load(&options.dir, options.auto_create_subscription_groups)?,
     );
     tables.delay_offsets = Arc::new(DelayOffsets::load(&options.dir)?);
+    tables.request_modes = Arc::new(crate::broker::request_modes::RequestModes::load(
+        &options.dir,
+    )?);
     for shard in 0..options.shards {
         options
             .store_config(shard, advertised)
@@ -568,6 +571,20 @@ async fn run_shard(
     );
     crate::broker::timer_holds::hold(&store, &timers);
     broker.set_timers(timers.clone());
+    let pops = Rc::new(
+        crate::broker::pop::Pops::open(
+            &broker,
+            Arc::new(crate::io::meta::RealFiles),
+            crate::shard::routing::queue_of_shard(
+                crate::broker::pop_log::POP_LOG_TOPIC,
+                id,
+                options.shards,
+            ),
+        )
+        .map_err(|error| anyhow::anyhow!("shard {id}: cannot open the POP state: {error}"))?,
+    );
+    crate::broker::pop_holds::hold(&store, &pops);
+    broker.set_pops(pops.clone());
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let spawn_watched =
         |task: &'static str, future: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
@@ -577,6 +594,13 @@ async fn run_shard(
         "mailbox",
         Box::pin(mailbox::serve_mailbox(inbox, broker.clone())),
     )];
+    background.push(spawn_watched(
+        "POP housekeeping",
+        Box::pin(crate::broker::pop::run_housekeeping(
+            broker.clone(),
+            pops.clone(),
+        )),
+    ));
     background.push(spawn_watched(
         "metrics sampler",
         Box::pin(sample_metrics(broker.clone())),
@@ -658,6 +682,10 @@ async fn run_shard(
     // The scheduler is stopped: what it acknowledged is not delivered again.
     if let Err(error) = timers.checkpoint() {
         tracing::error!(shard = id, "cannot checkpoint the timer store: {error}");
+    }
+    let pop_log_end = store.max_offset(crate::broker::pop_log::POP_LOG_TOPIC, pops.log_queue);
+    if let Err(error) = pops.write_mark(pop_log_end) {
+        tracing::error!(shard = id, "cannot write the POP replay mark: {error}");
     }
     store.shutdown().await?;
     Ok(())

@@ -12,6 +12,12 @@
 //! - CLUSTERING: queue ids `0..readQueueNums` and the group's client ids are each sorted,
 //!   then split by the strategy: `AVG` (default, and when `strategyName` is empty) or
 //!   `AVG_BY_CIRCLE`. A client the group does not know (no heartbeat yet) gets none.
+//! - POP: a group switched to POP for the topic (SET_MESSAGE_REQUEST_MODE,
+//!   [`super::request_modes`]) gets every read queue with `mode: "POP"`, in either model:
+//!   POP members share queues, the broker hands each message to one of them. Java hands
+//!   out one `queueId: -1` ("any queue") per broker instead; concrete queues let each
+//!   pop go straight to the shard that owns its queue, and -1 is still served
+//!   ([`super::pop`]).
 //! - An unknown topic is TOPIC_NOT_EXIST, an unknown strategy or model SYSTEM_ERROR, and a
 //!   body that is not the JSON above SYSTEM_ERROR naming the parse error.
 
@@ -106,7 +112,11 @@ pub fn query_assignment(broker: &Broker, request: &RemotingCommand) -> RemotingC
         );
     };
     let queue_count = config.read_queue_nums as usize;
+    let pop = broker
+        .request_modes
+        .is_pop(&body.topic, &body.consumer_group);
     let chosen: Vec<usize> = match body.message_model.as_deref().unwrap_or("CLUSTERING") {
+        "BROADCASTING" | "CLUSTERING" if pop => (0..queue_count).collect(),
         "BROADCASTING" => (0..queue_count).collect(),
         "CLUSTERING" => {
             let clients = broker
@@ -143,7 +153,7 @@ pub fn query_assignment(broker: &Broker, request: &RemotingCommand) -> RemotingC
                     broker_name,
                     queue_id: queue_id as u32,
                 },
-                mode: "PULL",
+                mode: if pop { "POP" } else { "PULL" },
                 attachments: Default::default(),
             })
             .collect(),

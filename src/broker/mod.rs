@@ -52,7 +52,15 @@
 //! The node-wide tables (topics, groups, committed offsets, delay cursors) are one
 //! [`NodeTables`] shared by every shard's broker.
 //!
-//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): transactions, pop, timers.
+//! - [`timer`], [`timer_store`], [`timer_scheduler`], [`timer_holds`]: timer messages
+//!   (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`, `TIMER_DELAY_MS`, `TIMER_DEL_UNIQKEY`).
+//! - [`pop`]: POP consumption, POP_MESSAGE (200050), ACK_MESSAGE (200051),
+//!   BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), over
+//!   [`pop_state`] (the in-flight table), [`pop_log`] (its revive log) and [`pop_wire`];
+//!   [`request_modes`]: SET_MESSAGE_REQUEST_MODE (401), which switches a group to POP in
+//!   QUERY_ASSIGNMENT's answer.
+//!
+//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): transactions.
 
 pub mod admin_json;
 pub mod assignment;
@@ -70,10 +78,16 @@ pub mod lock_requests;
 pub mod names;
 pub mod notify;
 pub mod offsets;
+pub mod pop;
+pub mod pop_holds;
+pub mod pop_log;
+pub mod pop_state;
+pub mod pop_wire;
 pub mod protected_groups;
 pub mod pull;
 pub mod query;
 pub mod queue_locks;
+pub mod request_modes;
 pub mod reset_offset;
 pub mod runtime_info;
 pub mod send;
@@ -175,6 +189,8 @@ pub struct NodeTables {
     pub subscription_groups: Arc<subscription_groups::SubscriptionGroups>,
     /// The delay schedulers' cursors.
     pub delay_offsets: Arc<delay_offsets::DelayOffsets>,
+    /// Which groups pop rather than pull (`config/messageRequestMode.json`).
+    pub request_modes: Arc<request_modes::RequestModes>,
 }
 
 impl NodeTables {
@@ -189,7 +205,13 @@ impl NodeTables {
                 .path()
                 .with_file_name(delay_offsets::FILE_NAME),
         );
+        let request_modes = request_modes::RequestModes::in_memory(
+            consumer_offsets
+                .path()
+                .with_file_name(request_modes::FILE_NAME),
+        );
         NodeTables {
+            request_modes: Arc::new(request_modes),
             delay_offsets: Arc::new(delay_offsets),
             topics: Arc::new(topics),
             groups: Arc::new(consumers::Groups::new()),
@@ -229,6 +251,10 @@ pub struct Broker {
     /// This shard's timer store and scheduler state, set once at start
     /// ([`Broker::set_timers`]); unset, timer sends are refused.
     pub(crate) timers: std::cell::OnceCell<Rc<timer_scheduler::Timers>>,
+    /// This shard's POP state, set once at start ([`Broker::set_pops`]); unset, POP
+    /// requests are refused.
+    pub(crate) pops: std::cell::OnceCell<Rc<pop::Pops>>,
+    pub(crate) request_modes: Arc<request_modes::RequestModes>,
 }
 
 impl Broker {
@@ -249,6 +275,8 @@ impl Broker {
             delay_offsets: tables.delay_offsets,
             delay_wakes,
             timers: std::cell::OnceCell::new(),
+            pops: std::cell::OnceCell::new(),
+            request_modes: tables.request_modes,
             topics: tables.topics,
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
@@ -324,6 +352,20 @@ impl Broker {
         );
     }
 
+    /// Gives this shard its POP state (once, at start).
+    pub fn set_pops(&self, pops: Rc<pop::Pops>) {
+        assert!(
+            self.pops.set(pops).is_ok(),
+            "shard {}'s POP state was set twice",
+            self.shard.id()
+        );
+    }
+
+    /// This shard's POP state, once set.
+    pub fn pops(&self) -> Option<&Rc<pop::Pops>> {
+        self.pops.get()
+    }
+
     /// Pulls parked right now (for metrics and tests).
     pub fn parked_pulls(&self) -> usize {
         self.parked.get()
@@ -342,6 +384,7 @@ impl Broker {
         self.metrics.request(code);
         // The marker of the shards' own copies ([`fan_out`]) is never a client's to set.
         request.ext_fields.remove(query::SHARD_ONLY);
+        request.ext_fields.remove(pop::NO_PARK);
         let response = match self.owner_of(&mut request) {
             Some(owner) if owner != self.shard.id() => {
                 ShardMetrics::add(&self.metrics.forwarded, 1);
@@ -495,6 +538,15 @@ impl Broker {
                 subscription_group_requests::delete(self, &request)
             }
             request::GET_ALL_DELAY_OFFSET => delay_offsets::get_all(self, &request),
+            request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,
+            request::ACK_MESSAGE => Box::pin(pop::ack_message(self, &request)).await,
+            request::BATCH_ACK_MESSAGE => Box::pin(pop::batch_ack(self, &request)).await,
+            request::CHANGE_MESSAGE_INVISIBLETIME => {
+                Box::pin(pop::change_invisible_time(self, &request)).await
+            }
+            request::SET_MESSAGE_REQUEST_MODE => {
+                request_modes::set_message_request_mode(self, &request)
+            }
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,

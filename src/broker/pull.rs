@@ -143,7 +143,7 @@ fn classify(offset: u64, result: PullRead) -> Outcome {
 }
 
 /// Decrements the parked count however the parked future ends (answered or aborted).
-struct ParkedGuard<'a>(&'a Broker);
+pub(crate) struct ParkedGuard<'a>(pub(crate) &'a Broker);
 
 impl Drop for ParkedGuard<'_> {
     fn drop(&mut self) {

@@ -181,10 +181,7 @@ pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
 /// The queue of [`TIMER_TOPIC`] that shard `shard` of `shards` owns: each shard keeps the
 /// timers of the sends routed to it, so a timer never crosses shards on its way in.
 pub fn queue_of_shard(shard: u8, shards: u8) -> i32 {
-    let queue = (0..shards as i32)
-        .find(|&queue| crate::shard::routing::queue_owner(TIMER_TOPIC, queue, shards) == shard)
-        .unwrap_or_else(|| panic!("no queue of {TIMER_TOPIC} maps to shard {shard} of {shards}"));
-    queue
+    crate::shard::routing::queue_of_shard(TIMER_TOPIC, shard, shards)
 }
 
 #[cfg(test)]

@@ -63,6 +63,12 @@
 //! | `ringmq_timer_lateness_seconds_total` | counter | time from each delivered timer message's due time to its copy's acknowledgement, summed |
 //! | `ringmq_timer_cancelled_total` | counter | timer messages a `TIMER_DEL_UNIQKEY` cancellation kept from delivery, plus the cancellations |
 //! | `ringmq_timer_skipped_total` | counter | timer records that could not be delivered at all (no `REAL_TOPIC`, an illegal message) and were skipped, logged |
+//! | `ringmq_pop_delivered_total` | counter | messages handed out by POP_MESSAGE, redeliveries included |
+//! | `ringmq_pop_redelivered_total` | counter | POP deliveries of messages not acknowledged within their invisible time |
+//! | `ringmq_pop_acks_total` | counter | POP deliveries acknowledged (ACK_MESSAGE, BATCH_ACK_MESSAGE) |
+//! | `ringmq_pop_stale_acks_total` | counter | acks and invisible-time changes naming a delivery not in flight (acknowledged already, redelivered since, never popped) |
+//! | `ringmq_pop_dead_letters_total` | counter | popped messages past their group's `retryMaxTimes` sent to `%DLQ%<group>` |
+//! | `ringmq_pop_inflight{group}` | gauge | POP deliveries not yet acknowledged, by group (names are validated group names; groups with none are left out), updated every second |
 //! | `ringmq_delay_pending{level}` | gauge | delayed messages of the level waiting in `SCHEDULE_TOPIC_XXXX` (its queue's end minus the scheduler's cursor), on the shard whose scheduler runs the level |
 //! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
 //! | `ringmq_delay_lateness_seconds_total{level}` | counter | time from each delivered message's due time to its copy's acknowledgement, summed (divided by `ringmq_delay_delivered_total`: the mean lateness) |
@@ -215,6 +221,18 @@ pub struct ShardMetrics {
     pub timer_cancelled: AtomicU64,
     /// Timer records that could not be delivered at all and were skipped, logged.
     pub timer_skipped: AtomicU64,
+    /// Messages handed out by POP_MESSAGE (first deliveries and redeliveries).
+    pub pop_delivered: AtomicU64,
+    /// Of those, redeliveries (not acknowledged within their invisible time).
+    pub pop_redelivered: AtomicU64,
+    /// POP deliveries acknowledged (ACK_MESSAGE, BATCH_ACK_MESSAGE).
+    pub pop_acks: AtomicU64,
+    /// Acks and invisible-time changes naming a delivery not in flight.
+    pub pop_stale_acks: AtomicU64,
+    /// Popped messages past their group's retries sent to its DLQ.
+    pub pop_dead_letters: AtomicU64,
+    /// POP deliveries in flight by group, set by the shard every second.
+    pop_inflight: Locked<std::collections::BTreeMap<String, usize>>,
     store: Locked<StoreStats>,
     /// Messages each protected consumer group lost to forced cleanup, by group: the
     /// configured groups, so the series are fixed at start.
@@ -260,6 +278,12 @@ impl ShardMetrics {
             timer_lateness_ms: AtomicU64::new(0),
             timer_cancelled: AtomicU64::new(0),
             timer_skipped: AtomicU64::new(0),
+            pop_delivered: AtomicU64::new(0),
+            pop_redelivered: AtomicU64::new(0),
+            pop_acks: AtomicU64::new(0),
+            pop_stale_acks: AtomicU64::new(0),
+            pop_dead_letters: AtomicU64::new(0),
+            pop_inflight: Locked::default(),
             store: Locked::default(),
             unconsumed_lost: Locked::default(),
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
@@ -345,6 +369,17 @@ impl ShardMetrics {
     }
 
     /// The messages of `level` waiting now.
+    /// The POP deliveries in flight on this shard, by group (groups with none are left
+    /// out, so the series are bounded by the groups popping now).
+    pub fn set_pop_inflight(&self, by_group: std::collections::BTreeMap<String, usize>) {
+        *self.pop_inflight.lock() = by_group;
+    }
+
+    /// POP deliveries of `group` in flight on this shard at the last update.
+    pub fn pop_inflight(&self, group: &str) -> usize {
+        self.pop_inflight.lock().get(group).copied().unwrap_or(0)
+    }
+
     pub fn set_delay_pending(&self, level: u32, pending: u64) {
         self.with_delay_level(level, |figures| figures.pending = pending);
     }
@@ -542,6 +577,56 @@ fn render_delay(out: &mut String, shards: &[Arc<ShardMetrics>]) {
                     pick(figures)
                 );
             }
+        }
+    }
+}
+
+/// The POP families.
+fn render_pop(out: &mut String, shards: &[Arc<ShardMetrics>]) {
+    let relaxed = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i128;
+    type Pick = fn(&ShardMetrics) -> &AtomicU64;
+    let counters: [(&str, &str, Pick); 5] = [
+        (
+            "ringmq_pop_delivered_total",
+            "Messages handed out by POP_MESSAGE, redeliveries included.",
+            |s| &s.pop_delivered,
+        ),
+        (
+            "ringmq_pop_redelivered_total",
+            "POP deliveries of messages not acknowledged within their invisible time.",
+            |s| &s.pop_redelivered,
+        ),
+        (
+            "ringmq_pop_acks_total",
+            "POP deliveries acknowledged.",
+            |s| &s.pop_acks,
+        ),
+        (
+            "ringmq_pop_stale_acks_total",
+            "POP acks and invisible-time changes naming a delivery not in flight.",
+            |s| &s.pop_stale_acks,
+        ),
+        (
+            "ringmq_pop_dead_letters_total",
+            "Popped messages past their group's retries sent to its DLQ.",
+            |s| &s.pop_dead_letters,
+        ),
+    ];
+    for (name, help, pick) in counters {
+        family(out, shards, name, "counter", help, |s| relaxed(pick(s)));
+    }
+    let name = "ringmq_pop_inflight";
+    let _ = writeln!(
+        out,
+        "# HELP {name} POP deliveries not yet acknowledged, by group.\n# TYPE {name} gauge"
+    );
+    for shard in shards {
+        for (group, count) in shard.pop_inflight.lock().iter() {
+            let _ = writeln!(
+                out,
+                "{name}{{shard=\"{}\",group=\"{}\"}} {count}",
+                shard.shard, group
+            );
         }
     }
 }
@@ -904,6 +989,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         "Timer records that could not be delivered and were skipped.",
         |s| relaxed(&s.timer_skipped),
     );
+    render_pop(&mut out, shards);
     let name = "ringmq_request_latency_seconds";
     let _ = writeln!(
         out,

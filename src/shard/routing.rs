@@ -73,7 +73,10 @@ pub fn queue_fields(code: i32) -> Option<QueueFields> {
         | request::SEARCH_OFFSET_BY_TIMESTAMP
         | request::GET_EARLIEST_MSG_STORETIME
         | request::QUERY_CONSUMER_OFFSET
-        | request::UPDATE_CONSUMER_OFFSET => Some(long),
+        | request::UPDATE_CONSUMER_OFFSET
+        | request::POP_MESSAGE
+        | request::ACK_MESSAGE
+        | request::CHANGE_MESSAGE_INVISIBLETIME => Some(long),
         _ => None,
     }
 }
@@ -86,6 +89,14 @@ pub fn named_queue(request: &RemotingCommand) -> Option<(QueueFields, &str, i32)
     let topic = request.opt_str(fields.topic)?;
     let queue_id = request.opt_i32(fields.queue_id).ok()??;
     Some((fields, topic, queue_id))
+}
+
+/// The lowest queue of `topic` that shard `shard` of `shards` owns: a system topic with
+/// one queue per shard (the timer queue, the POP log) gives each shard this one.
+pub fn queue_of_shard(topic: &str, shard: u8, shards: u8) -> i32 {
+    (0..shards.max(1) as i32)
+        .find(|&queue| queue_owner(topic, queue, shards) == shard)
+        .unwrap_or_else(|| panic!("no queue of {topic} maps to shard {shard} of {shards}"))
 }
 
 /// Picks a queue of a topic with `queues` write queues for a send that left the choice to

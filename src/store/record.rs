@@ -348,6 +348,37 @@ fn put_host(out: &mut Vec<u8>, addr: SocketAddr) {
     out.extend_from_slice(&i32::from(addr.port()).to_be_bytes());
 }
 
+/// Where RECONSUMETIMES starts in a record with `sys_flag`: 72, plus 12 for each IPv6
+/// host before it (the layout in the module doc).
+pub fn reconsume_times_at(sys_flag: i32) -> usize {
+    let mut at = 72;
+    if sys_flag & SYSFLAG_BORNHOST_V6 != 0 {
+        at += 12;
+    }
+    if sys_flag & SYSFLAG_STOREHOST_V6 != 0 {
+        at += 12;
+    }
+    at
+}
+
+/// Sets RECONSUMETIMES of the one record `rec` holds (a copy handed to a consumer) to
+/// `times` and rewrites its CRC32C property to match, so the copy verifies as any record
+/// does. Refuses bytes that are not exactly one whole record.
+pub fn set_reconsume_times(rec: &mut [u8], times: i32) -> Result<(), String> {
+    let (at, total) = match decode(rec, Verify::Structure) {
+        Ok(Decoded::Record(view)) => (reconsume_times_at(view.sys_flag), view.total_size as usize),
+        other => return Err(format!("not a record: {other:?}")),
+    };
+    if total != rec.len() {
+        return Err(format!("{} bytes hold a record of {total}", rec.len()));
+    }
+    rec[at..at + 4].copy_from_slice(&times.to_be_bytes());
+    let crc = crc32c::crc32c(&rec[..total - RECORD_CRC_PROPERTY_LEN]);
+    let digits_at = total - 1 - 10;
+    rec[digits_at..total - 1].copy_from_slice(&crc_digits(crc));
+    Ok(())
+}
+
 /// Appends the encoded record to `out`, with the offsets and store time the append
 /// assigned, and the CRC32C over everything before the CRC property.
 pub fn encode_into(

@@ -1,0 +1,1103 @@
+//! POP consumption (reference part 2 §2): POP_MESSAGE (200050) with long polling,
+//! ACK_MESSAGE (200051), BATCH_ACK_MESSAGE (200151) and CHANGE_MESSAGE_INVISIBLETIME
+//! (200053), over each shard's in-flight table ([`super::pop_state`]) and revive log
+//! ([`super::pop_log`]).
+//!
+//! ```text
+//!   POP(group, topic, queue q ≥ 0)  ── routed to q's owner ──▶ pop_queue:
+//!     offsets visible again (deadline passed) ─▶ redelivered, reconsumeTimes + 1
+//!       └─ past the group's retryMaxTimes ─▶ %DLQ%<group> (send-back path), ack logged
+//!     then new offsets from the cursor (tag filter applied; skipped ones are consumed)
+//!     ─▶ checkpoint record stored (durable as a send) ─▶ response
+//!   nothing: park (pollTime, at most maxSuspend; parkedPulls bound shared with pulls)
+//!     until an arrival, a deadline in flight, or the poll time ─▶ POLLING_TIMEOUT
+//!   POP(queue -1): every queue of the topic in turn, the other shards' through their
+//!     mailboxes without parking; then parks here, looking again every ANY_QUEUE_RECHECK
+//!   ACK / BATCH_ACK: a delivery in flight with the handle's popTime ─▶ ack record stored
+//!     ─▶ out of the table; the group's committed offset rises to the lowest in flight
+//!   CHANGE_INVISIBLETIME: new checkpoint (popTime = now) stored ─▶ the old handle is void
+//! ```
+//!
+//! Choices, each different from Java where said:
+//! - Redelivery comes from the topic's own queue (Java re-puts to `%RETRY%<group>_<topic>`),
+//!   so every message is handed out with mark 0 and its own queue offset; the copy's
+//!   `reconsumeTimes` is set to the delivery's count in the response (the stored record
+//!   is not changed; its CRC property then describes the stored bytes, which no client
+//!   checks).
+//! - A message popped more than the group's `retryMaxTimes` goes to `%DLQ%<group>` when it
+//!   falls due again (Java's remoting path has no POP DLQ; the client drops it).
+//! - The poll deadline is the request's arrival plus `pollTime`, not the client's
+//!   `bornTime`: a client clock off by more than 0.5 s does not break POP (pitfall 5).
+//! - An ack or change of a delivery not in flight (never popped, acknowledged already,
+//!   or redelivered since with a new handle) is NO_MESSAGE naming why (Java answers
+//!   SUCCESS); in a batch such entries are skipped and counted.
+//! - Orderly POP (`order=true`) is refused: orderly consumers lock queues
+//!   ([`super::lock_requests`]) and pull.
+//!
+//! Invariants: every POP and CHANGE_INVISIBLETIME response carries the header fields the
+//! clients decode (`popTime`, `invisibleTime`, `reviveQid`, `restNum` ≥ 0, and the info
+//! strings), on error too; a pop is answered only after its checkpoint is stored, so what
+//! a client holds survives a crash; the table is borrowed only between awaits.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::io::meta::MetaFiles;
+use crate::metrics::ShardMetrics;
+use crate::remoting::codes::{request as request_code, response};
+use crate::remoting::{ExtFields, FieldError, RemotingCommand};
+use crate::store::record;
+
+use super::pop_log::{self, ReplayMark, POP_LOG_TOPIC};
+use super::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
+use super::pop_wire::{self, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
+use super::{bad_header, names, pull, Broker};
+
+/// Longest invisible time a pop or change may ask for (a day; Java's client caps at 12 h).
+pub const MAX_INVISIBLE_TIME_MS: i64 = 24 * 3600 * 1000;
+/// How often a parked pop of any queue (-1) looks at the other shards' queues again.
+pub const ANY_QUEUE_RECHECK: Duration = Duration::from_millis(100);
+/// How often a changed replay mark is written.
+pub const MARK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a message whose DLQ copy could not be stored waits before it is tried again.
+const DLQ_RETRY_MS: i64 = 1000;
+/// The marker of a pop copy another shard sends while serving a pop of any queue: answer
+/// without parking. Removed from client requests with the other internal markers.
+pub const NO_PARK: &str = "_ringmqPopNoPark";
+
+/// One shard's POP state.
+pub struct Pops {
+    /// The queue of [`POP_LOG_TOPIC`] this shard owns.
+    pub log_queue: i32,
+    table: RefCell<PopTable>,
+    mark: ReplayMark,
+    /// The mark last written.
+    written_mark: Cell<u64>,
+    /// Rotates the first queue a pop of any queue tries.
+    next_any: Cell<u32>,
+}
+
+impl Pops {
+    /// Opens the shard's POP state: reads the replay mark and replays the log from it.
+    pub fn open(
+        broker: &Broker,
+        files: Arc<dyn MetaFiles>,
+        log_queue: i32,
+    ) -> Result<Pops, String> {
+        let mark = ReplayMark::new(files, &broker.store.config().dir);
+        let from = mark.read().map_err(|error| error.to_string())?;
+        let mut table = PopTable::default();
+        let offsets = broker.consumer_offsets.clone();
+        let applied = pop_log::replay(&broker.store, log_queue, from, &mut table, |key| {
+            offsets
+                .query(&key.group, &key.topic, key.queue_id)
+                .map_or(0, |offset| offset.max(0) as u64)
+        })?;
+        table.check();
+        if applied > 0 {
+            tracing::info!(
+                shard = broker.shard.id(),
+                from,
+                applied,
+                inflight = table.inflight(),
+                "POP state replayed"
+            );
+        }
+        Ok(Pops {
+            log_queue,
+            table: RefCell::new(table),
+            mark,
+            written_mark: Cell::new(from),
+            next_any: Cell::new(0),
+        })
+    }
+
+    /// Offsets popped and not yet acknowledged on this shard.
+    pub fn inflight(&self) -> usize {
+        self.table.borrow().inflight()
+    }
+
+    /// The lowest log offset a replay still needs (the retention hold of the log).
+    pub fn replay_from(&self, log_end: u64) -> u64 {
+        self.table.borrow().lowest_ck().unwrap_or(log_end)
+    }
+
+    /// Writes the replay mark if it moved; at shutdown and every [`MARK_INTERVAL`].
+    pub fn write_mark(&self, log_end: u64) -> std::io::Result<()> {
+        let mark = self.replay_from(log_end).max(self.written_mark.get());
+        if mark != self.written_mark.get() {
+            self.mark.write(mark)?;
+            self.written_mark.set(mark);
+        }
+        Ok(())
+    }
+}
+
+/// Writes the replay mark and the in-flight figures every [`MARK_INTERVAL`].
+pub async fn run_housekeeping(broker: Rc<Broker>, pops: Rc<Pops>) {
+    loop {
+        tokio::time::sleep(MARK_INTERVAL).await;
+        let end = broker.store.max_offset(POP_LOG_TOPIC, pops.log_queue);
+        if let Err(error) = pops.write_mark(end) {
+            tracing::error!("cannot write {}: {error}", pops.mark.path().display());
+        }
+        broker
+            .metrics
+            .set_pop_inflight(pops.table.borrow().inflight_by_group());
+    }
+}
+
+/// The POP_MESSAGE header fields used here.
+struct PopHeader {
+    group: String,
+    topic: String,
+    queue_id: i32,
+    max_msg_nums: i32,
+    invisible_time: i64,
+    poll_time: i64,
+    init_mode: i32,
+    exp_type: Option<String>,
+    exp: Option<String>,
+    order: bool,
+}
+
+fn decode_pop(request: &RemotingCommand) -> Result<PopHeader, FieldError> {
+    Ok(PopHeader {
+        group: request.get_str("consumerGroup")?.to_owned(),
+        topic: request.get_str("topic")?.to_owned(),
+        queue_id: request.get_i32("queueId")?,
+        max_msg_nums: request.get_i32("maxMsgNums")?,
+        invisible_time: request.get_i64("invisibleTime")?,
+        poll_time: request.opt_i64("pollTime")?.unwrap_or(0),
+        init_mode: request.opt_i32("initMode")?.unwrap_or(0),
+        exp_type: request.opt_str("expType").map(str::to_owned),
+        exp: request.opt_str("exp").map(str::to_owned),
+        order: request.opt_bool("order")?.unwrap_or(false),
+    })
+}
+
+/// A pop's answer before it becomes a response.
+struct Served {
+    pop_time: i64,
+    offsets: Vec<u64>,
+    body: Vec<u8>,
+    rest: u64,
+}
+
+/// The response to a pop, with every header field the clients decode.
+fn pop_response(
+    request: &RemotingCommand,
+    code: i32,
+    remark: Option<String>,
+    pop_time: i64,
+    invisible_time: i64,
+    queue_id: i32,
+    served: Option<Served>,
+) -> RemotingCommand {
+    let mut answer = RemotingCommand::response_to(request, code, remark);
+    let (offsets, rest, body) = match served {
+        Some(served) => (served.offsets, served.rest, served.body),
+        None => (Vec::new(), 0, Vec::new()),
+    };
+    let (start, list) = pop_wire::offset_info(queue_id, &offsets);
+    answer.put_ext("popTime", pop_time);
+    answer.put_ext("invisibleTime", invisible_time);
+    answer.put_ext("reviveQid", 0);
+    answer.put_ext("restNum", rest);
+    answer.put_ext("startOffsetInfo", start);
+    answer.put_ext("msgOffsetInfo", list);
+    answer.put_ext("orderCountInfo", "");
+    if !body.is_empty() {
+        answer = answer.with_body(body);
+    }
+    answer
+}
+
+/// POP_MESSAGE (200050).
+pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let now = broker.now_ms();
+    let header = match decode_pop(request) {
+        Ok(header) => header,
+        Err(error) => {
+            let mut answer = bad_header(request, error);
+            for (key, value) in [("popTime", now), ("invisibleTime", 0), ("reviveQid", 0)] {
+                answer.put_ext(key, value);
+            }
+            answer.put_ext("restNum", 0);
+            return answer;
+        }
+    };
+    let fail = |code, why: String| {
+        pop_response(
+            request,
+            code,
+            Some(why),
+            now,
+            header.invisible_time,
+            header.queue_id,
+            None,
+        )
+    };
+    let Some(pops) = broker.pops.get() else {
+        return fail(
+            response::SYSTEM_ERROR,
+            "POP is not running on this shard".into(),
+        );
+    };
+    if header.max_msg_nums < 1 || header.max_msg_nums > MAX_POP_BATCH {
+        return fail(
+            response::INVALID_PARAMETER,
+            format!(
+                "maxMsgNums {} is outside 1..={MAX_POP_BATCH}",
+                header.max_msg_nums
+            ),
+        );
+    }
+    if header.invisible_time <= 0 || header.invisible_time > MAX_INVISIBLE_TIME_MS {
+        return fail(
+            response::INVALID_PARAMETER,
+            format!(
+                "invisibleTime {} is outside 1..={MAX_INVISIBLE_TIME_MS} ms",
+                header.invisible_time
+            ),
+        );
+    }
+    if header.order {
+        return fail(
+            response::INVALID_PARAMETER,
+            "orderly POP is not supported; orderly consumers lock queues (LOCK_BATCH_MQ) and pull"
+                .into(),
+        );
+    }
+    let Some(topic_config) = broker.topics.get(&header.topic) else {
+        return fail(
+            response::TOPIC_NOT_EXIST,
+            format!("topic[{}] not exist", header.topic),
+        );
+    };
+    if let Err(why) = names::validate_group_topic_queue(
+        &header.group,
+        &header.topic,
+        Some(&topic_config),
+        header.queue_id.max(0),
+    ) {
+        return fail(response::INVALID_PARAMETER, why);
+    }
+    if header.queue_id < -1 {
+        return fail(
+            response::INVALID_PARAMETER,
+            format!(
+                "queueId {} is neither a queue nor -1 (any)",
+                header.queue_id
+            ),
+        );
+    }
+    let max_attempts = match broker
+        .subscription_groups
+        .for_consumption(&header.group, now)
+    {
+        Ok(config) => config.retry_max_times,
+        Err((code, why)) => return fail(code, why),
+    };
+    let filter = match filter_of(broker, &header) {
+        Ok(filter) => filter,
+        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why),
+    };
+    let no_park = request.opt_str(NO_PARK).is_some();
+    let wait = if no_park || header.poll_time <= 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(header.poll_time as u64).min(broker.config.max_suspend)
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let job = Job {
+        header: &header,
+        filter: filter.as_deref(),
+        max_attempts,
+    };
+    let mut parked = None;
+    loop {
+        let arrival = broker.store.arrivals();
+        let attempt = if header.queue_id >= 0 {
+            pop_queue(broker, pops, &job, header.queue_id).await
+        } else {
+            pop_any(broker, pops, &job, request).await
+        };
+        match attempt {
+            Ok(Found::Served(queue_id, served)) => {
+                ShardMetrics::add(&broker.metrics.messages_out, served.offsets.len() as u64);
+                ShardMetrics::add(&broker.metrics.pop_delivered, served.offsets.len() as u64);
+                let pop_time = served.pop_time;
+                return pop_response(
+                    request,
+                    response::SUCCESS,
+                    None,
+                    pop_time,
+                    header.invisible_time,
+                    queue_id,
+                    Some(served),
+                );
+            }
+            Ok(Found::Forwarded(answer)) => return answer,
+            Ok(Found::Nothing { next_due }) => {
+                let now_instant = tokio::time::Instant::now();
+                if now_instant >= deadline {
+                    return fail(response::POLLING_TIMEOUT, "no new message".into());
+                }
+                if parked.is_none() {
+                    if broker.parked.get() >= broker.config.max_parked_pulls {
+                        return fail(
+                            response::POLLING_FULL,
+                            format!(
+                                "{} requests are parked on this shard (maxParkedPulls)",
+                                broker.parked.get()
+                            ),
+                        );
+                    }
+                    broker.parked.set(broker.parked.get() + 1);
+                    parked = Some((
+                        pull::ParkedGuard(broker),
+                        crate::remoting::backlog::park_current(),
+                    ));
+                }
+                let mut wake = deadline;
+                if let Some(due) = next_due {
+                    let ms = (due - broker.now_ms()).max(0) as u64;
+                    wake = wake.min(now_instant + Duration::from_millis(ms));
+                }
+                if header.queue_id < 0 {
+                    wake = wake.min(now_instant + ANY_QUEUE_RECHECK);
+                }
+                let _ = tokio::time::timeout_at(wake, arrival).await;
+            }
+            Err((code, why)) => return fail(code, why),
+        }
+    }
+}
+
+/// What a pop attempt found.
+enum Found {
+    Served(i32, Served),
+    /// Another shard served a pop of any queue: its whole answer.
+    Forwarded(RemotingCommand),
+    /// Nothing to hand out; the earliest deadline in flight, if any.
+    Nothing {
+        next_due: Option<i64>,
+    },
+}
+
+struct Job<'a> {
+    header: &'a PopHeader,
+    filter: Option<&'a [i32]>,
+    max_attempts: i32,
+}
+
+/// The tag codes a pop selects: its own expression, else the group's subscription.
+fn filter_of(broker: &Broker, header: &PopHeader) -> Result<Option<Vec<i32>>, String> {
+    match (header.exp_type.as_deref(), header.exp.as_deref()) {
+        (None | Some("TAG"), Some(exp)) => Ok(pull::tag_codes(exp)),
+        (Some(other), Some(_)) if other != "TAG" => {
+            Err(format!("expressionType {other} is not supported; only TAG"))
+        }
+        _ => match broker.groups.subscription(&header.group, &header.topic) {
+            Some(sub) if sub.is_tag() => Ok(sub.filter_codes()),
+            Some(sub) => Err(format!(
+                "expressionType {} is not supported; only TAG",
+                sub.expression_type.as_deref().unwrap_or("")
+            )),
+            None => Ok(None),
+        },
+    }
+}
+
+/// Tries every queue of the topic once, from a rotating start: this shard's here, the
+/// others' through their mailboxes (without parking there).
+async fn pop_any(
+    broker: &Broker,
+    pops: &Pops,
+    job: &Job<'_>,
+    request: &RemotingCommand,
+) -> Result<Found, (i32, String)> {
+    let queues = broker
+        .topics
+        .get(&job.header.topic)
+        .map_or(0, |config| config.read_queue_nums);
+    let start = pops.next_any.get();
+    pops.next_any.set(start.wrapping_add(1));
+    let mut next_due: Option<i64> = None;
+    for step in 0..queues {
+        let queue_id = ((start.wrapping_add(step)) % queues) as i32;
+        let owner = broker.shard.owner(&job.header.topic, queue_id);
+        if owner == broker.shard.id() {
+            match pop_queue(broker, pops, job, queue_id).await? {
+                Found::Nothing { next_due: due } => {
+                    next_due = match (next_due, due) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                found => return Ok(found),
+            }
+        } else {
+            let mut copy = request.clone();
+            copy.put_ext("queueId", queue_id);
+            copy.put_ext(NO_PARK, "true");
+            let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+            ShardMetrics::add(&broker.metrics.forwarded, 1);
+            if let Some(answer) = Box::pin(broker.shard.forward(owner, copy, peer)).await {
+                if answer.code == response::SUCCESS {
+                    return Ok(Found::Forwarded(answer));
+                }
+            }
+        }
+    }
+    Ok(Found::Nothing { next_due })
+}
+
+/// One pop of one queue this shard owns.
+async fn pop_queue(
+    broker: &Broker,
+    pops: &Pops,
+    job: &Job<'_>,
+    queue_id: i32,
+) -> Result<Found, (i32, String)> {
+    let header = job.header;
+    let key = QueueKey::new(&header.group, &header.topic, queue_id);
+    let max = header.max_msg_nums as usize;
+    let pop_time = broker.now_ms();
+    sync_with_committed(broker, pops, &key, header.init_mode);
+    let revived = pops.table.borrow_mut().take_due(
+        &key,
+        pop_time,
+        max,
+        pop_time,
+        header.invisible_time,
+        job.max_attempts,
+    );
+    for dead in revived.dead {
+        dead_letter(broker, pops, &key, dead).await;
+    }
+    let mut deliveries = revived.deliveries;
+    ShardMetrics::add(&broker.metrics.pop_redelivered, deliveries.len() as u64);
+    let room = max - deliveries.len();
+    if room > 0 {
+        let cursor = pops
+            .table
+            .borrow()
+            .queue(&key)
+            .map_or(0, |state| state.cursor);
+        let entries = broker
+            .store
+            .queue_entries(&header.topic, queue_id, cursor, room)
+            .map_err(|error| (response::SYSTEM_ERROR, error.to_string()))?;
+        let fresh: Vec<Delivery> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| {
+                job.filter
+                    .is_none_or(|codes| codes.contains(&(entry.tags_code as i32)))
+            })
+            .map(|(index, _)| Delivery {
+                offset: cursor + index as u64,
+                attempts: 0,
+            })
+            .collect();
+        let next = cursor + entries.len() as u64;
+        pops.table
+            .borrow_mut()
+            .take_new(&key, &fresh, next, pop_time, header.invisible_time);
+        deliveries.extend(fresh);
+    }
+    if deliveries.is_empty() {
+        commit_watermark(broker, pops, &key);
+        let next_due = pops.table.borrow().next_deadline(&key);
+        return Ok(Found::Nothing { next_due });
+    }
+    deliveries.sort_by_key(|delivery| delivery.offset);
+    let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
+    let checkpoint = LogRecord::Checkpoint {
+        key: key.clone(),
+        pop_time,
+        invisible_time: header.invisible_time,
+        deliveries: deliveries.clone(),
+    };
+    match pop_log::append(
+        &broker.store,
+        pops.log_queue,
+        &checkpoint,
+        broker.identity.store_host,
+        pop_time,
+    )
+    .await
+    {
+        Ok(at) => pops.table.borrow_mut().set_ck(&key, &offsets, pop_time, at),
+        Err(why) => {
+            pops.table
+                .borrow_mut()
+                .give_back(&key, &offsets, pop_time, broker.now_ms());
+            return Err((response::SYSTEM_ERROR, why));
+        }
+    }
+    let mut body = Vec::new();
+    let mut served = Vec::with_capacity(deliveries.len());
+    for delivery in &deliveries {
+        match read_delivery(broker, &key, *delivery) {
+            Ok(bytes) => {
+                body.extend_from_slice(&bytes);
+                served.push(delivery.offset);
+            }
+            Err(why) => {
+                // Retention took it (or it cannot be read): it is consumed as gone.
+                tracing::warn!(
+                    group = %crate::remoting::log_safe::log_safe(&key.group),
+                    topic = %crate::remoting::log_safe::log_safe(&key.topic),
+                    queue = key.queue_id,
+                    offset = delivery.offset,
+                    "popped message skipped: {why}"
+                );
+                let record = LogRecord::Ack {
+                    key: key.clone(),
+                    offsets: vec![delivery.offset],
+                    pop_time,
+                };
+                if pop_log::append(
+                    &broker.store,
+                    pops.log_queue,
+                    &record,
+                    broker.identity.store_host,
+                    pop_time,
+                )
+                .await
+                .is_ok()
+                {
+                    pops.table.borrow_mut().ack(&key, delivery.offset, pop_time);
+                }
+            }
+        }
+    }
+    commit_watermark(broker, pops, &key);
+    if served.is_empty() {
+        let next_due = pops.table.borrow().next_deadline(&key);
+        return Ok(Found::Nothing { next_due });
+    }
+    let end = broker.store.max_offset(&header.topic, queue_id);
+    let cursor = pops
+        .table
+        .borrow()
+        .queue(&key)
+        .map_or(end, |state| state.cursor);
+    Ok(Found::Served(
+        queue_id,
+        Served {
+            pop_time,
+            offsets: served,
+            body,
+            rest: end.saturating_sub(cursor),
+        },
+    ))
+}
+
+/// The record of `delivery`, as the consumer gets it: `reconsumeTimes` set to the
+/// delivery's count.
+fn read_delivery(broker: &Broker, key: &QueueKey, delivery: Delivery) -> Result<Vec<u8>, String> {
+    let entry = broker
+        .store
+        .queue_entry(&key.topic, key.queue_id, delivery.offset)
+        .map_err(|error| format!("cannot read its queue entry: {error}"))?
+        .ok_or_else(|| "its queue entry is no longer stored".to_string())?;
+    let bytes = broker
+        .store
+        .read_record(entry.phys_offset as u64, entry.size as usize)
+        .map_err(|error| format!("cannot read its record: {error}"))?;
+    let mut bytes = bytes.to_vec();
+    record::set_reconsume_times(&mut bytes, delivery.attempts)?;
+    Ok(bytes)
+}
+
+/// Opens `key` at the group's committed offset (or by `init_mode`: 0 the queue's
+/// minimum, 1 its end), and starts it over when the committed offset was changed from
+/// outside (a reset, or a pull consumer's commit).
+fn sync_with_committed(broker: &Broker, pops: &Pops, key: &QueueKey, init_mode: i32) {
+    let committed = broker
+        .consumer_offsets
+        .query(&key.group, &key.topic, key.queue_id)
+        .filter(|offset| *offset >= 0)
+        .map(|offset| offset as u64);
+    let min = broker.store.min_offset(&key.topic, key.queue_id);
+    let mut table = pops.table.borrow_mut();
+    let known = table.queue(key).map(|state| state.committed);
+    match known {
+        None => {
+            let start = committed.unwrap_or(if init_mode == 1 {
+                broker.store.max_offset(&key.topic, key.queue_id)
+            } else {
+                min
+            });
+            table.open(key, start.max(min));
+        }
+        Some(last) if committed.is_some() && committed != last => {
+            table.reset(key, committed.unwrap_or(0).max(min));
+        }
+        Some(_) => {
+            // Retention may have taken records below the cursor.
+            let cursor = table.queue(key).map_or(min, |state| state.cursor);
+            if cursor < min {
+                table.take_new(key, &[], min, 0, 0);
+            }
+        }
+    }
+}
+
+/// Commits `key`'s watermark as the group's offset (pull and pop share it).
+fn commit_watermark(broker: &Broker, pops: &Pops, key: &QueueKey) {
+    let mut table = pops.table.borrow_mut();
+    let Some(mark) = table.watermark(key) else {
+        return;
+    };
+    broker
+        .consumer_offsets
+        .commit(&key.group, &key.topic, key.queue_id, mark as i64);
+    table.open(key, mark).committed = Some(mark);
+}
+
+/// Sends a message past the group's retry maximum to `%DLQ%<group>` through the
+/// send-back path, then logs its ack; if the copy cannot be stored it is put back in
+/// flight and tried again later.
+async fn dead_letter(broker: &Broker, pops: &Pops, key: &QueueKey, dead: super::pop_state::Dead) {
+    let phys = broker
+        .store
+        .queue_entry(&key.topic, key.queue_id, dead.offset)
+        .ok()
+        .flatten()
+        .map(|entry| entry.phys_offset);
+    let stored = match phys {
+        Some(phys) => {
+            let mut fields = ExtFields::new();
+            let phys_text = phys.to_string();
+            for (name, value) in [
+                ("offset", phys_text.as_str()),
+                ("group", key.group.as_str()),
+                ("delayLevel", "-1"),
+                ("originTopic", key.topic.as_str()),
+            ] {
+                fields.insert(name.into(), value);
+            }
+            let back = RemotingCommand::request(request_code::CONSUMER_SEND_MSG_BACK, fields);
+            let answer = Box::pin(super::send_back::send_back(broker, &back)).await;
+            if answer.code == response::SUCCESS {
+                Ok(())
+            } else {
+                Err(answer.remark.unwrap_or_default())
+            }
+        }
+        // Gone already (retention): nothing to keep.
+        None => Ok(()),
+    };
+    match stored {
+        Ok(()) => {
+            let record = LogRecord::Ack {
+                key: key.clone(),
+                offsets: vec![dead.offset],
+                pop_time: dead.pop_time,
+            };
+            if let Err(why) = pop_log::append(
+                &broker.store,
+                pops.log_queue,
+                &record,
+                broker.identity.store_host,
+                broker.now_ms(),
+            )
+            .await
+            {
+                // The DLQ has its copy; a crash now may send it there once more.
+                tracing::warn!(offset = dead.offset, "{why}");
+            }
+            ShardMetrics::add(&broker.metrics.pop_dead_letters, 1);
+        }
+        Err(why) => {
+            tracing::warn!(
+                group = %crate::remoting::log_safe::log_safe(&key.group),
+                offset = dead.offset,
+                "a POP message past its retries could not go to the DLQ; trying again: {why}"
+            );
+            pops.table
+                .borrow_mut()
+                .restore(key, dead, broker.now_ms() + DLQ_RETRY_MS);
+        }
+    }
+}
+
+/// The ACK and CHANGE_INVISIBLETIME fields.
+struct AckHeader {
+    group: String,
+    topic: String,
+    queue_id: i32,
+    handle: ReceiptHandle,
+    offset: i64,
+}
+
+fn decode_ack(request: &RemotingCommand) -> Result<AckHeader, String> {
+    let field = |error: FieldError| error.to_string();
+    let handle = ReceiptHandle::parse(request.get_str("extraInfo").map_err(field)?)?;
+    Ok(AckHeader {
+        group: request.get_str("consumerGroup").map_err(field)?.to_owned(),
+        topic: request.get_str("topic").map_err(field)?.to_owned(),
+        queue_id: request.get_i32("queueId").map_err(field)?,
+        offset: request.get_i64("offset").map_err(field)?,
+        handle,
+    })
+}
+
+/// Checks an ack's target names and queue; the error is (code, remark).
+fn check_ack_target(broker: &Broker, header: &AckHeader) -> Result<(), (i32, String)> {
+    let Some(config) = broker.topics.get(&header.topic) else {
+        return Err((
+            response::TOPIC_NOT_EXIST,
+            format!("topic[{}] not exist", header.topic),
+        ));
+    };
+    names::validate_group_topic_queue(&header.group, &header.topic, Some(&config), header.queue_id)
+        .map_err(|why| (response::MESSAGE_ILLEGAL, why))?;
+    if header.offset < 0 {
+        return Err((
+            response::NO_MESSAGE,
+            format!("offset {} is negative", header.offset),
+        ));
+    }
+    Ok(())
+}
+
+fn not_in_flight(key: &QueueKey, offset: i64, pop_time: i64) -> String {
+    format!(
+        "no delivery of {}/{}/{} offset {offset} popped at {pop_time} is in flight \
+         (acknowledged already, delivered again since, or never popped)",
+        key.group, key.topic, key.queue_id
+    )
+}
+
+/// ACK_MESSAGE (200051).
+pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let answer = |code, remark: Option<String>| RemotingCommand::response_to(request, code, remark);
+    let header = match decode_ack(request) {
+        Ok(header) => header,
+        Err(why) => return answer(response::INVALID_PARAMETER, Some(why)),
+    };
+    if let Err((code, why)) = check_ack_target(broker, &header) {
+        return answer(code, Some(why));
+    }
+    let Some(pops) = broker.pops.get() else {
+        return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
+    };
+    let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
+    match ack_offsets(
+        broker,
+        pops,
+        &key,
+        &[header.offset as u64],
+        header.handle.pop_time,
+    )
+    .await
+    {
+        Ok(0) => answer(
+            response::NO_MESSAGE,
+            Some(not_in_flight(&key, header.offset, header.handle.pop_time)),
+        ),
+        Ok(_) => answer(response::SUCCESS, None),
+        Err(why) => answer(response::SYSTEM_ERROR, Some(why)),
+    }
+}
+
+/// Acknowledges those of `offsets` delivered at `pop_time` that are in flight: their ack
+/// record is stored first, then they leave the table. How many were acknowledged.
+async fn ack_offsets(
+    broker: &Broker,
+    pops: &Pops,
+    key: &QueueKey,
+    offsets: &[u64],
+    pop_time: i64,
+) -> Result<usize, String> {
+    let live: Vec<u64> = {
+        let table = pops.table.borrow();
+        offsets
+            .iter()
+            .copied()
+            .filter(|offset| table.is_inflight(key, *offset, pop_time))
+            .collect()
+    };
+    let stale = offsets.len() - live.len();
+    ShardMetrics::add(&broker.metrics.pop_stale_acks, stale as u64);
+    if live.is_empty() {
+        return Ok(0);
+    }
+    let record = LogRecord::Ack {
+        key: key.clone(),
+        offsets: live.clone(),
+        pop_time,
+    };
+    pop_log::append(
+        &broker.store,
+        pops.log_queue,
+        &record,
+        broker.identity.store_host,
+        broker.now_ms(),
+    )
+    .await?;
+    let mut acked = 0;
+    {
+        let mut table = pops.table.borrow_mut();
+        for offset in live {
+            // Delivered again while the record was stored: that delivery stays.
+            if table.ack(key, offset, pop_time) {
+                acked += 1;
+            }
+        }
+    }
+    ShardMetrics::add(&broker.metrics.pop_acks, acked as u64);
+    commit_watermark(broker, pops, key);
+    Ok(acked)
+}
+
+/// BATCH_ACK_MESSAGE (200151): the entries of this shard's queues are acknowledged here,
+/// the others' are sent to their owners in one batch each. SUCCESS once every entry was
+/// handled; entries not in flight are skipped (counted in `ringmq_pop_stale_acks_total`).
+pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let answer = |code, remark: Option<String>| RemotingCommand::response_to(request, code, remark);
+    let body: BatchAckBody = match serde_json::from_slice(&request.body) {
+        Ok(body) => body,
+        Err(error) => {
+            return answer(
+                response::INVALID_PARAMETER,
+                Some(format!("bad BATCH_ACK_MESSAGE body: {error}")),
+            )
+        }
+    };
+    let Some(pops) = broker.pops.get() else {
+        return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
+    };
+    let raw: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+    let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
+    let mut remote: std::collections::BTreeMap<u8, Vec<serde_json::Value>> = Default::default();
+    for (index, ack) in body.acks.iter().enumerate() {
+        if ack
+            .r
+            .as_deref()
+            .is_some_and(|mark| mark != pop_wire::NORMAL_TOPIC_MARK)
+        {
+            return answer(
+                response::INVALID_PARAMETER,
+                Some(format!(
+                    "ack {index}: mark {:?}; this node hands out only mark 0",
+                    ack.r
+                )),
+            );
+        }
+        let header = AckHeader {
+            group: ack.c.clone(),
+            topic: ack.t.clone(),
+            queue_id: ack.q,
+            handle: ReceiptHandle {
+                start_offset: ack.so,
+                pop_time: ack.pt,
+                invisible_time: ack.it,
+                revive_qid: ack.rq,
+                mark: pop_wire::NORMAL_TOPIC_MARK.into(),
+                broker_name: String::new(),
+                queue_id: ack.q,
+                queue_offset: None,
+            },
+            offset: ack.so,
+        };
+        if let Err((code, why)) = check_ack_target(broker, &header) {
+            return answer(code, Some(format!("ack {index}: {why}")));
+        }
+        let owner = broker.shard.owner(&ack.t, ack.q);
+        if owner != broker.shard.id() {
+            if let Some(entry) = raw_acks.and_then(|acks| acks.get(index)) {
+                remote.entry(owner).or_default().push(entry.clone());
+            }
+            continue;
+        }
+        let bits = match ack.b.indexes() {
+            Ok(bits) => bits,
+            Err(why) => {
+                return answer(
+                    response::INVALID_PARAMETER,
+                    Some(format!("ack {index}: {why}")),
+                )
+            }
+        };
+        let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
+        let key = QueueKey::new(&ack.c, &ack.t, ack.q);
+        if let Err(why) = ack_offsets(broker, pops, &key, &offsets, ack.pt).await {
+            return answer(response::SYSTEM_ERROR, Some(format!("ack {index}: {why}")));
+        }
+    }
+    for (owner, acks) in remote {
+        let body = serde_json::json!({ "brokerName": body.broker_name, "acks": acks });
+        let copy = RemotingCommand::request(request_code::BATCH_ACK_MESSAGE, ExtFields::new())
+            .with_body(serde_json::to_vec(&body).expect("the batch serialises"));
+        let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+        ShardMetrics::add(&broker.metrics.forwarded, 1);
+        match Box::pin(broker.shard.forward(owner, copy, peer)).await {
+            Some(reply) if reply.code == response::SUCCESS => {}
+            Some(reply) => return answer(reply.code, reply.remark),
+            None => {
+                return answer(
+                    response::SYSTEM_ERROR,
+                    Some(format!("shard {owner} did not answer")),
+                )
+            }
+        }
+    }
+    answer(response::SUCCESS, None)
+}
+
+/// CHANGE_MESSAGE_INVISIBLETIME (200053): a new checkpoint for the offset at `now` with
+/// the new invisible time; the old handle is void once it is stored.
+pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let now = broker.now_ms();
+    let invisible = request.opt_i64("invisibleTime").ok().flatten().unwrap_or(0);
+    let respond = |code, remark: Option<String>, pop_time: i64, revive_qid: i32| {
+        let mut answer = RemotingCommand::response_to(request, code, remark);
+        answer.put_ext("popTime", pop_time);
+        answer.put_ext("invisibleTime", invisible);
+        answer.put_ext("reviveQid", revive_qid);
+        answer
+    };
+    let header = match decode_ack(request) {
+        Ok(header) => header,
+        Err(why) => return respond(response::INVALID_PARAMETER, Some(why), now, 0),
+    };
+    let revive_qid = header.handle.revive_qid;
+    if invisible <= 0 || invisible > MAX_INVISIBLE_TIME_MS {
+        return respond(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "invisibleTime {invisible} is outside 1..={MAX_INVISIBLE_TIME_MS} ms"
+            )),
+            now,
+            revive_qid,
+        );
+    }
+    if let Err((code, why)) = check_ack_target(broker, &header) {
+        return respond(code, Some(why), now, revive_qid);
+    }
+    let Some(pops) = broker.pops.get() else {
+        return respond(
+            response::SYSTEM_ERROR,
+            Some("POP is not running".into()),
+            now,
+            revive_qid,
+        );
+    };
+    let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
+    let offset = header.offset as u64;
+    let old = header.handle.pop_time;
+    let attempts = {
+        let table = pops.table.borrow();
+        if !table.is_inflight(&key, offset, old) {
+            drop(table);
+            ShardMetrics::add(&broker.metrics.pop_stale_acks, 1);
+            return respond(
+                response::NO_MESSAGE,
+                Some(not_in_flight(&key, header.offset, old)),
+                now,
+                revive_qid,
+            );
+        }
+        table
+            .queue(&key)
+            .and_then(|state| state.get(offset))
+            .map_or(0, |entry| entry.attempts)
+    };
+    let checkpoint = LogRecord::Checkpoint {
+        key: key.clone(),
+        pop_time: now,
+        invisible_time: invisible,
+        deliveries: vec![Delivery { offset, attempts }],
+    };
+    match pop_log::append(
+        &broker.store,
+        pops.log_queue,
+        &checkpoint,
+        broker.identity.store_host,
+        now,
+    )
+    .await
+    {
+        Ok(at) => {
+            let mut table = pops.table.borrow_mut();
+            if table
+                .change_invisible(&key, offset, old, now, invisible)
+                .is_none()
+            {
+                drop(table);
+                return respond(
+                    response::NO_MESSAGE,
+                    Some(not_in_flight(&key, header.offset, old)),
+                    now,
+                    revive_qid,
+                );
+            }
+            table.set_ck(&key, &[offset], now, at);
+            respond(response::SUCCESS, None, now, revive_qid)
+        }
+        Err(why) => respond(response::SYSTEM_ERROR, Some(why), now, revive_qid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::record::{encode_into, Decoded, RecordInput, Verify};
+
+    fn record(born_v6: bool) -> Vec<u8> {
+        let host: SocketAddr = if born_v6 {
+            "[::2]:9".parse().unwrap()
+        } else {
+            "10.0.0.2:9".parse().unwrap()
+        };
+        let input = RecordInput {
+            topic: "T".into(),
+            queue_id: 1,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp: 1,
+            born_host: host,
+            store_host: "10.0.0.1:10911".parse().unwrap(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body: bytes::Bytes::from_static(b"hello"),
+            properties: String::new(),
+            body_crc: record::body_crc(b"hello"),
+        };
+        let mut out = Vec::new();
+        encode_into(&input, 0, 0, 0, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_delivered_copy_carries_its_reconsume_times() {
+        for v6 in [false, true] {
+            let mut bytes = record(v6);
+            record::set_reconsume_times(&mut bytes, 7).unwrap();
+            match record::decode(&bytes, Verify::Full) {
+                Ok(Decoded::Record(view)) => {
+                    assert_eq!(view.reconsume_times, 7, "v6 born host: {v6}");
+                    assert_eq!(view.body, b"hello");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(record::set_reconsume_times(&mut [0u8; 8], 1).is_err());
+        let mut two = record(false);
+        two.extend(record(false));
+        assert!(
+            record::set_reconsume_times(&mut two, 1).is_err(),
+            "two records"
+        );
+    }
+}

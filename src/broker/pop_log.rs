@@ -1,0 +1,305 @@
+//! The revive log of POP consumption on one shard: every checkpoint (a pop, or an
+//! invisible time change, handing out offsets) and every acknowledgement is a record of
+//! the shard's own queue of [`POP_LOG_TOPIC`], stored through the CommitLog like any
+//! message, so it is exactly as durable as the node's flush mode makes a send
+//! (reference part 2 §2.5: "CK durable before the response, acks durable or replayable").
+//! After a restart [`replay`] reads the queue from the replay mark and rebuilds the
+//! shard's [`PopTable`].
+//!
+//! The record body is a small JSON object (ringmq's own; Java's revive records are
+//! timer messages of another shape, so the topic has a ringmq name and no Java tool
+//! mistakes these for its own):
+//! - checkpoint: `{"k":"ck","c":group,"t":topic,"q":queueId,"pt":popTime,"it":invisibleTime,"d":[[offset,reconsumeTimes],...]}`
+//! - ack: `{"k":"ack","c":group,"t":topic,"q":queueId,"pt":popTime,"o":[offset,...]}`
+//!
+//! The replay mark (`<shard dir>/pop/replay.json`, written with `replace_file` through the
+//! disk seam) is a log queue offset at or below the checkpoint of every offset in flight
+//! when it was written ([`PopTable::lowest_ck`], or the log's end when nothing was in
+//! flight). Invariants:
+//! - The mark only moves forward, and never past the lowest checkpoint in flight, so a
+//!   replay from it sees every checkpoint still needed; a stale (lower) mark only makes
+//!   the replay read more, since replaying a record twice in order gives the same table.
+//! - Offsets below the group's committed offset at start are skipped by the replay:
+//!   the committed offset never passes an offset in flight ([`PopTable::watermark`]).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
+use crate::io::meta::{replace_file, MetaFiles};
+use crate::store::record::{self, Decoded, RecordInput, Verify};
+use crate::store::{PutStatus, Store};
+
+/// The system topic of the revive logs: one queue per shard
+/// ([`crate::shard::routing::queue_of_shard`]).
+pub const POP_LOG_TOPIC: &str = "rmq_sys_ringmq_pop_log";
+/// Entries read per step of a replay.
+const REPLAY_BATCH: usize = 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Wire {
+    k: String,
+    c: String,
+    t: String,
+    q: i32,
+    pt: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    it: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    d: Vec<(u64, i32)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    o: Vec<u64>,
+}
+
+fn is_zero(value: &i64) -> bool {
+    *value == 0
+}
+
+/// The body of `record`.
+pub fn encode(record: &LogRecord) -> Vec<u8> {
+    let wire = match record {
+        LogRecord::Checkpoint {
+            key,
+            pop_time,
+            invisible_time,
+            deliveries,
+        } => Wire {
+            k: "ck".into(),
+            c: key.group.clone(),
+            t: key.topic.clone(),
+            q: key.queue_id,
+            pt: *pop_time,
+            it: *invisible_time,
+            d: deliveries.iter().map(|d| (d.offset, d.attempts)).collect(),
+            o: Vec::new(),
+        },
+        LogRecord::Ack {
+            key,
+            offsets,
+            pop_time,
+        } => Wire {
+            k: "ack".into(),
+            c: key.group.clone(),
+            t: key.topic.clone(),
+            q: key.queue_id,
+            pt: *pop_time,
+            it: 0,
+            d: Vec::new(),
+            o: offsets.clone(),
+        },
+    };
+    serde_json::to_vec(&wire).expect("a revive log record serialises")
+}
+
+/// The record `body` holds, or why it holds none.
+pub fn decode(body: &[u8]) -> Result<LogRecord, String> {
+    let wire: Wire = serde_json::from_slice(body).map_err(|error| error.to_string())?;
+    let key = QueueKey {
+        group: wire.c,
+        topic: wire.t,
+        queue_id: wire.q,
+    };
+    match wire.k.as_str() {
+        "ck" => Ok(LogRecord::Checkpoint {
+            key,
+            pop_time: wire.pt,
+            invisible_time: wire.it,
+            deliveries: wire
+                .d
+                .into_iter()
+                .map(|(offset, attempts)| Delivery { offset, attempts })
+                .collect(),
+        }),
+        "ack" => Ok(LogRecord::Ack {
+            key,
+            offsets: wire.o,
+            pop_time: wire.pt,
+        }),
+        other => Err(format!("unknown record kind {other:?}")),
+    }
+}
+
+/// The message that carries `record` in log queue `queue`.
+pub fn record_input(record: &LogRecord, queue: i32, host: SocketAddr, now_ms: i64) -> RecordInput {
+    let body = Bytes::from(encode(record));
+    let tag = match record {
+        LogRecord::Checkpoint { .. } => "ck",
+        LogRecord::Ack { .. } => "ack",
+    };
+    RecordInput {
+        topic: POP_LOG_TOPIC.to_owned(),
+        queue_id: queue,
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp: now_ms,
+        born_host: host,
+        store_host: host,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+        body_crc: record::body_crc(&body),
+        body,
+        properties: crate::store::properties::encode([("TAGS", tag)]),
+    }
+}
+
+/// Appends `record` to log queue `queue` of `store`; its log queue offset once it is
+/// stored as durably as a send.
+pub async fn append(
+    store: &Store,
+    queue: i32,
+    record: &LogRecord,
+    host: SocketAddr,
+    now_ms: i64,
+) -> Result<u64, String> {
+    let result = store
+        .put(record_input(record, queue, host, now_ms))
+        .await
+        .map_err(|error| format!("cannot store a POP log record: {error}"))?;
+    match (result.status, result.placement) {
+        (PutStatus::Ok, Some(placement)) => Ok(placement.queue_offset),
+        (status, _) => Err(format!(
+            "a POP log record was not stored in time ({status:?})"
+        )),
+    }
+}
+
+/// Replays log queue `queue` of `store` from `from` into `table`; `floor` gives each
+/// queue's committed offset. Returns how many records it applied. A record that does
+/// not decode is logged and skipped (it can only be one this node never wrote).
+pub fn replay(
+    store: &Store,
+    queue: i32,
+    from: u64,
+    table: &mut PopTable,
+    floor: impl Fn(&QueueKey) -> u64,
+) -> Result<u64, String> {
+    let mut at = from.max(store.min_offset(POP_LOG_TOPIC, queue));
+    let mut applied = 0;
+    loop {
+        let entries = store
+            .queue_entries(POP_LOG_TOPIC, queue, at, REPLAY_BATCH)
+            .map_err(|error| format!("cannot read the POP log at {at}: {error}"))?;
+        if entries.is_empty() {
+            return Ok(applied);
+        }
+        for entry in &entries {
+            let bytes = store
+                .read_record(entry.phys_offset as u64, entry.size as usize)
+                .map_err(|error| format!("cannot read POP log record {at}: {error}"))?;
+            match record::decode(&bytes, Verify::Structure) {
+                Ok(Decoded::Record(view)) => match decode(view.body) {
+                    Ok(record) => {
+                        table.apply(&record, at, &floor);
+                        applied += 1;
+                    }
+                    Err(why) => tracing::warn!(at, "POP log record skipped: {why}"),
+                },
+                other => tracing::warn!(at, "POP log entry points at no record: {other:?}"),
+            }
+            at += 1;
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MarkFile {
+    replay_from: u64,
+}
+
+/// Where a replay starts: `<shard dir>/pop/replay.json`.
+#[derive(Debug)]
+pub struct ReplayMark {
+    files: Arc<dyn MetaFiles>,
+    path: PathBuf,
+}
+
+impl ReplayMark {
+    pub fn new(files: Arc<dyn MetaFiles>, shard_dir: &Path) -> ReplayMark {
+        ReplayMark {
+            files,
+            path: shard_dir.join("pop").join("replay.json"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The stored mark; 0 when there is none yet. A damaged file stops the start.
+    pub fn read(&self) -> std::io::Result<u64> {
+        match self.files.read_file(&self.path) {
+            Ok(bytes) => serde_json::from_slice::<MarkFile>(&bytes)
+                .map(|mark| mark.replay_from)
+                .map_err(|error| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("corrupt {}: {error}; fix or remove it", self.path.display()),
+                    )
+                }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Stores `replay_from`, replacing the file whole.
+    pub fn write(&self, replay_from: u64) -> std::io::Result<()> {
+        let json = serde_json::to_vec(&MarkFile { replay_from }).expect("the mark serialises");
+        replace_file(&*self.files, &self.path, &json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let key = QueueKey::new("g", "T", 3);
+        for record in [
+            LogRecord::Checkpoint {
+                key: key.clone(),
+                pop_time: 1_700_000_000_000,
+                invisible_time: 60_000,
+                deliveries: vec![
+                    Delivery {
+                        offset: 7,
+                        attempts: 0,
+                    },
+                    Delivery {
+                        offset: 9,
+                        attempts: 2,
+                    },
+                ],
+            },
+            LogRecord::Ack {
+                key: key.clone(),
+                offsets: vec![7, 9],
+                pop_time: 5,
+            },
+        ] {
+            assert_eq!(decode(&encode(&record)).unwrap(), record);
+        }
+        assert!(decode(br#"{"k":"nope","c":"g","t":"T","q":1,"pt":1}"#)
+            .unwrap_err()
+            .contains("nope"));
+        assert!(decode(b"{").is_err());
+    }
+
+    #[test]
+    fn the_mark_survives_a_reopen_and_a_damaged_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Arc<dyn MetaFiles> = Arc::new(crate::io::meta::RealFiles);
+        let mark = ReplayMark::new(files.clone(), dir.path());
+        assert_eq!(mark.read().unwrap(), 0);
+        mark.write(42).unwrap();
+        assert_eq!(ReplayMark::new(files, dir.path()).read().unwrap(), 42);
+        std::fs::write(mark.path(), b"{oops").unwrap();
+        let error = mark.read().unwrap_err().to_string();
+        assert!(error.contains("replay.json"), "{error}");
+    }
+}

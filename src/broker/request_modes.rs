@@ -1,0 +1,213 @@
+//! SET_MESSAGE_REQUEST_MODE (401) and the table it fills: per (topic, consumer group),
+//! whether the group's clients pull or pop (reference part 2 §2.1). QUERY_ASSIGNMENT
+//! ([`super::assignment`]) answers `mode:"POP"` for a group switched to POP.
+//!
+//! The table is node-wide and persisted in `config/messageRequestMode.json` (Java's file
+//! and shape: `{"messageRequestModeMap": {topic: {group: body}}}`) through the disk seam,
+//! written (replaced, fsynced) before the request is answered. A mode other than PULL or
+//! POP, a `%RETRY%` topic (always PULL in Java), or a bad name is INVALID_PARAMETER; an
+//! unknown topic is TOPIC_NOT_EXIST.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::io::meta::{replace_file, MetaFiles, RealFiles};
+use crate::remoting::codes::response;
+use crate::remoting::RemotingCommand;
+use crate::sync::Locked;
+
+use super::pop_wire::MessageRequestMode;
+use super::{names, Broker};
+
+pub const FILE_NAME: &str = "messageRequestMode.json";
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ModeFile {
+    #[serde(default)]
+    message_request_mode_map: BTreeMap<String, BTreeMap<String, MessageRequestMode>>,
+}
+
+/// The node's request modes.
+#[derive(Debug)]
+pub struct RequestModes {
+    files: Arc<dyn MetaFiles>,
+    path: PathBuf,
+    table: Locked<ModeFile>,
+    writer: Locked<()>,
+}
+
+impl RequestModes {
+    pub fn file_path(store_dir: &Path) -> PathBuf {
+        store_dir.join("config").join(FILE_NAME)
+    }
+
+    pub fn load(store_dir: &Path) -> anyhow::Result<RequestModes> {
+        RequestModes::load_from(Arc::new(RealFiles), store_dir)
+    }
+
+    /// Loads through `files` (a missing file is an empty table); a corrupt file or a bad
+    /// entry stops the node, naming the file.
+    pub fn load_from(files: Arc<dyn MetaFiles>, store_dir: &Path) -> anyhow::Result<RequestModes> {
+        let path = RequestModes::file_path(store_dir);
+        let table = match files.read_file(&path) {
+            Ok(bytes) => serde_json::from_slice::<ModeFile>(&bytes)
+                .with_context(|| format!("corrupt {}; fix or remove it", path.display()))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => ModeFile::default(),
+            Err(error) => {
+                return Err(error).with_context(|| format!("cannot read {}", path.display()))
+            }
+        };
+        for (topic, groups) in &table.message_request_mode_map {
+            for (group, mode) in groups {
+                if let Err(why) = check(mode) {
+                    anyhow::bail!(
+                        "{} has a bad entry {topic}/{group}: {why}; fix or remove it",
+                        path.display()
+                    );
+                }
+            }
+        }
+        Ok(RequestModes {
+            files,
+            path,
+            table: Locked::new(table),
+            writer: Locked::new(()),
+        })
+    }
+
+    /// An empty table writing to `path` (tests, and the table a node replaces at start).
+    pub fn in_memory(path: PathBuf) -> RequestModes {
+        RequestModes {
+            files: Arc::new(RealFiles),
+            path,
+            table: Locked::new(ModeFile::default()),
+            writer: Locked::new(()),
+        }
+    }
+
+    /// Whether `group` pops `topic`.
+    pub fn is_pop(&self, topic: &str, group: &str) -> bool {
+        self.table
+            .lock()
+            .message_request_mode_map
+            .get(topic)
+            .and_then(|groups| groups.get(group))
+            .is_some_and(|mode| mode.mode == "POP")
+    }
+
+    /// Stores `mode`, on disk first.
+    pub fn set(&self, mode: MessageRequestMode) -> std::io::Result<()> {
+        let _writer = self.writer.lock();
+        let mut next = self.table.lock().clone();
+        next.message_request_mode_map
+            .entry(mode.topic.clone())
+            .or_default()
+            .insert(mode.consumer_group.clone(), mode);
+        let json = serde_json::to_vec_pretty(&next).expect("the request modes serialise");
+        replace_file(&*self.files, &self.path, &json)?;
+        *self.table.lock() = next;
+        Ok(())
+    }
+}
+
+fn check(mode: &MessageRequestMode) -> Result<(), String> {
+    names::validate_group(&mode.consumer_group).map_err(|error| error.to_string())?;
+    crate::store::topic::validate_topic(&mode.topic).map_err(|error| error.to_string())?;
+    if mode.mode != "PULL" && mode.mode != "POP" {
+        return Err(format!("mode {:?} is neither PULL nor POP", mode.mode));
+    }
+    if mode.topic.starts_with(super::send_back::RETRY_PREFIX) {
+        return Err(format!(
+            "{} is a retry topic; those are always PULL",
+            mode.topic
+        ));
+    }
+    Ok(())
+}
+
+/// SET_MESSAGE_REQUEST_MODE (401).
+pub fn set_message_request_mode(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let fail = |code, remark: String| RemotingCommand::response_to(request, code, Some(remark));
+    let mode: MessageRequestMode = match serde_json::from_slice(&request.body) {
+        Ok(mode) => mode,
+        Err(error) => {
+            return fail(
+                response::INVALID_PARAMETER,
+                format!("bad SET_MESSAGE_REQUEST_MODE body: {error}"),
+            )
+        }
+    };
+    if let Err(why) = check(&mode) {
+        return fail(response::INVALID_PARAMETER, why);
+    }
+    if broker.topics.get(&mode.topic).is_none() {
+        return fail(
+            response::TOPIC_NOT_EXIST,
+            format!("topic[{}] not exist", mode.topic),
+        );
+    }
+    match broker.request_modes.set(mode) {
+        Ok(()) => RemotingCommand::response_to(request, response::SUCCESS, None),
+        Err(error) => fail(
+            response::SYSTEM_ERROR,
+            format!(
+                "cannot write {}: {error}",
+                broker.request_modes.path.display()
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(topic: &str, group: &str, value: &str) -> MessageRequestMode {
+        MessageRequestMode {
+            topic: topic.into(),
+            consumer_group: group.into(),
+            mode: value.into(),
+            pop_share_queue_num: -1,
+        }
+    }
+
+    #[test]
+    fn a_mode_survives_a_reload_in_javas_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = RequestModes::load(dir.path()).unwrap();
+        assert!(!table.is_pop("T", "g"));
+        table.set(mode("T", "g", "POP")).unwrap();
+        assert!(table.is_pop("T", "g"));
+        assert!(!table.is_pop("T", "h"));
+        let text = std::fs::read_to_string(RequestModes::file_path(dir.path())).unwrap();
+        assert!(text.contains("messageRequestModeMap"), "{text}");
+        let reloaded = RequestModes::load(dir.path()).unwrap();
+        assert!(reloaded.is_pop("T", "g"));
+        reloaded.set(mode("T", "g", "PULL")).unwrap();
+        assert!(!RequestModes::load(dir.path()).unwrap().is_pop("T", "g"));
+    }
+
+    #[test]
+    fn bad_modes_are_refused_naming_why() {
+        assert!(check(&mode("T", "g", "PUSH")).unwrap_err().contains("PUSH"));
+        assert!(check(&mode("%RETRY%g", "g", "POP"))
+            .unwrap_err()
+            .contains("retry topic"));
+        assert!(check(&mode("T", "g", "POP")).is_ok());
+    }
+
+    #[test]
+    fn a_corrupt_file_stops_the_load_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = RequestModes::file_path(dir.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{not json").unwrap();
+        let error = format!("{:#}", RequestModes::load(dir.path()).unwrap_err());
+        assert!(error.contains(FILE_NAME), "{error}");
+    }
+}
