@@ -296,6 +296,8 @@ fn unacknowledged_messages_come_back_after_their_invisible_time_and_acks_commit(
         }
     }
     const INVISIBLE: i64 = 800;
+    // Taken before the first pop is sent: every pop time is at or after it.
+    let popped_at = Instant::now();
     let mut first: Vec<Popped> = Vec::new();
     for queue in 0..QUEUES {
         let answer = pop(&mut raw, queue, 32, INVISIBLE, 0);
@@ -308,7 +310,6 @@ fn unacknowledged_messages_come_back_after_their_invisible_time_and_acks_commit(
         assert!(got.iter().all(|m| m.reconsume_times == 0));
         first.extend(got);
     }
-    let popped_at = Instant::now();
     // Nothing more to pop now: POLLING_TIMEOUT with every header field.
     let empty = pop(&mut raw, 0, 32, INVISIBLE, 0);
     assert_eq!(empty.code, response::POLLING_TIMEOUT, "{empty:?}");
@@ -558,8 +559,9 @@ fn popped_messages_in_flight_survive_a_restart() {
     for i in 0..3 {
         send(&mut raw, 0, &format!("r{i}"));
     }
-    let first = pop_until_found(&mut raw, 0, 1500, Duration::from_secs(5));
+    // Taken before the pop is sent: the node's pop time is at or after it.
     let popped_at = Instant::now();
+    let first = pop_until_found(&mut raw, 0, 1500, Duration::from_secs(5));
     assert_eq!(first.len(), 3);
     assert_eq!(ack(&mut raw, &first[0]).code, response::SUCCESS);
     drop(raw);
@@ -567,6 +569,11 @@ fn popped_messages_in_flight_survive_a_restart() {
 
     let node = ringmq::node::start(options(dir.path())).unwrap();
     let mut raw = Raw::connect(node.addr());
+    // Still invisible: the first pop after the restart hands nothing out (none of the
+    // deliveries in flight is taken for new).
+    let early = pop(&mut raw, 0, 32, 60_000, 0);
+    assert_eq!(early.code, response::POLLING_TIMEOUT, "{early:?}");
+    assert_eq!(committed(&mut raw, 0), 1, "the lowest offset in flight");
     // The handle from before the restart still acknowledges.
     assert_eq!(ack(&mut raw, &first[1]).code, response::SUCCESS);
     assert_eq!(

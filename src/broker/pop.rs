@@ -75,32 +75,34 @@ pub struct Pops {
     table: RefCell<PopTable>,
     mark: ReplayMark,
     /// The mark last written.
-    written_mark: Cell<u64>,
+    written_mark: RefCell<pop_log::Mark>,
     /// Rotates the first queue a pop of any queue tries.
     next_any: Cell<u32>,
 }
 
 impl Pops {
     /// Opens the shard's POP state: reads the replay mark and replays the log from it.
+    /// Each replayed queue's watermark becomes the group's committed offset.
     pub fn open(
         broker: &Broker,
         files: Arc<dyn MetaFiles>,
         log_queue: i32,
     ) -> Result<Pops, String> {
         let mark = ReplayMark::new(files, &broker.store.config().dir);
-        let from = mark.read().map_err(|error| error.to_string())?;
-        let mut table = PopTable::default();
+        let stored = mark.read().map_err(|error| error.to_string())?;
         let offsets = broker.consumer_offsets.clone();
-        let applied = pop_log::replay(&broker.store, log_queue, from, &mut table, |key| {
+        let (table, applied) = pop_log::rebuild(&broker.store, log_queue, &stored, |key| {
             offsets
                 .query(&key.group, &key.topic, key.queue_id)
                 .map_or(0, |offset| offset.max(0) as u64)
         })?;
-        table.check();
+        for (key, watermark) in table.watermarks() {
+            offsets.commit(&key.group, &key.topic, key.queue_id, watermark as i64);
+        }
         if applied > 0 {
             tracing::info!(
                 shard = broker.shard.id(),
-                from,
+                from = stored.replay_from,
                 applied,
                 inflight = table.inflight(),
                 "POP state replayed"
@@ -110,7 +112,7 @@ impl Pops {
             log_queue,
             table: RefCell::new(table),
             mark,
-            written_mark: Cell::new(from),
+            written_mark: RefCell::new(stored),
             next_any: Cell::new(0),
         })
     }
@@ -120,17 +122,18 @@ impl Pops {
         self.table.borrow().inflight()
     }
 
-    /// The lowest log offset a replay still needs (the retention hold of the log).
-    pub fn replay_from(&self, log_end: u64) -> u64 {
-        self.table.borrow().lowest_ck().unwrap_or(log_end)
+    /// The lowest log offset a replay after a crash would start at: the written mark
+    /// (the retention hold of the log; every checkpoint in flight is at or above it).
+    pub fn replay_from(&self) -> u64 {
+        self.written_mark.borrow().replay_from
     }
 
     /// Writes the replay mark if it moved; at shutdown and every [`MARK_INTERVAL`].
     pub fn write_mark(&self, log_end: u64) -> std::io::Result<()> {
-        let mark = self.replay_from(log_end).max(self.written_mark.get());
-        if mark != self.written_mark.get() {
-            self.mark.write(mark)?;
-            self.written_mark.set(mark);
+        let next = pop_log::next_mark(&self.table.borrow(), log_end, &self.written_mark.borrow());
+        if next != *self.written_mark.borrow() {
+            self.mark.write(&next)?;
+            *self.written_mark.borrow_mut() = next;
         }
         Ok(())
     }

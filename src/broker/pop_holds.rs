@@ -1,6 +1,6 @@
 //! The POP revive log's retention hold: the shard's queue of
 //! [`super::pop_log::POP_LOG_TOPIC`] is kept from the lowest checkpoint of any delivery
-//! still in flight ([`super::pop::Pops::replay_from`]), while the disk is below
+//! still in flight, as the written replay mark says ([`super::pop::Pops::replay_from`]), while the disk is below
 //! `diskSpaceCleanForciblyRatio` (the rule of `store/retention_holds.rs`). The popped
 //! messages themselves are not held: a delivery whose record retention took is consumed
 //! as gone when it falls due (logged).
@@ -15,7 +15,6 @@ use crate::store::Store;
 /// The hold of one shard's POP log.
 pub struct PopHolds {
     pops: Rc<Pops>,
-    store: Store,
 }
 
 impl RetentionHolds for PopHolds {
@@ -24,12 +23,11 @@ impl RetentionHolds for PopHolds {
     }
 
     fn holds(&self) -> Vec<Hold> {
-        let end = self.store.max_offset(POP_LOG_TOPIC, self.pops.log_queue);
         vec![Hold {
             holder: "POP in-flight table".to_string(),
             topic: POP_LOG_TOPIC.to_string(),
             queue_id: self.pops.log_queue,
-            queue_offset: self.pops.replay_from(end),
+            queue_offset: self.pops.replay_from(),
         }]
     }
 
@@ -40,8 +38,5 @@ impl RetentionHolds for PopHolds {
 
 /// Registers the POP log's hold on `store`.
 pub fn hold(store: &Store, pops: &Rc<Pops>) {
-    store.add_retention_holds(Rc::new(PopHolds {
-        pops: pops.clone(),
-        store: store.clone(),
-    }));
+    store.add_retention_holds(Rc::new(PopHolds { pops: pops.clone() }));
 }

@@ -12,16 +12,21 @@
 //! - checkpoint: `{"k":"ck","c":group,"t":topic,"q":queueId,"pt":popTime,"it":invisibleTime,"d":[[offset,reconsumeTimes],...]}`
 //! - ack: `{"k":"ack","c":group,"t":topic,"q":queueId,"pt":popTime,"o":[offset,...]}`
 //!
-//! The replay mark (`<shard dir>/pop/replay.json`, written with `replace_file` through the
-//! disk seam) is a log queue offset at or below the checkpoint of every offset in flight
-//! when it was written ([`PopTable::lowest_ck`], or the log's end when nothing was in
-//! flight). Invariants:
+//! The replay mark ([`Mark`], `<shard dir>/pop/replay.json`, written with `replace_file`
+//! through the disk seam) is a log queue offset at or below the checkpoint of every
+//! offset in flight when it was written ([`PopTable::lowest_ck`], or the log's end when
+//! nothing was in flight), with every open queue's watermark at that moment. Invariants:
 //! - The mark only moves forward, and never past the lowest checkpoint in flight, so a
 //!   replay from it sees every checkpoint still needed; a stale (lower) mark only makes
 //!   the replay read more, since replaying a record twice in order gives the same table.
-//! - Offsets below the group's committed offset at start are skipped by the replay:
-//!   the committed offset never passes an offset in flight ([`PopTable::watermark`]).
+//! - A replay skips offsets below its queue's floor: the mark's watermark (never above an
+//!   offset in flight, [`PopTable::watermark`]), or for a queue the mark does not name
+//!   (all its records come after the mark) the group's committed offset. The floors come
+//!   from the mark, not from `config/consumerOffset.json`, which is written on its own
+//!   schedule: a mark past acks whose effect that file had not yet recorded would
+//!   otherwise bring acknowledged offsets back.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -205,13 +210,71 @@ pub fn replay(
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+/// Where a replay starts, and what it starts from: `replay_from` is at or below the
+/// checkpoint record of every delivery in flight when the mark was taken, and `floors`
+/// is every open queue's watermark then (everything below it acknowledged). Written
+/// together, so a replay from `replay_from` with these floors rebuilds the table as it
+/// stood at the log's end, whatever `config/consumerOffset.json` was last written with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    pub replay_from: u64,
+    pub floors: BTreeMap<QueueKey, u64>,
+}
+
+/// The mark to write now: the lowest checkpoint in flight in `table` (or the log's end,
+/// `log_end`, when nothing is), never below the `written` one (it only moves forward),
+/// and the table's watermarks.
+pub fn next_mark(table: &PopTable, log_end: u64, written: &Mark) -> Mark {
+    Mark {
+        replay_from: table
+            .lowest_ck()
+            .unwrap_or(log_end)
+            .max(written.replay_from),
+        floors: table.watermarks().into_iter().collect(),
+    }
+}
+
+/// The table as it stood at the log's end: replays from `mark` with its floors (or
+/// `fallback`, the committed offset, for a queue the mark does not name), then opens the
+/// mark's queues that no record after it touched at their floors, so none of them starts
+/// over from an older committed offset. Every queue's `committed` is its watermark.
+/// Returns the table and the records applied.
+pub fn rebuild(
+    store: &Store,
+    queue: i32,
+    mark: &Mark,
+    fallback: impl Fn(&QueueKey) -> u64,
+) -> Result<(PopTable, u64), String> {
+    let mut table = PopTable::default();
+    let applied = replay(store, queue, mark.replay_from, &mut table, |key| {
+        mark.floors
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| fallback(key))
+    })?;
+    for (key, floor) in &mark.floors {
+        if table.queue(key).is_none() {
+            table.open(key, *floor);
+        }
+    }
+    for key in table.keys() {
+        let watermark = table.watermark(&key).expect("an open queue");
+        table.open(&key, watermark).committed = Some(watermark);
+    }
+    table.check();
+    Ok((table, applied))
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct MarkFile {
     replay_from: u64,
+    /// `[group, topic, queueId, offset]`.
+    #[serde(default)]
+    floors: Vec<(String, String, i32, u64)>,
 }
 
-/// Where a replay starts: `<shard dir>/pop/replay.json`.
+/// The mark's file, `<shard dir>/pop/replay.json`.
 #[derive(Debug)]
 pub struct ReplayMark {
     files: Arc<dyn MetaFiles>,
@@ -230,25 +293,50 @@ impl ReplayMark {
         &self.path
     }
 
-    /// The stored mark; 0 when there is none yet. A damaged file stops the start.
-    pub fn read(&self) -> std::io::Result<u64> {
+    /// The stored mark; the empty one when there is none yet. A damaged file stops the
+    /// start.
+    pub fn read(&self) -> std::io::Result<Mark> {
         match self.files.read_file(&self.path) {
             Ok(bytes) => serde_json::from_slice::<MarkFile>(&bytes)
-                .map(|mark| mark.replay_from)
+                .map(|file| Mark {
+                    replay_from: file.replay_from,
+                    floors: file
+                        .floors
+                        .into_iter()
+                        .map(|(group, topic, queue_id, offset)| {
+                            (
+                                QueueKey {
+                                    group,
+                                    topic,
+                                    queue_id,
+                                },
+                                offset,
+                            )
+                        })
+                        .collect(),
+                })
                 .map_err(|error| {
                     std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
                         format!("corrupt {}: {error}; fix or remove it", self.path.display()),
                     )
                 }),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Mark::default()),
             Err(error) => Err(error),
         }
     }
 
-    /// Stores `replay_from`, replacing the file whole.
-    pub fn write(&self, replay_from: u64) -> std::io::Result<()> {
-        let json = serde_json::to_vec(&MarkFile { replay_from }).expect("the mark serialises");
+    /// Stores `mark`, replacing the file whole.
+    pub fn write(&self, mark: &Mark) -> std::io::Result<()> {
+        let file = MarkFile {
+            replay_from: mark.replay_from,
+            floors: mark
+                .floors
+                .iter()
+                .map(|(key, offset)| (key.group.clone(), key.topic.clone(), key.queue_id, *offset))
+                .collect(),
+        };
+        let json = serde_json::to_vec(&file).expect("the mark serialises");
         replace_file(&*self.files, &self.path, &json)
     }
 }
@@ -295,9 +383,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files: Arc<dyn MetaFiles> = Arc::new(crate::io::meta::RealFiles);
         let mark = ReplayMark::new(files.clone(), dir.path());
-        assert_eq!(mark.read().unwrap(), 0);
-        mark.write(42).unwrap();
-        assert_eq!(ReplayMark::new(files, dir.path()).read().unwrap(), 42);
+        assert_eq!(mark.read().unwrap(), Mark::default());
+        let written = Mark {
+            replay_from: 42,
+            floors: BTreeMap::from([(QueueKey::new("g", "T", 2), 7)]),
+        };
+        mark.write(&written).unwrap();
+        assert_eq!(ReplayMark::new(files, dir.path()).read().unwrap(), written);
         std::fs::write(mark.path(), b"{oops").unwrap();
         let error = mark.read().unwrap_err().to_string();
         assert!(error.contains("replay.json"), "{error}");

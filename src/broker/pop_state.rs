@@ -181,6 +181,19 @@ impl PopTable {
         )
     }
 
+    /// Every open queue's watermark.
+    pub fn watermarks(&self) -> Vec<(QueueKey, u64)> {
+        self.queues
+            .keys()
+            .filter_map(|key| Some((key.clone(), self.watermark(key)?)))
+            .collect()
+    }
+
+    /// Every open queue.
+    pub fn keys(&self) -> Vec<QueueKey> {
+        self.queues.keys().cloned().collect()
+    }
+
     /// The earliest deadline of `key`'s in-flight offsets.
     pub fn next_deadline(&self, key: &QueueKey) -> Option<i64> {
         self.queues

@@ -1179,3 +1179,167 @@ fn a_consumer_that_keeps_failing_sees_rising_reconsume_times_then_the_dlq() {
     });
     drop(node);
 }
+
+/// Records each delivery (body, reconsume times, when) and fails the first delivery of
+/// every third message (its body ends in a multiple of 3), acknowledging the rest.
+#[derive(Clone, Default)]
+struct FailEveryThirdOnce {
+    seen: Arc<Mutex<Vec<(String, i32, std::time::Instant)>>>,
+}
+
+impl FailEveryThirdOnce {
+    fn fails(body: &str) -> bool {
+        body.rsplit('-')
+            .next()
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| i % 3 == 0)
+    }
+}
+
+impl rocketmq_client_rust::MessageListenerConcurrently for FailEveryThirdOnce {
+    fn consume_message(
+        &self,
+        msgs: &[&rocketmq_model::common::message::message_ext::MessageExt],
+        _context: &rocketmq_client_rust::ConsumeConcurrentlyContext,
+    ) -> rocketmq_client_rust::ClientResult<rocketmq_client_rust::ConsumeConcurrentlyStatus> {
+        let mut seen = self.seen.lock().unwrap();
+        let mut later = false;
+        for msg in msgs {
+            let body = String::from_utf8_lossy(msg.message_inner().body_slice()).into_owned();
+            later |= msg.reconsume_times() == 0 && Self::fails(&body);
+            seen.push((body, msg.reconsume_times(), std::time::Instant::now()));
+        }
+        Ok(if later {
+            rocketmq_client_rust::ConsumeConcurrentlyStatus::ReconsumeLater
+        } else {
+            rocketmq_client_rust::ConsumeConcurrentlyStatus::ConsumeSuccess
+        })
+    }
+}
+
+/// Scenario 11: POP. The stock admin (`set_message_request_mode`, SET_MESSAGE_REQUEST_MODE)
+/// switches a group to POP; a stock push consumer with server-side assignment
+/// (`client_rebalance(false)`, QUERY_ASSIGNMENT answers `mode: "POP"`) then pops
+/// (POP_MESSAGE), acknowledges what it consumed (BATCH_ACK_MESSAGE) and, for what it
+/// fails, asks for it later (CHANGE_MESSAGE_INVISIBLETIME, 10 s: the client's first
+/// `popDelayLevel`). Every message arrives; each failed one comes again with reconsume
+/// times 1, no earlier than 10 s after its first delivery; no acknowledged one comes
+/// twice; and the group's committed offsets reach the queue ends.
+#[test]
+fn a_group_switched_to_pop_consumes_and_gets_again_what_it_did_not_acknowledge() {
+    use rocketmq_client_rust::TopicAdmin;
+    use rocketmq_client_rust::{DefaultMQAdminExt, MQPushConsumer};
+    use rocketmq_model::common::message::message_enum::MessageRequestMode;
+    let seed = seed();
+    println!("seed {seed}");
+    let node = Node::start("async");
+    let namesrv = node.namesrv_addr();
+    let broker = node.broker_addr();
+    let topic = format!("CompatPop{seed}");
+    let group = format!("CG_pop_{seed}");
+    let batch = numbered_batch(seed, "pop", 12, "TagP");
+    run_clients("pop", |runtime| {
+        let (namesrv, broker, topic, group, batch) = (&namesrv, &broker, &topic, &group, &batch);
+        async move {
+            let mut producer = start_producer(&runtime, namesrv, &format!("PG_pop_{seed}")).await;
+            send_each(&producer, topic, batch, seed).await;
+            producer.shutdown().await;
+
+            let mut admin = DefaultMQAdminExt::new(Arc::clone(&runtime));
+            admin.set_namesrv_addr(namesrv.as_str());
+            admin.start().await.expect("start the admin client");
+            admin
+                .set_message_request_mode(
+                    broker.clone().into(),
+                    topic.clone().into(),
+                    group.clone().into(),
+                    MessageRequestMode::Pop,
+                    -1,
+                    3000,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: set_message_request_mode: {e}"));
+            admin.shutdown().await;
+
+            let listener = FailEveryThirdOnce::default();
+            let mut consumer = rocketmq_client_rust::DefaultMQPushConsumer::builder(Arc::clone(&runtime))
+                .client_config(ringmq_compat::client_config(namesrv, "pop-member"))
+                .name_server_addr(namesrv.to_string())
+                .consumer_group(group.to_string())
+                .message_model(MessageModel::Clustering)
+                .client_rebalance(false)
+                .consume_from_where(
+                    rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere::ConsumeFromFirstOffset,
+                )
+                .build();
+            consumer.subscribe(topic.as_str(), "*").await.expect("subscribe");
+            consumer.register_message_listener_concurrently(listener.clone());
+            consumer.start().await.expect("start the push consumer");
+            let failing: BTreeSet<&String> =
+                batch.keys().filter(|body| FailEveryThirdOnce::fails(body)).collect();
+            assert_eq!(failing.len(), 4);
+            wait_until(
+                "every message, and every failed one again",
+                DELIVERY_DEADLINE,
+                || {
+                    let seen = listener.seen.lock().unwrap();
+                    batch.keys().all(|body| seen.iter().any(|(b, _, _)| b == body))
+                        && failing
+                            .iter()
+                            .all(|body| seen.iter().any(|(b, t, _)| b == *body && *t >= 1))
+                },
+                || format!("deliveries {:?}", listener.seen.lock().unwrap()),
+            )
+            .await;
+            // The acknowledgements reach the node: the committed offsets are the ends.
+            let queues: Vec<i32> = (0..8).filter(|q| raw::max_offset(broker, topic, *q) > 0).collect();
+            wait_until(
+                "the group's committed offsets to reach the queue ends",
+                Duration::from_secs(30),
+                || {
+                    queues.iter().all(|q| {
+                        raw::committed_offset(broker, group, topic, *q)
+                            == Some(raw::max_offset(broker, topic, *q))
+                    })
+                },
+                || {
+                    format!(
+                        "committed {:?}",
+                        queues
+                            .iter()
+                            .map(|q| (raw::committed_offset(broker, group, topic, *q), raw::max_offset(broker, topic, *q)))
+                            .collect::<Vec<_>>()
+                    )
+                },
+            )
+            .await;
+            let seen = listener.seen.lock().unwrap().clone();
+            for body in batch.keys() {
+                let deliveries: Vec<&(String, i32, std::time::Instant)> =
+                    seen.iter().filter(|(b, _, _)| b == body).collect();
+                if failing.contains(body) {
+                    assert_eq!(
+                        deliveries.iter().map(|(_, t, _)| *t).collect::<Vec<_>>(),
+                        vec![0, 1],
+                        "seed {seed}: {body}: {seen:?}"
+                    );
+                    let waited = deliveries[1].2 - deliveries[0].2;
+                    // The client asked for 10 s; allow for its own clock's rounding.
+                    assert!(
+                        waited >= Duration::from_millis(9_500),
+                        "seed {seed}: {body} came back after {waited:?}"
+                    );
+                } else {
+                    assert_eq!(
+                        deliveries.len(),
+                        1,
+                        "seed {seed}: acknowledged {body} came again: {seen:?}"
+                    );
+                }
+            }
+            println!("seed {seed}: {} POP deliveries", seen.len());
+            consumer.shutdown().await;
+        }
+    });
+    drop(node);
+}
