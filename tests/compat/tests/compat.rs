@@ -1272,18 +1272,25 @@ fn a_group_switched_to_pop_consumes_and_gets_again_what_it_did_not_acknowledge()
                     rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere::ConsumeFromFirstOffset,
                 )
                 .build();
-            consumer.subscribe(topic.as_str(), "*").await.expect("subscribe");
+            consumer
+                .subscribe(topic.as_str(), "*")
+                .await
+                .expect("subscribe");
             consumer.register_message_listener_concurrently(listener.clone());
             consumer.start().await.expect("start the push consumer");
-            let failing: BTreeSet<&String> =
-                batch.keys().filter(|body| FailEveryThirdOnce::fails(body)).collect();
+            let failing: BTreeSet<&String> = batch
+                .keys()
+                .filter(|body| FailEveryThirdOnce::fails(body))
+                .collect();
             assert_eq!(failing.len(), 4);
             wait_until(
                 "every message, and every failed one again",
                 DELIVERY_DEADLINE,
                 || {
                     let seen = listener.seen.lock().unwrap();
-                    batch.keys().all(|body| seen.iter().any(|(b, _, _)| b == body))
+                    batch
+                        .keys()
+                        .all(|body| seen.iter().any(|(b, _, _)| b == body))
                         && failing
                             .iter()
                             .all(|body| seen.iter().any(|(b, t, _)| b == *body && *t >= 1))
@@ -1292,7 +1299,9 @@ fn a_group_switched_to_pop_consumes_and_gets_again_what_it_did_not_acknowledge()
             )
             .await;
             // The acknowledgements reach the node: the committed offsets are the ends.
-            let queues: Vec<i32> = (0..8).filter(|q| raw::max_offset(broker, topic, *q) > 0).collect();
+            let queues: Vec<i32> = (0..8)
+                .filter(|q| raw::max_offset(broker, topic, *q) > 0)
+                .collect();
             wait_until(
                 "the group's committed offsets to reach the queue ends",
                 Duration::from_secs(30),
@@ -1307,7 +1316,10 @@ fn a_group_switched_to_pop_consumes_and_gets_again_what_it_did_not_acknowledge()
                         "committed {:?}",
                         queues
                             .iter()
-                            .map(|q| (raw::committed_offset(broker, group, topic, *q), raw::max_offset(broker, topic, *q)))
+                            .map(|q| (
+                                raw::committed_offset(broker, group, topic, *q),
+                                raw::max_offset(broker, topic, *q)
+                            ))
                             .collect::<Vec<_>>()
                     )
                 },
