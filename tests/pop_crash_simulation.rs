@@ -324,18 +324,25 @@ fn check(table: &PopTable, model: &Model, life: u64) {
     }
     for (queue, top) in &model.handed {
         let cursor = table.queue(&key(*queue)).map_or(0, |s| s.cursor);
-        // Offsets acked and below the committed floor need no cursor; otherwise the
-        // cursor must be past every offset handed out.
+        // Nothing held or acknowledged is handed out again as new: the cursor is past
+        // every such offset.
         let needs = model
             .held
             .keys()
             .filter(|(q, _)| q == queue)
             .map(|(_, o)| *o)
+            .chain(
+                model
+                    .acked
+                    .iter()
+                    .filter(|(q, _, _)| q == queue)
+                    .map(|(_, o, _)| *o),
+            )
             .max();
         if let Some(needed) = needs {
             assert!(
                 cursor > needed,
-                "life {life}: queue {queue}'s cursor {cursor} would hand out held {needed} again (top {top})"
+                "life {life}: queue {queue}'s cursor {cursor} would hand out {needed} again as new (top {top})"
             );
         }
     }

@@ -15,7 +15,8 @@
 //! The replay mark ([`Mark`], `<shard dir>/pop/replay.json`, written with `replace_file`
 //! through the disk seam) is a log queue offset at or below the checkpoint of every
 //! offset in flight when it was written ([`PopTable::lowest_ck`], or the log's end when
-//! nothing was in flight), with every open queue's watermark at that moment. Invariants:
+//! nothing was in flight), with every open queue's watermark and cursor at that moment.
+//! Invariants:
 //! - The mark only moves forward, and never past the lowest checkpoint in flight, so a
 //!   replay from it sees every checkpoint still needed; a stale (lower) mark only makes
 //!   the replay read more, since replaying a record twice in order gives the same table.
@@ -25,6 +26,9 @@
 //!   from the mark, not from `config/consumerOffset.json`, which is written on its own
 //!   schedule: a mark past acks whose effect that file had not yet recorded would
 //!   otherwise bring acknowledged offsets back.
+//! - After a replay a queue's cursor is at least the mark's: offsets below it that are not
+//!   in flight were acknowledged, and their checkpoints may lie before `replay_from`
+//!   (found by `tests/kill_during_pop.rs`: without it acknowledged messages came again).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -218,7 +222,17 @@ pub fn replay(
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mark {
     pub replay_from: u64,
-    pub floors: BTreeMap<QueueKey, u64>,
+    pub floors: BTreeMap<QueueKey, Floor>,
+}
+
+/// One queue's state in a [`Mark`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Floor {
+    /// Its lowest offset in flight, or its cursor: everything below is acknowledged.
+    pub watermark: u64,
+    /// Its cursor: offsets below it that are not in flight are acknowledged (or were
+    /// skipped by a filter), so they are never handed out as new again.
+    pub cursor: u64,
 }
 
 /// The mark to write now: the lowest checkpoint in flight in `table` (or the log's end,
@@ -230,7 +244,15 @@ pub fn next_mark(table: &PopTable, log_end: u64, written: &Mark) -> Mark {
             .lowest_ck()
             .unwrap_or(log_end)
             .max(written.replay_from),
-        floors: table.watermarks().into_iter().collect(),
+        floors: table
+            .keys()
+            .into_iter()
+            .filter_map(|key| {
+                let watermark = table.watermark(&key)?;
+                let cursor = table.queue(&key)?.cursor;
+                Some((key, Floor { watermark, cursor }))
+            })
+            .collect(),
     }
 }
 
@@ -249,12 +271,12 @@ pub fn rebuild(
     let applied = replay(store, queue, mark.replay_from, &mut table, |key| {
         mark.floors
             .get(key)
-            .copied()
-            .unwrap_or_else(|| fallback(key))
+            .map_or_else(|| fallback(key), |floor| floor.watermark)
     })?;
     for (key, floor) in &mark.floors {
-        if table.queue(key).is_none() {
-            table.open(key, *floor);
+        let cursor = table.open(key, floor.watermark).cursor;
+        if cursor < floor.cursor {
+            table.take_new(key, &[], floor.cursor, 0, 0);
         }
     }
     for key in table.keys() {
@@ -269,9 +291,9 @@ pub fn rebuild(
 #[serde(rename_all = "camelCase")]
 struct MarkFile {
     replay_from: u64,
-    /// `[group, topic, queueId, offset]`.
+    /// `[group, topic, queueId, watermark, cursor]`.
     #[serde(default)]
-    floors: Vec<(String, String, i32, u64)>,
+    floors: Vec<(String, String, i32, u64, u64)>,
 }
 
 /// The mark's file, `<shard dir>/pop/replay.json`.
@@ -303,14 +325,14 @@ impl ReplayMark {
                     floors: file
                         .floors
                         .into_iter()
-                        .map(|(group, topic, queue_id, offset)| {
+                        .map(|(group, topic, queue_id, watermark, cursor)| {
                             (
                                 QueueKey {
                                     group,
                                     topic,
                                     queue_id,
                                 },
-                                offset,
+                                Floor { watermark, cursor },
                             )
                         })
                         .collect(),
@@ -333,7 +355,15 @@ impl ReplayMark {
             floors: mark
                 .floors
                 .iter()
-                .map(|(key, offset)| (key.group.clone(), key.topic.clone(), key.queue_id, *offset))
+                .map(|(key, floor)| {
+                    (
+                        key.group.clone(),
+                        key.topic.clone(),
+                        key.queue_id,
+                        floor.watermark,
+                        floor.cursor,
+                    )
+                })
                 .collect(),
         };
         let json = serde_json::to_vec(&file).expect("the mark serialises");
@@ -386,7 +416,13 @@ mod tests {
         assert_eq!(mark.read().unwrap(), Mark::default());
         let written = Mark {
             replay_from: 42,
-            floors: BTreeMap::from([(QueueKey::new("g", "T", 2), 7)]),
+            floors: BTreeMap::from([(
+                QueueKey::new("g", "T", 2),
+                Floor {
+                    watermark: 7,
+                    cursor: 9,
+                },
+            )]),
         };
         mark.write(&written).unwrap();
         assert_eq!(ReplayMark::new(files, dir.path()).read().unwrap(), written);
