@@ -31,7 +31,7 @@ impl RetentionHolds for TimerHolds {
             holder: "timer store".to_string(),
             topic: TIMER_TOPIC.to_string(),
             queue_id: self.timers.queue,
-            queue_offset: self.timers.lowest_needed.get(),
+            queue_offset: self.timers.lowest_needed(),
         }]
     }
 

@@ -25,7 +25,7 @@
 //! - The store's state is borrowed only between awaits, so the shutdown checkpoint
 //!   ([`Timers::checkpoint`]) can always take it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -60,8 +60,7 @@ pub struct Timers {
     store: RefCell<TimerStore>,
     /// Woken when a timer message is stored on this shard.
     pub wake: Rc<tokio::sync::Notify>,
-    /// The lowest timer-queue offset still needed (for the retention hold).
-    pub lowest_needed: Cell<u64>,
+
 }
 
 impl Timers {
@@ -73,12 +72,10 @@ impl Timers {
         limits: TimerLimits,
     ) -> std::io::Result<Timers> {
         let store = TimerStore::open(files, &store_dir.join("timer"), limits)?;
-        let lowest = store.lowest_needed_offset();
         Ok(Timers {
             queue,
             store: RefCell::new(store),
             wake: Rc::new(tokio::sync::Notify::new()),
-            lowest_needed: Cell::new(lowest),
         })
     }
 
@@ -87,6 +84,14 @@ impl Timers {
     pub fn pending(&self, queue_end: u64) -> u64 {
         let store = self.store.borrow();
         store.pending() + queue_end.saturating_sub(store.indexed())
+    }
+
+    /// The lowest timer-queue offset still needed (the retention hold). Computed when
+    /// asked (a walk of the memory buffer), not on every scheduler pass: at one walk per
+    /// delivery it took most of the shard's CPU with a large backlog
+    /// (`perf/results/delivery-findings.md`).
+    pub fn lowest_needed(&self) -> u64 {
+        self.store.borrow().lowest_needed_offset()
     }
 
     /// Writes the state; at shutdown, and from the scheduler.
@@ -210,7 +215,6 @@ fn index_new(broker: &Broker, timers: &Timers, idle: bool) -> bool {
             break;
         }
     }
-    timers.lowest_needed.set(store.lowest_needed_offset());
     !entries.is_empty()
 }
 
@@ -318,7 +322,4 @@ fn update_figures(broker: &Broker, timers: &Timers) {
         .metrics
         .timer_pending
         .store(timers.pending(end), std::sync::atomic::Ordering::Relaxed);
-    timers
-        .lowest_needed
-        .set(timers.store.borrow().lowest_needed_offset());
 }
