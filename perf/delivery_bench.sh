@@ -30,8 +30,10 @@
 #
 # Usage: perf/delivery_bench.sh
 #   env: RUNS (3), DELAY_MESSAGES, DELAY_LEVELS, TIMER_MESSAGES, TIMER_LEAD, TIMER_SPAN,
-#        SENDBACK_MESSAGES, SIZE, CONNECTIONS, INFLIGHT, GRACE (30 s past the last due
-#        time before missing deliveries are given up on), FLUSH (the node's flushDiskType:
+#        SENDBACK_MESSAGES, SIZE, CONNECTIONS, INFLIGHT, GRACE (120 s past the last due
+#        time before missing deliveries are given up on; a run ends as soon as everything
+#        sent was received), NODE_SET (extra node settings, `key=value` separated by
+#        spaces, e.g. "timer_memory_entries=1024", for every node), FLUSH (the node's flushDiskType:
 #        unset for its default, ASYNC_FLUSH; or SYNC_FLUSH), NODE_CPU (1), LOAD_CPU (0),
 #        DIR (/var/tmp), RINGMQ_BIN (a binary to measure instead of building this
 #        checkout), RESULTS_TAG (appended to the results' names), ONLY (delay, timer or
@@ -48,7 +50,8 @@ SENDBACK_MESSAGES=${SENDBACK_MESSAGES:-100000}
 SIZE=${SIZE:-128}
 CONNECTIONS=${CONNECTIONS:-4}
 INFLIGHT=${INFLIGHT:-64}
-GRACE=${GRACE:-30}
+GRACE=${GRACE:-120}
+NODE_SET=${NODE_SET:-}
 NODE_CPU=${NODE_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 BASE=${DIR:-/var/tmp}
@@ -64,8 +67,9 @@ if [ -z "${RINGMQ_BIN:-}" ]; then
   cargo build --release --quiet
 fi
 BIN=${RINGMQ_BIN:-target/release/ringmq}
-FLUSH_ARGS=()
-[ -n "${FLUSH:-}" ] && FLUSH_ARGS=(--set "flush_disk_type=$FLUSH")
+NODE_ARGS=()
+[ -n "${FLUSH:-}" ] && NODE_ARGS=(--set "flush_disk_type=$FLUSH")
+for setting in $NODE_SET; do NODE_ARGS+=(--set "$setting"); done
 SCRIPT_START=$(date +%s)
 
 machine_load() { # label -> appends uptime and the busiest processes to $LOADS
@@ -91,7 +95,7 @@ start_node() { # serve args... -> NODE_PID, ADDR, METRICS
   DIR_NOW=$(mktemp -d "$BASE/ringmq-delivery-bench-XXXXXX")
   local log="$DIR_NOW/serve.log"
   taskset -c "$NODE_CPU" "$BIN" serve --dir "$DIR_NOW/store" --port 0 --namesrv-port 0 \
-    --metrics-port 0 --shards 1 "${FLUSH_ARGS[@]}" "$@" 2> "$log" &
+    --metrics-port 0 --shards 1 "${NODE_ARGS[@]}" "$@" 2> "$log" &
   NODE_PID=$!
   ADDR=
   for _ in $(seq 1 200); do
@@ -164,10 +168,10 @@ ELAPSED=$(( $(date +%s) - SCRIPT_START ))
 python3 - "$RAW" "$OUT/$NAME.md" "$LOADS" "$ELAPSED" "$(nproc)" "$NODE_CPU" "$LOAD_CPU" \
   "$DELAY_MESSAGES" "$DELAY_LEVELS" "$TIMER_MESSAGES" "$TIMER_LEAD" "$TIMER_SPAN" \
   "$SENDBACK_MESSAGES" "$SIZE" "$CONNECTIONS" "$INFLIGHT" "${FLUSH:-ASYNC_FLUSH (default)}" \
-  "$GRACE" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" <<'PY'
+  "$GRACE" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "${NODE_SET:-none}" <<'PY'
 import json, statistics, sys
 (raw, out, loads, elapsed, cores, node_cpu, load_cpu, delay_n, levels, timer_n, lead, span,
- sendback_n, size, conns, inflight, flush, grace, commit) = sys.argv[1:]
+ sendback_n, size, conns, inflight, flush, grace, commit, node_set) = sys.argv[1:]
 rows = [json.loads(line) for line in open(raw)]
 
 def get(row, path):
@@ -196,7 +200,8 @@ L = [
     f"Command: `perf/delivery_bench.sh` (commit {commit}); {len(set(r['run'] for r in rows))} runs, "
     f"{elapsed} s in all. Machine: {cores} cores; the node (`ringmq serve`, release, 1 shard, "
     f"flushDiskType {flush}) pinned to CPU {node_cpu}, the load generator (`ringmq bench`) to "
-    f"CPU {load_cpu}, a fresh node in a temporary directory for every benchmark run.",
+    f"CPU {load_cpu}, a fresh node in a temporary directory for every benchmark run; extra node "
+    f"settings: {node_set}.",
     "",
     "Settings:",
     f"- delayed: {delay_n} messages, `DELAY` levels 1..n in turn, the node's `messageDelayLevel` "
@@ -216,12 +221,13 @@ L = [
     "consumer's receipt time minus the due time (adds the pull path and the load generator's own "
     "scheduling). Milliseconds, one wall clock. `early` counts deliveries before their due time. "
     "Memory: the node's VmRSS when the last send was acknowledged (`at backlog`), the largest VmRSS "
-    "sampled every 100 ms, and VmHWM, in MB. Target from the issue: p99 lateness under 50 ms.",
+    "sampled every 100 ms, and VmHWM, in MB; VmRSS counts the pages of the store's mapped files the node "
+    "touched, so RssAnon (heap and stacks, what pending timers cost) is given apart. Target from the issue: p99 lateness under 50 ms.",
     "",
     "## Medians over the runs",
     "",
-    "| benchmark | sent | delivered | missing | dup | early (store) | store p50 | store p99 | store max | receipt p50 | receipt p99 | receipt max | send msgs/s | RSS at backlog MB | RSS peak MB | VmHWM MB |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "| benchmark | sent | delivered | missing | dup | early (store) | store p50 | store p99 | store max | receipt p50 | receipt p99 | receipt max | send msgs/s | VmRSS at backlog MB | VmRSS peak MB | VmHWM MB | RssAnon at backlog MB | RssAnon peak MB |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
 for label in ("delay", "timer"):
     if not any(r["label"] == label for r in rows):
@@ -232,7 +238,8 @@ for label in ("delay", "timer"):
         f"{median(label, 'lateness_store.p50_ms')} | {median(label, 'lateness_store.p99_ms')} | {median(label, 'lateness_store.max_ms')} | "
         f"{median(label, 'lateness_receipt.p50_ms')} | {median(label, 'lateness_receipt.p99_ms')} | {median(label, 'lateness_receipt.max_ms')} | "
         f"{median(label, 'send.msgs_per_sec')} | {mb(label, 'node_memory.rss_at_backlog_kb')} | "
-        f"{mb(label, 'node_memory.rss_sampled_peak_kb')} | {mb(label, 'node_memory.vmhwm_kb')} |"
+        f"{mb(label, 'node_memory.rss_sampled_peak_kb')} | {mb(label, 'node_memory.vmhwm_kb')} | "
+        f"{mb(label, 'node_memory.anon_at_backlog_kb')} | {mb(label, 'node_memory.anon_sampled_peak_kb')} |"
     )
 if any(r["label"] == "sendback" for r in rows):
     L += [
@@ -249,8 +256,8 @@ L += [
     "",
     "## Every run",
     "",
-    "| run | benchmark | exit | sent | send errors | send s | delivered | missing | dup | pending at send end | sent after 1st due | early | store p50/p90/p99/p99.9/max ms | receipt p50/p99/max ms | RSS backlog/peak/HWM MB | node CPU us/msg | load avg |",
-    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|",
+    "| run | benchmark | exit | sent | send errors | send s | delivered | missing | dup | pending at send end | sent after 1st due | early | store p50/p90/p99/p99.9/max ms | receipt p50/p99/max ms | VmRSS backlog/peak/HWM MB | RssAnon backlog/peak/end, RssFile end MB | node CPU us/msg | load avg |",
+    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|",
 ]
 def kb(v):
     return f"{v / 1024:.0f}" if v is not None else "?"
@@ -264,6 +271,7 @@ for r in rows:
         f"{r['pending_at_send_end']} | {r['sent_after_first_due']} | {s['early']} | "
         f"{s['p50_ms']}/{s['p90_ms']}/{s['p99_ms']}/{s['p999_ms']}/{s['max_ms']} | {c['p50_ms']}/{c['p99_ms']}/{c['max_ms']} | "
         f"{kb(m['rss_at_backlog_kb'])}/{kb(m['rss_sampled_peak_kb'])}/{kb(m['vmhwm_kb'])} | "
+        f"{kb(m.get('anon_at_backlog_kb'))}/{kb(m.get('anon_sampled_peak_kb'))}/{kb(m.get('anon_at_end_kb'))}, {kb(m.get('file_at_end_kb'))} | "
         f"{(r['node_cpu_us_per_msg'] or 0):.1f} | {r['loadavg']} |"
     )
 for r in rows:
@@ -273,11 +281,11 @@ for r in rows:
             f"| {r['run']} | sendback | {r['exit_status']} | {p['messages']} plain, {b['messages']} back | "
             f"{p['errors']}+{b['errors']} | {p['elapsed_s']:.1f}+{b['elapsed_s']:.1f} | plain {p['msgs_per_sec']:.0f}/s, "
             f"back {b['msgs_per_sec']:.0f}/s, ratio {r['ratio']:.2f} | | | | | | plain p50/p99 {p['p50_us']}/{p['p99_us']} us; "
-            f"back p50/p99 {b['p50_us']}/{b['p99_us']} us | | | {(b['node_cpu_us_per_msg'] or 0):.1f} (back) | {r['loadavg']} |"
+            f"back p50/p99 {b['p50_us']}/{b['p99_us']} us | | | | {(b['node_cpu_us_per_msg'] or 0):.1f} (back) | {r['loadavg']} |"
         )
 for r in rows:
     if r.get("failed"):
-        L.append(f"| {r['run']} | {r['label']} | {r['exit_status']} | the benchmark printed no summary | | | | | | | | | | | | | {r['loadavg']} |")
+        L.append(f"| {r['run']} | {r['label']} | {r['exit_status']} | the benchmark printed no summary | | | | | | | | | | | | | | {r['loadavg']} |")
 per_level = [r for r in rows if r["label"] == "delay" and r.get("per_level")]
 if per_level:
     L += ["", "Delay lateness (store) per level, ms, each run: p50/p99/max", ""]
@@ -285,10 +293,11 @@ if per_level:
     L.append("|---:|" + "---|" * len(per_level[0]["per_level"]))
     for r in per_level:
         L.append(f"| {r['run']} | " + " | ".join(f"{l['p50_ms']}/{l['p99_ms']}/{l['max_ms']}" for l in r["per_level"]) + " |")
-L += ["", "The node's own counters at the end of each run (its lateness is due time to the copy's acknowledgement):", ""]
+L += ["", "The node's own counters at the end of each run, those not 0 (its lateness is due time to the copy's acknowledgement, summed):", ""]
 for r in rows:
     c = r.get("node_counters", {})
-    picked = {k: v for k, v in c.items() if "lateness" in k or "delivered" in k or "retries" in k or k == "error"}
+    picked = {k: v for k, v in c.items()
+              if k == "error" or (v and ("lateness" in k or "delivered" in k or "retries" in k or "skipped" in k))}
     L.append(f"- run {r['run']} {r['label']}: " + (", ".join(f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}" for k, v in sorted(picked.items())) or "none"))
 L += ["", "## Machine load during the runs", "", "```"] + open(loads).read().rstrip().splitlines() + ["```"]
 open(out, "w").write("\n".join(L) + "\n")

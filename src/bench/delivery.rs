@@ -98,17 +98,39 @@ pub struct SendFigures {
     pub node_cpu_us_per_msg: Option<f64>,
 }
 
-/// The node's memory, kB (with `node_pid`).
+/// The node's memory, kB (with `node_pid`). VmRSS counts the pages of the store's mapped
+/// files the node touched as well as its heap; RssAnon is the heap (and stacks) alone,
+/// which is what pending timers cost.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct NodeMemory {
     /// VmRSS when the last send was acknowledged: the backlog is fullest about then.
     pub rss_at_backlog_kb: Option<u64>,
+    /// RssAnon at the same moment.
+    pub anon_at_backlog_kb: Option<u64>,
     /// The largest VmRSS sampled (every 100 ms) during the run.
     pub rss_sampled_peak_kb: Option<u64>,
-    /// VmHWM at the end: the peak over the node's life.
+    /// The largest RssAnon sampled (every 100 ms) during the run.
+    pub anon_sampled_peak_kb: Option<u64>,
+    /// VmHWM at the end: the peak VmRSS over the node's life.
     pub vmhwm_kb: Option<u64>,
     /// VmRSS at the end.
     pub rss_at_end_kb: Option<u64>,
+    /// RssAnon and RssFile at the end.
+    pub anon_at_end_kb: Option<u64>,
+    pub file_at_end_kb: Option<u64>,
+}
+
+impl NodeMemory {
+    /// The figures read at the end of a run, with those gathered during it.
+    fn at_end(node: Option<NodeProcess>, during: NodeMemory) -> NodeMemory {
+        NodeMemory {
+            vmhwm_kb: node.and_then(|n| n.status_kb("VmHWM")),
+            rss_at_end_kb: node.and_then(|n| n.status_kb("VmRSS")),
+            anon_at_end_kb: node.and_then(|n| n.status_kb("RssAnon")),
+            file_at_end_kb: node.and_then(|n| n.status_kb("RssFile")),
+            ..during
+        }
+    }
 }
 
 /// Lateness of one delay level.
@@ -469,12 +491,18 @@ async fn read_queue(
     }
 }
 
-/// Samples the node's VmRSS until aborted; the peak is kept in `peak`.
-async fn sample_rss(node: NodeProcess, peak: Rc<Cell<Option<u64>>>) {
+/// Samples the node's VmRSS and RssAnon until aborted; their peaks are kept in `peaks`.
+async fn sample_rss(node: NodeProcess, peaks: Rc<Cell<(Option<u64>, Option<u64>)>>) {
+    let higher = |old: Option<u64>, new: Option<u64>| match (old, new) {
+        (Some(old), Some(new)) => Some(old.max(new)),
+        (old, new) => old.or(new),
+    };
     loop {
-        if let Some(rss) = node.status_kb("VmRSS") {
-            peak.set(Some(peak.get().map_or(rss, |p| p.max(rss))));
-        }
+        let (rss, anon) = peaks.get();
+        peaks.set((
+            higher(rss, node.status_kb("VmRSS")),
+            higher(anon, node.status_kb("RssAnon")),
+        ));
         tokio::time::sleep(RSS_EVERY).await;
     }
 }
@@ -522,8 +550,8 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
             ))
         })
         .collect();
-    let rss_peak = Rc::new(Cell::new(None));
-    let sampler = node.map(|node| tokio::task::spawn_local(sample_rss(node, rss_peak.clone())));
+    let peaks = Rc::new(Cell::new((None, None)));
+    let sampler = node.map(|node| tokio::task::spawn_local(sample_rss(node, peaks.clone())));
 
     let started = Instant::now();
     let start_ms = now_ms();
@@ -577,6 +605,7 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
     let sends_done_ms = now_ms();
     let cpu_sent = node.and_then(|n| n.cpu_seconds());
     let rss_at_backlog = node.and_then(|n| n.status_kb("VmRSS"));
+    let anon_at_backlog = node.and_then(|n| n.status_kb("RssAnon"));
     let pending_at_send_end = sends.ok.get().saturating_sub(collector.delivered.get());
     let sent_after_first_due = sends.acked_after.get();
     if options.progress {
@@ -616,12 +645,16 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
     if let Some(sampler) = &sampler {
         sampler.abort();
     }
-    let node_memory = NodeMemory {
-        rss_at_backlog_kb: rss_at_backlog,
-        rss_sampled_peak_kb: rss_peak.get(),
-        vmhwm_kb: node.and_then(|n| n.status_kb("VmHWM")),
-        rss_at_end_kb: node.and_then(|n| n.status_kb("VmRSS")),
-    };
+    let node_memory = NodeMemory::at_end(
+        node,
+        NodeMemory {
+            rss_at_backlog_kb: rss_at_backlog,
+            anon_at_backlog_kb: anon_at_backlog,
+            rss_sampled_peak_kb: peaks.get().0,
+            anon_sampled_peak_kb: peaks.get().1,
+            ..NodeMemory::default()
+        },
+    );
 
     // Due times (read before `seen` is borrowed: the reads await).
     let mut due_of: Vec<i64> = vec![i64::MIN; options.messages as usize];
@@ -773,8 +806,13 @@ pub fn print_delivery_summary(summary: &DeliverySummary) {
     }
     let m = &summary.node_memory;
     println!(
-        "  node memory kB: VmRSS at backlog {:?}, sampled peak {:?}, VmHWM {:?}, at end {:?}; node CPU us/msg {:?}",
-        m.rss_at_backlog_kb, m.rss_sampled_peak_kb, m.vmhwm_kb, m.rss_at_end_kb, summary.node_cpu_us_per_msg
+        "  node memory kB: VmRSS at backlog {:?}, sampled peak {:?}, VmHWM {:?}, at end {:?}; RssAnon at backlog {:?}, sampled peak {:?}, at end {:?}; RssFile at end {:?}",
+        m.rss_at_backlog_kb, m.rss_sampled_peak_kb, m.vmhwm_kb, m.rss_at_end_kb,
+        m.anon_at_backlog_kb, m.anon_sampled_peak_kb, m.anon_at_end_kb, m.file_at_end_kb
+    );
+    println!(
+        "  node CPU us per delivered message: {:?}",
+        summary.node_cpu_us_per_msg
     );
     if !summary.consume_errors_by_code.is_empty() {
         println!("  consume errors {:?}", summary.consume_errors_by_code);
@@ -920,12 +958,7 @@ pub async fn send_back(options: SendBackOptions) -> anyhow::Result<SendBackSumma
         plain,
         send_back,
         scheduled_copies: scheduled_after.saturating_sub(scheduled_before),
-        node_memory: NodeMemory {
-            rss_at_backlog_kb: None,
-            rss_sampled_peak_kb: None,
-            vmhwm_kb: node.and_then(|n| n.status_kb("VmHWM")),
-            rss_at_end_kb: node.and_then(|n| n.status_kb("VmRSS")),
-        },
+        node_memory: NodeMemory::at_end(node, NodeMemory::default()),
     })
 }
 
