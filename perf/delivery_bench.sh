@@ -59,10 +59,9 @@ ONLY=${ONLY:-}
 OUT=perf/results
 NAME="delivery-lateness${RESULTS_TAG:-}"
 RAW="$OUT/$NAME.raw.jsonl"
-LOADS="$OUT/$NAME.load.txt"
+LOADS=$(mktemp)
 mkdir -p "$OUT"
 : > "$RAW"
-: > "$LOADS"
 if [ -z "${RINGMQ_BIN:-}" ]; then
   cargo build --release --quiet
 fi
@@ -87,6 +86,7 @@ cleanup() {
     kill -TERM "$NODE_PID"; wait "$NODE_PID" || true
   fi
   [ -n "$DIR_NOW" ] && rm -rf "$DIR_NOW"
+  rm -f "$LOADS"
   return 0
 }
 trap cleanup EXIT
