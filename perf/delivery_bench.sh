@@ -76,6 +76,10 @@ machine_load() { # label -> appends uptime and the busiest processes to $LOADS
     echo "== $1 ($(date -u +%H:%M:%S) UTC)"
     uptime
     top -bn1 | sed -n '7,14p'
+    # Compilers running beside the benchmark make its figures noisy: said in the results.
+    if pgrep -x 'rustc|cc|cc1|cc1plus|ld|rust-lld|clippy-driver' > /dev/null; then
+      echo "BUSY: compilers running: $(pgrep -x -l 'rustc|cc|cc1|cc1plus|ld|rust-lld|clippy-driver' | awk '{print $2}' | sort | uniq -c | xargs)"
+    fi
   } >> "$LOADS"
 }
 
@@ -299,7 +303,15 @@ for r in rows:
     picked = {k: v for k, v in c.items()
               if k == "error" or (v and ("lateness" in k or "delivered" in k or "retries" in k or "skipped" in k))}
     L.append(f"- run {r['run']} {r['label']}: " + (", ".join(f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}" for k, v in sorted(picked.items())) or "none"))
-L += ["", "## Machine load during the runs", "", "```"] + open(loads).read().rstrip().splitlines() + ["```"]
+load_text = open(loads).read()
+busy = [line for line in load_text.splitlines() if line.startswith("BUSY")]
+L += ["", "## Machine load during the runs", ""]
+if busy:
+    L += [f"**Other processes were compiling during {len(busy)} of the {load_text.count('== ')} load checks "
+          "(at the start of each benchmark and at the end): the figures are noisy.**", ""]
+else:
+    L += ["No compiler was running at any load check (at the start of each benchmark and at the end).", ""]
+L += ["```"] + load_text.rstrip().splitlines() + ["```"]
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY
