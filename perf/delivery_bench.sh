@@ -77,8 +77,10 @@ machine_load() { # label -> appends uptime and the busiest processes to $LOADS
     uptime
     top -bn1 | sed -n '7,14p'
     # Compilers running beside the benchmark make its figures noisy: said in the results.
-    if pgrep -x 'rustc|cc|cc1|cc1plus|ld|rust-lld|clippy-driver' > /dev/null; then
-      echo "BUSY: compilers running: $(pgrep -x -l 'rustc|cc|cc1|cc1plus|ld|rust-lld|clippy-driver' | awk '{print $2}' | sort | uniq -c | xargs)"
+    local compilers
+    compilers=$(ps -eo comm= | grep -xE 'rustc|cc|cc1|cc1plus|ld|rust-lld|clippy-driver' | sort | uniq -c | xargs || true)
+    if [ -n "$compilers" ]; then
+      echo "BUSY: compilers running: $compilers"
     fi
   } >> "$LOADS"
 }
