@@ -12,11 +12,16 @@ use clap::{Args, Parser, Subcommand};
 // glibc's malloc.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use ringmq::bench::delivery::{
+    print_delivery_summary, print_send_back_summary, run_delivery, run_send_back, DeliveryOptions,
+    SendBackOptions, Waiting,
+};
 use ringmq::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
 use ringmq::bench::wire::{
     print_consume_summary, print_produce_summary, run_consume, run_embedded, run_produce,
     ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, ProducerIo, SendMode,
 };
+use ringmq::broker::delay::DelayLevels;
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
 use ringmq::node::{self, NodeOptions};
@@ -175,6 +180,165 @@ enum BenchCommand {
     Produce(ProduceArgs),
     /// Pull messages from a node over the remoting protocol.
     Consume(ConsumeArgs),
+    /// Delay levels under a backlog: send messages with `DELAY` levels in turn, pull their
+    /// deliveries, and report lateness (delivered minus due), losses and the node's memory.
+    Delayed(DelayedArgs),
+    /// Timer messages under a backlog: send messages with `TIMER_DELIVER_MS` spread over a
+    /// window, pull their deliveries, and report lateness, losses and the node's memory.
+    Timers(TimersArgs),
+    /// CONSUMER_SEND_MSG_BACK throughput: store messages with plain sends, then hand each
+    /// back; reports both rates and their ratio.
+    SendBack(SendBackArgs),
+}
+
+/// What `bench delayed`, `bench timers` and `bench send-back` share.
+#[derive(Args)]
+struct DeliveryLoadArgs {
+    /// The broker's remoting address.
+    #[arg(long)]
+    addr: String,
+    /// Messages to send.
+    #[arg(long)]
+    messages: u64,
+    /// Message body size in bytes (at least 12: the body names its sequence number).
+    #[arg(long, default_value_t = 128)]
+    size: usize,
+    /// Queues of the topic the messages go to.
+    #[arg(long, default_value_t = 4)]
+    queues: usize,
+    /// Connections the requests go over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Requests in flight on each connection (one message each).
+    #[arg(long, default_value_t = 64)]
+    inflight: usize,
+    /// The node's process id: its memory and CPU time are read from /proc.
+    #[arg(long)]
+    node_pid: Option<u32>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct DelayedArgs {
+    #[command(flatten)]
+    load: DeliveryLoadArgs,
+    /// The node's `messageDelayLevel` (it must match: due times are computed from it).
+    #[arg(long, default_value = "1s 2s 5s 10s 20s 30s")]
+    levels: String,
+    #[arg(long, default_value = "DelayBench")]
+    topic: String,
+    /// Seconds past the last due time to wait for deliveries still missing.
+    #[arg(long, default_value_t = 30.0)]
+    grace: f64,
+}
+
+#[derive(Args)]
+struct TimersArgs {
+    #[command(flatten)]
+    load: DeliveryLoadArgs,
+    /// Seconds from the first send to the earliest due time.
+    #[arg(long, default_value_t = 40.0)]
+    lead: f64,
+    /// Seconds the due times are spread over, after the lead.
+    #[arg(long, default_value_t = 50.0)]
+    span: f64,
+    #[arg(long, default_value = "TimerBench")]
+    topic: String,
+    /// Seconds past the last due time to wait for deliveries still missing.
+    #[arg(long, default_value_t = 30.0)]
+    grace: f64,
+}
+
+#[derive(Args)]
+struct SendBackArgs {
+    #[command(flatten)]
+    load: DeliveryLoadArgs,
+    #[arg(long, default_value = "SendBackBench")]
+    topic: String,
+    /// The consumer group handing messages back.
+    #[arg(long, default_value = "ringmq-send-back-bench")]
+    group: String,
+    /// The header's delayLevel: 0 lets the node choose (level 3 on a first retry), -1
+    /// sends straight to the dead-letter queue.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    delay_level: i32,
+}
+
+fn seconds(what: &str, value: f64) -> anyhow::Result<Duration> {
+    if !(value >= 0.0 && value.is_finite()) {
+        anyhow::bail!("--{what} {value}: must be a number of seconds, 0 or more");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+fn delivery_options(
+    load: &DeliveryLoadArgs,
+    topic: String,
+    waiting: Waiting,
+    grace: f64,
+) -> anyhow::Result<DeliveryOptions> {
+    Ok(DeliveryOptions {
+        addr: resolve(&load.addr)?,
+        waiting,
+        messages: load.messages,
+        size: load.size,
+        topic,
+        queues: load.queues,
+        connections: load.connections,
+        inflight: load.inflight,
+        grace: seconds("grace", grace)?,
+        node_pid: load.node_pid,
+        progress: !load.quiet,
+    })
+}
+
+fn bench_delayed(args: DelayedArgs) -> anyhow::Result<ExitCode> {
+    let levels = DelayLevels::parse(&args.levels)
+        .map_err(|why| anyhow::anyhow!("--levels {:?}: {why}", args.levels))?;
+    let options = delivery_options(
+        &args.load,
+        args.topic,
+        Waiting::Delay { levels },
+        args.grace,
+    )?;
+    let summary = run_delivery(options)?;
+    report(args.load.json, &summary, print_delivery_summary)?;
+    Ok(exit_code(summary.send.errors + summary.missing))
+}
+
+fn bench_timers(args: TimersArgs) -> anyhow::Result<ExitCode> {
+    let waiting = Waiting::Timer {
+        lead: seconds("lead", args.lead)?,
+        span: seconds("span", args.span)?,
+    };
+    let options = delivery_options(&args.load, args.topic, waiting, args.grace)?;
+    let summary = run_delivery(options)?;
+    report(args.load.json, &summary, print_delivery_summary)?;
+    Ok(exit_code(summary.send.errors + summary.missing))
+}
+
+fn bench_send_back(args: SendBackArgs) -> anyhow::Result<ExitCode> {
+    let load = &args.load;
+    let summary = run_send_back(SendBackOptions {
+        addr: resolve(&load.addr)?,
+        messages: load.messages,
+        size: load.size,
+        topic: args.topic,
+        queues: load.queues,
+        connections: load.connections,
+        inflight: load.inflight,
+        group: args.group,
+        delay_level: args.delay_level,
+        node_pid: load.node_pid,
+        progress: !load.quiet,
+    })?;
+    report(load.json, &summary, print_send_back_summary)?;
+    Ok(exit_code(summary.plain.errors + summary.send_back.errors))
 }
 
 /// The embedded run: a node of its own (temporary directory, free ports), a produce round,
@@ -417,6 +581,18 @@ fn main() -> ExitCode {
             command: Some(BenchCommand::Consume(args)),
             ..
         }) => bench_consume(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Delayed(args)),
+            ..
+        }) => bench_delayed(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Timers(args)),
+            ..
+        }) => bench_timers(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::SendBack(args)),
+            ..
+        }) => bench_send_back(args),
         Command::Bench(BenchArgs {
             command: None,
             embedded,

@@ -1,9 +1,13 @@
 //! Load generators: `ringmq bench store` drives the embedded store in-process;
 //! `ringmq bench produce` / `consume` (and the embedded `ringmq bench`) drive a node over
-//! the network with the in-project client.
+//! the network with the in-project client; `ringmq bench delayed`, `timers` and
+//! `send-back` measure a node's delay levels, timer messages and CONSUMER_SEND_MSG_BACK
+//! (`bench/delivery.rs`).
 
 mod counters;
+pub mod delivery;
 pub mod latency;
+pub mod lateness;
 mod produce_run;
 pub mod store;
 mod threads;

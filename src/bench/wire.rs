@@ -119,7 +119,7 @@ async fn report_progress(what: &'static str, counters: Arc<Counters>) {
 }
 
 /// Runs `future` on a new thread with a current-thread runtime and a `LocalSet`.
-fn on_own_thread<T, F>(name: &str, make: F) -> anyhow::Result<T>
+pub(super) fn on_own_thread<T, F>(name: &str, make: F) -> anyhow::Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<T>>>>
