@@ -492,6 +492,10 @@ struct ConsumeArgs {
     /// Long-polling suspension in milliseconds (0: no suspension).
     #[arg(long, default_value_t = 1000)]
     suspend_ms: u64,
+    /// Pop instead of pull (POP_MESSAGE, at most 32 a pop, long-polling for
+    /// `--suspend-ms`), acknowledging each pop with one BATCH_ACK_MESSAGE.
+    #[arg(long)]
+    pop: bool,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -749,6 +753,7 @@ fn bench_consume(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     options.from = args.from_offset;
     options.max_per_pull = args.max_per_pull;
     options.suspend = Duration::from_millis(args.suspend_ms);
+    options.pop = args.pop;
     options.messages = messages;
     options.duration = duration;
     options.progress = !args.run.quiet;

@@ -67,6 +67,8 @@ pub struct ConsumeOptions {
     pub messages: Option<u64>,
     pub duration: Option<Duration>,
     pub progress: bool,
+    /// Pop (POP_MESSAGE, acknowledged by one BATCH_ACK_MESSAGE per pop) instead of pull.
+    pub pop: bool,
 }
 
 impl ConsumeOptions {
@@ -83,6 +85,7 @@ impl ConsumeOptions {
             messages: Some(200_000),
             duration: None,
             progress: false,
+            pop: false,
         }
     }
 }
@@ -293,6 +296,9 @@ fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
 }
 
 async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
+    if run.options.pop {
+        return pop_queue(run, client, queue_id).await;
+    }
     let options = &run.options;
     let counters = &run.counters;
     let start = match options.from {
@@ -359,6 +365,111 @@ async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
             return;
         }
     }
+}
+
+/// Invisible time of the bench's pops: longer than any run, so nothing comes back.
+const BENCH_INVISIBLE_MS: i64 = 300_000;
+
+/// The pop loop of one queue: pop, count the records, acknowledge them all in one batch
+/// (the offsets from `msgOffsetInfo`, as a client builds its batch ack).
+async fn pop_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
+    let options = &run.options;
+    let counters = &run.counters;
+    let timeout = crate::client::DEFAULT_TIMEOUT + options.suspend;
+    let max = options.max_per_pull.min(32).to_string();
+    let queue = queue_id.to_string();
+    let invisible = BENCH_INVISIBLE_MS.to_string();
+    let poll = options.suspend.as_millis().to_string();
+    loop {
+        let mut fields = crate::remoting::ExtFields::new();
+        for (name, value) in [
+            ("consumerGroup", options.group.as_str()),
+            ("topic", options.topic.as_str()),
+            ("queueId", queue.as_str()),
+            ("maxMsgNums", max.as_str()),
+            ("invisibleTime", invisible.as_str()),
+            ("pollTime", poll.as_str()),
+            ("bornTime", "0"),
+            ("initMode", "0"),
+        ] {
+            fields.insert(name.into(), value);
+        }
+        let pop = RemotingCommand::request(codes::POP_MESSAGE, fields);
+        let outcome = client.request_with_timeout(pop, timeout).await;
+        run.pulls.set(run.pulls.get() + 1);
+        match outcome {
+            Ok(answer) if answer.code == response::SUCCESS => {
+                if let Err(error) = take_records(counters, &answer.body) {
+                    counters.error(format!("decode: {error}"), 0);
+                }
+                match batch_ack_of(options, queue_id, &answer) {
+                    Some(ack) => match client.request(ack).await {
+                        Ok(reply) if reply.code == response::SUCCESS => {}
+                        Ok(reply) => counters.error(format!("ack:{}", reply.code), 0),
+                        Err(error) => counters.error(format!("ack io:{:?}", error.kind()), 0),
+                    },
+                    None => counters.error("pop answer without offsets".into(), 0),
+                }
+            }
+            Ok(answer) if answer.code == response::POLLING_TIMEOUT => {}
+            Ok(answer) => {
+                counters.error(answer.code.to_string(), 0);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => {
+                counters.error(format!("io:{:?}", error.kind()), 0);
+                if client.is_closed() {
+                    run.finished.notify_one();
+                    return;
+                }
+            }
+        }
+        if run.target_reached() {
+            run.finished.notify_one();
+            return;
+        }
+    }
+}
+
+/// The BATCH_ACK_MESSAGE acknowledging everything a pop `answer` handed out.
+fn batch_ack_of(
+    options: &ConsumeOptions,
+    queue_id: i32,
+    answer: &RemotingCommand,
+) -> Option<RemotingCommand> {
+    let pop_time: i64 = answer.ext_fields.get("popTime")?.parse().ok()?;
+    let start: u64 = answer
+        .ext_fields
+        .get("startOffsetInfo")?
+        .split(' ')
+        .nth(2)?
+        .parse()
+        .ok()?;
+    let offsets: Vec<u64> = answer
+        .ext_fields
+        .get("msgOffsetInfo")?
+        .split(' ')
+        .nth(2)?
+        .split(',')
+        .filter_map(|offset| offset.parse().ok())
+        .collect();
+    let span = offsets.iter().max()? - start + 1;
+    let mut bits = vec![0u8; span.div_ceil(8) as usize];
+    for offset in offsets {
+        let bit = offset - start;
+        bits[(bit / 8) as usize] |= 1 << (bit % 8);
+    }
+    let body = serde_json::json!({
+        "acks": [{"c": options.group, "t": options.topic, "r": "0", "so": start,
+                  "q": queue_id, "rq": 0, "pt": pop_time, "it": BENCH_INVISIBLE_MS, "b": bits}]
+    });
+    Some(
+        RemotingCommand::request(
+            codes::BATCH_ACK_MESSAGE,
+            crate::remoting::ExtFields::new(),
+        )
+        .with_body(body.to_string()),
+    )
 }
 
 /// Runs a consume round; must be called inside a `LocalSet`.
