@@ -152,6 +152,9 @@ pub struct TimerStore {
     late: VecDeque<TimerKey>,
     /// Late keys taken whose delivery is not acknowledged yet.
     late_in_flight: BTreeSet<TimerKey>,
+    /// Normal keys taken whose delivery is not acknowledged yet, in taking order: their
+    /// records are still needed (a crash delivers them again).
+    normal_in_flight: VecDeque<TimerKey>,
     runs: BTreeMap<u64, Run>,
     /// Each run with keys left: its head.
     heads: BinaryHeap<Reverse<(TimerKey, u64)>>,
@@ -235,6 +238,7 @@ impl TimerStore {
             buffer: BTreeSet::new(),
             late: checkpoint.late.iter().copied().collect(),
             late_in_flight: BTreeSet::new(),
+            normal_in_flight: VecDeque::new(),
             runs: BTreeMap::new(),
             heads: BinaryHeap::new(),
             drained: Vec::new(),
@@ -392,6 +396,7 @@ impl TimerStore {
             .late
             .iter()
             .chain(&self.late_in_flight)
+            .chain(&self.normal_in_flight)
             .map(|key| key.offset)
             .min();
         let runs = self.runs.values().map(|run| run.min_offset).min();
@@ -489,6 +494,7 @@ impl TimerStore {
                     }
                 }
                 self.taken = Some(key);
+                self.normal_in_flight.push_back(key);
             }
         }
         Ok(())
@@ -512,6 +518,12 @@ impl TimerStore {
                     "acknowledged {key:?} out of order (delivered {:?}, taken {:?})",
                     self.delivered,
                     self.taken
+                );
+                let oldest = self.normal_in_flight.pop_front();
+                assert_eq!(
+                    oldest,
+                    Some(key),
+                    "normal keys are acknowledged in taking order"
                 );
                 self.delivered = Some(key);
                 let delivered = key;
@@ -748,6 +760,34 @@ mod tests {
         assert!(
             again.starts_with(&after),
             "after the checkpoint, again: {again:?} {after:?}"
+        );
+    }
+
+    #[test]
+    fn a_key_in_flight_keeps_its_record_held_until_acknowledged() {
+        let disk = Arc::new(SimDisk::new(crate::io::sim::SimConfig::with_seed(6)));
+        let mut store = TimerStore::open(disk, Path::new("/t"), TimerLimits::default()).unwrap();
+        store.index(key(100, 0));
+        store.index(key(200, 1));
+        assert_eq!(store.lowest_needed_offset(), 0);
+        let (first, lane) = store.peek().unwrap();
+        assert_eq!((first, lane), (key(100, 0), Lane::Normal));
+        store.take(first, lane).unwrap();
+        // Taken, not delivered: a crash delivers it again from its record.
+        assert_eq!(store.lowest_needed_offset(), 0);
+        store.acknowledge(first, lane);
+        assert_eq!(store.lowest_needed_offset(), 1);
+        store.index(key(50, 2));
+        let (late, lane) = store.peek().unwrap();
+        assert_eq!(lane, Lane::Late);
+        store.take(late, lane).unwrap();
+        assert_eq!(store.lowest_needed_offset(), 1, "the key at 1 still waits");
+        drain_due(&mut store, 1000);
+        store.acknowledge(late, lane);
+        assert_eq!(
+            store.lowest_needed_offset(),
+            3,
+            "nothing left: the queue's end"
         );
     }
 
