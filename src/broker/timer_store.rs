@@ -571,6 +571,9 @@ impl TimerStore {
             bytes.extend_from_slice(&crc.to_be_bytes());
             bytes.extend_from_slice(&RUN_MAGIC.to_be_bytes());
             self.files.write_file_synced(&self.run_path(seq), &bytes)?;
+            // The run's name must be durable before a checkpoint names it: the checkpoint's
+            // rename can reach the disk without the run's creation otherwise.
+            self.files.sync_dir(&self.dir)?;
             self.next_seq += 1;
             let keys = std::mem::take(&mut self.buffer);
             let min_offset = keys.iter().map(|key| key.offset).min().expect("not empty");
