@@ -39,10 +39,15 @@
 //!
 //! Recovery ([`TimerStore::open`]): runs are opened at their first key above `delivered`;
 //! the queue is indexed again from `runs_cover` with [`TimerStore::index_recovered`], which
-//! skips keys at or below `delivered` at offsets below the checkpoint's `indexed` (those
-//! were delivered, or are in the saved late lane). What a crash can cost is duplicates:
-//! deliveries acknowledged after the last checkpoint are made again. Nothing is lost, and
-//! nothing is delivered before its due time, since due times come from the queue.
+//! skips keys at or below the checkpoint's `delivered` at offsets below its `indexed`
+//! (those were delivered) and the keys of the saved late lane (restored as they were).
+//! That rule is the opened checkpoint's, fixed: `delivered` moves on while recovery indexes,
+//! and a key above the checkpoint's was not delivered whatever was delivered since. Until
+//! recovery has indexed up to the checkpoint's `indexed` ([`TimerStore::recovering`]), a
+//! checkpoint keeps that rule (`recovering`), so a second crash skips no more than the
+//! first. What a crash can cost is duplicates: deliveries acknowledged after the last
+//! checkpoint, or while recovering, are made again. Nothing is lost, and nothing is
+//! delivered before its due time, since due times come from the queue.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -130,6 +135,17 @@ struct RunInfo {
     last: TimerKey,
 }
 
+/// Which queue entries recovery does not index again: those at offsets below `below`
+/// whose key is at or below `delivered`, or is one of `late` (late-lane keys).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SkipRule {
+    below: u64,
+    delivered: Option<TimerKey>,
+    #[serde(default)]
+    late: Vec<TimerKey>,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Checkpoint {
@@ -138,7 +154,16 @@ struct Checkpoint {
     runs_cover: u64,
     indexed: u64,
     delivered: Option<TimerKey>,
+    /// Written while recovery has not yet indexed the queue again up to what the
+    /// checkpoint it opened had indexed: the skip rule of that checkpoint, kept (see
+    /// [`TimerStore::index_recovered`]). Absent: `indexed` and `delivered` are the rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recovering: Option<SkipRule>,
     late: Vec<TimerKey>,
+    /// Late-lane keys delivered that are above `delivered` (taken from a late lane this
+    /// store restored): recovery does not index them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    late_done: Vec<TimerKey>,
     cancelled: BTreeMap<String, i64>,
     next_seq: u64,
 }
@@ -152,6 +177,8 @@ pub struct TimerStore {
     late: VecDeque<TimerKey>,
     /// Late keys taken whose delivery is not acknowledged yet.
     late_in_flight: BTreeSet<TimerKey>,
+    /// Late keys acknowledged above `delivered` (see the checkpoint's `late_done`).
+    late_done: BTreeSet<TimerKey>,
     /// Normal keys taken whose delivery is not acknowledged yet, in taking order: their
     /// records are still needed (a crash delivers them again).
     normal_in_flight: VecDeque<TimerKey>,
@@ -166,9 +193,14 @@ pub struct TimerStore {
     delivered: Option<TimerKey>,
     runs_cover: u64,
     indexed: u64,
-    /// The checkpoint's `indexed`: below it, keys at or below `delivered` are not indexed
-    /// again by recovery.
-    recovered_indexed: u64,
+    /// The opened checkpoint's rule for the entries recovery indexes again: below its
+    /// `indexed`, keys at or below its `delivered` were delivered (or are in the saved late
+    /// lane). Fixed at the open: `delivered` moves on during recovery, and keys above the
+    /// checkpoint's were not delivered, whatever was delivered since.
+    recovered: SkipRule,
+    /// The late-lane keys the checkpoint saved (and those its own recovery had not met
+    /// yet), while recovery may still meet them in the queue: they are not indexed twice.
+    recovered_late: BTreeSet<TimerKey>,
     cancelled: BTreeMap<String, i64>,
     next_seq: u64,
     dirty: bool,
@@ -239,6 +271,7 @@ impl TimerStore {
             late: checkpoint.late.iter().copied().collect(),
             late_in_flight: BTreeSet::new(),
             normal_in_flight: VecDeque::new(),
+            late_done: checkpoint.late_done.iter().copied().collect(),
             runs: BTreeMap::new(),
             heads: BinaryHeap::new(),
             drained: Vec::new(),
@@ -247,7 +280,18 @@ impl TimerStore {
             delivered: checkpoint.delivered,
             runs_cover: checkpoint.runs_cover,
             indexed: checkpoint.runs_cover,
-            recovered_indexed: checkpoint.indexed.max(checkpoint.runs_cover),
+            recovered_late: checkpoint
+                .late
+                .iter()
+                .chain(&checkpoint.late_done)
+                .chain(checkpoint.recovering.iter().flat_map(|rule| &rule.late))
+                .copied()
+                .collect(),
+            recovered: checkpoint.recovering.unwrap_or(SkipRule {
+                below: checkpoint.indexed.max(checkpoint.runs_cover),
+                delivered: checkpoint.delivered,
+                late: Vec::new(),
+            }),
             cancelled: checkpoint.cancelled,
             next_seq: checkpoint.next_seq,
             dirty: false,
@@ -423,16 +467,29 @@ impl TimerStore {
         }
     }
 
-    /// [`TimerStore::index`] for the entries recovery indexes again: below the
-    /// checkpoint's `indexed`, a key at or below `delivered` was delivered already (or is
-    /// in the saved late lane) and is not indexed twice.
+    /// [`TimerStore::index`] for the entries recovery indexes again: below the opened
+    /// checkpoint's `indexed`, a key at or below that checkpoint's `delivered` was
+    /// delivered already, or is in the saved late lane, and is not indexed twice.
     pub fn index_recovered(&mut self, key: TimerKey) {
-        if key.offset < self.recovered_indexed && self.delivered.is_some_and(|d| key <= d) {
-            assert_eq!(key.offset, self.indexed, "indexed in order: {key:?}");
-            self.indexed += 1;
-            return;
+        if key.offset < self.recovered.below {
+            let delivered = self.recovered.delivered.is_some_and(|d| key <= d);
+            // Kept once met: a checkpoint while recovering names them all again.
+            if delivered || self.recovered_late.contains(&key) {
+                assert_eq!(key.offset, self.indexed, "indexed in order: {key:?}");
+                self.indexed += 1;
+                return;
+            }
+        } else if !self.recovered_late.is_empty() {
+            self.recovered_late = BTreeSet::new();
         }
         self.index(key);
+    }
+
+    /// Whether recovery has not yet indexed the queue again up to where the opened
+    /// checkpoint had: a checkpoint until then keeps that checkpoint's rule, so deliveries
+    /// acknowledged meanwhile of keys indexed again may be made again after a crash.
+    pub fn recovering(&self) -> bool {
+        self.indexed < self.recovered.below
     }
 
     /// Whether the buffer is full: the caller spills ([`TimerStore::spill`]) once no
@@ -510,6 +567,11 @@ impl TimerStore {
                     self.late_in_flight.remove(&key),
                     "{key:?} was not in flight"
                 );
+                // A key of a late lane saved by a checkpoint can be above `delivered` (the
+                // key taken before it was not acknowledged before the crash).
+                if self.delivered.is_none_or(|delivered| key > delivered) {
+                    self.late_done.insert(key);
+                }
             }
             Lane::Normal => {
                 assert!(
@@ -527,6 +589,13 @@ impl TimerStore {
                 );
                 self.delivered = Some(key);
                 let delivered = key;
+                if self
+                    .late_done
+                    .first()
+                    .is_some_and(|first| *first <= delivered)
+                {
+                    self.late_done.retain(|done| *done > delivered);
+                }
                 self.cancelled.retain(|_, due| *due >= delivered.due);
             }
         }
@@ -624,6 +693,11 @@ impl TimerStore {
             runs_cover: self.runs_cover,
             indexed: self.indexed,
             delivered,
+            late_done: self.late_done.iter().copied().collect(),
+            recovering: self.recovering().then(|| SkipRule {
+                late: self.recovered_late.iter().copied().collect(),
+                ..self.recovered.clone()
+            }),
             late: self
                 .late_in_flight
                 .iter()
