@@ -732,6 +732,105 @@ impl TimerStore {
     pub fn run_count(&self) -> usize {
         self.runs.len() + self.drained.len()
     }
+
+    /// Checks the module's invariants that one state shows (for the crash simulation): the
+    /// first one broken, named, as an error. Reads the store's directory listing only.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let above_taken = |key: &TimerKey| self.taken.is_none_or(|taken| *key > taken);
+        if self.delivered > self.taken {
+            return Err(format!(
+                "delivered {:?} past taken {:?}",
+                self.delivered, self.taken
+            ));
+        }
+        if self.runs_cover > self.indexed {
+            return Err(format!(
+                "runs cover {} past indexed {}",
+                self.runs_cover, self.indexed
+            ));
+        }
+        if self.buffer.len() > self.limits.buffer_entries {
+            return Err(format!(
+                "{} keys in a buffer of {}",
+                self.buffer.len(),
+                self.limits.buffer_entries
+            ));
+        }
+        if let Some(key) = self.buffer.iter().find(|key| !above_taken(key)) {
+            return Err(format!(
+                "buffer key {key:?} at or below taken {:?}",
+                self.taken
+            ));
+        }
+        if let Some(key) = self
+            .buffer
+            .iter()
+            .find(|key| key.offset < self.runs_cover || key.offset >= self.indexed)
+        {
+            return Err(format!(
+                "buffer key {key:?} outside [runs cover {}, indexed {})",
+                self.runs_cover, self.indexed
+            ));
+        }
+        if let Some(key) = self
+            .late
+            .iter()
+            .find(|key| self.late_in_flight.contains(key))
+        {
+            return Err(format!("{key:?} both in the late lane and in flight"));
+        }
+        if self.heads.len() != self.runs.len() {
+            return Err(format!(
+                "{} run heads for {} open runs",
+                self.heads.len(),
+                self.runs.len()
+            ));
+        }
+        for Reverse((head, seq)) in self.heads.iter() {
+            let Some(run) = self.runs.get(seq) else {
+                return Err(format!("head {head:?} of run {seq}, which is not open"));
+            };
+            if run.block.front() != Some(head) {
+                return Err(format!(
+                    "run {seq}'s head {head:?}, its block starts at {:?}",
+                    run.block.front()
+                ));
+            }
+            if !above_taken(head) {
+                return Err(format!(
+                    "run {seq}'s head {head:?} at or below taken {:?}",
+                    self.taken
+                ));
+            }
+            if run.next > run.len || run.block.iter().any(|key| *key > run.last) {
+                return Err(format!("run {seq} read past its end: {run:?}"));
+            }
+        }
+        if let Some(run) = self.drained.iter().find(|run| above_taken(&run.last)) {
+            return Err(format!(
+                "drained run {} ends at {:?}, above taken {:?}",
+                run.seq, run.last, self.taken
+            ));
+        }
+        let names = self
+            .files
+            .list_dir(&self.dir)
+            .map_err(|error| format!("cannot list {}: {error}", self.dir.display()))?;
+        let seqs = self
+            .runs
+            .keys()
+            .chain(self.drained.iter().map(|run| &run.seq));
+        for seq in seqs {
+            let name = format!("run-{seq:020}.bin");
+            if !names.contains(&name) {
+                return Err(format!("run {seq} is open but {name} is not in the store"));
+            }
+            if *seq >= self.next_seq {
+                return Err(format!("run {seq} at or past next_seq {}", self.next_seq));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
