@@ -772,6 +772,31 @@ impl TimerStore {
                 self.runs_cover, self.indexed
             ));
         }
+        let after_delivered = |key: &TimerKey| self.delivered.is_none_or(|d| *key > d);
+        let in_order = self
+            .normal_in_flight
+            .iter()
+            .zip(self.normal_in_flight.iter().skip(1))
+            .all(|(a, b)| a < b);
+        if !in_order
+            || !self.normal_in_flight.iter().all(after_delivered)
+            || self
+                .normal_in_flight
+                .back()
+                .is_some_and(|last| Some(*last) != self.taken)
+        {
+            return Err(format!(
+                "normal keys in flight {:?} are not the ones taken after delivered {:?} up \
+                 to taken {:?}",
+                self.normal_in_flight, self.delivered, self.taken
+            ));
+        }
+        if let Some(key) = self.late_done.iter().find(|key| !after_delivered(key)) {
+            return Err(format!(
+                "{key:?} kept as a late key delivered above delivered {:?}",
+                self.delivered
+            ));
+        }
         if let Some(key) = self
             .late
             .iter()
