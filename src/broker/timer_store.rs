@@ -607,11 +607,12 @@ impl TimerStore {
         self.dirty = true;
     }
 
-    /// Whether the message with `uniq_key` was cancelled (it is then forgotten).
-    pub fn take_cancelled(&mut self, uniq_key: &str) -> bool {
-        let cancelled = self.cancelled.remove(uniq_key).is_some();
-        self.dirty |= cancelled;
-        cancelled
+    /// Whether the message with `uniq_key` was cancelled. The cancellation is kept until
+    /// a key due later is acknowledged (see [`TimerStore::acknowledge`]), not forgotten
+    /// here: a checkpoint before the cancelled key's acknowledgement (the one at a stop)
+    /// must still name it, or the key, taken again after the restart, would be delivered.
+    pub fn is_cancelled(&self, uniq_key: &str) -> bool {
+        self.cancelled.contains_key(uniq_key)
     }
 
     /// Whether something changed since the last checkpoint.
@@ -1057,6 +1058,37 @@ mod tests {
     }
 
     #[test]
+    fn a_cancellation_survives_a_stop_while_the_cancelled_key_is_in_flight() {
+        let disk = Arc::new(SimDisk::new(crate::io::sim::SimConfig::with_seed(8)));
+        let dir = Path::new("/t");
+        let queue = [key(100, 0), key(99, 1)]; // a message, then its cancellation
+        let mut store = TimerStore::open(disk.clone(), dir, TimerLimits::default()).unwrap();
+        for k in queue {
+            store.index(k);
+        }
+        let (cancellation, lane) = store.peek().unwrap();
+        assert_eq!(cancellation, key(99, 1));
+        store.take(cancellation, lane).unwrap();
+        store.cancel("T".into(), 100);
+        store.acknowledge(cancellation, lane);
+        let (message, lane) = store.peek().unwrap();
+        store.take(message, lane).unwrap();
+        assert!(store.is_cancelled("T"));
+        // The stop's checkpoint comes before the cancelled key's outcome is acknowledged
+        // (the scheduler is aborted with it in flight).
+        store.checkpoint().unwrap();
+        drop(store);
+        let mut store = TimerStore::open(disk, dir, TimerLimits::default()).unwrap();
+        for k in queue[store.indexed() as usize..].iter().copied() {
+            store.index_recovered(k);
+        }
+        let (again, lane) = store.peek().unwrap();
+        assert_eq!(again, message, "not acknowledged: taken again");
+        store.take(again, lane).unwrap();
+        assert!(store.is_cancelled("T"), "still cancelled after the restart");
+    }
+
+    #[test]
     fn cancellations_are_kept_until_their_due_time_passes() {
         let disk = Arc::new(SimDisk::new(crate::io::sim::SimConfig::with_seed(5)));
         let mut store = TimerStore::open(disk, Path::new("/t"), TimerLimits::default()).unwrap();
@@ -1064,8 +1096,17 @@ mod tests {
         store.cancel("B".into(), 300);
         store.index(key(200, 0));
         drain_due(&mut store, 250);
-        assert!(!store.take_cancelled("A"), "passed its due time: forgotten");
-        assert!(store.take_cancelled("B"));
-        assert!(!store.take_cancelled("B"), "once");
+        assert!(!store.is_cancelled("A"), "passed its due time: forgotten");
+        assert!(store.is_cancelled("B"));
+        assert!(
+            store.is_cancelled("B"),
+            "kept until a later key is delivered"
+        );
+        store.index(key(300, 1));
+        store.index(key(301, 2));
+        drain_due(&mut store, 300);
+        assert!(store.is_cancelled("B"), "its own due time delivered: kept");
+        drain_due(&mut store, 301);
+        assert!(!store.is_cancelled("B"), "a later one delivered: forgotten");
     }
 }
