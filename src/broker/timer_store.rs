@@ -596,7 +596,18 @@ impl TimerStore {
                 {
                     self.late_done.retain(|done| *done > delivered);
                 }
-                self.cancelled.retain(|_, due| *due >= delivered.due);
+                // A cancellation is forgotten once no key due at or before it can still be
+                // taken: none can while recovery may still index old entries, and a key in
+                // the late lane can be due before what was delivered.
+                if !self.recovering() {
+                    let floor = self
+                        .late
+                        .iter()
+                        .chain(&self.late_in_flight)
+                        .map(|key| key.due)
+                        .fold(delivered.due, i64::min);
+                    self.cancelled.retain(|_, due| *due >= floor);
+                }
             }
         }
     }
@@ -608,9 +619,10 @@ impl TimerStore {
     }
 
     /// Whether the message with `uniq_key` was cancelled. The cancellation is kept until
-    /// a key due later is acknowledged (see [`TimerStore::acknowledge`]), not forgotten
-    /// here: a checkpoint before the cancelled key's acknowledgement (the one at a stop)
-    /// must still name it, or the key, taken again after the restart, would be delivered.
+    /// no key due at or before it can be taken any more (see [`TimerStore::acknowledge`]),
+    /// not forgotten here: a checkpoint before the cancelled key's acknowledgement (the
+    /// one at a stop) must still name it, or the key, taken again after the restart, would
+    /// be delivered.
     pub fn is_cancelled(&self, uniq_key: &str) -> bool {
         self.cancelled.contains_key(uniq_key)
     }
