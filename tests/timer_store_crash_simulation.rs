@@ -18,7 +18,11 @@
 //!   acknowledged nor in flight (due order: nothing is passed over, so nothing is late);
 //! - no key acknowledged before the last completed checkpoint comes out again; keys
 //!   acknowledged after it may (counted as duplicates);
-//! - the retention hold (`lowest_needed_offset`) never passes a key still needed.
+//! - the retention hold (`lowest_needed_offset`) never passes a key still needed;
+//! - a message whose cancellation (a queue entry due 1 ms before it, at a later offset,
+//!   applied with `cancel` when taken, as the scheduler does) was acknowledged in this life
+//!   or settled by a checkpoint is found cancelled (`is_cancelled`) when it is taken for
+//!   the first time.
 //!
 //! After the last life the store is opened once more and drained with the clock far
 //! ahead: every key of the queue was then acknowledged at least once (nothing lost), and
@@ -30,7 +34,7 @@
 
 mod common;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -49,6 +53,8 @@ struct Seen {
     duplicates: u64,
     late_takes: u64,
     keys: u64,
+    /// Cancelled messages taken after their cancellation was acknowledged.
+    cancelled: u64,
 }
 
 #[test]
@@ -63,6 +69,7 @@ fn timer_store_after_any_crash_loses_no_key_and_gives_none_early_or_out_of_order
                 seen.duplicates += one.duplicates;
                 seen.late_takes += one.late_takes;
                 seen.keys += one.keys;
+                seen.cancelled += one.cancelled;
             }
             Err(_) => panic!(
                 "timer store crash simulation failed for seed {seed}; rerun it alone with \
@@ -73,17 +80,21 @@ fn timer_store_after_any_crash_loses_no_key_and_gives_none_early_or_out_of_order
     }
     println!(
         "{} seeds: {} keys, {} crashes, {} runs written, {} late-lane takes, {} keys \
-         delivered again after a crash",
+         delivered again after a crash, {} cancelled messages kept from delivery",
         seeds.end - seeds.start,
         seen.keys,
         seen.crashes,
         seen.runs_written,
         seen.late_takes,
-        seen.duplicates
+        seen.duplicates,
+        seen.cancelled
     );
     if seeds.end - seeds.start >= 100 {
         assert!(
-            seen.runs_written > 0 && seen.late_takes > 0 && seen.duplicates > 0,
+            seen.runs_written > 0
+                && seen.late_takes > 0
+                && seen.duplicates > 0
+                && seen.cancelled > 0,
             "the workload must write runs, use the late lane and crash after \
              uncheckpointed acknowledgements"
         );
@@ -104,6 +115,10 @@ struct Model {
     acknowledged: BTreeSet<TimerKey>,
     /// Keys of the queue never acknowledged, in key order.
     open: BTreeSet<TimerKey>,
+    /// Cancellations: the offset of a cancelled message → its cancellation's key, and the
+    /// offset of a cancellation → the key of the message it cancels.
+    cancel_of: BTreeMap<u64, TimerKey>,
+    target_of: BTreeMap<u64, TimerKey>,
     now: i64,
     seen: Seen,
 }
@@ -130,6 +145,8 @@ fn simulate(seed: u64) -> Seen {
         unsettled: BTreeSet::new(),
         acknowledged: BTreeSet::new(),
         open: BTreeSet::new(),
+        cancel_of: BTreeMap::new(),
+        target_of: BTreeMap::new(),
         now: 10_000,
         seen: Seen::default(),
     };
@@ -245,6 +262,23 @@ fn live(
                     };
                     model.queue.push(key);
                     model.open.insert(key);
+                }
+                // Sometimes a cancellation of a message still ahead: as the send path stores
+                // it, due 1 ms before the message, at a later offset.
+                if rng.chance(30) {
+                    let target = model.queue[rng.below(model.queue.len())];
+                    let free = !model.target_of.contains_key(&target.offset)
+                        && !model.cancel_of.contains_key(&target.offset);
+                    if free && target.due - 1 > model.now {
+                        let key = TimerKey {
+                            due: target.due - 1,
+                            offset: model.queue.len() as u64,
+                        };
+                        model.queue.push(key);
+                        model.open.insert(key);
+                        model.cancel_of.insert(target.offset, key);
+                        model.target_of.insert(key.offset, target);
+                    }
                 }
                 Ok(())
             }
@@ -382,10 +416,33 @@ fn take_due(
             eprintln!("take {key:?} {lane:?}");
         }
         store.take(key, lane)?;
+        // What the scheduler's delivery start does with a cancellation or its message.
+        if let Some(target) = model.target_of.get(&key.offset) {
+            store.cancel(uniq_key(target), key.due + 1);
+        } else if let Some(cancellation) = model.cancel_of.get(&key.offset) {
+            let cancelled = store.is_cancelled(&uniq_key(&key));
+            let known =
+                model.settled.contains(cancellation) || model.unsettled.contains(cancellation);
+            // (A message delivered before comes again only after a crash; its cancellation
+            // may have been forgotten once a later key was delivered.)
+            if known && !model.acknowledged.contains(&key) {
+                assert!(
+                    cancelled,
+                    "seed {seed}: life {life}: {key:?} taken after its cancellation \
+                     {cancellation:?} was acknowledged, but not cancelled"
+                );
+                model.seen.cancelled += 1;
+            }
+        }
         in_flight.push_back((key, lane));
         any = true;
     }
     Ok(any)
+}
+
+/// The unique key the message at `key` would carry.
+fn uniq_key(key: &TimerKey) -> String {
+    format!("U{}", key.offset)
 }
 
 /// The oldest delivery in flight completed.
