@@ -524,6 +524,17 @@ fn invalid_values_name_their_key() {
             "diskMaxUsedSpaceRatio",
             "between 10 and 95",
         ),
+        (
+            "timerMemoryEntries=15",
+            "timerMemoryEntries",
+            "between 16 and 16777216",
+        ),
+        (
+            "timerMemoryEntries=16777217",
+            "timerMemoryEntries",
+            "at most 16777216",
+        ),
+        ("timerMaxPending=0", "timerMaxPending", "between 1 and"),
         ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
         (
             "metricsPromExporterPort=10911",

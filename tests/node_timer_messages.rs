@@ -2,7 +2,9 @@
 //! waits in `rmq_sys_wheel_timer` and reaches its real queue in due-time order, never
 //! before its due time, with Java's properties; bad values are refused, past ones are plain
 //! sends; a cancellation keeps its message from delivery; and with a tiny memory bound (so
-//! the timer store writes runs) pending timers survive a restart and are all delivered.
+//! the timer store writes runs) pending timers survive a restart and are all delivered,
+//! also when more than one index turn's worth waited in memory and all are due at the
+//! start.
 
 mod common;
 
@@ -376,4 +378,101 @@ fn pending_timers_written_out_as_runs_survive_a_restart_and_all_arrive_never_ear
         assert_eq!(queue_owner(TIMER_TOPIC, queue_of_shard(shard, 2), 2), shard);
     }
     node.shutdown().unwrap();
+}
+
+/// Timers the buffer held at a stop, more than the scheduler indexes in one turn (its
+/// `INDEX_BATCH`, 4096), all due by the next start, the last-indexed ones due first:
+/// recovery delivers some before it has indexed the rest, and none of the rest may be
+/// taken for delivered (the skip rule is the opened checkpoint's, not the moving one).
+#[test]
+fn timers_buffered_past_one_index_batch_all_arrive_after_a_restart_when_already_due() {
+    const INDEX_BATCH: u32 = 4096;
+    const RUN: u32 = BUFFERED + 100;
+    const BUFFERED: u32 = INDEX_BATCH + 104;
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(dir.path(), 1);
+    // The first RUN timers fill the buffer and are written out as a run; the next
+    // BUFFERED stay in memory until the stop.
+    opts.broker.timer_limits.buffer_entries = RUN as usize;
+    let node = start(opts.clone());
+    let mut raw = Raw::connect(node.addr());
+    let topic = "Backlog";
+    let base = now_ms() + 6_000;
+    let mut due_of = BTreeMap::new();
+    for index in 0..RUN + BUFFERED {
+        // The run: due base+500..base+999; the buffer: due later the earlier it was sent,
+        // so the entries a second index turn meets are due before all the others.
+        let due = if index < RUN {
+            base + 500 + (index % 500) as i64
+        } else {
+            base + ((RUN + BUFFERED - 1 - index) * 1000 / BUFFERED) as i64
+        };
+        let body = format!("b{index}");
+        let at = due.to_string();
+        let answer = raw.call(send(topic, 0, &body, &[(TIMER_DELIVER_MS, &at)]));
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        due_of.insert(body, due);
+    }
+    assert!(
+        now_ms() < base,
+        "the sends took too long: the test needs them done before anything is due"
+    );
+    let run_file = dir
+        .path()
+        .join("shard-0/timer/run-00000000000000000000.bin");
+    wait_for(PATIENCE, "the first timers written out as a run", || {
+        run_file.exists()
+    });
+    drop(raw);
+    node.shutdown().unwrap();
+    let checkpoint: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("shard-0/timer/checkpoint.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            checkpoint["runsCover"].as_u64(),
+            checkpoint["indexed"].as_u64()
+        ),
+        (Some(RUN as u64), Some((RUN + BUFFERED) as u64)),
+        "the stop left a run and a buffer to index again: {checkpoint}"
+    );
+    assert!(now_ms() < base, "stopped before anything was due");
+    wait_for(PATIENCE, "every timer due", || now_ms() > base + 1_000);
+
+    let node = start(opts);
+    let mut raw = Raw::connect(node.addr());
+    let total = (RUN + BUFFERED) as i64;
+    let arrived = wait_for_arrivals(&mut raw, topic, total);
+    let mut seen = BTreeMap::<String, u32>::new();
+    for (body, stored, props) in records(&mut raw, topic, 0) {
+        let due = due_of[&body];
+        assert!(stored >= due, "{body} stored at {stored}, due {due}");
+        assert_eq!(prop(&props, TIMER_OUT_MS), Some(due.to_string().as_str()));
+        *seen.entry(body).or_default() += 1;
+    }
+    let lost: Vec<&String> = due_of
+        .keys()
+        .filter(|body| !seen.contains_key(*body))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {total} timers never delivered ({arrived} records arrived), such as {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    node.shutdown().unwrap();
+}
+
+/// Waits (at most [`PATIENCE`]) until `topic` queue 0 holds `count` records; how many it
+/// holds then.
+fn wait_for_arrivals(raw: &mut Raw, topic: &str, count: i64) -> i64 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let arrived = max_offset(raw, topic, 0);
+        if arrived >= count || std::time::Instant::now() >= deadline {
+            return arrived;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -239,7 +239,7 @@ fn start(broker: &Rc<Broker>, timers: &Timers, key: TimerKey) -> InFlight {
             return InFlight::Done(Outcome::Cancelled);
         }
         Ok(Due::Deliver { message, uniq_key }) => {
-            if uniq_key.is_some_and(|uniq| timers.store.borrow_mut().take_cancelled(&uniq)) {
+            if uniq_key.is_some_and(|uniq| timers.store.borrow().is_cancelled(&uniq)) {
                 return InFlight::Done(Outcome::Cancelled);
             }
             message

@@ -13,6 +13,7 @@ use ringmq::store::properties;
 use ringmq::store::record::{body_crc, decode, Decoded, RecordInput, RecordView, Verify};
 
 pub mod raw;
+pub mod serve;
 
 /// Runs `future` on a current-thread runtime inside a `LocalSet`, as a shard does.
 /// With `paused` time, timers advance only when every task is idle, so runs repeat exactly.

@@ -195,7 +195,21 @@ pub struct Delivery {
     /// until it is delivered).
     pub real_topic: Option<String>,
     pub delay: Option<String>,
+    /// The properties named in [`PICKED_PROPERTIES`] that the message carries.
+    pub picked: BTreeMap<String, String>,
 }
+
+/// Properties a [`Delivery`] keeps besides those it has fields for: the 5.x timer ones,
+/// the real queue, and the unique key (the msgId the producer got).
+pub const PICKED_PROPERTIES: [&str; 7] = [
+    "TIMER_OUT_MS",
+    "TIMER_DEQUEUE_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELAY_MS",
+    "TIMER_DELIVER_MS",
+    "REAL_QID",
+    "UNIQ_KEY",
+];
 
 /// Collects every delivery of one member into a shared list.
 #[derive(Clone)]
@@ -279,6 +293,10 @@ impl Collector {
                 received_ms,
                 real_topic: inner.property("REAL_TOPIC").map(str::to_string),
                 delay: inner.property("DELAY").map(str::to_string),
+                picked: PICKED_PROPERTIES
+                    .iter()
+                    .filter_map(|key| Some((key.to_string(), inner.property(key)?.to_string())))
+                    .collect(),
             });
         }
     }

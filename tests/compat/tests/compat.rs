@@ -1080,6 +1080,182 @@ fn delayed_messages_arrive_no_earlier_than_their_level() {
     drop(node);
 }
 
+/// How a timer message of the timer scenario asks for its due time.
+#[derive(Clone, Copy, Debug)]
+enum TimerAsk {
+    DelayMillis(u64),
+    DelaySecs(u64),
+    /// `deliver_time_ms` this many ms after the send.
+    DeliverIn(u64),
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Scenario 10 (5.x timer messages, reference-2 §1.5): the stock producer sends messages
+/// with the builder's `delay_millis`, `delay_secs` and `deliver_time_ms` (due 0.3 to 2 s
+/// ahead, out of order), after a plain message that shows the consumer is in place. A
+/// stock push consumer gets each once, on its own topic and the queue it was sent to, with
+/// its body, tags and keys, never before its due time: not before the time the producer
+/// asked for (measured from just before its send), nor before the `TIMER_OUT_MS` it
+/// carries, nor before the born time plus its delay. It carries Java's delivered-timer
+/// properties: `TIMER_OUT_MS` and `TIMER_DEQUEUE_MS` (not before it), the sender's
+/// `TIMER_*` property, no `REAL_TOPIC`/`REAL_QID`, and its msgId as `UNIQ_KEY`.
+#[test]
+fn timer_messages_arrive_once_no_earlier_than_due() {
+    let seed = seed();
+    println!("seed {seed}");
+    let node = Node::start("async");
+    let namesrv = node.namesrv_addr();
+    let topic = format!("CompatTimer{seed}");
+    let group = format!("CG_timer_{seed}");
+    run_clients("timer", |runtime| async move {
+        let instance = format!("timer-0-{seed}");
+        let member = start_member(
+            &runtime,
+            ConsumerSpec {
+                namesrv: &namesrv,
+                group: &group,
+                instance: &instance,
+                topic: &topic,
+                expression: "*",
+                model: MessageModel::Clustering,
+            },
+        )
+        .await;
+        let producer = start_producer(&runtime, &namesrv, &format!("PG_timer_{seed}")).await;
+        // A plain message first: once it arrives, the topic exists and the consumer owns
+        // its queues, so nothing below can be missed by a late rebalance.
+        let mut expected = BTreeMap::new();
+        let (body, key) = numbered(seed, "timer-plain", 0);
+        producer
+            .send(message(&topic, &body, "TagP", &key))
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: plain send: {e}"))
+            .expect("a result");
+        expected.insert(body, Expected::new("TagP", key));
+        wait_for_all("the plain message", &[&member], &expected).await;
+
+        let asks = [
+            TimerAsk::DelayMillis(1200),
+            TimerAsk::DeliverIn(1800),
+            TimerAsk::DelaySecs(1),
+            TimerAsk::DelayMillis(300),
+            TimerAsk::DeliverIn(700),
+            TimerAsk::DelaySecs(2),
+        ];
+        // body → (what it asked, the earliest due time it asked for, its msgId, its queue)
+        let mut sent = BTreeMap::new();
+        for (i, ask) in asks.iter().enumerate() {
+            let (body, key) = numbered(seed, "timer", i);
+            let sent_ms = now_ms();
+            let builder = Message::builder()
+                .topic(topic.as_str())
+                .tags("TagT")
+                .key(key.as_str())
+                .body_slice(body.as_bytes());
+            let (builder, earliest) = match *ask {
+                TimerAsk::DelayMillis(ms) => (builder.delay_millis(ms), sent_ms + ms as i64),
+                TimerAsk::DelaySecs(s) => (builder.delay_secs(s), sent_ms + s as i64 * 1000),
+                TimerAsk::DeliverIn(ms) => {
+                    let at = sent_ms + ms as i64;
+                    (builder.deliver_time_ms(at as u64), at)
+                }
+            };
+            let result = producer
+                .send(builder.build().expect("a valid message"))
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: timer send {i}: {e}"))
+                .expect("a result");
+            assert_eq!(result.send_status, SendStatus::SendOk, "seed {seed}: {i}");
+            let msg_id = result.msg_id.as_ref().expect("a msgId").to_string();
+            let queue = result.message_queue.as_ref().expect("a queue").queue_id();
+            sent.insert(body.clone(), (*ask, earliest, msg_id, queue));
+            expected.insert(body, Expected::new("TagT", key));
+        }
+        wait_for_all("every timer message", &[&member], &expected).await;
+        settle_quietly(&[&member], Duration::from_secs(2)).await;
+        let deliveries = member.collector.deliveries();
+        check_deliveries(&deliveries, &expected, seed);
+        assert_eq!(
+            duplicates(&deliveries),
+            vec![],
+            "seed {seed}: delivered twice"
+        );
+        let mut latest = 0;
+        for delivery in &deliveries {
+            assert_eq!(delivery.topic, topic, "seed {seed}: {delivery:?}");
+            let Some((ask, earliest, msg_id, queue)) = sent.get(&delivery.body) else {
+                // The plain message: no timer properties.
+                assert_eq!(delivery.picked.get("TIMER_OUT_MS"), None, "{delivery:?}");
+                continue;
+            };
+            assert_eq!(delivery.queue_id, *queue, "seed {seed}: {delivery:?}");
+            let prop = |key: &str| delivery.picked.get(key).map(String::as_str);
+            let number = |key: &str| -> i64 {
+                prop(key)
+                    .unwrap_or_else(|| panic!("seed {seed}: no {key} on {delivery:?}"))
+                    .parse()
+                    .unwrap_or_else(|_| panic!("seed {seed}: {key} of {delivery:?}"))
+            };
+            let due = number("TIMER_OUT_MS");
+            assert!(
+                due >= *earliest,
+                "seed {seed}: due at {due}, before the {earliest} asked for: {delivery:?}"
+            );
+            assert!(
+                delivery.store_timestamp >= due,
+                "seed {seed}: stored for consumers {} ms before its due time: {delivery:?}",
+                due - delivery.store_timestamp
+            );
+            assert!(
+                delivery.received_ms >= due,
+                "seed {seed}: received before its due time: {delivery:?}"
+            );
+            assert!(
+                number("TIMER_DEQUEUE_MS") >= due,
+                "seed {seed}: dequeued before its due time: {delivery:?}"
+            );
+            let (sender_key, sender_value, delay_ms) = match *ask {
+                TimerAsk::DelayMillis(ms) => ("TIMER_DELAY_MS", ms.to_string(), ms as i64),
+                TimerAsk::DelaySecs(s) => ("TIMER_DELAY_SEC", s.to_string(), s as i64 * 1000),
+                TimerAsk::DeliverIn(_) => ("TIMER_DELIVER_MS", earliest.to_string(), 0),
+            };
+            assert_eq!(
+                prop(sender_key),
+                Some(sender_value.as_str()),
+                "seed {seed}: the sender's {sender_key} kept: {delivery:?}"
+            );
+            if !matches!(ask, TimerAsk::DeliverIn(_)) {
+                assert!(
+                    delivery.store_timestamp >= delivery.born_timestamp + delay_ms,
+                    "seed {seed}: stored {} ms after it was born, it asked for {delay_ms}: \
+                     {delivery:?}",
+                    delivery.store_timestamp - delivery.born_timestamp
+                );
+            }
+            assert_eq!(delivery.real_topic, None, "seed {seed}: {delivery:?}");
+            assert_eq!(prop("REAL_QID"), None, "seed {seed}: {delivery:?}");
+            assert_eq!(delivery.delay, None, "seed {seed}: {delivery:?}");
+            assert_eq!(
+                prop("UNIQ_KEY"),
+                Some(msg_id.as_str()),
+                "seed {seed}: the msgId the producer got: {delivery:?}"
+            );
+            latest = latest.max(delivery.store_timestamp - due);
+        }
+        println!("seed {seed}: latest delivery {latest} ms after its due time");
+        member.shutdown().await;
+        let mut producer = producer;
+        producer.shutdown().await;
+    });
+    drop(node);
+}
+
 /// Records each delivery's body and reconsume count, and asks for every message again.
 #[derive(Clone, Default)]
 struct AlwaysLater {
