@@ -464,11 +464,8 @@ fn batch_ack_of(
                   "q": queue_id, "rq": 0, "pt": pop_time, "it": BENCH_INVISIBLE_MS, "b": bits}]
     });
     Some(
-        RemotingCommand::request(
-            codes::BATCH_ACK_MESSAGE,
-            crate::remoting::ExtFields::new(),
-        )
-        .with_body(body.to_string()),
+        RemotingCommand::request(codes::BATCH_ACK_MESSAGE, crate::remoting::ExtFields::new())
+            .with_body(body.to_string()),
     )
 }
 

@@ -60,7 +60,6 @@ pub struct Timers {
     store: RefCell<TimerStore>,
     /// Woken when a timer message is stored on this shard.
     pub wake: Rc<tokio::sync::Notify>,
-
 }
 
 impl Timers {
