@@ -16,19 +16,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::raw::Raw;
+use common::serve::Serve;
 use common::{command, pull_records, Rng};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::send_request_v1;
 use ringmq::remoting::RemotingCommand;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
 const TOPIC: &str = "PopKill";
 const GROUP: &str = "pop-kill";
 const QUEUES: i32 = 4;
@@ -38,40 +35,18 @@ const KILLS: usize = 4;
 /// Longest the final start may take to hand out and have acknowledged everything left.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-fn start(dir: &Path, seed: u64) -> (Child, SocketAddr) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--namesrv-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ])
-        .args(["--io", "portable", "--flush", "sync", "--shards", "2"])
-        .args(["--segment-size", "1048576", "--dir"])
-        .arg(dir)
-        .args(["--set", "maxMessageSize=8192"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let mut seen = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "seed {seed}: serve exited before listening:\n{seen}"
-        );
-        if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break addr.parse().unwrap();
-        }
-        seen.push_str(&line);
-    };
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (child, addr)
+fn start(dir: &Path, seed: u64) -> Serve {
+    let args = [
+        "--flush",
+        "sync",
+        "--shards",
+        "2",
+        "--segment-size",
+        "1048576",
+        "--set",
+        "maxMessageSize=8192",
+    ];
+    Serve::start(dir, &args, &format!("seed {seed}"))
 }
 
 fn pop_request(queue: i32) -> RemotingCommand {
@@ -191,16 +166,6 @@ fn pop_round(
     Some(records.len())
 }
 
-/// Kills its node when dropped, so a failed check leaves no process behind.
-struct Node(Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[derive(Default)]
 struct Stats {
     again_after_cut_ack: usize,
@@ -219,9 +184,8 @@ fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
     let mut stats = Stats::default();
     {
-        let (child, addr) = start(dir.path(), seed);
-        let _node = Node(child);
-        let mut raw = Raw::connect(addr);
+        let node = start(dir.path(), seed);
+        let mut raw = Raw::connect(node.addr);
         common::create_topic(&mut raw, TOPIC, QUEUES as u32);
         let body = serde_json::json!({"topic": TOPIC, "consumerGroup": GROUP, "mode": "POP"});
         let set =
@@ -241,13 +205,12 @@ fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
         }
     }
     for round in 0..KILLS {
-        let (child, addr) = start(dir.path(), seed);
-        let mut child = Node(child);
+        let node = start(dir.path(), seed);
+        let addr = node.addr;
         let run_for = Duration::from_millis(rng.range(200, 1200));
         let killer = std::thread::spawn(move || {
             std::thread::sleep(run_for);
-            child.0.kill().unwrap();
-            child.0.wait().unwrap();
+            node.kill();
         });
         let mut raw = Raw::connect(addr);
         let until = Instant::now() + run_for + Duration::from_secs(2);
@@ -263,9 +226,8 @@ fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
         println!("seed {seed}: round {round}: killed after {run_for:?}, {popped} popped");
     }
 
-    let (child, addr) = start(dir.path(), seed);
-    let _node = Node(child);
-    let mut raw = Raw::connect(addr);
+    let node = start(dir.path(), seed);
+    let mut raw = Raw::connect(node.addr);
     let deadline = Instant::now() + PATIENCE;
     loop {
         for queue in 0..QUEUES {
