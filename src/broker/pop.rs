@@ -187,6 +187,9 @@ struct Served {
     pop_time: i64,
     offsets: Vec<u64>,
     body: Vec<u8>,
+    /// The records as CommitLog file ranges instead of `body`, sent without a copy (a
+    /// pop of new messages only, D8).
+    file_body: Option<crate::io::file_body::FileBody>,
     rest: u64,
 }
 
@@ -201,9 +204,9 @@ fn pop_response(
     served: Option<Served>,
 ) -> RemotingCommand {
     let mut answer = RemotingCommand::response_to(request, code, remark);
-    let (offsets, rest, body) = match served {
-        Some(served) => (served.offsets, served.rest, served.body),
-        None => (Vec::new(), 0, Vec::new()),
+    let (offsets, rest, body, file_body) = match served {
+        Some(served) => (served.offsets, served.rest, served.body, served.file_body),
+        None => (Vec::new(), 0, Vec::new(), None),
     };
     let (start, list) = pop_wire::offset_info(queue_id, &offsets);
     answer.put_ext("popTime", pop_time);
@@ -215,6 +218,9 @@ fn pop_response(
     answer.put_ext("orderCountInfo", "");
     if !body.is_empty() {
         answer = answer.with_body(body);
+    }
+    if let Some(file_body) = file_body {
+        answer.file_body = file_body;
     }
     answer
 }
@@ -485,7 +491,12 @@ async fn pop_queue(
     }
     let mut deliveries = revived.deliveries;
     ShardMetrics::add(&broker.metrics.pop_redelivered, deliveries.len() as u64);
+    if deliveries.is_empty() {
+        return pop_new_only(broker, pops, job, key, pop_time).await;
+    }
     let room = max - deliveries.len();
+    // The queue entries of the new offsets, read once here for the records below.
+    let mut known: Vec<(u64, crate::store::consume_queue::CqEntry)> = Vec::new();
     if room > 0 {
         let cursor = pops
             .table
@@ -509,6 +520,12 @@ async fn pop_queue(
             })
             .collect();
         let next = cursor + entries.len() as u64;
+        known.extend(
+            entries
+                .iter()
+                .enumerate()
+                .map(|(index, entry)| (cursor + index as u64, *entry)),
+        );
         pops.table
             .borrow_mut()
             .take_new(&key, &fresh, next, pop_time, header.invisible_time);
@@ -520,36 +537,24 @@ async fn pop_queue(
         return Ok(Found::Nothing { next_due });
     }
     deliveries.sort_by_key(|delivery| delivery.offset);
-    let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
-    let checkpoint = LogRecord::Checkpoint {
-        key: key.clone(),
+    store_checkpoint(
+        broker,
+        pops,
+        &key,
+        &deliveries,
         pop_time,
-        invisible_time: header.invisible_time,
-        deliveries: deliveries.clone(),
-    };
-    match pop_log::append(
-        &broker.store,
-        pops.log_queue,
-        &checkpoint,
-        broker.identity.store_host,
-        pop_time,
+        header.invisible_time,
     )
-    .await
-    {
-        Ok(at) => pops.table.borrow_mut().set_ck(&key, &offsets, pop_time, at),
-        Err(why) => {
-            pops.table
-                .borrow_mut()
-                .give_back(&key, &offsets, pop_time, broker.now_ms());
-            return Err((response::SYSTEM_ERROR, why));
-        }
-    }
+    .await?;
     let mut body = Vec::new();
     let mut served = Vec::with_capacity(deliveries.len());
     for delivery in &deliveries {
-        match read_delivery(broker, &key, *delivery) {
-            Ok(bytes) => {
-                body.extend_from_slice(&bytes);
+        let entry = known
+            .iter()
+            .find(|(offset, _)| *offset == delivery.offset)
+            .map(|(_, entry)| *entry);
+        match read_delivery(broker, &key, *delivery, entry, &mut body) {
+            Ok(()) => {
                 served.push(delivery.offset);
             }
             Err(why) => {
@@ -598,26 +603,145 @@ async fn pop_queue(
             pop_time,
             offsets: served,
             body,
+            file_body: None,
             rest: end.saturating_sub(cursor),
         },
     ))
 }
 
-/// The record of `delivery`, as the consumer gets it: `reconsumeTimes` set to the
-/// delivery's count.
-fn read_delivery(broker: &Broker, key: &QueueKey, delivery: Delivery) -> Result<Vec<u8>, String> {
-    let entry = broker
+/// Stores the checkpoint of `deliveries` popped at `pop_time`; if it cannot be stored
+/// they are given back (visible again at once) and the pop fails.
+async fn store_checkpoint(
+    broker: &Broker,
+    pops: &Pops,
+    key: &QueueKey,
+    deliveries: &[Delivery],
+    pop_time: i64,
+    invisible_time: i64,
+) -> Result<(), (i32, String)> {
+    let offsets: Vec<u64> = deliveries.iter().map(|delivery| delivery.offset).collect();
+    let checkpoint = LogRecord::Checkpoint {
+        key: key.clone(),
+        pop_time,
+        invisible_time,
+        deliveries: deliveries.to_vec(),
+    };
+    match pop_log::append(
+        &broker.store,
+        pops.log_queue,
+        &checkpoint,
+        broker.identity.store_host,
+        pop_time,
+    )
+    .await
+    {
+        Ok(at) => {
+            pops.table.borrow_mut().set_ck(key, &offsets, pop_time, at);
+            Ok(())
+        }
+        Err(why) => {
+            pops.table
+                .borrow_mut()
+                .give_back(key, &offsets, pop_time, broker.now_ms());
+            Err((response::SYSTEM_ERROR, why))
+        }
+    }
+}
+
+/// A pop with nothing to hand out again: new messages from the cursor, read as the pull
+/// path reads them (tag filter, transfer limits) and sent from the CommitLog files
+/// without a copy. Their `reconsumeTimes` is the stored one, as a pull shows it.
+async fn pop_new_only(
+    broker: &Broker,
+    pops: &Pops,
+    job: &Job<'_>,
+    key: QueueKey,
+    pop_time: i64,
+) -> Result<Found, (i32, String)> {
+    let header = job.header;
+    let cursor = pops
+        .table
+        .borrow()
+        .queue(&key)
+        .map_or(0, |state| state.cursor);
+    let read = broker
         .store
-        .queue_entry(&key.topic, key.queue_id, delivery.offset)
-        .map_err(|error| format!("cannot read its queue entry: {error}"))?
-        .ok_or_else(|| "its queue entry is no longer stored".to_string())?;
+        .read_messages(
+            &key.topic,
+            key.queue_id,
+            cursor,
+            header.max_msg_nums as u32,
+            job.filter,
+        )
+        .map_err(|error| (response::SYSTEM_ERROR, error.to_string()))?;
+    let next = match read.status {
+        crate::store::GetStatus::Found | crate::store::GetStatus::NoMatchedMessage => {
+            read.next_begin_offset.max(cursor)
+        }
+        _ => cursor,
+    };
+    let fresh: Vec<Delivery> = read
+        .records
+        .iter()
+        .map(|record| Delivery {
+            offset: record.queue_offset,
+            attempts: 0,
+        })
+        .collect();
+    pops.table
+        .borrow_mut()
+        .take_new(&key, &fresh, next, pop_time, header.invisible_time);
+    if fresh.is_empty() {
+        commit_watermark(broker, pops, &key);
+        let next_due = pops.table.borrow().next_deadline(&key);
+        return Ok(Found::Nothing { next_due });
+    }
+    store_checkpoint(broker, pops, &key, &fresh, pop_time, header.invisible_time).await?;
+    commit_watermark(broker, pops, &key);
+    Ok(Found::Served(
+        key.queue_id,
+        Served {
+            pop_time,
+            offsets: fresh.iter().map(|delivery| delivery.offset).collect(),
+            body: Vec::new(),
+            file_body: Some(read.body),
+            rest: read.max_offset.saturating_sub(next),
+        },
+    ))
+}
+
+/// Appends the record of `delivery` to `body` as the consumer gets it: `reconsumeTimes`
+/// set to the delivery's count (rewritten, with the record's CRC, only when it differs
+/// from the stored one). `entry` is its queue entry when the caller has it.
+fn read_delivery(
+    broker: &Broker,
+    key: &QueueKey,
+    delivery: Delivery,
+    entry: Option<crate::store::consume_queue::CqEntry>,
+    body: &mut Vec<u8>,
+) -> Result<(), String> {
+    let entry = match entry {
+        Some(entry) => entry,
+        None => broker
+            .store
+            .queue_entry(&key.topic, key.queue_id, delivery.offset)
+            .map_err(|error| format!("cannot read its queue entry: {error}"))?
+            .ok_or_else(|| "its queue entry is no longer stored".to_string())?,
+    };
     let bytes = broker
         .store
         .read_record(entry.phys_offset as u64, entry.size as usize)
         .map_err(|error| format!("cannot read its record: {error}"))?;
-    let mut bytes = bytes.to_vec();
-    record::set_reconsume_times(&mut bytes, delivery.attempts)?;
-    Ok(bytes)
+    let stored = match record::decode(&bytes, record::Verify::Structure) {
+        Ok(record::Decoded::Record(view)) => view.reconsume_times,
+        other => return Err(format!("the entry points at no record: {other:?}")),
+    };
+    let start = body.len();
+    body.extend_from_slice(&bytes);
+    if stored != delivery.attempts {
+        record::set_reconsume_times(&mut body[start..], delivery.attempts)?;
+    }
+    Ok(())
 }
 
 /// Opens `key` at the group's committed offset (or by `init_mode`: 0 the queue's
