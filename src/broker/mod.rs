@@ -361,11 +361,6 @@ impl Broker {
         );
     }
 
-    /// This shard's POP state, once set.
-    pub fn pops(&self) -> Option<&Rc<pop::Pops>> {
-        self.pops.get()
-    }
-
     /// Pulls parked right now (for metrics and tests).
     pub fn parked_pulls(&self) -> usize {
         self.parked.get()

@@ -117,11 +117,6 @@ impl Pops {
         })
     }
 
-    /// Offsets popped and not yet acknowledged on this shard.
-    pub fn inflight(&self) -> usize {
-        self.table.borrow().inflight()
-    }
-
     /// The lowest log offset a replay after a crash would start at: the written mark
     /// (the retention hold of the log; every checkpoint in flight is at or above it).
     pub fn replay_from(&self) -> u64 {
