@@ -1118,6 +1118,9 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
     let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
     let offset = header.offset as u64;
     let old = header.handle.pop_time;
+    // The new handle must differ from the old one, which is named by its pop time: a change
+    // in the same millisecond as the pop takes the next one.
+    let now = now.max(old.saturating_add(1));
     let attempts = {
         let table = pops.table.borrow();
         if !table.is_inflight(&key, offset, old) {
