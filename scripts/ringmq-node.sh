@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A `ringmq serve` process on demand, with the same verbs and the same DIR/env as
+# scripts/rocketmq.sh, so a suite can run against either broker through one interface.
+#
+# Usage:
+#   scripts/ringmq-node.sh start DIR [broker.conf]   free loopback ports, 2 shards, metrics off
+#   scripts/ringmq-node.sh restart-broker DIR        SIGTERM, wait, start again (same ports)
+#   scripts/ringmq-node.sh kill-broker DIR           SIGKILL
+#   scripts/ringmq-node.sh stop DIR                  SIGTERM, then SIGKILL past the deadline
+# Env: RINGMQ_BIN (default target/debug/ringmq, built when missing), FLUSH (sync|async,
+#      default sync), RINGMQ_SET ("key=value key=value", passed as --set each).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+START_DEADLINE_S=${START_DEADLINE_S:-60}
+STOP_DEADLINE_S=${STOP_DEADLINE_S:-60}
+
+die() { echo "ringmq-node.sh: $*" >&2; exit 2; }
+
+bin() {
+  local bin=${RINGMQ_BIN:-$root/target/debug/ringmq}
+  if [[ ! -x "$bin" ]]; then
+    [[ -z "${RINGMQ_BIN:-}" ]] || die "RINGMQ_BIN=$bin is not an executable"
+    (cd "$root" && cargo build --bin ringmq) >&2
+  fi
+  echo "$bin"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+start_node() {
+  local dir=$1
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  local args=(serve --dir "$dir/store" --port "${BROKER_ADDR##*:}" --namesrv-port "${NAMESRV_ADDR##*:}"
+    --flush "${FLUSH:-sync}" --shards 2 --metrics-port 0)
+  [[ -f "$dir/broker.conf" ]] && args+=(--broker-conf "$dir/broker.conf")
+  for setting in ${RINGMQ_SET:-}; do args+=(--set "$setting"); done
+  local deadline=$((SECONDS + START_DEADLINE_S)) pid
+  while :; do
+    : >"$dir/node.out"
+    nohup "$(bin)" "${args[@]}" >>"$dir/node.out" 2>&1 </dev/null &
+    pid=$!
+    while ! grep -q "ringmq: name server listening on" "$dir/node.out"; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        # A restart may find a port lent to another process's outgoing connection meanwhile.
+        if grep -q "Address already in use" "$dir/node.out" && ((SECONDS < deadline)); then
+          sleep 0.2; continue 2
+        fi
+        cat "$dir/node.out" >&2; die "ringmq exited during start"
+      fi
+      ((SECONDS < deadline)) || die "ringmq printed no addresses within ${START_DEADLINE_S} s"
+      sleep 0.05
+    done
+    break
+  done
+  sed -i '/^BROKER_PID=/d; /^NAMESRV_PID=/d' "$dir/env"
+  # One process is both: the name server is embedded.
+  { echo "BROKER_PID=$pid"; echo "NAMESRV_PID=$pid"; } >>"$dir/env"
+}
+
+stop_pid() {
+  local pid=$1
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_DEADLINE_S))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      echo "ringmq-node.sh: pid $pid ignored SIGTERM for ${STOP_DEADLINE_S} s; SIGKILL" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    sleep 0.1
+  done
+}
+
+case "${1:-}" in
+  start)
+    dir=${2:?usage: start DIR}
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    [[ -n "${3:-}" ]] && cp "$3" "$dir/broker.conf"
+    { echo "NAMESRV_ADDR=127.0.0.1:$(free_port)"; echo "BROKER_ADDR=127.0.0.1:$(free_port)"; } >"$dir/env"
+    start_node "$dir"
+    cat "$dir/env"
+    ;;
+  restart-broker)
+    dir=$(cd "${2:?usage: restart-broker DIR}" && pwd)
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    stop_pid "$BROKER_PID"
+    cat "$dir/node.out" >>"$dir/node.out.before-restart"
+    start_node "$dir"
+    ;;
+  kill-broker)
+    dir=$(cd "${2:?usage: kill-broker DIR}" && pwd)
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    ;;
+  stop)
+    dir=$(cd "${2:?usage: stop DIR}" && pwd)
+    [[ -f "$dir/env" ]] || exit 0
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    stop_pid "${BROKER_PID:-}"
+    ;;
+  *)
+    sed -n '2,12p' "$0" >&2
+    exit 2
+    ;;
+esac

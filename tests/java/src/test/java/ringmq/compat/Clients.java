@@ -1,0 +1,112 @@
+package ringmq.compat;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.rocketmq.client.ClientConfig;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+/**
+ * Stock Java clients (rocketmq-client and rocketmq-tools 5.5.0) pointed at the target, with
+ * names unique to the run so scenarios never see each other's topics or groups, and closed by
+ * {@link #close()} (each scenario owns one instance in a try-with-resources).
+ */
+public final class Clients implements AutoCloseable {
+    private static final AtomicLong SEQUENCE = new AtomicLong();
+
+    private final Target target = Target.get();
+    private final String run = UUID.randomUUID().toString().substring(0, 8);
+    private final List<Runnable> closers = new ArrayList<>();
+    private DefaultMQAdminExt admin;
+
+    public Target target() {
+        return target;
+    }
+
+    /** A name unique to this run: {@code prefix_run_n} (letters, digits, '_' and '-' only). */
+    public String name(String prefix) {
+        return prefix + "_" + run + "_" + SEQUENCE.incrementAndGet();
+    }
+
+    private void configure(ClientConfig config) {
+        config.setNamesrvAddr(target.namesrvAddr());
+        config.setInstanceName(name("instance"));
+        // Learn route changes (a restarted broker, a new topic) within a second, not 30 s.
+        config.setPollNameServerInterval(1000);
+        config.setHeartbeatBrokerInterval(1000);
+    }
+
+    public DefaultMQProducer producer(String group) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer(group);
+        configure(producer);
+        producer.setSendMsgTimeout(10_000);
+        producer.start();
+        closers.add(producer::shutdown);
+        return producer;
+    }
+
+    /** A push consumer, configured but not started (the caller subscribes and registers first). */
+    public DefaultMQPushConsumer pushConsumer(String group) {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        configure(consumer);
+        consumer.setConsumeFromWhere(org.apache.rocketmq.common.consumer.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setPullTimeDelayMillsWhenException(200);
+        closers.add(consumer::shutdown);
+        return consumer;
+    }
+
+    /** A lite pull consumer, configured but not started. */
+    public DefaultLitePullConsumer litePullConsumer(String group) {
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
+        configure(consumer);
+        consumer.setPollTimeoutMillis(1000);
+        consumer.setTopicMetadataCheckIntervalMillis(1000);
+        closers.add(consumer::shutdown);
+        return consumer;
+    }
+
+    public DefaultMQAdminExt admin() throws Exception {
+        if (admin == null) {
+            admin = new DefaultMQAdminExt(10_000);
+            configure(admin);
+            admin.setAdminExtGroup(name("admin"));
+            admin.start();
+            DefaultMQAdminExt started = admin;
+            closers.add(started::shutdown);
+        }
+        return admin;
+    }
+
+    /** Creates {@code topic} with {@code queues} read and write queues on the target's broker. */
+    public String topic(String prefix, int queues) throws Exception {
+        String topic = name(prefix);
+        TopicConfig config = new TopicConfig(topic, queues, queues);
+        admin().createAndUpdateTopicConfig(target.brokerAddr(), config);
+        // The route reaches the name server with the broker's next registration (RocketMQ) or
+        // at once (ringmq): wait until a client can see it.
+        Wait.until(java.time.Duration.ofSeconds(60), () -> "route of " + topic, () -> {
+            try {
+                return !admin().examineTopicRouteInfo(topic).getQueueDatas().isEmpty();
+            } catch (Exception e) {
+                return false;
+            }
+        });
+        return topic;
+    }
+
+    @Override
+    public void close() {
+        for (int i = closers.size() - 1; i >= 0; i--) {
+            try {
+                closers.get(i).run();
+            } catch (RuntimeException e) {
+                System.err.println("close: " + e);
+            }
+        }
+    }
+}
