@@ -8,7 +8,10 @@ import org.apache.rocketmq.client.ClientConfig;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -45,6 +48,17 @@ public final class Clients implements AutoCloseable {
         DefaultMQProducer producer = new DefaultMQProducer(group);
         configure(producer);
         producer.setSendMsgTimeout(10_000);
+        producer.start();
+        closers.add(producer::shutdown);
+        return producer;
+    }
+
+    /** A started transactional producer whose local transactions and check-backs {@code listener} answers. */
+    public TransactionMQProducer transactionProducer(String group, TransactionListener listener) throws Exception {
+        TransactionMQProducer producer = new TransactionMQProducer(group);
+        configure(producer);
+        producer.setSendMsgTimeout(10_000);
+        producer.setTransactionListener(listener);
         producer.start();
         closers.add(producer::shutdown);
         return producer;
@@ -89,14 +103,31 @@ public final class Clients implements AutoCloseable {
         admin().createAndUpdateTopicConfig(target.brokerAddr(), config);
         // The route reaches the name server with the broker's next registration (RocketMQ) or
         // at once (ringmq): wait until a client can see it.
-        Wait.until(java.time.Duration.ofSeconds(60), () -> "route of " + topic, () -> {
+        awaitRoute(topic, java.time.Duration.ofSeconds(60));
+        return topic;
+    }
+
+    /** Waits (bounded) until the name server gives a route with queues for {@code topic}. */
+    public void awaitRoute(String topic, java.time.Duration deadline) {
+        Wait.until(deadline, () -> "route of " + topic, () -> {
             try {
                 return !admin().examineTopicRouteInfo(topic).getQueueDatas().isEmpty();
             } catch (Exception e) {
                 return false;
             }
         });
-        return topic;
+    }
+
+    /** The queues of {@code topic} a started push consumer currently pulls (its rebalance result). */
+    public static java.util.Set<MessageQueue> assigned(DefaultMQPushConsumer consumer, String topic) {
+        java.util.Set<MessageQueue> queues = new java.util.TreeSet<>();
+        for (MessageQueue queue : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl()
+                .getProcessQueueTable().keySet()) {
+            if (queue.getTopic().equals(topic)) {
+                queues.add(queue);
+            }
+        }
+        return queues;
     }
 
     @Override

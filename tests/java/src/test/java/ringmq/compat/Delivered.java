@@ -14,9 +14,36 @@ import org.apache.rocketmq.common.message.MessageExt;
 /** What consumers received, recorded from their threads, checked against what was sent. */
 public final class Delivered {
     private final List<MessageExt> messages = new ArrayList<>();
+    private final List<Long> arrivals = new ArrayList<>();
 
     public synchronized void add(Collection<MessageExt> batch) {
-        messages.addAll(batch);
+        long now = System.currentTimeMillis();
+        for (MessageExt message : batch) {
+            messages.add(message);
+            arrivals.add(now);
+        }
+    }
+
+    /** The deliveries of {@code body}, in arrival order. */
+    public synchronized List<MessageExt> of(String body) {
+        List<MessageExt> found = new ArrayList<>();
+        for (MessageExt message : messages) {
+            if (body(message).equals(body)) {
+                found.add(message);
+            }
+        }
+        return found;
+    }
+
+    /** When (System.currentTimeMillis() as the listener got it) each delivery of {@code body} arrived. */
+    public synchronized List<Long> arrivalsOf(String body) {
+        List<Long> found = new ArrayList<>();
+        for (int i = 0; i < messages.size(); i++) {
+            if (body(messages.get(i)).equals(body)) {
+                found.add(arrivals.get(i));
+            }
+        }
+        return found;
     }
 
     public synchronized List<MessageExt> all() {
