@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""ringmq against Redis streams, interleaved in one run; called by perf/peers.sh.
+"""ringmq against Redis streams and the real Apache RocketMQ 5.5.0 broker, interleaved in
+one run; called by perf/peers.sh.
 
 Each round measures the machine first (fio: 4 KiB writes each followed by fdatasync, for
 the fsync latency; 64 KiB writes each followed by fdatasync, for the durable bandwidth;
@@ -7,13 +8,25 @@ the loopback round trip of examples/loopback_pingpong.rs), then runs every row w
 ringmq and Redis alternating (which goes first alternates by round):
 
   durable     ringmq `serve --flush sync`   vs  redis-server --appendfsync always
+                                            vs  RocketMQ flushDiskType=SYNC_FLUSH
   page cache  ringmq `serve --flush async`  vs  redis-server --appendfsync everysec
+                                            vs  RocketMQ flushDiskType=ASYNC_FLUSH
 
 for each client count: N connections, each with one client waiting for every
 acknowledgement, 1 KiB messages (ringmq: `bench produce --io tasks`, SEND_MESSAGE_V2 to 8
-queues of one topic; Redis: `redis-benchmark -c N`, XADD of one 1 KiB field to one stream).
-Both servers are fresh per round and mode, run on the first CPU (ringmq with one shard),
-and the load generators on the second. Per row: throughput, p50/p99 latency, the server's
+queues of one topic; Redis: `redis-benchmark -c N`, XADD of one 1 KiB field to one stream;
+RocketMQ: the same `ringmq bench produce` as for ringmq, which speaks remoting to both, to
+the same 8-queue topic created first with mqadmin). Every server is fresh per round and
+mode, runs on the first CPU (ringmq with one shard; RocketMQ's name server and broker JVMs
+both pinned there), and the load generators on the second. The RocketMQ JVMs are warmed up
+before the measured seconds: a fresh broker first takes `--warmup` seconds (20) of the same
+load at 16 clients, whose figures are dropped. Its CPU per message counts the name server
+and the broker processes.
+
+With --consume, each round also measures the consume side on ringmq and RocketMQ: a backlog
+of `--consume-messages` (1,000,000) messages written by `bench produce --mode async`, then
+read by the same pull loop (`ringmq bench consume`, 4 connections, 32 per pull), with the
+server's CPU per message read. Per row: throughput, p50/p99 latency, the server's
 CPU per message (utime+stime of the whole process from /proc), ringmq's fdatasyncs per
 message (its metrics), the load generator's CPU per message (rusage of the child), and
 for durable rows the physical limit min(N / (fsync p50 + RTT), durable bandwidth / 1 KiB).
@@ -46,7 +59,8 @@ CPUS = sorted(os.sched_getaffinity(0))
 SERVER_CPU = str(CPUS[0])
 LOADGEN_CPU = str(CPUS[1]) if len(CPUS) > 1 else None
 MESSAGE = 1024
-MODES = {"durable": ("sync", "always"), "page cache": ("async", "everysec")}
+MODES = {"durable": ("sync", "always", "SYNC_FLUSH"),
+         "page cache": ("async", "everysec", "ASYNC_FLUSH")}
 
 
 def pinned(cpu, argv):
@@ -66,13 +80,14 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def run_child(argv, timeout):
+def run_child(argv, timeout, may_fail=False):
     """Runs argv to the end; returns (stdout, CPU seconds the child used)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv[:6])} ... failed ({done.returncode}): {done.stderr[-2000:]}")
+    if done.returncode != 0 and not may_fail:
+        sys.exit(f"{' '.join(argv[:6])} ... failed ({done.returncode}): {done.stderr[-2000:]}"
+                 f"{done.stdout[-2000:]}")
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return done.stdout, used
 
@@ -182,6 +197,107 @@ class Ringmq:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class RocketMQ:
+    """The real Apache RocketMQ 5.5.0 name server and broker (scripts/rocketmq.sh), pinned
+    to the server CPU, with one 8-queue topic created by mqadmin."""
+
+    def __init__(self, loadgen, scratch, flush, warmup, topic="BenchTopic"):
+        self.loadgen = loadgen
+        self.dir = tempfile.mkdtemp(prefix="rocketmq-peers-", dir=scratch)
+        env = dict(os.environ, FLUSH=flush)
+        done = subprocess.run(pinned(SERVER_CPU, ["bash", "scripts/rocketmq.sh", "start", self.dir]),
+                              capture_output=True, text=True, timeout=300, env=env)
+        if done.returncode != 0:
+            sys.exit(f"RocketMQ did not start: {done.stderr[-2000:]}")
+        values = dict(line.split("=", 1) for line in open(os.path.join(self.dir, "env")).read().split())
+        self.addr, self.namesrv = values["BROKER_ADDR"], values["NAMESRV_ADDR"]
+        self.pids = [int(values["NAMESRV_PID"]), int(values["BROKER_PID"])]
+        classpath = subprocess.run(["bash", "scripts/rocketmq.sh", "classpath"], check=True,
+                                   capture_output=True, text=True).stdout.strip()
+        created = subprocess.run(
+            ["java", "-Xmx256m", f"-Duser.home={self.dir}/home", "-cp", classpath,
+             "org.apache.rocketmq.tools.command.MQAdminStartup", "updateTopic", "-n", self.namesrv,
+             "-c", "DefaultCluster", "-t", topic, "-r", "8", "-w", "8"],
+            capture_output=True, text=True, timeout=120)
+        if created.returncode != 0 or "success" not in created.stdout:
+            sys.exit(f"mqadmin updateTopic failed: {created.stdout[-1000:]} {created.stderr[-1000:]}")
+        if warmup:
+            produce(self.loadgen, self.addr, 16, warmup)
+
+    def cpu(self):
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def row(self, clients, seconds):
+        return measured_produce(self.loadgen, self.addr, clients, seconds, self.cpu)
+
+    def stop(self):
+        subprocess.run(["bash", "scripts/rocketmq.sh", "stop", self.dir], capture_output=True,
+                       timeout=180)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def produce(loadgen, addr, clients, seconds, mode="sync", messages=None, busy_ok=False):
+    """`ringmq bench produce` against `addr`; returns (summary, load generator CPU seconds).
+    With `busy_ok`, SYSTEM_BUSY answers (code 2: RocketMQ's flow control) are tolerated and
+    the summary's `messages` counts the stored ones."""
+    limit = ["--messages", str(messages)] if messages else ["--duration", str(seconds)]
+    # 4 sends in flight per connection: RocketMQ answers SYSTEM_BUSY (2) to a deeper queue.
+    limit += ["--inflight", "4"] if mode == "async" else []
+    out, cpu = run_child(
+        pinned(LOADGEN_CPU, [loadgen, "bench", "produce", "--addr", addr,
+                             "--connections", str(clients), "--producers-per-connection",
+                             "1", "--io", "tasks", "--mode", mode, "--size", str(MESSAGE),
+                             "--quiet", "--json"] + limit),
+        timeout=(seconds or 600) + 600, may_fail=busy_ok)
+    summary = json.loads(out)
+    if busy_ok and set(summary["errors_by_code"]) <= {"2"}:
+        return summary, cpu
+    if summary["errors"] or summary["messages"] == 0:
+        sys.exit(f"bench produce against {addr} had errors: {summary}")
+    return summary, cpu
+
+
+def measured_produce(loadgen, addr, clients, seconds, server_cpu):
+    cpu0 = server_cpu()
+    summary, loadgen_cpu = produce(loadgen, addr, clients, seconds)
+    cpu1 = server_cpu()
+    messages = summary["messages"]
+    return {
+        "msgs_per_sec": summary["msgs_per_sec"],
+        "p50_us": summary["p50_us"], "p99_us": summary["p99_us"],
+        "server_cpu_us_per_msg": (cpu1 - cpu0) * 1e6 / messages,
+        "fsyncs_per_msg": None,
+        "loadgen_cpu_us_per_msg": loadgen_cpu * 1e6 / messages,
+        "messages": messages,
+    }
+
+
+def measured_consume(loadgen, addr, messages, server_cpu):
+    """Writes a backlog of `messages`, then reads it back with the pull loop."""
+    stored = 0
+    for _ in range(100):
+        if stored >= messages:
+            break
+        summary, _ = produce(loadgen, addr, 16, None, mode="async", messages=messages - stored,
+                             busy_ok=True)
+        stored += summary["messages"]
+    if stored < messages:
+        sys.exit(f"could not write a backlog of {messages} to {addr}: {stored} stored")
+    cpu0 = server_cpu()
+    out, loadgen_cpu = run_child(
+        pinned(LOADGEN_CPU, [loadgen, "bench", "consume", "--addr", addr, "--connections", "4",
+                             "--from-offset", "earliest", "--messages", str(messages),
+                             "--duration", "900", "--quiet", "--json"]), timeout=1200)
+    cpu1 = server_cpu()
+    summary = json.loads(out)
+    read = summary["messages"]
+    if read < messages:
+        sys.exit(f"bench consume against {addr} read {read} of {messages}: {summary}")
+    return {"msgs_per_sec": summary["msgs_per_sec"],
+            "server_cpu_us_per_msg": (cpu1 - cpu0) * 1e6 / read,
+            "loadgen_cpu_us_per_msg": loadgen_cpu * 1e6 / read, "messages": read}
+
+
 class Redis:
     PAYLOAD = "x" * MESSAGE
 
@@ -265,7 +381,7 @@ def median(values):
     return statistics.median(values) if values else None
 
 
-def report(rows, machine_rounds, state, args, path):
+def report(rows, machine_rounds, state, args, path, consume_rows=()):
     def fmt(value, digits=0):
         return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -328,6 +444,37 @@ def report(rows, machine_rounds, state, args, path):
                 checks.append(("durable, 1 client: p50 within fsync p50 + 2 round trips",
                                p50 is not None and bound is not None and p50 <= bound,
                                f"{fmt(p50)} vs {fmt(bound)} µs"))
+    if any(r["server"] == "rocketmq" for r in rows):
+        lines += ["", "## ringmq against Apache RocketMQ 5.5.0, same run", "",
+                  "Same load generator for both (`ringmq bench produce`, remoting); RocketMQ's "
+                  "name server and broker JVMs on the server CPU, warmed up with "
+                  f"{args.warmup} s of unmeasured load per fresh broker; its CPU per message counts "
+                  "both processes.", "",
+                  "| load | N | ringmq msgs/s | RocketMQ msgs/s | ringmq/RocketMQ | "
+                  "ringmq p50 / p99 µs | RocketMQ p50 / p99 µs | ringmq CPU µs/msg | "
+                  "RocketMQ CPU µs/msg |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for load in MODES:
+            for clients in args.clients:
+                pick = lambda server, key: median(
+                    [r[key] for r in rows if (r["load"], r["clients"], r["server"]) == (load, clients, server)])
+                ours, theirs = pick("ringmq", "msgs_per_sec"), pick("rocketmq", "msgs_per_sec")
+                lines.append(
+                    f"| {load} | {clients} | {fmt(ours)} | {fmt(theirs)} | "
+                    f"{fmt(ours / theirs if ours and theirs else None, 2)} | "
+                    f"{fmt(pick('ringmq', 'p50_us'))} / {fmt(pick('ringmq', 'p99_us'))} | "
+                    f"{fmt(pick('rocketmq', 'p50_us'))} / {fmt(pick('rocketmq', 'p99_us'))} | "
+                    f"{fmt(pick('ringmq', 'server_cpu_us_per_msg'), 1)} | "
+                    f"{fmt(pick('rocketmq', 'server_cpu_us_per_msg'), 1)} |")
+    if consume_rows:
+        lines += ["", f"## Reading a backlog of {args.consume_messages:,} messages, same run", "",
+                  "`bench produce --mode async --inflight 4` (16 connections) writes the backlog to a fresh ASYNC_FLUSH server, "
+                  "then `bench consume` (4 connections, 32 per pull) reads it all.", "",
+                  "| server | msgs/s | server CPU µs/msg | loadgen CPU µs/msg |", "|---|---:|---:|---:|"]
+        for server in sorted({r["server"] for r in consume_rows}):
+            pick = lambda key: median([r[key] for r in consume_rows if r["server"] == server])
+            lines.append(f"| {server} | {fmt(pick('msgs_per_sec'))} | "
+                         f"{fmt(pick('server_cpu_us_per_msg'), 2)} | {fmt(pick('loadgen_cpu_us_per_msg'), 2)} |")
     if any(r["server"] == "ringmq-base" for r in rows):
         lines += ["", f"## This ringmq against the earlier one ({args.base_label}), same run", "",
                   "| load | N | earlier msgs/s | this msgs/s | this/earlier | earlier CPU µs/msg | "
@@ -365,11 +512,17 @@ def main():
     parser.add_argument("--clients", default="1 16 64")
     parser.add_argument("--dir", default="/var/tmp")
     parser.add_argument("--out", default="perf/results")
+    parser.add_argument("--no-rocketmq", action="store_true", help="leave RocketMQ out")
+    parser.add_argument("--warmup", type=int, default=20,
+                        help="seconds of unmeasured load a fresh RocketMQ broker takes first")
+    parser.add_argument("--consume", action="store_true",
+                        help="also measure reading a backlog (ringmq and RocketMQ)")
+    parser.add_argument("--consume-messages", type=int, default=1_000_000)
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split()]
     os.makedirs(args.out, exist_ok=True)
     state = machine_state(args.dir)
-    rows, machine_rounds = [], []
+    rows, machine_rounds, consume_rows = [], [], []
     raw = open(os.path.join(args.out, "peers.raw.jsonl"), "w")
     for round_number in range(1, args.rounds + 1):
         fsync_p50, _ = fio(args.dir, "4k", 3)
@@ -383,10 +536,12 @@ def main():
         print(f"round {round_number}: fsync p50 {fsync_p50:.0f} us, durable "
               f"{bandwidth / 1e6:.0f} MB/s, rtt {rtt:.1f} us, fresh page {fresh:.1f} us",
               file=sys.stderr)
-        for load, (flush, appendfsync) in MODES.items():
+        for load, (flush, appendfsync, rocketmq_flush) in MODES.items():
             servers = {"ringmq": Ringmq(args.ringmq, args.dir, flush)}
             if args.ringmq_base:
                 servers["ringmq-base"] = Ringmq(args.ringmq_base, args.dir, flush)
+            if not args.no_rocketmq:
+                servers["rocketmq"] = RocketMQ(args.ringmq, args.dir, rocketmq_flush, args.warmup)
             redis = Redis(args.dir, appendfsync)
             names = list(servers) + ["redis"]
             try:
@@ -414,8 +569,27 @@ def main():
                 for server in servers.values():
                     server.stop()
                 redis.stop()
+        if args.consume:
+            consumers = {"ringmq": lambda: Ringmq(args.ringmq, args.dir, "async")}
+            if not args.no_rocketmq:
+                consumers["rocketmq"] = lambda: RocketMQ(args.ringmq, args.dir, "ASYNC_FLUSH", 0)
+            names = list(consumers)
+            start = (round_number - 1) % len(names)
+            for server in names[start:] + names[:start]:
+                instance = consumers[server]()
+                try:
+                    cpu = instance.cpu if server == "rocketmq" else (lambda: cpu_seconds(instance.proc.pid))
+                    row = measured_consume(args.ringmq, instance.addr, args.consume_messages, cpu)
+                finally:
+                    instance.stop()
+                row.update({"round": round_number, "load": "consume backlog", "server": server})
+                consume_rows.append(row)
+                raw.write(json.dumps(row) + "\n")
+                raw.flush()
+                print(f"  consume {server}: {row['msgs_per_sec']:.0f} msgs/s, "
+                      f"CPU {row['server_cpu_us_per_msg']:.1f} us/msg", file=sys.stderr)
     raw.close()
-    report(rows, machine_rounds, state, args, os.path.join(args.out, "peers.md"))
+    report(rows, machine_rounds, state, args, os.path.join(args.out, "peers.md"), consume_rows)
 
 
 if __name__ == "__main__":

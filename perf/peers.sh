@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ringmq against Redis streams on the same load, interleaved in one run (issue 11).
+# ringmq against Redis streams and the real Apache RocketMQ 5.5.0 broker on the same load,
+# interleaved in one run (issues 11 and "Beside the real thing").
 #
 # Installs what it needs (redis-server, redis-tools and fio through apt-get, when
 # missing), builds the release binary and the loopback ping-pong, then runs
@@ -18,7 +19,10 @@
 #                               measure instead of building this checkout), BASE (a commit,
 #                               e.g. HEAD~1: built in a temporary worktree and run beside
 #                               this checkout in the same rotation, before and after in one
-#                               run; or BASE_BIN, a binary of it)
+#                               run; or BASE_BIN, a binary of it), NO_ROCKETMQ=1 (leave the
+#                               real broker out), WARMUP (20: seconds of unmeasured load a
+#                               fresh RocketMQ broker gets first), CONSUME=1 (also read a
+#                               backlog of CONSUME_MESSAGES, 1000000, from ringmq and RocketMQ)
 # Run nothing else meanwhile: the disk and both cores are shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +53,10 @@ fi
 if [ -n "${BASE_BIN:-}" ]; then
   base_args=(--ringmq-base "$BASE_BIN" --base-label "${BASE:-$(basename "$BASE_BIN")}")
 fi
-python3 perf/peers.py \
+rocketmq_args=()
+[ -n "${NO_ROCKETMQ:-}" ] && rocketmq_args+=(--no-rocketmq)
+[ -n "${CONSUME:-}" ] && rocketmq_args+=(--consume --consume-messages "${CONSUME_MESSAGES:-1000000}")
+python3 perf/peers.py "${rocketmq_args[@]}" --warmup "${WARMUP:-20}" \
   --ringmq "${RINGMQ_BIN:-target/release/ringmq}" "${base_args[@]}" \
   --pingpong target/release/examples/loopback_pingpong \
   --rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER_RUN:-5}" \

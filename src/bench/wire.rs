@@ -328,7 +328,10 @@ async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
             offset,
             options.max_per_pull as i32,
             suspend,
-            None,
+            // The subscription rides in the pull (FLAG_SUBSCRIPTION), as clients do: without
+            // it a RocketMQ broker wants the group registered by a heartbeat first and
+            // answers SUBSCRIPTION_NOT_EXIST (24) to every pull.
+            Some("*"),
         );
         cmd.ext_fields
             .insert("consumerGroup".into(), options.group.clone());
