@@ -31,10 +31,10 @@
 //! write; a delivery aborted mid-put left its cursor where it was, so the next start
 //! delivers that message again rather than lose it).
 //!
-//! With one shard SO_REUSEPORT stays off: it would let a second node on the same port
-//! silently take half the connections. With several it is on; a second node on the same
-//! root is still stopped by the stores' `lock` files, but a second multi-shard node with
-//! another root and the same port would share the port: give each node its own port.
+//! With one shard SO_REUSEPORT stays off. With several it is on, so the shards share the
+//! port; once they listen, the start checks that no other process's listener shares it
+//! ([`crate::shard::exclusive_port`]) and fails with "Address already in use" if one does,
+//! so a second node on the same port is refused whatever either's shard count.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -62,7 +62,7 @@ use crate::remoting::admission::Admission;
 use crate::remoting::connection::{serve_admitted, ConnectionLimits, RequestHandler};
 use crate::remoting::traffic::{LimitEvent, Traffic};
 use crate::shard::mailbox::{self, MailboxReceiver};
-use crate::shard::{layout, pin, ShardContext};
+use crate::shard::{exclusive_port, layout, pin, ShardContext};
 use crate::store::Store;
 
 /// Everything a node is started with.
@@ -331,6 +331,11 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
         // Port 0 picks a free port for the first shard; the others share it.
         port = listener.local_addr()?.port();
         listeners.push(listener);
+    }
+    if reuse_port {
+        // SO_REUSEPORT would also let another process's listener in: refuse to share.
+        exclusive_port::check_alone(&listeners)
+            .map_err(|error| anyhow::anyhow!("cannot listen on port {port}: {error}"))?;
     }
     let advertised = SocketAddr::new(options.broker_ip, port);
     let namesrv_listener = bind_listener(

@@ -345,6 +345,36 @@ fn keys_ringmq_cannot_honour_stop_the_start() {
     }
 }
 
+/// A setting that asks for protection ringmq does not give (access control, read-only or
+/// write-only brokers, replica acknowledgements, refusing transactions, keeping files on a
+/// full disk) stops the start instead of being ignored; at RocketMQ's default it only warns.
+#[test]
+fn settings_asking_for_protection_ringmq_lacks_stop_the_start() {
+    for (text, key) in [
+        ("aclEnable=true", "aclEnable"),
+        ("authenticationEnabled=true", "authenticationEnabled"),
+        ("authorizationEnabled=true", "authorizationEnabled"),
+        ("brokerPermission=4", "brokerPermission"),
+        ("inSyncReplicas=2", "inSyncReplicas"),
+        ("minInSyncReplicas=2", "minInSyncReplicas"),
+        ("totalReplicas=3", "totalReplicas"),
+        ("rejectTransactionMessage=true", "rejectTransactionMessage"),
+        ("cleanFileForciblyEnable=false", "cleanFileForciblyEnable"),
+    ] {
+        let error = loader().broker_conf_str("b.conf", text).err();
+        let error = error.unwrap_or_else(|| panic!("{text} was accepted"));
+        expect_error(error, "b.conf", key, "not supported");
+    }
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "b.conf",
+            "aclEnable=false\nbrokerPermission=6\ninSyncReplicas=1\ncleanFileForciblyEnable=true\n",
+        )
+        .unwrap();
+    assert_eq!(loader.warnings().len(), 4, "{:?}", loader.warnings());
+}
+
 /// Each bad value, given through `source`, names `source` and the key as written there.
 #[test]
 fn invalid_values_name_their_key() {

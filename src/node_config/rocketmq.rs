@@ -1,9 +1,39 @@
 //! RocketMQ broker.conf keys that are not ringmq keys: the ones ringmq recognises and
 //! ignores (a warning), and the ones whose meaning it cannot honour (an error saying why),
 //! so that a broker's existing file loads as it is or fails for a stated reason.
+//!
+//! The rule between the two: a key may be ignored only if ignoring it cannot make the node
+//! less safe than the file asks for: no open door where it asks for a lock, no weaker
+//! durability than it asks for, no data deleted that it asks to keep, nothing accepted that
+//! it asks to refuse. Such a key, set to anything but RocketMQ's default, stops the start
+//! (as `enableDLegerCommitLog=true` does); at the default it is ignored with a warning.
+//!
+//! Refused unless at RocketMQ's default ([`UNSUPPORTED_ROCKETMQ_KEYS`]):
+//!
+//! | key | default | why ignoring another value is a hazard |
+//! |---|---|---|
+//! | `aclEnable`, `authenticationEnabled`, `authorizationEnabled` | `false` | asks for access control; ringmq has none and would serve every client |
+//! | `brokerPermission` | `6` | 2 or 4 asks the broker to refuse reads or writes (draining a broker); ringmq would serve both |
+//! | `inSyncReplicas`, `minInSyncReplicas`, `totalReplicas` | `1` | more asks for acknowledgements after replicas confirm; ringmq has no replication (D14) |
+//! | `rejectTransactionMessage` | `false` | asks to refuse transaction messages; ringmq would accept them |
+//! | `cleanFileForciblyEnable` | `true` | `false` asks never to delete unexpired files when the disk fills; ringmq deletes above `diskSpaceCleanForciblyRatio` |
+//! | `enableDLegerCommitLog`, `enableControllerMode`, `transientStorePoolEnable` | `false` | a different storage or failover design, not implemented |
+//! | `storePathCommitLog`, `storePathConsumeQueue`, `storePathIndex`, `storeCheckpoint`, `abortFile` | none | each shard keeps these under `<storePathRootDir>/shard-<n>` |
+//!
+//! Ignored with a warning ([`IGNORED_ROCKETMQ_KEYS`]), and why that is safe:
+//!
+//! | keys | why ignoring them is safe |
+//! |---|---|
+//! | `brokerIP2`, `haListenPort`, `haMasterAddress`, `haSendHeartbeatInterval`, `haHousekeepingInterval`, `haTransferBatchSize`, `haMaxGapNotInSync`, `slaveReadEnable`, `slaveTimeout`, `duplicationEnable` | replication settings; `brokerRole` already refuses every role but `ASYNC_MASTER`, so none of them has anything to act on |
+//! | `enablePropertyFilter`, `filterServerNums`, `filterSupportRetry`, `enableCalcFilterBitMap`, `enableConsumeQueueExt` | SQL92 filtering: ringmq refuses SQL92 subscriptions on every pull, so nothing is delivered unfiltered |
+//! | thread pools and queues (`*ThreadPoolNums`, `*QueueCapacity`, `server*Threads`, `clientWorkerThreads`), `serverSocketSndBufSize`, `serverSocketRcvBufSize`, `useEpollNativeSelector`, `useReentrantLockWhenPutMessage`, `waitTimeMillsInSendQueue`, `osPageCacheBusyTimeOutMills`, `putMessageTimeout` | Java's threading and socket tuning; ringmq is thread-per-core and bounds its queues with its own keys |
+//! | `warmMapedFileEnable`, `flushLeastPagesWhenWarmMapedFile`, `flushCommitLogTimed`, `flushConsumeQueueLeastPages`, `flushConsumeQueueThoroughInterval`, `commitIntervalCommitLog`, `commitCommitLogLeastPages`, `commitCommitLogThoroughInterval` | flush tuning; durability follows `flushDiskType` and the `flushCommitLog*` keys ringmq has; ConsumeQueues are rebuilt from the CommitLog |
+//! | `checkCRCOnRecover` | ringmq always checks every record's CRC32C on recovery, which is stricter than either value |
+//! | `deleteCommitLogFilesInterval`, `deleteConsumeQueueFilesInterval`, `destroyMapedFileIntervalForcibly`, `redeleteHangedFileInterval` | pacing of deletions RocketMQ spreads out; what is deleted follows `fileReservedTime`, `deleteWhen` and the disk ratios |
+//! | `accessMessageInMemoryMaxRatio`, `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`, `longPollingEnable`, `shortPollingTimeMills`, `notifyConsumerIdsChangedEnable`, `messageIndexSafe`, `defaultQueryMaxNum` | read-path tuning; ringmq always long-polls and notifies, and bounds pulls with its own keys |
+//! | `enableScheduleMessageStats`, `clusterTopicEnable`, `brokerTopicEnable`, `traceTopicEnable`, `msgTraceTopicName`, `metricsExporterType` | statistics and convenience topics; nothing a client relies on for safety |
+//! | `fetchNamesrvAddrByAddressServer`, `registerBrokerTimeoutMills`, `registerNameServerPeriod`, `forceRegister` | name-server registration; the name server is embedded (D1) |
 
-/// RocketMQ broker.conf keys ringmq recognises but does not act on: they log a warning
-/// instead of stopping the start, so a broker's existing file loads as it is.
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "brokerIP2",
     "haListenPort",
@@ -14,10 +44,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "haMaxGapNotInSync",
     "slaveReadEnable",
     "slaveTimeout",
-    "inSyncReplicas",
-    "minInSyncReplicas",
-    "totalReplicas",
-    "brokerPermission",
     "enablePropertyFilter",
     "filterServerNums",
     "filterSupportRetry",
@@ -50,7 +76,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "commitCommitLogLeastPages",
     "commitCommitLogThoroughInterval",
     "checkCRCOnRecover",
-    "cleanFileForciblyEnable",
     "deleteCommitLogFilesInterval",
     "deleteConsumeQueueFilesInterval",
     "destroyMapedFileIntervalForcibly",
@@ -68,12 +93,10 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "brokerTopicEnable",
     "traceTopicEnable",
     "msgTraceTopicName",
-    "rejectTransactionMessage",
     "fetchNamesrvAddrByAddressServer",
     "registerBrokerTimeoutMills",
     "registerNameServerPeriod",
     "forceRegister",
-    "aclEnable",
     "duplicationEnable",
     "enableConsumeQueueExt",
     "metricsExporterType",
@@ -107,6 +130,51 @@ pub(super) const UNSUPPORTED_ROCKETMQ_KEYS: &[(&str, Option<&str>, &str)] = &[
         "abortFile",
         None,
         "each shard keeps its abort marker in <storePathRootDir>/shard-<n>; remove this key",
+    ),
+    (
+        "aclEnable",
+        Some("false"),
+        "access control is not implemented: this node would serve every client",
+    ),
+    (
+        "authenticationEnabled",
+        Some("false"),
+        "authentication is not implemented: this node would serve every client",
+    ),
+    (
+        "authorizationEnabled",
+        Some("false"),
+        "authorization is not implemented: this node would serve every client",
+    ),
+    (
+        "brokerPermission",
+        Some("6"),
+        "per-broker permissions are not implemented: this node would serve reads and writes; give the topics the permission instead (`ringmq admin topic-update --perm`)",
+    ),
+    (
+        "inSyncReplicas",
+        Some("1"),
+        "replication is not implemented: no acknowledgement waits for a replica",
+    ),
+    (
+        "minInSyncReplicas",
+        Some("1"),
+        "replication is not implemented: no acknowledgement waits for a replica",
+    ),
+    (
+        "totalReplicas",
+        Some("1"),
+        "replication is not implemented: there is one copy",
+    ),
+    (
+        "rejectTransactionMessage",
+        Some("false"),
+        "transactions are not implemented, and transaction messages are not refused",
+    ),
+    (
+        "cleanFileForciblyEnable",
+        Some("true"),
+        "forced cleanup cannot be switched off: above diskSpaceCleanForciblyRatio unexpired segments are deleted; raise that ratio instead",
     ),
     (
         "enableDLegerCommitLog",

@@ -14,6 +14,7 @@
 //! ([`crate::sync::Locked`]). Nothing on the data path is shared: a CommitLog has exactly
 //! one writer, its shard.
 
+pub mod exclusive_port;
 pub mod layout;
 pub mod mailbox;
 pub mod pin;

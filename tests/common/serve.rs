@@ -64,8 +64,13 @@ impl Drop for Serve {
 /// What `ringmq serve` with `args` prints on stderr when it refuses to start: it must exit
 /// unsuccessfully within `limit` (a start that listens instead fails the test).
 pub fn refused(dir: &Path, args: &[&str], limit: std::time::Duration) -> String {
+    refused_on(dir, 0, args, limit)
+}
+
+/// [`refused`] with the remoting port `port` (0 picks a free one).
+pub fn refused_on(dir: &Path, port: u16, args: &[&str], limit: std::time::Duration) -> String {
     let mut child = Command::new(BIN)
-        .args(["serve", "--port", "0", "--namesrv-port", "0"])
+        .args(["serve", "--port", &port.to_string(), "--namesrv-port", "0"])
         .args(["--metrics-port", "0", "--io", "portable", "--dir"])
         .arg(dir)
         .args(args)
