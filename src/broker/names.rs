@@ -52,6 +52,39 @@ pub const NOT_ALLOWED_SEND_TOPICS: [&str; 9] = [
 /// `RMQ_SYS_TRACE_TOPIC` is not refused: clients write message traces there.
 pub const INTERNAL_TOPIC_PREFIX: &str = "rmq_sys_";
 
+/// The topics RocketMQ 5's `TopicValidator.SYSTEM_TOPIC_SET` lists, plus the ones ringmq
+/// refuses client sends to ([`NOT_ALLOWED_SEND_TOPICS`]): the broker owns them, so an admin
+/// request may neither create, change nor delete one.
+pub const SYSTEM_TOPICS: [&str; 14] = [
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "SCHEDULE_TOPIC_XXXX_V2",
+    "BenchmarkTest",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC",
+    "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+    "CHECKPOINT_TOPIC",
+    "rmq_sys_wheel_timer",
+];
+
+/// Whether `topic` is a system topic in the sense of RocketMQ's
+/// `TopicValidator.isSystemTopic` (the set, or the `rmq_sys_` prefix, which covers the
+/// timer wheel and the POP revive log): UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC refuse it.
+pub fn is_reserved_topic(topic: &str) -> bool {
+    SYSTEM_TOPICS.contains(&topic) || topic.starts_with(INTERNAL_TOPIC_PREFIX)
+}
+
+/// The remark RocketMQ 5's `AdminBrokerProcessor` answers (with SYSTEM_ERROR) a create,
+/// update or delete of a system topic with.
+pub fn reserved_topic_remark(topic: &str) -> String {
+    format!("The topic[{topic}] is conflict with system topic.")
+}
+
 /// Whether a client's send to `topic` must be refused (NO_PERMISSION, as Java's
 /// `TopicValidator.isNotAllowedSendTopic`).
 pub fn is_not_allowed_send_topic(topic: &str) -> bool {

@@ -8,9 +8,14 @@
 //! - DELETE_TOPIC_IN_BROKER (215): header `topic`; removes it from the table.
 //!
 //! Invariants: SUCCESS is answered only once the table is on disk; a topic is stored only
-//! if it passes [`check_config`], the check the table's load applies.
+//! if it passes [`check_config`], the check the table's load applies; a system topic
+//! ([`is_reserved_topic`]: `TBW102`, `SCHEDULE_TOPIC_XXXX`, the `rmq_sys_` ones the timer
+//! wheel and the POP revive log live in) is never created, changed or deleted by a
+//! request, as in RocketMQ 5: SYSTEM_ERROR "The topic[..] is conflict with system topic.".
+//! Changing one would reroute or drop what the node itself stored there (delayed, timed
+//! and POP state).
 
-use super::names::validate_topic;
+use super::names::{is_reserved_topic, reserved_topic_remark, validate_topic};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
@@ -21,6 +26,17 @@ pub use super::topics::MAX_QUEUE_NUMS;
 
 fn invalid(request: &RemotingCommand, remark: String) -> RemotingCommand {
     RemotingCommand::response_to(request, response::INVALID_PARAMETER, Some(remark))
+}
+
+/// SYSTEM_ERROR with RocketMQ's remark, if `topic` is a system topic.
+fn refuse_reserved(request: &RemotingCommand, topic: &str) -> Option<RemotingCommand> {
+    is_reserved_topic(topic).then(|| {
+        RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(reserved_topic_remark(topic)),
+        )
+    })
 }
 
 fn queue_nums(request: &RemotingCommand, field: &str) -> Result<u32, String> {
@@ -46,6 +62,9 @@ pub fn update_and_create(broker: &Broker, request: &RemotingCommand) -> Remoting
             response::SYSTEM_ERROR,
             Some(format!("the topic name is illegal: {why}")),
         );
+    }
+    if let Some(refused) = refuse_reserved(request, topic) {
+        return refused;
     }
     let (read, write) = match (
         queue_nums(request, "readQueueNums"),
@@ -110,6 +129,9 @@ pub fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
             response::SYSTEM_ERROR,
             Some(format!("the topic name is illegal: {why}")),
         );
+    }
+    if let Some(refused) = refuse_reserved(request, topic) {
+        return refused;
     }
     match broker.topics.remove(topic, broker.now_ms()) {
         Ok(_) => RemotingCommand::response_to(request, response::SUCCESS, None),

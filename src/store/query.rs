@@ -3,13 +3,20 @@
 //!
 //! Invariants:
 //! - Only visible records are served: an offset at or past what was dispatched, or one
-//!   that does not start a record (its magic and its own PHYSICALOFFSET field must say
-//!   so), finds nothing, so a made-up id can never read the middle of a record.
+//!   that does not start a record, finds nothing, so a made-up id can never read the
+//!   middle of a record. A record start is what the record index says it is: the bytes'
+//!   magic and own PHYSICALOFFSET are checked first (cheap), then the ConsumeQueue entry
+//!   the record names (topic, queue id, queue offset) must point back at this offset with
+//!   this size. Magic, size and even a CRC can be forged inside a message body by a
+//!   producer who predicts where its body will land; the queue entry cannot.
 //! - Each record found is its own chunk of the body, so a caller merging the answers of
 //!   several shards can keep any subset of them.
 
 use super::index::IndexHit;
-use super::record::{MAGIC_POS, MAGIC_V1, MAGIC_V2, PHYS_OFFSET_POS, TOTAL_SIZE_POS};
+use super::record::{
+    self, Decoded, RecordView, Verify, MAGIC_POS, MAGIC_V1, MAGIC_V2, PHYS_OFFSET_POS,
+    TOTAL_SIZE_POS,
+};
 use super::{Store, StoreError};
 use crate::io::file_body::{BodyChunk, FileBody};
 
@@ -127,9 +134,39 @@ impl Store {
         if !starts_record {
             return Ok(None);
         }
+        let bytes = segments
+            .read_bytes(phys, size as usize)
+            .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
+        let Ok(Decoded::Record(view)) = record::decode(&bytes, Verify::Structure) else {
+            return Ok(None);
+        };
+        if !self.indexed_at(&view, phys, size as u32)? {
+            return Ok(None);
+        }
         let chunk = segments
             .body_chunk(phys, size as u64)
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
         Ok(Some((size as u32, chunk)))
+    }
+
+    /// Whether the ConsumeQueue entry the record `view` names is this record: at `phys`,
+    /// `size` bytes long. Every stored record is dispatched to its queue (`append::dispatch`),
+    /// so a record start without its entry is bytes inside another record's body.
+    fn indexed_at(&self, view: &RecordView<'_>, phys: u64, size: u32) -> Result<bool, StoreError> {
+        let Ok(queue_offset) = u64::try_from(view.queue_offset) else {
+            return Ok(false);
+        };
+        let Some(queue) = self.shared.queue(view.topic, view.queue_id) else {
+            return Ok(false);
+        };
+        if queue_offset < queue.min_offset() || queue_offset >= queue.max_offset() {
+            return Ok(false);
+        }
+        let entries = queue
+            .read_entries(queue_offset, 1)
+            .map_err(|error| StoreError::from_io("reading a consume queue", &error))?;
+        Ok(entries
+            .first()
+            .is_some_and(|entry| entry.phys_offset == phys as i64 && entry.size == size as i32))
     }
 }

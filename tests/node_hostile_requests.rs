@@ -1,0 +1,216 @@
+//! Well-formed requests with hostile contents: each is refused with a clear code and the
+//! node keeps serving everyone else.
+//!
+//! - A physical offset that points inside a stored body at bytes forged to look like a
+//!   record (magic, size, own offset, CRC) is no record: VIEW_MESSAGE_BY_ID finds nothing
+//!   and CONSUMER_SEND_MSG_BACK writes nothing.
+//! - UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER on a system topic are refused as
+//!   RocketMQ 5 refuses them, and the delayed, timed and POP messages the node keeps in
+//!   those topics are delivered as if nothing had been asked.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::raw::Raw;
+use common::{command, message};
+use ringmq::broker::delay::DelayLevels;
+use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::requests::{pull_request, send_request_v1, send_request_v2};
+use ringmq::remoting::RemotingCommand;
+use ringmq::store::{properties, record};
+
+/// Longest a test waits for a delivery.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Sends `body` to `topic` queue 0; its physical offset.
+fn send(raw: &mut Raw, topic: &str, body: &[u8]) -> u64 {
+    let answer = raw.call(send_request_v2(topic, 0, body, None, None));
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    decode_offset_msg_id(&answer.ext_fields["msgId"]).unwrap().1
+}
+
+fn view(raw: &mut Raw, phys: u64) -> ringmq::remoting::RemotingCommand {
+    raw.call(command(
+        request::VIEW_MESSAGE_BY_ID,
+        &[("offset", &phys.to_string())],
+    ))
+}
+
+/// A record claiming to be `topic` queue 0 offset 0 at `phys`, valid in every byte.
+fn forged_record(topic: &str, phys: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let input = message(topic, 0, b"forged", Some("Forged"), None);
+    record::encode_into(&input, 0, phys as i64, 1_700_000_000_000, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn an_offset_inside_a_body_that_mimics_a_record_is_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let mut raw = Raw::connect(node.addr());
+    let topic = "Carrier";
+    // A carrier of the forged record's length tells where the next one (same length,
+    // same headers) lands, and where its body starts inside it.
+    let len = forged_record(topic, 0).len();
+    let first = send(&mut raw, topic, &vec![b'x'; len]);
+    let first_view = view(&mut raw, first);
+    assert_eq!(first_view.code, response::SUCCESS, "{first_view:?}");
+    let first_bytes = first_view.body.to_vec();
+    let body_at = first_bytes
+        .windows(len)
+        .position(|w| w.iter().all(|b| *b == b'x'))
+        .expect("the carrier's body inside its record");
+    let second_at = first + first_bytes.len() as u64;
+    let forged_at = second_at + body_at as u64;
+    let second = send(&mut raw, topic, &forged_record(topic, forged_at));
+    assert_eq!(second, second_at, "the carrier landed where predicted");
+
+    let viewed = view(&mut raw, forged_at);
+    assert_eq!(viewed.code, response::SYSTEM_ERROR, "{viewed:?}");
+    let sent_back = raw.call(command(
+        request::CONSUMER_SEND_MSG_BACK,
+        &[
+            ("offset", &forged_at.to_string()),
+            ("group", "forger"),
+            ("delayLevel", "-1"),
+            ("originTopic", topic),
+        ],
+    ));
+    assert_eq!(sent_back.code, response::SYSTEM_ERROR, "{sent_back:?}");
+    assert!(
+        sent_back
+            .remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("look message by offset failed"),
+        "{sent_back:?}"
+    );
+    // Nothing went to the dead-letter queue, and the real records are still found.
+    let mut pull = pull_request("%DLQ%forger", 0, 0, 32, Some(Duration::ZERO), None);
+    pull.ext_fields.insert("consumerGroup".into(), "forger");
+    let dlq = raw.call(pull);
+    assert_ne!(dlq.code, response::SUCCESS, "{dlq:?}");
+    assert_eq!(view(&mut raw, second).code, response::SUCCESS);
+    node.shutdown().unwrap();
+}
+
+/// A SEND_MESSAGE of `body` to `topic` queue 0 with the extra properties `extra`.
+fn send_with(raw: &mut Raw, topic: &str, body: &str, extra: &[(&str, &str)]) {
+    let mut send = send_request_v1(topic, 0, body.as_bytes(), None, None);
+    let mut props = properties::normalized(send.opt_str("properties").unwrap_or("")).into_owned();
+    for (key, value) in extra {
+        properties::push_pair(&mut props, key, value);
+    }
+    send.put_ext("properties", props);
+    let answer = raw.call(send);
+    assert_eq!(answer.code, response::SUCCESS, "{topic}: {answer:?}");
+}
+
+fn max_offset(raw: &mut Raw, topic: &str) -> i64 {
+    let answer = raw.call(ringmq::client::queue_request(
+        request::GET_MAX_OFFSET,
+        topic,
+        0,
+    ));
+    answer.ext_fields["offset"].parse().unwrap()
+}
+
+fn pop_request(group: &str, topic: &str, invisible_ms: i64) -> RemotingCommand {
+    command(
+        request::POP_MESSAGE,
+        &[
+            ("consumerGroup", group),
+            ("topic", topic),
+            ("queueId", "0"),
+            ("maxMsgNums", "32"),
+            ("invisibleTime", &invisible_ms.to_string()),
+            ("pollTime", "0"),
+            ("bornTime", "0"),
+            ("initMode", "0"),
+        ],
+    )
+}
+
+fn set_pop_mode(raw: &mut Raw, topic: &str, group: &str) {
+    let body = serde_json::json!({"topic": topic, "consumerGroup": group, "mode": "POP"});
+    let answer =
+        raw.call(command(request::SET_MESSAGE_REQUEST_MODE, &[]).with_body(body.to_string()));
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+}
+
+/// Waits (bounded) until `what` holds.
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn admin_requests_cannot_create_change_or_delete_system_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.delay_levels = DelayLevels::parse("1s 2s").unwrap();
+    options.broker.timer_max_delay_sec = 60;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    // In flight meanwhile: a delayed message, a timed one and an unacknowledged pop.
+    send_with(&mut raw, "Delayed", "d", &[("DELAY", "1")]);
+    let due = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 1_000;
+    send_with(
+        &mut raw,
+        "Timed",
+        "t",
+        &[("TIMER_DELIVER_MS", &due.to_string())],
+    );
+    common::create_topic(&mut raw, "Popped", 1);
+    set_pop_mode(&mut raw, "Popped", "popper");
+    send_with(&mut raw, "Popped", "p", &[]);
+    let popped = raw.call(pop_request("popper", "Popped", 1_000));
+    assert_eq!(popped.code, response::SUCCESS, "{popped:?}");
+
+    for topic in [
+        "SCHEDULE_TOPIC_XXXX",
+        "rmq_sys_wheel_timer",
+        "rmq_sys_ringmq_pop_log",
+        "TBW102",
+    ] {
+        let expected = format!("The topic[{topic}] is conflict with system topic.");
+        let created = raw.call(command(
+            request::UPDATE_AND_CREATE_TOPIC,
+            &[
+                ("topic", topic),
+                ("readQueueNums", "1"),
+                ("writeQueueNums", "1"),
+                ("perm", "2"),
+                ("topicFilterType", "SINGLE_TAG"),
+            ],
+        ));
+        assert_eq!(created.code, response::SYSTEM_ERROR, "{topic}: {created:?}");
+        assert_eq!(created.remark.as_deref(), Some(expected.as_str()));
+        let deleted = raw.call(command(
+            request::DELETE_TOPIC_IN_BROKER,
+            &[("topic", topic)],
+        ));
+        assert_eq!(deleted.code, response::SYSTEM_ERROR, "{topic}: {deleted:?}");
+        assert_eq!(deleted.remark.as_deref(), Some(expected.as_str()));
+    }
+
+    wait_until("the delayed message", || {
+        max_offset(&mut raw, "Delayed") == 1
+    });
+    wait_until("the timed message", || max_offset(&mut raw, "Timed") == 1);
+    wait_until("the pop to come back", || {
+        let again = raw.call(pop_request("popper", "Popped", 60_000));
+        again.code == response::SUCCESS && common::pull_records(&again.body)[0].reconsume_times == 1
+    });
+    node.shutdown().unwrap();
+}
