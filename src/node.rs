@@ -48,6 +48,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::broker::consumer_offsets::ConsumerOffsets;
 use crate::broker::delay_offsets::DelayOffsets;
+use crate::broker::live_settings::LiveSettings;
 use crate::broker::subscription_groups::SubscriptionGroups;
 use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
@@ -56,6 +57,7 @@ use crate::config::{largest_message_for_segment, FlushMode, StoreConfig};
 use crate::io::{open_backend, IoChoice};
 use crate::metrics::http::MetricsServer;
 use crate::metrics::{NodeMetrics, ShardMetrics};
+use crate::namesrv::admin::NamesrvState;
 use crate::namesrv::NameServer;
 use crate::node_config::{self, NodeConfig};
 use crate::remoting::admission::Admission;
@@ -115,6 +117,10 @@ pub struct NodeOptions {
     /// size (when `segment_size` is set) are replaced.
     /// `None`: the store defaults.
     pub store_template: Option<StoreConfig>,
+    /// The validated settings the options came from, as GET_BROKER_CONFIG answers them
+    /// (the start writes what the fields above changed over them: ports picked free, the
+    /// store root, names, flags).
+    pub settings: NodeConfig,
 }
 
 /// Connection backlog of every listener.
@@ -165,6 +171,7 @@ impl NodeOptions {
             mailbox_capacity: config.shard_mailbox_capacity,
             metrics_port: Some(config.metrics_port),
             store_template: Some(node_config::store_config(config, 0)),
+            settings: config.clone(),
         }
     }
 
@@ -297,6 +304,31 @@ struct ShardStart {
     admission: Arc<Admission>,
 }
 
+/// `options.settings` with the values the node runs with written over it: a setting the
+/// options changed after [`NodeOptions::from_config`], or a port picked free.
+fn running_settings(
+    options: &NodeOptions,
+    advertised: SocketAddr,
+    namesrv_addr: SocketAddr,
+    bind_ip: IpAddr,
+) -> NodeConfig {
+    let mut settings = options.settings.clone();
+    settings.store_path_root_dir = options.dir.clone();
+    settings.listen_port = advertised.port();
+    settings.namesrv_port = namesrv_addr.port();
+    settings.broker_ip = options.broker_ip;
+    settings.bind_address = bind_ip;
+    settings.flush_disk_type = options.flush;
+    settings.broker_name = options.broker_name.clone();
+    settings.broker_cluster_name = options.cluster_name.clone();
+    settings.auto_create_topic_enable = options.auto_create_topics;
+    settings.auto_create_subscription_group = options.auto_create_subscription_groups;
+    settings.default_topic_queue_nums = options.default_topic_queue_nums;
+    settings.shards = options.shards;
+    settings.client_call_timeout = options.broker.client_call_timeout;
+    settings
+}
+
 /// Starts the node's shards and returns once all serve (or the start failed).
 pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
     anyhow::ensure!(
@@ -374,6 +406,11 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
     tables.request_modes = Arc::new(crate::broker::request_modes::RequestModes::load(
         &options.dir,
     )?);
+    tables.settings = Arc::new(LiveSettings::new(
+        running_settings(&options, advertised, namesrv_addr, bind_ip),
+        Clock::system().now_ms(),
+    ));
+    tables.namesrv = Arc::new(NamesrvState::new(namesrv_addr.port(), bind_ip));
     for shard in 0..options.shards {
         options
             .store_config(shard, advertised)
@@ -617,7 +654,12 @@ async fn run_shard(
         )),
     ));
     let namesrv = namesrv_listener.map(|listener| {
-        let handler = NameServer::new(broker.identity().clone(), broker.topics.clone(), clock);
+        let handler = NameServer::new(
+            broker.identity().clone(),
+            broker.topics.clone(),
+            clock,
+            broker.namesrv.clone(),
+        );
         (listener, Rc::new(handler))
     });
     for level in

@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
-use super::groups::GroupConnections;
+use super::groups::{ClientConnection, GroupConnections};
 use super::{bad_header, names, Broker};
 
 pub fn consumer_connections(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
@@ -43,23 +43,22 @@ pub fn consumer_connections(broker: &Broker, request: &RemotingCommand) -> Remot
     }
 }
 
+/// One client as a `Connection` of Java's connection sets (consumer and producer alike).
+pub(crate) fn client_json(client: &ClientConnection) -> Value {
+    let language = match client.language.as_str() {
+        "" => "OTHER",
+        named => named,
+    };
+    json!({
+        "clientAddr": client.peer.to_string(),
+        "clientId": client.client_id,
+        "language": language,
+        "version": client.version,
+    })
+}
+
 fn connection_json(connections: &GroupConnections) -> Value {
-    let clients: Vec<Value> = connections
-        .clients
-        .iter()
-        .map(|client| {
-            let language = match client.language.as_str() {
-                "" => "OTHER",
-                named => named,
-            };
-            json!({
-                "clientAddr": client.peer.to_string(),
-                "clientId": client.client_id,
-                "language": language,
-                "version": client.version,
-            })
-        })
-        .collect();
+    let clients: Vec<Value> = connections.clients.iter().map(client_json).collect();
     let mut subscriptions = Map::new();
     for sub in &connections.subscriptions {
         subscriptions.insert(
@@ -94,7 +93,6 @@ fn connection_json(connections: &GroupConnections) -> Value {
 mod tests {
     use super::*;
     use crate::broker::consumers::SubscriptionData;
-    use crate::broker::groups::ClientConnection;
 
     #[test]
     fn a_connection_lists_clients_subscriptions_and_only_the_settings_given() {

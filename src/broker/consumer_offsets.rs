@@ -149,6 +149,25 @@ impl ConsumerOffsets {
             .copied()
     }
 
+    /// Copies `src`'s committed offsets on `topic` to `dest`, replacing what `dest` had
+    /// there, as Java's `cloneOffset` does (CLONE_GROUP_OFFSET); the queues copied (0 when
+    /// `src` has none on the topic, which leaves `dest` as it was).
+    pub fn clone_offsets(&self, src: &str, dest: &str, topic: &str) -> usize {
+        assert!(
+            !topic.contains('@') && !dest.contains('@'),
+            "an unvalidated name reached the offset table: topic {topic:?}, group {dest:?}"
+        );
+        let mut table = self.table.lock();
+        let Some(queues) = table.get(&(topic.to_owned(), src.to_owned())).cloned() else {
+            return 0;
+        };
+        let copied = queues.len();
+        if table.insert((topic.to_owned(), dest.to_owned()), queues.clone()) != Some(queues) {
+            self.dirty.store(true, Ordering::Release);
+        }
+        copied
+    }
+
     /// Forgets every committed offset of `group` (its subscription group was deleted with
     /// `cleanOffset`); how many (topic, group) entries went.
     pub fn remove_group(&self, group: &str) -> usize {

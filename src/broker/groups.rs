@@ -291,6 +291,25 @@ impl Tables {
     }
 }
 
+impl Tables {
+    /// Client `id`'s connection entry; `lister` (a group that lists it) names the broken
+    /// invariant if it has none.
+    fn client_connection(&self, lister: &str, id: &str) -> ClientConnection {
+        let client = self.clients.get(id);
+        assert!(
+            client.is_some(),
+            "{lister} lists client {id:?}, which has no entry"
+        );
+        let client = client.expect("checked above");
+        ClientConnection {
+            client_id: id.to_owned(),
+            peer: client.peer,
+            language: client.language.clone(),
+            version: client.version,
+        }
+    }
+}
+
 /// The node's producer and consumer groups.
 #[derive(Debug, Default)]
 pub struct Groups {
@@ -480,6 +499,28 @@ impl Groups {
             .unwrap_or_default()
     }
 
+    /// The producer group's clients (GET_PRODUCER_CONNECTION_LIST), in client id order;
+    /// `None` when the group has no client.
+    pub fn producer_connections(&self, group: &str) -> Option<Vec<ClientConnection>> {
+        let tables = self.tables.lock();
+        let members = tables.producers.get(group)?;
+        Some(
+            members
+                .keys()
+                .map(|id| tables.client_connection(&format!("producer group {group:?}"), id))
+                .collect(),
+        )
+    }
+
+    /// The connection and version of client `client_id` while it is in consumer group
+    /// `group` (GET_CONSUMER_RUNNING_INFO is relayed over it); `None` when it is not.
+    pub fn consumer_client(&self, group: &str, client_id: &str) -> Option<ClientConnection> {
+        let tables = self.tables.lock();
+        let members = tables.consumers.get(group)?;
+        members.clients.get(client_id)?;
+        Some(tables.client_connection(&format!("consumer group {group:?}"), client_id))
+    }
+
     /// The group's subscription to `topic`, if a heartbeat registered one.
     pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
         let tables = self.tables.lock();
@@ -507,20 +548,7 @@ impl Groups {
         let clients = entry
             .clients
             .keys()
-            .map(|id| {
-                let client = tables.clients.get(id);
-                assert!(
-                    client.is_some(),
-                    "consumer group {group:?} lists client {id:?}, which has no entry"
-                );
-                let client = client.expect("checked above");
-                ClientConnection {
-                    client_id: id.clone(),
-                    peer: client.peer,
-                    language: client.language.clone(),
-                    version: client.version,
-                }
-            })
+            .map(|id| tables.client_connection(&format!("consumer group {group:?}"), id))
             .collect();
         Some(GroupConnections {
             clients,

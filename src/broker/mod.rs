@@ -26,7 +26,12 @@
 //!   (202), [`consume_stats`] GET_CONSUME_STATS (208), [`consumer_connections`]
 //!   GET_CONSUMER_CONNECTION_LIST (203),
 //!   [`reset_offset`] INVOKE_BROKER_TO_RESET_OFFSET (222) with RESET_CONSUMER_CLIENT_OFFSET
-//!   (220) to the live clients.
+//!   (220) to the live clients, [`topic_config_request`] GET_TOPIC_CONFIG (351),
+//!   [`producer_connections`] GET_PRODUCER_CONNECTION_LIST (204),
+//!   [`broker_config_requests`] GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25) over
+//!   [`live_settings`], [`broker_consume_stats`] GET_BROKER_CONSUME_STATS (317),
+//!   [`clone_offset`] CLONE_GROUP_OFFSET (314), and [`client_calls`]
+//!   GET_CONSUMER_RUNNING_INFO (307), relayed to the consumer and back.
 //! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
 //!   on the shard's store.
 //! - [`delay`]: delay levels (`DELAY`, `messageDelayLevel`): delayed sends wait in
@@ -64,6 +69,10 @@
 
 pub mod admin_json;
 pub mod assignment;
+pub mod broker_config_requests;
+pub mod broker_consume_stats;
+pub mod client_calls;
+pub mod clone_offset;
 pub mod consume_stats;
 pub mod consumer_connections;
 pub mod consumer_offsets;
@@ -74,6 +83,7 @@ pub mod delay_offsets;
 pub mod fan_out;
 pub mod groups;
 pub mod ids;
+pub mod live_settings;
 pub mod lock_requests;
 pub mod names;
 pub mod notify;
@@ -83,6 +93,7 @@ pub mod pop_holds;
 pub mod pop_log;
 pub mod pop_state;
 pub mod pop_wire;
+pub mod producer_connections;
 pub mod protected_groups;
 pub mod pull;
 pub mod query;
@@ -98,6 +109,7 @@ pub mod timer;
 pub mod timer_holds;
 pub mod timer_scheduler;
 pub mod timer_store;
+pub mod topic_config_request;
 pub mod topic_requests;
 pub mod topic_stats;
 pub mod topics;
@@ -142,6 +154,8 @@ pub struct BrokerConfig {
     pub client_expiry: Duration,
     /// How often the node sweeps expired clients (`clientSweepInterval`).
     pub client_sweep_interval: Duration,
+    /// Longest a request relayed to a client waits for its answer (`clientCallTimeout`).
+    pub client_call_timeout: Duration,
     /// How often changed consumer offsets are written to `config/consumerOffset.json`; a
     /// crash loses at most this much of the commits.
     pub consumer_offset_flush_interval: Duration,
@@ -191,6 +205,10 @@ pub struct NodeTables {
     pub delay_offsets: Arc<delay_offsets::DelayOffsets>,
     /// Which groups pop rather than pull (`config/messageRequestMode.json`).
     pub request_modes: Arc<request_modes::RequestModes>,
+    /// The node's settings as the admin requests read and change them.
+    pub settings: Arc<live_settings::LiveSettings>,
+    /// What every shard's embedded name server shares.
+    pub namesrv: Arc<crate::namesrv::admin::NamesrvState>,
 }
 
 impl NodeTables {
@@ -210,7 +228,13 @@ impl NodeTables {
                 .path()
                 .with_file_name(request_modes::FILE_NAME),
         );
+        // The defaults until a node sets what it runs with ([`crate::node`] does at start).
+        let settings = crate::node_config::NodeConfig::default();
+        let namesrv =
+            crate::namesrv::admin::NamesrvState::new(settings.namesrv_port, settings.bind_address);
         NodeTables {
+            settings: Arc::new(live_settings::LiveSettings::new(settings, 0)),
+            namesrv: Arc::new(namesrv),
             request_modes: Arc::new(request_modes),
             delay_offsets: Arc::new(delay_offsets),
             topics: Arc::new(topics),
@@ -255,6 +279,8 @@ pub struct Broker {
     /// requests are refused.
     pub(crate) pops: std::cell::OnceCell<Rc<pop::Pops>>,
     pub(crate) request_modes: Arc<request_modes::RequestModes>,
+    pub(crate) settings: Arc<live_settings::LiveSettings>,
+    pub(crate) namesrv: Arc<crate::namesrv::admin::NamesrvState>,
 }
 
 impl Broker {
@@ -277,6 +303,8 @@ impl Broker {
             timers: std::cell::OnceCell::new(),
             pops: std::cell::OnceCell::new(),
             request_modes: tables.request_modes,
+            settings: tables.settings,
+            namesrv: tables.namesrv,
             topics: tables.topics,
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
@@ -542,6 +570,24 @@ impl Broker {
             request::SET_MESSAGE_REQUEST_MODE => {
                 request_modes::set_message_request_mode(self, &request)
             }
+            request::GET_TOPIC_CONFIG => topic_config_request::get_topic_config(self, &request),
+            request::GET_PRODUCER_CONNECTION_LIST => {
+                producer_connections::producer_connections(self, &request)
+            }
+            request::GET_BROKER_CONFIG => broker_config_requests::get_broker_config(self, &request),
+            request::UPDATE_BROKER_CONFIG => {
+                broker_config_requests::update_broker_config(self, &request)
+            }
+            request::GET_BROKER_CONSUME_STATS => {
+                Box::pin(broker_consume_stats::broker_consume_stats(
+                    self, &request, peer,
+                ))
+                .await
+            }
+            request::CLONE_GROUP_OFFSET => clone_offset::clone_group_offset(self, &request),
+            request::GET_CONSUMER_RUNNING_INFO => {
+                Box::pin(client_calls::consumer_running_info(self, &request)).await
+            }
             other => RemotingCommand::response_to(
                 &request,
                 response::REQUEST_CODE_NOT_SUPPORTED,
@@ -636,6 +682,10 @@ impl RequestHandler for Broker {
 
     /// The clients leave their groups (and the members left are told) in
     /// [`consumers::reap_closed_connections`], a bounded step per turn of the shard.
+    fn response_arrived(&self, peer: SocketAddr, response: RemotingCommand) {
+        self.links.answered(peer, response);
+    }
+
     fn connection_closed(&self, peer: SocketAddr) {
         self.links.close(peer);
         self.locks.connection_closed(peer);

@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::remoting::codes::request;
 use crate::remoting::connection::Outbound;
+use crate::remoting::outbound::NotQueued;
+
+use super::client_calls::CallError;
 use crate::remoting::{ExtFields, RemotingCommand, ONEWAY_FLAG};
 use crate::sync::Locked;
 
@@ -23,9 +26,11 @@ use super::Broker;
 #[derive(Debug, Default)]
 pub struct Links {
     open: Locked<HashMap<SocketAddr, Outbound>>,
-    /// Opaques of the node's own requests (clients only match responses by opaque, and a
-    /// oneway request gets none, but distinct values keep traces readable).
+    /// Opaques of the node's own requests: a call's answer is matched to it by opaque
+    /// (and connection), so they never repeat while a call waits.
     next_opaque: AtomicI32,
+    /// Calls waiting for a client's answer ([`super::client_calls`]).
+    calls: super::client_calls::PendingCalls,
 }
 
 impl Links {
@@ -35,6 +40,47 @@ impl Links {
 
     pub fn close(&self, peer: SocketAddr) {
         self.open.lock().remove(&peer);
+        self.calls.connection_closed(peer);
+    }
+
+    /// Sends `command` to `peer` as a request and waits up to `timeout` for its answer.
+    pub async fn call(
+        &self,
+        peer: SocketAddr,
+        mut command: RemotingCommand,
+        timeout: std::time::Duration,
+    ) -> Result<RemotingCommand, CallError> {
+        command.flag &= !ONEWAY_FLAG;
+        command.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        let opaque = command.opaque;
+        let Some(outbound) = self.open.lock().get(&peer).cloned() else {
+            return Err(CallError::NotSent("the consumer's connection is gone"));
+        };
+        // Registered before it is sent, so even an instant answer finds its call.
+        let answer = self.calls.register(peer, opaque);
+        if let Err(why) = outbound.try_send(command) {
+            self.calls.forget(peer, opaque);
+            return Err(CallError::NotSent(match why {
+                NotQueued::Closed => "the consumer's connection is gone",
+                NotQueued::Full => "the consumer's connection is not reading",
+            }));
+        }
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(CallError::Closed),
+            Err(_) => {
+                self.calls.forget(peer, opaque);
+                Err(CallError::Timeout)
+            }
+        }
+    }
+
+    /// A response frame `peer` sent: the answer to one of the node's calls, or dropped.
+    pub fn answered(&self, peer: SocketAddr, answer: RemotingCommand) {
+        let opaque = answer.opaque;
+        if !self.calls.answered(peer, answer) {
+            tracing::debug!(%peer, opaque, "a response no call waits for dropped");
+        }
     }
 
     /// Queues `command` (oneway) on the connection of `peer`; false if it is gone or full.

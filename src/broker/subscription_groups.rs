@@ -163,7 +163,8 @@ pub struct SubscriptionGroupWrapper {
 pub struct SubscriptionGroups {
     files: Arc<dyn MetaFiles>,
     path: PathBuf,
-    auto_create: bool,
+    /// `autoCreateTopicEnable` / `autoCreateSubscriptionGroup`: live (UPDATE_BROKER_CONFIG).
+    auto_create: std::sync::atomic::AtomicBool,
     /// What readers see: swapped whole once a change is on disk.
     state: Locked<Arc<SubscriptionGroupWrapper>>,
     /// Held by a change from its copy of the table to its swap, so changes land (on disk
@@ -232,14 +233,20 @@ impl SubscriptionGroups {
         Ok(SubscriptionGroups {
             files,
             path,
-            auto_create,
+            auto_create: std::sync::atomic::AtomicBool::new(auto_create),
             state: Locked::new(Arc::new(state)),
             writer: Locked::new(()),
         })
     }
 
     pub fn auto_create(&self) -> bool {
+        self.auto_create.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes the flag for every later lookup (UPDATE_BROKER_CONFIG).
+    pub fn set_auto_create(&self, enabled: bool) {
         self.auto_create
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn get(&self, group: &str) -> Option<SubscriptionGroupConfig> {
@@ -261,7 +268,7 @@ impl SubscriptionGroups {
         if let Some(config) = self.get(group) {
             return Ok(config);
         }
-        if !self.auto_create {
+        if !self.auto_create() {
             return Err((
                 response::SUBSCRIPTION_GROUP_NOT_EXIST,
                 format!("subscription group [{group}] does not exist"),

@@ -169,7 +169,8 @@ pub struct TopicTable {
     /// Where the table is read from and written to.
     files: Arc<dyn MetaFiles>,
     path: PathBuf,
-    auto_create: bool,
+    /// `autoCreateTopicEnable` / `autoCreateSubscriptionGroup`: live (UPDATE_BROKER_CONFIG).
+    auto_create: std::sync::atomic::AtomicBool,
     default_queue_nums: u32,
     /// What readers see (every send looks its topic up): swapped whole once a change is
     /// on disk.
@@ -227,7 +228,7 @@ impl TopicTable {
         Ok(TopicTable {
             files,
             path,
-            auto_create,
+            auto_create: std::sync::atomic::AtomicBool::new(auto_create),
             default_queue_nums: default_queue_nums.max(1),
             state: Locked::new(Arc::new(state)),
             writer: Locked::new(()),
@@ -235,7 +236,13 @@ impl TopicTable {
     }
 
     pub fn auto_create(&self) -> bool {
+        self.auto_create.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Changes the flag for every later lookup (UPDATE_BROKER_CONFIG).
+    pub fn set_auto_create(&self, enabled: bool) {
         self.auto_create
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn default_queue_nums(&self) -> u32 {
@@ -275,7 +282,7 @@ impl TopicTable {
         }
         let queues = if is_system_topic(topic) {
             1
-        } else if self.auto_create {
+        } else if self.auto_create() {
             self.default_queue_nums
         } else {
             return Err((
@@ -438,7 +445,7 @@ mod tests {
         let table = TopicTable {
             files: Arc::new(RealFiles),
             path: dir.path().join("config").join("topics.json"),
-            auto_create: true,
+            auto_create: std::sync::atomic::AtomicBool::new(true),
             default_queue_nums: 8,
             state: Locked::new(Arc::new(TopicConfigWrapper::default())),
             writer: Locked::new(()),

@@ -12,11 +12,14 @@
 //! - GET_BROKER_CLUSTER_INFO (106): ClusterInfo (shape in [`route`]).
 //! - GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): `TopicList`, `{"topicList":["T",…]}`, every
 //!   topic of the node's table, in name order.
+//! - The admin requests of [`admin`]: WIPE_WRITE_PERM_OF_BROKER (205),
+//!   ADD_WRITE_PERM_OF_BROKER (327), DELETE_TOPIC_IN_NAMESRV (216), GET_NAMESRV_CONFIG (319).
 //! - Anything else: REQUEST_CODE_NOT_SUPPORTED. Broker requests (sends, pulls) are not
 //!   answered here, nor routes on the broker port.
 //!
 //! JSON is always standard (quoted broker-id keys), whatever the request's version.
 
+pub mod admin;
 pub mod route;
 
 use std::net::SocketAddr;
@@ -40,14 +43,22 @@ pub struct NameServer {
     identity: BrokerIdentity,
     topics: Arc<TopicTable>,
     clock: Clock,
+    /// What every shard's name server shares (wiped write permissions, settings).
+    state: Arc<admin::NamesrvState>,
 }
 
 impl NameServer {
-    pub fn new(identity: BrokerIdentity, topics: Arc<TopicTable>, clock: Clock) -> NameServer {
+    pub fn new(
+        identity: BrokerIdentity,
+        topics: Arc<TopicTable>,
+        clock: Clock,
+        state: Arc<admin::NamesrvState>,
+    ) -> NameServer {
         NameServer {
             identity,
             topics,
             clock,
+            state,
         }
     }
 
@@ -79,6 +90,22 @@ impl NameServer {
                 RemotingCommand::response_to(request, response::SUCCESS, None)
                     .with_body(body.to_string().into_bytes())
             }
+            request::WIPE_WRITE_PERM_OF_BROKER => admin::write_perm(
+                &self.state,
+                &self.topics,
+                &self.identity.broker_name,
+                request,
+                true,
+            ),
+            request::ADD_WRITE_PERM_OF_BROKER => admin::write_perm(
+                &self.state,
+                &self.topics,
+                &self.identity.broker_name,
+                request,
+                false,
+            ),
+            request::DELETE_TOPIC_IN_NAMESRV => admin::delete_topic(&self.state, request),
+            request::GET_NAMESRV_CONFIG => admin::get_config(&self.state, request),
             other => RemotingCommand::response_to(
                 request,
                 response::REQUEST_CODE_NOT_SUPPORTED,
@@ -93,7 +120,7 @@ impl NameServer {
             Err(error) => return bad_header(request, error),
         };
         let topics = &self.topics;
-        let config = match topics.get(topic) {
+        let mut config = match topics.get(topic) {
             Some(config) => config,
             None => {
                 let not_exist = || {
@@ -120,6 +147,7 @@ impl NameServer {
                 }
             }
         };
+        config.perm = self.state.route_perm(topic, config.perm);
         RemotingCommand::response_to(request, response::SUCCESS, None)
             .with_body(route::topic_route_json(&self.entry(), &config).into_bytes())
     }

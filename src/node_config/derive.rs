@@ -71,6 +71,7 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
         max_parked_pulls: per_shard(config.max_parked_pulls, config.shards),
         client_expiry: config.channel_expired_timeout,
         client_sweep_interval: config.client_sweep_interval,
+        client_call_timeout: config.client_call_timeout,
         consumer_offset_flush_interval: broker::CONSUMER_OFFSET_FLUSH_INTERVAL,
         retention_protected_groups: config.retention_protected_groups.clone(),
         delay_levels: config.message_delay_level.clone(),

@@ -500,6 +500,15 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.client_sweep_interval.as_millis().to_string(),
     ),
     key!(
+        "client_call_timeout", ringmq ["clientCallTimeout"],
+        // Java's broker waits 10 s for a client it calls (`Broker2Client.callClient`).
+        default: Text("10000"),
+        range: Number(Bounds::between(1, 60_000, Unit::Millis)),
+        meaning: "longest the broker waits for a client to answer a request it relays to it (GET_CONSUMER_RUNNING_INFO), ms; the admin tool's own timeout must be longer",
+        set: |c, v| c.client_call_timeout = millis(v)?,
+        get: |c| c.client_call_timeout.as_millis().to_string(),
+    ),
+    key!(
         "max_frame_size", ringmq ["maxFrameSize"],
         // Java's frameMaxLength, which the wire codec (and so the client) also uses.
         default: Constant(|| DEFAULT_MAX_FRAME_LEN.to_string()),

@@ -55,6 +55,7 @@
 pub mod derive;
 mod key;
 mod keys;
+pub mod live;
 mod loader;
 mod parse;
 mod properties;
@@ -209,6 +210,9 @@ pub struct NodeConfig {
     pub max_parked_pulls: usize,
     pub channel_expired_timeout: Duration,
     pub client_sweep_interval: Duration,
+    /// `clientCallTimeout`: longest the broker waits for a client to answer a request it
+    /// relays (GET_CONSUMER_RUNNING_INFO).
+    pub client_call_timeout: Duration,
     pub max_frame_size: usize,
     pub shard_mailbox_capacity: usize,
     pub max_requests_in_flight_per_connection: usize,
@@ -297,6 +301,7 @@ impl NodeConfig {
             max_parked_pulls: 0,
             channel_expired_timeout: Duration::ZERO,
             client_sweep_interval: Duration::ZERO,
+            client_call_timeout: Duration::ZERO,
             max_frame_size: 0,
             shard_mailbox_capacity: 0,
             max_requests_in_flight_per_connection: 0,

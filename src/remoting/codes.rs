@@ -81,6 +81,8 @@ pub mod request {
         GET_CONSUMER_CONNECTION_LIST = 203,
         /// Admin tools; not in the reference, from `RequestCode.java`.
         GET_PRODUCER_CONNECTION_LIST = 204,
+        /// Name server (`mqadmin wipeWritePerm`); from `RequestCode.java`.
+        WIPE_WRITE_PERM_OF_BROKER = 205,
         /// Name server.
         GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206,
         /// Admin tools (`mqadmin deleteSubGroup`); from `RequestCode.java`.
@@ -89,6 +91,8 @@ pub mod request {
         GET_CONSUME_STATS = 208,
         /// Admin tools; not in the reference, from `RequestCode.java`.
         DELETE_TOPIC_IN_BROKER = 215,
+        /// Name server (`mqadmin deleteTopic`); from `RequestCode.java`.
+        DELETE_TOPIC_IN_NAMESRV = 216,
         /// Name server.
         REGISTER_TOPIC_IN_NAMESRV = 217,
         /// Broker to consumer.
@@ -97,10 +101,17 @@ pub mod request {
         INVOKE_BROKER_TO_RESET_OFFSET = 222,
         /// Broker to consumer.
         GET_CONSUMER_STATUS_FROM_CLIENT = 221,
-        /// Broker to consumer.
+        /// Admin tools to the broker (`mqadmin consumerStatus`), which relays it to the
+        /// consumer.
         GET_CONSUMER_RUNNING_INFO = 307,
         /// Broker to consumer.
         CONSUME_MESSAGE_DIRECTLY = 309,
+        /// Admin tools (`mqadmin cloneGroupOffset`); from `RequestCode.java`.
+        CLONE_GROUP_OFFSET = 314,
+        /// Admin tools (`mqadmin brokerConsumeStats`); from `RequestCode.java`.
+        GET_BROKER_CONSUME_STATS = 317,
+        /// Name server (`mqadmin getNamesrvConfig`); from `RequestCode.java`.
+        GET_NAMESRV_CONFIG = 319,
         /// Send with the single-letter header names (`SendMessageRequestHeaderV2`).
         SEND_MESSAGE_V2 = 310,
         /// V2 header; body in the batch format of `send_header::decode_batch`.
@@ -109,6 +120,10 @@ pub mod request {
         SEND_REPLY_MESSAGE_V2 = 325,
         /// Broker to requester.
         PUSH_REPLY_MESSAGE_TO_CLIENT = 326,
+        /// Name server (`mqadmin addWritePerm`); from `RequestCode.java`.
+        ADD_WRITE_PERM_OF_BROKER = 327,
+        /// Admin tools (`mqadmin topicStatus`, `consumerProgress`); from `RequestCode.java`.
+        GET_TOPIC_CONFIG = 351,
         /// Same header as `PULL_MESSAGE`.
         LITE_PULL_MESSAGE = 361,
         QUERY_ASSIGNMENT = 400,

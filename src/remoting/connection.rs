@@ -101,6 +101,12 @@ pub trait RequestHandler: 'static {
     /// The connection from `peer` closed, for whatever reason.
     fn connection_closed(&self, _peer: SocketAddr) {}
 
+    /// `peer` sent a response frame: the answer to a request the node sent it (a call
+    /// the handler made through the connection's [`Outbound`]). Dropped by default.
+    fn response_arrived(&self, peer: SocketAddr, response: RemotingCommand) {
+        tracing::debug!(%peer, opaque = response.opaque, "unexpected response dropped");
+    }
+
     /// Takes `request` without a task of its own when it can be done so, answering through
     /// `reply` later (or never, for a oneway request: [`Reply`] drops its response); hands
     /// it back to be run by [`RequestHandler::handle`] in a task otherwise. Must not block.
@@ -348,8 +354,8 @@ pub async fn serve_admitted<H: RequestHandler>(
                     took = true;
                     let frame_bytes = held - buffer.len();
                     if request.is_response() {
-                        // We send no requests to clients yet, so nothing can be waiting.
-                        tracing::debug!(%peer, opaque = request.opaque, "unexpected response dropped");
+                        // The answer to a request the node sent (a relayed admin call).
+                        handler.response_arrived(peer, request);
                         continue;
                     }
                     let in_flight = backlog.start_request(frame_bytes);

@@ -39,6 +39,14 @@ impl Raw {
         self.opaque
     }
 
+    /// Writes `command` as it is, opaque included: a client's answer to a request the node
+    /// sent it.
+    pub fn reply(&mut self, command: RemotingCommand) {
+        let mut out = Vec::new();
+        encode_frame(&command, &mut out).unwrap();
+        self.socket.write_all(&out).unwrap();
+    }
+
     /// The next frame matching `wanted`, waiting at most `limit`.
     pub fn next(
         &mut self,

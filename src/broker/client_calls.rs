@@ -1,0 +1,180 @@
+//! Requests the broker sends a client and waits for the answer to, and the one admin
+//! request that needs it: GET_CONSUMER_RUNNING_INFO (307), `mqadmin consumerStatus`.
+//!
+//! As Java's `AdminBrokerProcessor.callConsumer`: the broker finds the client by group and
+//! client id, sends it a GET_CONSUMER_RUNNING_INFO request with the admin's header fields
+//! and body over the client's own connection, waits up to `clientCallTimeout` (Java: 10 s)
+//! and relays the client's answer (code, remark, header fields, body: a
+//! `ConsumerRunningInfo` the client wrote) as the answer to the admin. Failures, with Java's
+//! codes and remarks:
+//! - the client is not in the group: SYSTEM_ERROR, `The Consumer <G> <C> not online`;
+//! - no answer in time: CONSUME_MSG_TIMEOUT (207), `consumer <G> <C> Timeout: ...`;
+//! - the connection is gone or not reading: SYSTEM_ERROR, `invoke consumer <G> <C>
+//!   Exception: ...`.
+//!
+//! [`PendingCalls`] matches answers to calls by (connection, opaque): the connection's
+//! reader hands every response frame it reads to [`super::notify::Links::answered`]. A
+//! call's entry leaves the table when its answer comes, when it times out, or when its
+//! connection closes, so the table holds only calls still waiting. Each waiting call is
+//! one admin request in flight, so the connections' in-flight bounds
+//! (`maxRequestsInFlightPerConnection`, `maxRequestsInFlight`) bound the table too.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use tokio::sync::oneshot;
+
+use crate::remoting::codes::{request as request_code, response};
+use crate::remoting::RemotingCommand;
+use crate::sync::Locked;
+
+use super::{bad_header, names, Broker};
+
+/// Java's `ResponseCode.CONSUME_MSG_TIMEOUT`: a client did not answer a call in time.
+pub const CONSUME_MSG_TIMEOUT: i32 = 207;
+
+/// Calls waiting for a client's answer, by (connection, opaque).
+#[derive(Debug, Default)]
+pub struct PendingCalls {
+    waiting: Locked<HashMap<(SocketAddr, i32), oneshot::Sender<RemotingCommand>>>,
+}
+
+/// Why a call got no answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// No answer within the timeout.
+    Timeout,
+    /// The connection is gone, or its queue is full (the client is not reading).
+    NotSent(&'static str),
+    /// The connection closed before the answer came.
+    Closed,
+}
+
+impl PendingCalls {
+    /// Registers a call; the receiver gets the answer.
+    pub(super) fn register(
+        &self,
+        peer: SocketAddr,
+        opaque: i32,
+    ) -> oneshot::Receiver<RemotingCommand> {
+        let (sender, receiver) = oneshot::channel();
+        let previous = self.waiting.lock().insert((peer, opaque), sender);
+        // Opaques come from one node-wide counter: two live calls never share one.
+        assert!(
+            previous.is_none(),
+            "two calls to {peer} wait on opaque {opaque}"
+        );
+        receiver
+    }
+
+    /// Forgets a call (answered, timed out or never sent).
+    pub(super) fn forget(&self, peer: SocketAddr, opaque: i32) {
+        self.waiting.lock().remove(&(peer, opaque));
+    }
+
+    /// Hands `answer` to the call waiting on it; false if none is (late or unasked).
+    pub(super) fn answered(&self, peer: SocketAddr, answer: RemotingCommand) -> bool {
+        let waiting = self.waiting.lock().remove(&(peer, answer.opaque));
+        match waiting {
+            Some(sender) => sender.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Ends every call waiting on `peer`'s connection (their receivers see it closed).
+    pub(super) fn connection_closed(&self, peer: SocketAddr) {
+        self.waiting.lock().retain(|(on, _), _| *on != peer);
+    }
+
+    /// Calls waiting now.
+    pub fn len(&self) -> usize {
+        self.waiting.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// GET_CONSUMER_RUNNING_INFO (307): relayed to the client (see the module docs).
+pub async fn consumer_running_info(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    let (group, client_id) = match (
+        request.get_str("consumerGroup"),
+        request.get_str("clientId"),
+    ) {
+        (Ok(group), Ok(client_id)) => (group, client_id),
+        (Err(error), _) | (_, Err(error)) => return bad_header(request, error),
+    };
+    if let Err(why) = names::validate_group(group) {
+        return bad_header(request, why);
+    }
+    let Some(client) = broker.groups.consumer_client(group, client_id) else {
+        return RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(format!("The Consumer <{group}> <{client_id}> not online")),
+        );
+    };
+    let mut call = RemotingCommand::request(
+        request_code::GET_CONSUMER_RUNNING_INFO,
+        request.ext_fields.clone(),
+    );
+    call.body = request.body.clone();
+    let outcome = broker
+        .links
+        .call(client.peer, call, broker.config.client_call_timeout)
+        .await;
+    match outcome {
+        Ok(answer) => {
+            let mut relayed = RemotingCommand::response_to(request, answer.code, answer.remark);
+            relayed.ext_fields = answer.ext_fields;
+            relayed.with_body(answer.body)
+        }
+        Err(CallError::Timeout) => RemotingCommand::response_to(
+            request,
+            CONSUME_MSG_TIMEOUT,
+            Some(format!(
+                "consumer <{group}> <{client_id}> Timeout: no answer from {} within {} ms",
+                client.peer,
+                broker.config.client_call_timeout.as_millis()
+            )),
+        ),
+        Err(other) => RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(format!(
+                "invoke consumer <{group}> <{client_id}> Exception: {}",
+                match other {
+                    CallError::NotSent(why) => why,
+                    _ => "the connection closed before the consumer answered",
+                }
+            )),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_reaches_only_the_call_on_its_connection_and_opaque() {
+        let calls = PendingCalls::default();
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let mut on_a = calls.register(a, 7);
+        let mut on_b = calls.register(b, 8);
+        let mut answer = RemotingCommand::request(0, Default::default());
+        answer.opaque = 7;
+        assert!(!calls.answered(b, answer.clone()), "b has no call 7");
+        assert!(calls.answered(a, answer));
+        assert_eq!(on_a.try_recv().unwrap().opaque, 7);
+        assert!(on_b.try_recv().is_err());
+        calls.connection_closed(b);
+        assert!(calls.is_empty());
+        assert!(matches!(
+            on_b.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+    }
+}
