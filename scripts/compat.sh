@@ -4,19 +4,42 @@
 # RocketMQ client (rocketmq-client-rust, pinned in tests/compat/Cargo.toml).
 #
 # Usage: scripts/compat.sh [extra `cargo test` args, e.g. a test name or -- --nocapture]
-# Env:   RINGMQ_BIN  use this ringmq binary instead of building target/debug/ringmq
-#        RUST_LOG    also log the client (and the node) to stderr
+#        COMPAT_TARGET=rocketmq scripts/compat.sh [...]
+# Env:   COMPAT_TARGET  ringmq (the default) or rocketmq: the same scenarios against the
+#                       real Apache RocketMQ 5.5.0 name server + broker, one pair per
+#                       scenario, started through scripts/rocketmq.sh (Java, jars from
+#                       Maven Central via tests/java); no ringmq binary is built or used
+#        RINGMQ_BIN     use this ringmq binary instead of building target/debug/ringmq
+#        RUST_LOG       also log the client (and the node) to stderr
+#        RUST_TEST_THREADS  scenarios run at once (cargo's default; 1 under rocketmq,
+#                       where each scenario starts two JVMs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 start=$(date +%s)
-if [[ -z "${RINGMQ_BIN:-}" ]]; then
-  echo "== compat: building ringmq (debug)"
-  cargo build --bin ringmq
-  export RINGMQ_BIN="$root/target/debug/ringmq"
-fi
-echo "== compat: ringmq binary $RINGMQ_BIN"
+export COMPAT_TARGET="${COMPAT_TARGET:-ringmq}"
+case "$COMPAT_TARGET" in
+  ringmq)
+    if [[ -z "${RINGMQ_BIN:-}" ]]; then
+      echo "== compat: building ringmq (debug)"
+      cargo build --bin ringmq
+      export RINGMQ_BIN="$root/target/debug/ringmq"
+    fi
+    echo "== compat: ringmq binary $RINGMQ_BIN"
+    ;;
+  rocketmq)
+    command -v java >/dev/null || { echo "compat.sh: the rocketmq target needs java" >&2; exit 2; }
+    # Resolve the jars once here, not in several scenarios at once.
+    scripts/rocketmq.sh classpath >/dev/null
+    export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
+    echo "== compat: target RocketMQ 5.5.0 (scripts/rocketmq.sh), $RUST_TEST_THREADS scenario(s) at a time"
+    ;;
+  *)
+    echo "compat.sh: COMPAT_TARGET=$COMPAT_TARGET: expected ringmq or rocketmq" >&2
+    exit 2
+    ;;
+esac
 
 cd tests/compat
 echo "== compat: building the suite (tests/compat, --locked)"

@@ -1,6 +1,12 @@
 //! The compatibility suite's harness: a real `ringmq serve` process ([`node::Node`]) and
 //! the stock Rust RocketMQ client (`rocketmq-client-rust`) driving it.
 //!
+//! With `COMPAT_TARGET=rocketmq` ([`node::target`]) the same scenarios drive the real
+//! Apache RocketMQ 5.5.0 name server and broker instead (`scripts/rocketmq.sh`). What
+//! differs there is said where it happens: [`prepare_topic`] creates a topic the real name
+//! server would not route yet, [`ringmq_specific`] skips (and prints) a check of ringmq's
+//! own internals, [`timer_precision_ms`] is RocketMQ's timer granularity.
+//!
 //! Each scenario in `tests/` is a plain `#[test]` that starts its own node on free ports in
 //! a temporary directory and runs its client code on a client runtime from [`run_clients`].
 //! Waiting is always a bounded poll of a condition ([`wait_until`]), never a bare sleep.
@@ -147,6 +153,84 @@ pub async fn wait_until(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Whether a check of ringmq's own behaviour (not RocketMQ's protocol: its shard layout,
+/// its version string, its log or store) applies: true under ringmq; under the rocketmq
+/// target, prints that `check` is skipped and why, and returns false.
+pub fn ringmq_specific(check: &str) -> bool {
+    if node::is_rocketmq() {
+        println!("SKIPPED under COMPAT_TARGET=rocketmq (ringmq-specific): {check}");
+        false
+    } else {
+        true
+    }
+}
+
+/// How early a timer message (5.x `TIMER_DELAY_MS`, `TIMER_DELAY_SEC`, `TIMER_DELIVER_MS`)
+/// may be due compared with the time its sender asked for: 0 on ringmq; on RocketMQ its
+/// `timerPrecisionMs` (default 1000), because the broker rounds a due time down to a
+/// multiple of it (HookUtils.handleScheduleMessage: `deliverMs / precision * precision`,
+/// and a whole multiple one precision earlier) and stores that as `TIMER_OUT_MS`.
+pub fn timer_precision_ms() -> i64 {
+    if node::is_rocketmq() {
+        1000
+    } else {
+        0
+    }
+}
+
+/// Queues of a topic a scenario creates before anything is sent to it: ringmq's
+/// `defaultTopicQueueNums` (8), so both targets split the same queues.
+pub const PREPARED_TOPIC_QUEUES: u32 = 8;
+
+/// Makes `topic` routable before a consumer subscribes to it, for scenarios that start
+/// their consumers before the first send.
+///
+/// ringmq: nothing. Its name server creates an unknown topic on the first route query
+/// (`defaultTopicQueueNums` queues, 8), which the scenarios exercise as before.
+///
+/// RocketMQ: its name server answers TOPIC_NOT_EXIST for a topic no broker has registered
+/// (a producer falls back to `TBW102` and the broker creates the topic, with 4 queues, on
+/// the first send), so a consumer started first would find no queues until its next route
+/// poll (30 s). The topic is created through the stock admin (UPDATE_AND_CREATE_TOPIC,
+/// [`PREPARED_TOPIC_QUEUES`] read and write queues, perm RW) and this waits (bounded) until
+/// the name server routes it (GET_ROUTEINFO_BY_TOPIC).
+pub async fn prepare_topic(runtime: &Arc<ClientRuntime>, namesrv: &str, broker: &str, topic: &str) {
+    use rocketmq_client_rust::{DefaultMQAdminExt, TopicAdmin};
+    if !node::is_rocketmq() {
+        return;
+    }
+    let mut admin = DefaultMQAdminExt::new(Arc::clone(runtime));
+    admin.set_namesrv_addr(namesrv);
+    admin.start().await.expect("start the admin client");
+    let config = rocketmq_model::common::config::TopicConfig::with_perm(
+        topic,
+        PREPARED_TOPIC_QUEUES,
+        PREPARED_TOPIC_QUEUES,
+        6,
+    );
+    admin
+        .create_and_update_topic_config(broker.to_string().into(), config)
+        .await
+        .unwrap_or_else(|e| panic!("create topic {topic} on {broker}: {e}"));
+    admin.shutdown().await;
+    let namesrv = namesrv.to_string();
+    let routed = || {
+        raw::request(&namesrv, 105, serde_json::json!({"topic": topic}))
+            .is_ok_and(|response| response.code == 0)
+    };
+    wait_until(
+        "the RocketMQ name server to route the created topic",
+        Duration::from_secs(30),
+        routed,
+        || format!("topic {topic}"),
+    )
+    .await;
+    println!(
+        "rocketmq: topic {topic} created with {PREPARED_TOPIC_QUEUES} queues before its \
+         consumers start (RocketMQ's name server does not create topics on a route query)"
+    );
 }
 
 /// A client config naming its instance, so two members in one process are two clients.

@@ -1,5 +1,8 @@
 //! The compatibility scenarios: the stock Rust RocketMQ client (`rocketmq-client-rust`)
-//! against a real `ringmq serve` process. Each test starts its own node.
+//! against a real `ringmq serve` process, or with `COMPAT_TARGET=rocketmq` against the
+//! real Apache RocketMQ 5.5.0 name server and broker (`ringmq_compat::node`). Each test
+//! starts its own node. Where a scenario does something else on RocketMQ it prints why
+//! (`SKIPPED`, `ADAPTED`, `rocketmq: ...`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -8,9 +11,9 @@ use std::time::Duration;
 
 use ringmq_compat::node::Node;
 use ringmq_compat::{
-    describe_allocations, group_settled, raw, run_clients, seed, start_member,
-    start_orderly_member, start_producer, wait_until, ConsumerSpec, Delivery, Member,
-    DELIVERY_DEADLINE, REBALANCE_DEADLINE,
+    describe_allocations, group_settled, prepare_topic, raw, ringmq_specific, run_clients, seed,
+    start_member, start_orderly_member, start_producer, timer_precision_ms, wait_until,
+    ConsumerSpec, Delivery, Member, DELIVERY_DEADLINE, REBALANCE_DEADLINE,
 };
 use rocketmq_client_rust::{ClientRuntime, DefaultMQProducer};
 use rocketmq_model::common::message::message_single::Message;
@@ -269,6 +272,38 @@ fn producer_send_modes_are_all_consumable() {
     drop(node);
 }
 
+/// The clustering scenario's tag expression. ringmq: `TagA || TagB`, spaced as people write
+/// it. The stock client (rocketmq-client-rust 1.0.0, FilterAPI::build_subscription_data)
+/// hashes the untrimmed tags for the subscription's `codeSet` (`"TagA "`, `" TagB"`),
+/// unlike Java's FilterAPI (trimmed). ringmq also hashes the trimmed tags of `subString`,
+/// so it delivers; RocketMQ filters the ConsumeQueue by the client's `codeSet` alone and
+/// delivers nothing (a client defect). Under the rocketmq target the expression is
+/// `TagA||TagB`, for which the client's codes are right, so the scenario checks
+/// RocketMQ's tag filtering rather than the client's hashing; the difference is printed.
+/// `COMPAT_SPACED_TAGS=1` keeps the spaced expression there too (to reproduce it).
+fn tag_expression() -> &'static str {
+    if ringmq_compat::node::is_rocketmq() && std::env::var_os("COMPAT_SPACED_TAGS").is_none() {
+        println!(
+            "ADAPTED under COMPAT_TARGET=rocketmq: expression \"TagA||TagB\", not \"TagA || TagB\": \
+             rocketmq-client-rust 1.0.0 sends codeSet [hash(\"TagA \"), hash(\" TagB\")] for the \
+             spaced one, and RocketMQ filters by codeSet, so it would deliver nothing"
+        );
+        "TagA||TagB"
+    } else {
+        "TagA || TagB"
+    }
+}
+
+/// Under the rocketmq target, `: a known RocketMQ 5.5.0 defect (WHAT)` for a failure
+/// message; nothing under ringmq.
+fn rocketmq_defect(what: &str) -> String {
+    if ringmq_compat::node::is_rocketmq() {
+        format!(" (a known RocketMQ 5.5.0 defect, {what})")
+    } else {
+        String::new()
+    }
+}
+
 /// Scenario 2: a CLUSTERING group of two members splits the topic's queues, every
 /// TagA/TagB message is delivered exactly once between them, and TagC is never delivered.
 #[test]
@@ -279,14 +314,18 @@ fn clustering_group_delivers_each_message_once_with_tag_filter() {
     let namesrv = node.namesrv_addr();
     let topic = format!("CompatCluster{seed}");
     let group = format!("CG_cluster_{seed}");
+    let broker = node.broker_addr();
     run_clients("clustering", |runtime| async move {
+        // The consumers start before the first send (see prepare_topic).
+        prepare_topic(&runtime, &namesrv, &broker, &topic).await;
+        let expression = tag_expression();
         let instances: Vec<String> = (0..2).map(|m| format!("cluster-{m}-{seed}")).collect();
         let members = start_members(&runtime, 2, |m| ConsumerSpec {
             namesrv: &namesrv,
             group: &group,
             instance: &instances[m],
             topic: &topic,
-            expression: "TagA || TagB",
+            expression,
             model: MessageModel::Clustering,
         })
         .await;
@@ -363,7 +402,10 @@ fn broadcasting_members_each_receive_everything() {
     let namesrv = node.namesrv_addr();
     let topic = format!("CompatBroadcast{seed}");
     let group = format!("CG_broadcast_{seed}");
+    let broker = node.broker_addr();
     run_clients("broadcasting", |runtime| async move {
+        // The consumers start before the first send (see prepare_topic).
+        prepare_topic(&runtime, &namesrv, &broker, &topic).await;
         let instances: Vec<String> = (0..2).map(|m| format!("broadcast-{m}-{seed}")).collect();
         let members = start_members(&runtime, 2, |m| ConsumerSpec {
             namesrv: &namesrv,
@@ -664,11 +706,15 @@ fn messages_are_found_by_key_offset_id_and_unique_key() {
                 .expect("a sync send has a result");
             sent.push((body, key, result));
         }
-        let shards: BTreeSet<u64> = sent
-            .iter()
-            .map(|(_, _, r)| offset_of_msg_id(r.offset_msg_id.as_deref().unwrap()) >> 56)
-            .collect();
-        assert_eq!(shards.len(), 2, "seed {seed}: both shards store some");
+        // ringmq's offsetMsgId carries its shard in the offset's top byte; RocketMQ's is
+        // the plain CommitLog offset of its one store.
+        if ringmq_specific("both of ringmq's two shards store some (offsetMsgId's top byte)") {
+            let shards: BTreeSet<u64> = sent
+                .iter()
+                .map(|(_, _, r)| offset_of_msg_id(r.offset_msg_id.as_deref().unwrap()) >> 56)
+                .collect();
+            assert_eq!(shards.len(), 2, "seed {seed}: both shards store some");
+        }
         let body_of = |m: &rocketmq_model::common::message::message_ext::MessageExt| {
             String::from_utf8_lossy(m.message_inner().body_slice()).into_owned()
         };
@@ -772,9 +818,15 @@ fn admin_client_reads_status_and_progress_and_resets_a_live_group() {
                 .table
                 .get("brokerVersionDesc")
                 .map(|v| v.to_string());
+            // Each broker names itself: ringmq its own version, RocketMQ 5.5.0 `V5_5_0`.
+            let (prefix, target) = if ringmq_compat::node::is_rocketmq() {
+                ("V5_5_0", "RocketMQ 5.5.0")
+            } else {
+                ("ringmq", "ringmq")
+            };
             assert!(
-                version.as_deref().is_some_and(|v| v.starts_with("ringmq")),
-                "seed {seed}: {figures:?}"
+                version.as_deref().is_some_and(|v| v.starts_with(prefix)),
+                "seed {seed}: brokerVersionDesc of {target} starts with {prefix}: {figures:?}"
             );
             let stats = admin
                 .topic_stats_at(broker.clone().into(), topic.clone().into())
@@ -1009,7 +1061,10 @@ fn delayed_messages_arrive_no_earlier_than_their_level() {
     let namesrv = node.namesrv_addr();
     let topic = format!("CompatDelay{seed}");
     let group = format!("CG_delay_{seed}");
+    let broker = node.broker_addr();
     run_clients("delay", |runtime| async move {
+        // The consumers start before the first send (see prepare_topic).
+        prepare_topic(&runtime, &namesrv, &broker, &topic).await;
         let instance = format!("delay-0-{seed}");
         let member = start_member(
             &runtime,
@@ -1058,10 +1113,6 @@ fn delayed_messages_arrive_no_earlier_than_their_level() {
             };
             assert_eq!(delivery.topic, topic, "seed {seed}: {delivery:?}");
             assert_eq!(delivery.real_topic.as_deref(), Some(topic.as_str()));
-            assert_eq!(
-                delivery.delay, None,
-                "seed {seed}: DELAY left on {delivery:?}"
-            );
             // Sent (born) before the node stored it: due at born + delay at the earliest.
             assert!(
                 delivery.store_timestamp >= delivery.born_timestamp + delay_ms,
@@ -1073,6 +1124,20 @@ fn delayed_messages_arrive_no_earlier_than_their_level() {
                 "seed {seed}: received early: {delivery:?}"
             );
         }
+        // Last, so every other check has run: no delivered message still carries DELAY.
+        // RocketMQ 5.5.0 fails this one (a RocketMQ defect: ScheduleMessageService#
+        // messageTimeUp encodes the stored properties before it clears DELAY, so the clear
+        // never reaches the message; apache/rocketmq#11037, open).
+        let with_delay: Vec<&Delivery> = deliveries.iter().filter(|d| d.delay.is_some()).collect();
+        assert!(
+            with_delay.is_empty(),
+            "seed {seed}: DELAY left on {} of {} delivered messages{}: {with_delay:?}",
+            with_delay.len(),
+            deliveries.len(),
+            rocketmq_defect(
+                "apache/rocketmq#11037: messageTimeUp encodes the properties before clearing DELAY"
+            )
+        );
         member.shutdown().await;
         let mut producer = producer;
         producer.shutdown().await;
@@ -1105,6 +1170,9 @@ fn now_ms() -> i64 {
 /// carries, nor before the born time plus its delay. It carries Java's delivered-timer
 /// properties: `TIMER_OUT_MS` and `TIMER_DEQUEUE_MS` (not before it), the sender's
 /// `TIMER_*` property, no `REAL_TOPIC`/`REAL_QID`, and its msgId as `UNIQ_KEY`.
+/// RocketMQ rounds a due time down to its timer precision (`timerPrecisionMs`, 1 s), so
+/// there the due time and the store time may come up to 1 s before what was asked for
+/// ([`timer_precision_ms`]); on ringmq, not at all.
 #[test]
 fn timer_messages_arrive_once_no_earlier_than_due() {
     let seed = seed();
@@ -1113,7 +1181,10 @@ fn timer_messages_arrive_once_no_earlier_than_due() {
     let namesrv = node.namesrv_addr();
     let topic = format!("CompatTimer{seed}");
     let group = format!("CG_timer_{seed}");
+    let broker = node.broker_addr();
     run_clients("timer", |runtime| async move {
+        // The consumers start before the first send (see prepare_topic).
+        prepare_topic(&runtime, &namesrv, &broker, &topic).await;
         let instance = format!("timer-0-{seed}");
         let member = start_member(
             &runtime,
@@ -1203,9 +1274,14 @@ fn timer_messages_arrive_once_no_earlier_than_due() {
                     .unwrap_or_else(|_| panic!("seed {seed}: {key} of {delivery:?}"))
             };
             let due = number("TIMER_OUT_MS");
+            // ringmq: never before the time asked for. RocketMQ rounds the due time down to
+            // its timer precision (1 s), so it may be due up to that much earlier.
+            let precision = timer_precision_ms();
             assert!(
-                due >= *earliest,
-                "seed {seed}: due at {due}, before the {earliest} asked for: {delivery:?}"
+                due >= *earliest - precision,
+                "seed {seed}: due at {due}, {} ms before the {earliest} asked for (timer \
+                 precision {precision} ms): {delivery:?}",
+                earliest - due
             );
             assert!(
                 delivery.store_timestamp >= due,
@@ -1232,14 +1308,13 @@ fn timer_messages_arrive_once_no_earlier_than_due() {
             );
             if !matches!(ask, TimerAsk::DeliverIn(_)) {
                 assert!(
-                    delivery.store_timestamp >= delivery.born_timestamp + delay_ms,
-                    "seed {seed}: stored {} ms after it was born, it asked for {delay_ms}: \
-                     {delivery:?}",
+                    delivery.store_timestamp >= delivery.born_timestamp + delay_ms - precision,
+                    "seed {seed}: stored {} ms after it was born, it asked for {delay_ms} \
+                     (timer precision {precision} ms): {delivery:?}",
                     delivery.store_timestamp - delivery.born_timestamp
                 );
             }
-            assert_eq!(delivery.real_topic, None, "seed {seed}: {delivery:?}");
-            assert_eq!(prop("REAL_QID"), None, "seed {seed}: {delivery:?}");
+            // REAL_TOPIC/REAL_QID: checked last, below.
             assert_eq!(delivery.delay, None, "seed {seed}: {delivery:?}");
             assert_eq!(
                 prop("UNIQ_KEY"),
@@ -1249,6 +1324,25 @@ fn timer_messages_arrive_once_no_earlier_than_due() {
             latest = latest.max(delivery.store_timestamp - due);
         }
         println!("seed {seed}: latest delivery {latest} ms after its due time");
+        // Last, so every other check has run: no delivered timer message still carries
+        // REAL_TOPIC or REAL_QID. RocketMQ 5.5.0 fails this one (a RocketMQ defect:
+        // TimerMessageStore#convertMessage encodes the stored properties before it clears
+        // them; apache/rocketmq#10972, fixed after 5.5.0 by #10974).
+        let with_real: Vec<&Delivery> = deliveries
+            .iter()
+            .filter(|d| d.real_topic.is_some() || d.picked.contains_key("REAL_QID"))
+            .collect();
+        assert!(
+            with_real.is_empty(),
+            "seed {seed}: REAL_TOPIC/REAL_QID left on {} of {} delivered messages{}: \
+             {with_real:?}",
+            with_real.len(),
+            deliveries.len(),
+            rocketmq_defect(
+                "apache/rocketmq#10972: TimerMessageStore#convertMessage encodes the \
+                 properties before clearing REAL_TOPIC/REAL_QID"
+            )
+        );
         member.shutdown().await;
         let mut producer = producer;
         producer.shutdown().await;
