@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod namesrv;
 pub mod node;
 pub mod node_config;
+pub mod quiet_pipe;
 pub mod remoting;
 pub mod rng;
 pub mod shard;

@@ -27,6 +27,7 @@ use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
 use ringmq::node::{self, NodeOptions};
 use ringmq::node_config::NodeConfig;
+use ringmq::quiet_pipe;
 use ringmq::store::inspect;
 
 #[derive(Parser)]
@@ -571,6 +572,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    quiet_pipe::install();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve(args) => serve(args),
@@ -608,6 +610,7 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(code) => code,
+        Err(error) if quiet_pipe::is_closed_stdout(&error) => quiet_pipe::die_of_sigpipe(),
         Err(error) => {
             eprintln!("ringmq: {error:#}");
             ExitCode::from(2)
