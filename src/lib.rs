@@ -15,7 +15,7 @@
 //!   bytes are counted in [`remoting::traffic`].
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
 //! - [`node`]: the shard thread that owns the listener, the store and the connections
-//!   (`ringmq serve`); [`client`]: the in-project client.
+//!   (`ringmq serve`), and the [`banner`] it prints; [`client`]: the in-project client.
 //! - [`admin`]: `ringmq admin`, mqadmin's everyday commands against a running node.
 //! - [`mod@bench`]: the load generators (`ringmq bench`, `bench produce|consume`, `bench store`).
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
@@ -27,6 +27,7 @@
 //! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.
 
 pub mod admin;
+pub mod banner;
 pub mod bench;
 pub mod broker;
 pub mod client;
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod namesrv;
 pub mod node;
 pub mod node_config;
+pub mod quiet_pipe;
 pub mod remoting;
 pub mod rng;
 pub mod shard;

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 // glibc's malloc.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use ringmq::banner;
 use ringmq::bench::delivery::{
     print_delivery_summary, print_send_back_summary, run_delivery, run_send_back, DeliveryOptions,
     SendBackOptions, Waiting,
@@ -26,6 +27,7 @@ use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
 use ringmq::node::{self, NodeOptions};
 use ringmq::node_config::NodeConfig;
+use ringmq::quiet_pipe;
 use ringmq::store::inspect;
 
 #[derive(Parser)]
@@ -569,7 +571,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a pipe gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    quiet_pipe::install();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve(args) => serve(args),
@@ -607,6 +612,7 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(code) => code,
+        Err(error) if quiet_pipe::is_closed_stdout(&error) => quiet_pipe::die_of_sigpipe(),
         Err(error) => {
             eprintln!("ringmq: {error:#}");
             ExitCode::from(2)
@@ -640,13 +646,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let mut options = NodeOptions::from_config(&config);
     options.connection.body_send = args.body_send;
+    eprintln!(
+        "{}",
+        banner::starting(&banner::Running {
+            version: env!("CARGO_PKG_VERSION"),
+            store: &config.store_path_root_dir,
+            shards: config.shards,
+            flush: config.flush_disk_type.as_str(),
+            role: config.broker_role.as_str(),
+        })
+    );
     let mut node = node::start(options)?;
-    eprintln!("ringmq: listening on {}", node.addr());
-    eprintln!("ringmq: name server listening on {}", node.namesrv_addr());
-    if let Some(metrics) = node.metrics_addr() {
-        eprintln!("ringmq: metrics on http://{metrics}/metrics");
+    for line in banner::serving(&banner::Bound {
+        broker: node.bound_addr(),
+        advertised: node.addr(),
+        namesrv: node.namesrv_bound_addr(),
+        metrics: node.metrics_bound_addr(),
+        shards: node.shard_count(),
+    }) {
+        eprintln!("{line}");
     }
-    eprintln!("ringmq: {} shards", node.shard_count());
     let exited = node.take_exit_signal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

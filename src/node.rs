@@ -206,6 +206,10 @@ impl NodeOptions {
 pub struct NodeHandle {
     addr: SocketAddr,
     namesrv_addr: SocketAddr,
+    /// What the broker and name-server listeners are bound to (the bind address, often
+    /// the wildcard), as against what clients are told (`addr`, `namesrv_addr`).
+    bound: SocketAddr,
+    namesrv_bound: SocketAddr,
     stop: watch::Sender<bool>,
     shards: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     exited: Option<oneshot::Receiver<()>>,
@@ -229,6 +233,21 @@ impl NodeHandle {
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         let port = self.metrics_server.as_ref()?.addr().port();
         Some(SocketAddr::new(self.addr.ip(), port))
+    }
+
+    /// The address the broker listeners are bound to (`bindAddress` and the port).
+    pub fn bound_addr(&self) -> SocketAddr {
+        self.bound
+    }
+
+    /// The address the name-server listener is bound to.
+    pub fn namesrv_bound_addr(&self) -> SocketAddr {
+        self.namesrv_bound
+    }
+
+    /// The address the Prometheus endpoint is bound to, if one serves.
+    pub fn metrics_bound_addr(&self) -> Option<SocketAddr> {
+        Some(self.metrics_server.as_ref()?.addr())
     }
 
     /// Every shard's metrics.
@@ -381,7 +400,9 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             options.namesrv_port
         )
     })?;
-    let namesrv_addr = SocketAddr::new(options.broker_ip, namesrv_listener.local_addr()?.port());
+    let namesrv_bound = namesrv_listener.local_addr()?;
+    let namesrv_addr = SocketAddr::new(options.broker_ip, namesrv_bound.port());
+    let bound = SocketAddr::new(bind_ip, port);
     let metrics = NodeMetrics::new(options.shards);
     let metrics_server = match options.metrics_port {
         Some(port) => {
@@ -521,6 +542,8 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
     Ok(NodeHandle {
         addr: advertised,
         namesrv_addr,
+        bound,
+        namesrv_bound,
         stop,
         shards,
         exited: Some(exited),

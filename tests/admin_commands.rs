@@ -79,11 +79,17 @@ impl Node {
             let line = received
                 .recv_timeout(Duration::from_secs(30))
                 .expect("serve prints its addresses within 30 s");
+            // The printed addresses are the bound ones (`0.0.0.0`); clients are told
+            // 127.0.0.1 (brokerIP1's default) and the port.
+            let loopback = |rest: &str| {
+                let bound: std::net::SocketAddr = rest.trim().parse().unwrap();
+                std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
+            };
             if let Some(rest) = line.strip_prefix("ringmq: listening on ") {
-                addr = Some(rest.trim().parse().unwrap());
+                addr = Some(loopback(rest));
             }
             if let Some(rest) = line.strip_prefix("ringmq: name server listening on ") {
-                namesrv = Some(rest.trim().parse().unwrap());
+                namesrv = Some(loopback(rest));
             }
         }
         Node {

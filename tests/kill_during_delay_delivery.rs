@@ -71,7 +71,7 @@ fn start(dir: &Path, seed: u64) -> (Child, SocketAddr) {
             "seed {seed}: serve exited before listening:\n{seen}"
         );
         if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break addr.parse().unwrap();
+            break loopback(addr);
         }
         seen.push_str(&line);
     };
@@ -268,4 +268,10 @@ fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_earl
     );
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// The printed address is the bound one (often `0.0.0.0`): connect over loopback to its port.
+fn loopback(printed: &str) -> std::net::SocketAddr {
+    let bound: std::net::SocketAddr = printed.parse().expect("a socket address");
+    std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
 }

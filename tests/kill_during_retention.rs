@@ -62,7 +62,7 @@ fn start(dir: &Path) -> (Child, SocketAddr) {
             "serve exited before listening"
         );
         if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break addr.parse().unwrap();
+            break loopback(addr);
         }
     };
     // Keep draining stderr so the child never blocks on a full pipe.
@@ -188,4 +188,10 @@ fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
         String::from_utf8_lossy(&verify.stdout),
         String::from_utf8_lossy(&verify.stderr)
     );
+}
+
+/// The printed address is the bound one (often `0.0.0.0`): connect over loopback to its port.
+fn loopback(printed: &str) -> std::net::SocketAddr {
+    let bound: std::net::SocketAddr = printed.parse().expect("a socket address");
+    std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
 }

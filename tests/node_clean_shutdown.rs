@@ -52,7 +52,7 @@ fn sigterm_stops_serve_cleanly() {
             "serve exited before listening"
         );
         if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break addr.parse().unwrap();
+            break loopback(addr);
         }
     };
     // Keep draining stderr so the child never blocks on a full pipe.
@@ -118,4 +118,10 @@ fn sigterm_stops_serve_cleanly() {
         records += count;
     }
     assert_eq!(records, MESSAGES as u64);
+}
+
+/// The printed address is the bound one (often `0.0.0.0`): connect over loopback to its port.
+fn loopback(printed: &str) -> std::net::SocketAddr {
+    let bound: std::net::SocketAddr = printed.parse().expect("a socket address");
+    std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
 }

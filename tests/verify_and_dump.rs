@@ -1,7 +1,10 @@
 //! `ringmq store verify` and `ringmq store dump` on real directories: a clean store
 //! verifies with the right counts, a flipped byte below the durable point in the
 //! CommitLog or in a ConsumeQueue makes verify exit 1 naming the damage, and dump prints
-//! every record with the documented fields.
+//! every record with the documented fields; both refuse a store a running node holds, and
+//! a node's root given for a shard's store names the directory to pass.
+
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -146,5 +149,38 @@ fn verify_and_dump_refuse_a_directory_that_is_not_a_store() {
         let output = ringmq(command, scratch.path());
         assert_eq!(output.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&output.stderr).contains("a ringmq store?"));
+    }
+}
+
+#[test]
+fn verify_and_dump_refuse_a_store_a_running_node_holds() {
+    let root = tempfile::tempdir().unwrap();
+    let node = common::start_node(root.path());
+    let shard = root.path().join("shard-0");
+    for command in [&["store", "verify"][..], &["store", "dump"][..]] {
+        let run = ringmq(command, &shard);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            !run.status.success() && stderr.contains("open by a running node"),
+            "{command:?} on a live store: {run:?}"
+        );
+    }
+    node.shutdown().unwrap();
+    let run = ringmq(&["store", "verify"], &shard);
+    assert!(run.status.success(), "after the node stopped: {run:?}");
+}
+
+#[test]
+fn a_store_root_given_for_a_shard_store_names_the_directory_to_pass() {
+    let root = tempfile::tempdir().unwrap();
+    common::start_node(root.path()).shutdown().unwrap();
+    for command in [&["store", "verify"][..], &["store", "dump"][..]] {
+        let run = ringmq(command, root.path());
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let expected = format!("--dir {}", root.path().join("shard-0").display());
+        assert!(
+            !run.status.success() && stderr.contains(&expected),
+            "{command:?} on the root: {run:?}"
+        );
     }
 }

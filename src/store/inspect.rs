@@ -1,5 +1,7 @@
 //! Offline inspection of a store directory: `ringmq store verify` and `ringmq store dump`.
-//! Neither writes anything; both work on a store that is not open (or was killed).
+//! Neither writes anything; both work on a store that is not open (or was killed), and
+//! refuse one a running node holds, or a node's root given for a shard's store
+//! ([`super::inspect_guard`]).
 //!
 //! `verify` judges damage against what the store promised: every CommitLog byte below the
 //! durable point (the clean log end, or the checkpoint's safe offset after a crash) must
@@ -15,6 +17,7 @@ use serde::Serialize;
 
 use super::checkpoint::read_checkpoint;
 use super::consume_queue::{CqEntry, CQ_ENTRY_LEN};
+use super::inspect_guard::hold_for_inspection;
 use super::properties;
 use super::record::{self, Decoded, RecordView, Verify};
 use super::scan::{scan, ScanStop};
@@ -121,6 +124,7 @@ pub fn open_log(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<Option<SegmentSet>
 
 /// Checks every record and every ConsumeQueue entry of the store in `dir`.
 pub fn verify(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<VerifyReport> {
+    let _held = hold_for_inspection(disk.as_ref(), dir)?;
     let mut report = VerifyReport {
         crashed: disk.exists(&dir.join(ABORT_FILE)),
         ..VerifyReport::default()
@@ -297,6 +301,7 @@ pub fn dump(
     dir: &Path,
     mut emit: impl FnMut(DumpedRecord<'_>) -> io::Result<()>,
 ) -> io::Result<(u64, Option<String>)> {
+    let _held = hold_for_inspection(disk.as_ref(), dir)?;
     let Some(segments) = open_log(disk, dir)? else {
         return Ok((0, None));
     };

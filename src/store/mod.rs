@@ -41,6 +41,7 @@ mod gather;
 pub mod index;
 pub mod index_file;
 pub mod inspect;
+mod inspect_guard;
 pub mod properties;
 mod put_slot;
 pub mod query;

@@ -148,10 +148,25 @@ pub(crate) async fn open(
         clock,
     });
 
+    let started_ms = shared.clock.now_ms();
     let end = if clean {
         last.map(|last| last.log_end).unwrap_or(base)
     } else {
-        recover_log(&shared, safe).await?
+        let recovered = recover_log(&shared, safe).await?;
+        if !fresh {
+            // At WARN, the default level: an operator must see that the last run did not
+            // stop cleanly and what the start did about it, without asking for more logs.
+            tracing::warn!(
+                "store {} recovered after a crash in {} ms: scanned {} bytes of CommitLog from the checkpoint's safe offset {safe} to {}, re-dispatched {} records (ConsumeQueues and index cut back to {safe} first); {}",
+                dir.display(),
+                shared.clock.now_ms().saturating_sub(started_ms),
+                recovered.end - safe,
+                recovered.end,
+                recovered.records,
+                recovered.cut,
+            );
+        }
+        recovered.end
     };
     shared.opened.set(match (clean, fresh) {
         (true, _) => OpenKind::Clean,
@@ -213,13 +228,23 @@ fn trim_to_log_start(shared: &Shared) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// What [`recover_log`] did.
+struct Recovered {
+    /// Where the log ends now.
+    end: u64,
+    /// Records re-dispatched.
+    records: u64,
+    /// What was cut after `end`, in words.
+    cut: String,
+}
+
 /// Scans from `safe`, re-dispatching every valid record, and cuts the log after the last.
 ///
 /// Only a stop that [`ScanStop::may_cut`] allows (a clean end or an invalid record) cuts
 /// the tail. Any other stop is a whole record recovery cannot take: the open fails with
 /// an error naming its offset, before anything of the CommitLog is deleted or zeroed,
 /// since the acknowledged records after it are still there for an operator to save.
-async fn recover_log(shared: &Shared, safe: u64) -> Result<u64, StoreError> {
+async fn recover_log(shared: &Shared, safe: u64) -> Result<Recovered, StoreError> {
     let mut recovered = 0u64;
     let result = {
         let segments = shared.log.segments.borrow();
@@ -233,36 +258,47 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<u64, StoreError> {
         end >= safe,
         "the scan from {safe} ended before it, at {end}"
     );
-    match scan_end.stop {
-        ScanStop::CleanEnd => {}
-        ScanStop::Invalid(why) => tracing::warn!(
-            "CommitLog ends at {end}: invalid record ({why}); the rest is discarded as never \
-             acknowledged"
-        ),
+    let mut cut = match scan_end.stop {
+        ScanStop::CleanEnd => "the log ended cleanly there".to_string(),
+        ScanStop::Invalid(why) => {
+            tracing::warn!(
+                "CommitLog ends at {end}: invalid record ({why}); the rest is discarded as never \
+                 acknowledged"
+            );
+            format!("cut the torn tail after it (invalid record: {why})")
+        }
         ScanStop::Inconsistent(why) => {
             return Err(StoreError::Corrupt(format!(
                 "CommitLog record at {end} was written whole but {why}; nothing was deleted"
             )))
         }
         ScanStop::Refused(error) => return Err(error),
-    }
+    };
     let segments = shared.log.segments.clone();
     let size = shared.log.segment_size();
     let end_segment = segments.borrow().start_of(end);
     let io_error =
         |error: std::io::Error| StoreError::from_io("cutting the CommitLog tail", &error);
+    let before = segments.borrow().starts().len();
     segments
         .borrow_mut()
         .remove_from(end_segment + size)
         .map_err(io_error)?;
+    let removed = before - segments.borrow().starts().len();
+    if removed > 0 {
+        cut.push_str(&format!(", removed {removed} later segment(s)"));
+    }
     SegmentSet::zero_tail(&segments, end)
         .await
         .map_err(io_error)?;
     SegmentSet::sync_range(&segments, safe, end)
         .await
         .map_err(io_error)?;
-    tracing::info!("recovery re-dispatched {recovered} records from {safe} to {end}");
-    Ok(end)
+    Ok(Recovered {
+        end,
+        records: recovered,
+        cut,
+    })
 }
 
 /// Appends the ConsumeQueue entry of the valid record at `phys` again. A record whose

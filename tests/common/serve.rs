@@ -36,7 +36,9 @@ impl Serve {
             let read = stderr.read_line(&mut line).expect("read serve's stderr");
             assert!(read > 0, "{what}: serve exited before listening:\n{seen}");
             if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-                break addr.parse().expect("a socket address");
+                // The bound address (often `0.0.0.0`): connect over loopback to its port.
+                let bound: SocketAddr = addr.parse().expect("a socket address");
+                break SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port());
             }
             seen.push_str(&line);
         };
