@@ -81,6 +81,7 @@ pub mod offsets;
 pub mod pop;
 pub mod pop_holds;
 pub mod pop_log;
+pub mod pop_reset;
 pub mod pop_state;
 pub mod pop_wire;
 pub mod protected_groups;
@@ -500,7 +501,9 @@ impl Broker {
             request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request),
             request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
-            request::UPDATE_CONSUMER_OFFSET => consumer_offsets::update(self, &request),
+            request::UPDATE_CONSUMER_OFFSET => {
+                Box::pin(pop_reset::update_consumer_offset(self, &request)).await
+            }
             request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
             request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
             request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),

@@ -72,7 +72,7 @@ pub const NO_PARK: &str = "_ringmqPopNoPark";
 pub struct Pops {
     /// The queue of [`POP_LOG_TOPIC`] this shard owns.
     pub log_queue: i32,
-    table: RefCell<PopTable>,
+    pub(super) table: RefCell<PopTable>,
     mark: ReplayMark,
     /// The mark last written.
     written_mark: RefCell<pop_log::Mark>,

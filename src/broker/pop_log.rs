@@ -11,6 +11,9 @@
 //! mistakes these for its own):
 //! - checkpoint: `{"k":"ck","c":group,"t":topic,"q":queueId,"pt":popTime,"it":invisibleTime,"d":[[offset,reconsumeTimes],...]}`
 //! - ack: `{"k":"ack","c":group,"t":topic,"q":queueId,"pt":popTime,"o":[offset,...]}`
+//! - reset: `{"k":"reset","c":group,"t":topic,"q":queueId,"pt":0,"o":[offset]}`: the
+//!   group's committed offset was moved from outside ([`super::pop_reset`]); the queue
+//!   starts over there and what was in flight before is forgotten.
 //!
 //! The replay mark ([`Mark`], `<shard dir>/pop/replay.json`, written with `replace_file`
 //! through the disk seam) is a log queue offset at or below the checkpoint of every
@@ -29,6 +32,10 @@
 //! - After a replay a queue's cursor is at least the mark's: offsets below it that are not
 //!   in flight were acknowledged, and their checkpoints may lie before `replay_from`
 //!   (found by `tests/kill_during_pop.rs`: without it acknowledged messages came again).
+//! - A reset record replaces everything before it for its queue: from it on the queue's
+//!   floor is the reset offset (not the mark's), and the mark's floor and cursor are not
+//!   applied after the replay, so a reset survives a restart in either direction (before
+//!   reset records, the replay brought the old offsets and the whole backlog back).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -100,6 +107,16 @@ pub fn encode(record: &LogRecord) -> Vec<u8> {
             d: Vec::new(),
             o: offsets.clone(),
         },
+        LogRecord::Reset { key, offset } => Wire {
+            k: "reset".into(),
+            c: key.group.clone(),
+            t: key.topic.clone(),
+            q: key.queue_id,
+            pt: 0,
+            it: 0,
+            d: Vec::new(),
+            o: vec![*offset],
+        },
     };
     serde_json::to_vec(&wire).expect("a revive log record serialises")
 }
@@ -128,6 +145,16 @@ pub fn decode(body: &[u8]) -> Result<LogRecord, String> {
             offsets: wire.o,
             pop_time: wire.pt,
         }),
+        "reset" => match wire.o.as_slice() {
+            [offset] => Ok(LogRecord::Reset {
+                key,
+                offset: *offset,
+            }),
+            other => Err(format!(
+                "a reset record names {} offsets, not 1",
+                other.len()
+            )),
+        },
         other => Err(format!("unknown record kind {other:?}")),
     }
 }
@@ -138,6 +165,7 @@ pub fn record_input(record: &LogRecord, queue: i32, host: SocketAddr, now_ms: i6
     let tag = match record {
         LogRecord::Checkpoint { .. } => "ck",
         LogRecord::Ack { .. } => "ack",
+        LogRecord::Reset { .. } => "reset",
     };
     RecordInput {
         topic: POP_LOG_TOPIC.to_owned(),
@@ -186,14 +214,27 @@ pub fn replay(
     table: &mut PopTable,
     floor: impl Fn(&QueueKey) -> u64,
 ) -> Result<u64, String> {
+    replay_with_resets(store, queue, from, table, floor).map(|(applied, _)| applied)
+}
+
+/// [`replay`], also returning the queues a reset record started over (with the last
+/// reset offset): from its reset on, a queue's floor is that offset.
+fn replay_with_resets(
+    store: &Store,
+    queue: i32,
+    from: u64,
+    table: &mut PopTable,
+    floor: impl Fn(&QueueKey) -> u64,
+) -> Result<(u64, BTreeMap<QueueKey, u64>), String> {
     let mut at = from.max(store.min_offset(POP_LOG_TOPIC, queue));
     let mut applied = 0;
+    let mut resets: BTreeMap<QueueKey, u64> = BTreeMap::new();
     loop {
         let entries = store
             .queue_entries(POP_LOG_TOPIC, queue, at, REPLAY_BATCH)
             .map_err(|error| format!("cannot read the POP log at {at}: {error}"))?;
         if entries.is_empty() {
-            return Ok(applied);
+            return Ok((applied, resets));
         }
         for entry in &entries {
             let bytes = store
@@ -202,7 +243,12 @@ pub fn replay(
             match record::decode(&bytes, Verify::Structure) {
                 Ok(Decoded::Record(view)) => match decode(view.body) {
                     Ok(record) => {
-                        table.apply(&record, at, &floor);
+                        if let LogRecord::Reset { key, offset } = &record {
+                            resets.insert(key.clone(), *offset);
+                        }
+                        table.apply(&record, at, |key| {
+                            resets.get(key).copied().unwrap_or_else(|| floor(key))
+                        });
                         applied += 1;
                     }
                     Err(why) => tracing::warn!(at, "POP log record skipped: {why}"),
@@ -268,12 +314,17 @@ pub fn rebuild(
     fallback: impl Fn(&QueueKey) -> u64,
 ) -> Result<(PopTable, u64), String> {
     let mut table = PopTable::default();
-    let applied = replay(store, queue, mark.replay_from, &mut table, |key| {
-        mark.floors
-            .get(key)
-            .map_or_else(|| fallback(key), |floor| floor.watermark)
-    })?;
+    let (applied, resets) =
+        replay_with_resets(store, queue, mark.replay_from, &mut table, |key| {
+            mark.floors
+                .get(key)
+                .map_or_else(|| fallback(key), |floor| floor.watermark)
+        })?;
     for (key, floor) in &mark.floors {
+        if resets.contains_key(key) {
+            // Reset after the mark was taken: the mark's floor and cursor are older news.
+            continue;
+        }
         let cursor = table.open(key, floor.watermark).cursor;
         if cursor < floor.cursor {
             table.take_new(key, &[], floor.cursor, 0, 0);
@@ -398,6 +449,10 @@ mod tests {
                 key: key.clone(),
                 offsets: vec![7, 9],
                 pop_time: 5,
+            },
+            LogRecord::Reset {
+                key: key.clone(),
+                offset: 3000,
             },
         ] {
             assert_eq!(decode(&encode(&record)).unwrap(), record);
