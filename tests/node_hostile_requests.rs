@@ -7,6 +7,8 @@
 //! - UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER on a system topic are refused as
 //!   RocketMQ 5 refuses them, and the delayed, timed and POP messages the node keeps in
 //!   those topics are delivered as if nothing had been asked.
+//! - A BATCH_ACK_MESSAGE whose bitsets set more bits than a pop hands out is refused at
+//!   once; pings from another connection are answered within 100 ms meanwhile.
 
 mod common;
 
@@ -212,5 +214,95 @@ fn admin_requests_cannot_create_change_or_delete_system_topics() {
         let again = raw.call(pop_request("popper", "Popped", 60_000));
         again.code == response::SUCCESS && common::pull_records(&again.body)[0].reconsume_times == 1
     });
+    node.shutdown().unwrap();
+}
+
+/// Runs `hostile` on its own thread while this one pings the node (GET_MAX_OFFSET) from
+/// another connection until it is done; the slowest ping, which must stay under 100 ms.
+fn pings_stay_fast_while(addr: std::net::SocketAddr, hostile: impl FnOnce() + Send + 'static) {
+    let mut ping = Raw::connect(addr);
+    let runner = std::thread::spawn(hostile);
+    let mut slowest = Duration::ZERO;
+    let mut pings = 0;
+    while !runner.is_finished() || pings == 0 {
+        let began = Instant::now();
+        let answer = ping.call(ringmq::client::queue_request(
+            request::GET_MAX_OFFSET,
+            "T",
+            0,
+        ));
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        slowest = slowest.max(began.elapsed());
+        pings += 1;
+    }
+    runner.join().expect("the hostile client's checks");
+    assert!(
+        slowest < Duration::from_millis(100),
+        "the slowest of {pings} pings took {slowest:?} while the hostile request ran"
+    );
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "acker");
+    send_with(&mut raw, "T", "x", &[]);
+    let popped = raw.call(pop_request("acker", "T", 60_000));
+    assert_eq!(popped.code, response::SUCCESS, "{popped:?}");
+    let pop_time: i64 = popped.ext_fields["popTime"].parse().unwrap();
+    // Every bit of 64 KiB set, in each of 20 entries: half a million offsets each.
+    let bits = base64(&vec![0xFF; 64 * 1024]);
+    let acks: Vec<serde_json::Value> = (0..20)
+        .map(|_| {
+            serde_json::json!({"c": "acker", "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0,
+                               "pt": pop_time, "it": 60_000, "b": bits})
+        })
+        .collect();
+    let body = serde_json::json!({"brokerName": "broker-a", "acks": acks}).to_string();
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        let mut hostile = Raw::connect(addr);
+        let answer = hostile.call(command(request::BATCH_ACK_MESSAGE, &[]).with_body(body));
+        assert_eq!(answer.code, response::INVALID_PARAMETER, "{answer:?}");
+        assert!(
+            answer.remark.as_deref().unwrap_or("").contains("bits"),
+            "{answer:?}"
+        );
+    });
+    // Nothing was acknowledged: the message is still in flight.
+    let committed = raw.call(command(
+        request::QUERY_CONSUMER_OFFSET,
+        &[("consumerGroup", "acker"), ("topic", "T"), ("queueId", "0")],
+    ));
+    assert_eq!(
+        committed.ext_fields["offset"].to_string(),
+        "0",
+        "{committed:?}"
+    );
     node.shutdown().unwrap();
 }

@@ -999,9 +999,31 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let Some(pops) = broker.pops.get() else {
         return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
     };
+    if body.acks.len() > pop_wire::MAX_BATCH_ACK_ENTRIES {
+        return answer(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "{} acks in one batch; at most {}",
+                body.acks.len(),
+                pop_wire::MAX_BATCH_ACK_ENTRIES
+            )),
+        );
+    }
+    let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
+    if bitset_bytes > pop_wire::MAX_BITSET_BYTES {
+        return answer(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "the batch's bitsets are {bitset_bytes} bytes; at most {} in all",
+                pop_wire::MAX_BITSET_BYTES
+            )),
+        );
+    }
     let raw: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
     let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
     let mut remote: std::collections::BTreeMap<u8, Vec<serde_json::Value>> = Default::default();
+    // Every entry is checked before any is acknowledged: a batch is refused whole.
+    let mut local: Vec<(usize, QueueKey, Vec<u64>, i64)> = Vec::new();
     for (index, ack) in body.acks.iter().enumerate() {
         if ack
             .r
@@ -1042,7 +1064,7 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             }
             continue;
         }
-        let bits = match ack.b.indexes() {
+        let bits = match ack.b.indexes(MAX_POP_BATCH as usize) {
             Ok(bits) => bits,
             Err(why) => {
                 return answer(
@@ -1052,8 +1074,10 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             }
         };
         let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
-        let key = QueueKey::new(&ack.c, &ack.t, ack.q);
-        if let Err(why) = ack_offsets(broker, pops, &key, &offsets, ack.pt).await {
+        local.push((index, QueueKey::new(&ack.c, &ack.t, ack.q), offsets, ack.pt));
+    }
+    for (index, key, offsets, pop_time) in local {
+        if let Err(why) = ack_offsets(broker, pops, &key, &offsets, pop_time).await {
             return answer(response::SYSTEM_ERROR, Some(format!("ack {index}: {why}")));
         }
     }
