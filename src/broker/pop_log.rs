@@ -32,12 +32,16 @@
 //! - After a replay a queue's cursor is at least the mark's: offsets below it that are not
 //!   in flight were acknowledged, and their checkpoints may lie before `replay_from`
 //!   (found by `tests/kill_during_pop.rs`: without it acknowledged messages came again).
+//! - A mark that names a delivery in flight (a floor's watermark below its cursor) whose
+//!   checkpoint the replay from it does not meet disagrees with the log (edited by hand,
+//!   or the record is unreadable): that queue starts over at the watermark with a
+//!   warning, so its deliveries are handed out again rather than counted acknowledged.
 //! - A reset record replaces everything before it for its queue: from it on the queue's
 //!   floor is the reset offset (not the mark's), and the mark's floor and cursor are not
 //!   applied after the replay, so a reset survives a restart in either direction (before
 //!   reset records, the replay brought the old offsets and the whole backlog back).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -214,27 +218,44 @@ pub fn replay(
     table: &mut PopTable,
     floor: impl Fn(&QueueKey) -> u64,
 ) -> Result<u64, String> {
-    replay_with_resets(store, queue, from, table, floor).map(|(applied, _)| applied)
+    replay_with_resets(store, queue, from, table, floor, &BTreeMap::new())
+        .map(|replayed| replayed.applied)
 }
 
-/// [`replay`], also returning the queues a reset record started over (with the last
-/// reset offset): from its reset on, a queue's floor is that offset.
+/// What [`replay_with_resets`] met.
+struct Replayed {
+    applied: u64,
+    /// The queues a reset record started over, with the last reset offset: from its reset
+    /// on, a queue's floor is that offset.
+    resets: BTreeMap<QueueKey, u64>,
+    /// The queues of `wanted` whose offset a checkpoint record handed out.
+    found: BTreeSet<QueueKey>,
+}
+
+/// [`replay`], also noting resets and which of the `wanted` (queue, offset) deliveries
+/// a checkpoint record names.
 fn replay_with_resets(
     store: &Store,
     queue: i32,
     from: u64,
     table: &mut PopTable,
     floor: impl Fn(&QueueKey) -> u64,
-) -> Result<(u64, BTreeMap<QueueKey, u64>), String> {
+    wanted: &BTreeMap<QueueKey, u64>,
+) -> Result<Replayed, String> {
     let mut at = from.max(store.min_offset(POP_LOG_TOPIC, queue));
     let mut applied = 0;
     let mut resets: BTreeMap<QueueKey, u64> = BTreeMap::new();
+    let mut found = BTreeSet::new();
     loop {
         let entries = store
             .queue_entries(POP_LOG_TOPIC, queue, at, REPLAY_BATCH)
             .map_err(|error| format!("cannot read the POP log at {at}: {error}"))?;
         if entries.is_empty() {
-            return Ok((applied, resets));
+            return Ok(Replayed {
+                applied,
+                resets,
+                found,
+            });
         }
         for entry in &entries {
             let bytes = store
@@ -243,8 +264,20 @@ fn replay_with_resets(
             match record::decode(&bytes, Verify::Structure) {
                 Ok(Decoded::Record(view)) => match decode(view.body) {
                     Ok(record) => {
-                        if let LogRecord::Reset { key, offset } = &record {
-                            resets.insert(key.clone(), *offset);
+                        match &record {
+                            LogRecord::Reset { key, offset } => {
+                                resets.insert(key.clone(), *offset);
+                            }
+                            LogRecord::Checkpoint {
+                                key, deliveries, ..
+                            } => {
+                                if let Some(offset) = wanted.get(key) {
+                                    if deliveries.iter().any(|d| d.offset == *offset) {
+                                        found.insert(key.clone());
+                                    }
+                                }
+                            }
+                            LogRecord::Ack { .. } => {}
                         }
                         table.apply(&record, at, |key| {
                             resets.get(key).copied().unwrap_or_else(|| floor(key))
@@ -314,15 +347,52 @@ pub fn rebuild(
     fallback: impl Fn(&QueueKey) -> u64,
 ) -> Result<(PopTable, u64), String> {
     let mut table = PopTable::default();
-    let (applied, resets) =
-        replay_with_resets(store, queue, mark.replay_from, &mut table, |key| {
+    // Each queue's lowest delivery in flight by the mark: its checkpoint is at or after
+    // `replay_from`, so the replay must meet it.
+    let wanted: BTreeMap<QueueKey, u64> = mark
+        .floors
+        .iter()
+        .filter(|(_, floor)| floor.watermark < floor.cursor)
+        .map(|(key, floor)| (key.clone(), floor.watermark))
+        .collect();
+    let replayed = replay_with_resets(
+        store,
+        queue,
+        mark.replay_from,
+        &mut table,
+        |key| {
             mark.floors
                 .get(key)
                 .map_or_else(|| fallback(key), |floor| floor.watermark)
-        })?;
+        },
+        &wanted,
+    )?;
+    let applied = replayed.applied;
     for (key, floor) in &mark.floors {
-        if resets.contains_key(key) {
+        if replayed.resets.contains_key(key) {
             // Reset after the mark was taken: the mark's floor and cursor are older news.
+            continue;
+        }
+        if wanted.contains_key(key) && !replayed.found.contains(key) {
+            // The mark disagrees with the log (moved forward by hand, or the checkpoint
+            // is unreadable): believing its cursor would count every delivery in flight
+            // as acknowledged. Start the queue over at the mark's watermark instead, so
+            // they are handed out again.
+            tracing::warn!(
+                group = %crate::remoting::log_safe::log_safe(&key.group),
+                topic = %crate::remoting::log_safe::log_safe(&key.topic),
+                queue = key.queue_id,
+                replay_from = mark.replay_from,
+                log_start = store.min_offset(POP_LOG_TOPIC, queue),
+                log_end = store.max_offset(POP_LOG_TOPIC, queue),
+                watermark = floor.watermark,
+                cursor = floor.cursor,
+                "the POP replay mark says offset {} was in flight, but no checkpoint for it follows the mark; \
+                 the queue starts over at {} and the messages from there on are handed out again",
+                floor.watermark,
+                floor.watermark
+            );
+            table.reset(key, floor.watermark);
             continue;
         }
         let cursor = table.open(key, floor.watermark).cursor;
