@@ -9,6 +9,8 @@
 //!   those topics are delivered as if nothing had been asked.
 //! - A BATCH_ACK_MESSAGE whose bitsets set more bits than a pop hands out is refused at
 //!   once; pings from another connection are answered within 100 ms meanwhile.
+//! - Parked pops are bounded per connection (past it POLLING_FULL at once) and end with
+//!   their connection, so a client that parks many and hangs up leaves nothing parked.
 
 mod common;
 
@@ -24,7 +26,9 @@ use ringmq::remoting::RemotingCommand;
 use ringmq::store::{properties, record};
 
 /// Longest a test waits for a delivery.
-const PATIENCE: Duration = Duration::from_secs(20);
+/// Longest a test waits for a delivery (and, shorter than a parked pop's 20 s, for a
+/// hung-up connection's pops to end).
+const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Sends `body` to `topic` queue 0; its physical offset.
 fn send(raw: &mut Raw, topic: &str, body: &[u8]) -> u64 {
@@ -304,5 +308,71 @@ fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
         "0",
         "{committed:?}"
     );
+    node.shutdown().unwrap();
+}
+
+/// A pop of any queue of `topic` that parks for up to `poll_ms`.
+fn parked_pop(group: &str, topic: &str, poll_ms: i64) -> RemotingCommand {
+    let mut pop = pop_request(group, topic, 60_000);
+    pop.put_ext("queueId", "-1");
+    pop.put_ext("pollTime", poll_ms.to_string());
+    pop
+}
+
+#[test]
+fn parked_pops_beyond_a_connections_bound_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "parker");
+    // The default bound is 256 parked requests per connection.
+    for _ in 0..300 {
+        raw.send(parked_pop("parker", "T", 20_000));
+    }
+    for n in 0..44 {
+        let refused = raw.next(Duration::from_secs(5), |frame| frame.is_response());
+        assert_eq!(
+            refused.code,
+            response::POLLING_FULL,
+            "answer {n}: {refused:?}"
+        );
+        assert!(
+            refused
+                .remark
+                .as_deref()
+                .unwrap_or("")
+                .contains("connection"),
+            "{refused:?}"
+        );
+    }
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn parked_pops_end_with_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // One shard, so both connections count against the same bound.
+    options.shards = 1;
+    options.broker.max_parked_pulls = 10;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "parker");
+    let mut hangs_up = Raw::connect(node.addr());
+    for _ in 0..10 {
+        hangs_up.send(parked_pop("parker", "T", 20_000));
+    }
+    // Once they are parked the node's bound is full: one more is refused.
+    wait_until("the pops to park", || {
+        raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_FULL
+    });
+    drop(hangs_up);
+    // Well before the parked pops' 20 s: a pop parks again (and times out) instead of
+    // being refused.
+    wait_until("the hung-up connection's pops to end", || {
+        raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_TIMEOUT
+    });
     node.shutdown().unwrap();
 }

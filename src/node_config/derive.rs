@@ -100,6 +100,7 @@ pub fn connection_limits(config: &NodeConfig) -> ConnectionLimits {
         read_buffer: connection::READ_BUFFER,
         body_send: BodySend::default(),
         max_requests_in_flight: config.max_requests_in_flight_per_connection,
+        max_parked_requests: config.max_parked_requests_per_connection,
         max_queued_response_bytes: config.max_queued_response_bytes_per_connection,
         shard_max_requests_in_flight: per_shard(config.max_requests_in_flight, config.shards),
         shard_max_queued_response_bytes: per_shard(config.max_queued_response_bytes, config.shards),

@@ -525,6 +525,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.max_requests_in_flight_per_connection.to_string(),
     ),
     key!(
+        "max_parked_requests_per_connection", ringmq ["maxParkedRequestsPerConnection"],
+        default: Text("256"),
+        range: Number(AT_LEAST_1),
+        meaning: "long-polling pulls and pops parked at once on one connection; past it a pop is POLLING_FULL and a pull answers at once",
+        set: |c, v| c.max_parked_requests_per_connection = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_parked_requests_per_connection.to_string(),
+    ),
+    key!(
         "max_queued_response_bytes_per_connection", ringmq ["maxQueuedResponseBytesPerConnection"],
         default: Text("4194304"),
         range: Number(AT_LEAST_1),
