@@ -11,6 +11,8 @@
 //!   once; pings from another connection are answered within 100 ms meanwhile.
 //! - Parked pops are bounded per connection (past it POLLING_FULL at once) and end with
 //!   their connection, so a client that parks many and hangs up leaves nothing parked.
+//! - A heartbeat that registers thousands of subscriptions or a megabyte expression is
+//!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms.
 
 mod common;
 
@@ -374,5 +376,59 @@ fn parked_pops_end_with_their_connection() {
     wait_until("the hung-up connection's pops to end", || {
         raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_TIMEOUT
     });
+    node.shutdown().unwrap();
+}
+
+/// A consumer heartbeat of `client` in `group` with `subscriptions` subscriptions, each
+/// with the expression `expression`.
+fn heartbeat(client: &str, group: &str, subscriptions: usize, expression: &str) -> RemotingCommand {
+    let subs: Vec<serde_json::Value> = (0..subscriptions)
+        .map(|n| {
+            serde_json::json!({"classFilterMode": false, "topic": format!("T{n}"),
+                "subString": expression, "tagsSet": [], "codeSet": [],
+                "subVersion": 1_700_000_000_000_i64, "expressionType": "TAG"})
+        })
+        .collect();
+    let body = serde_json::json!({
+        "clientID": client,
+        "producerDataSet": [],
+        "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": false, "subscriptionDataSet": subs}],
+        "heartbeatFingerprint": 0,
+        "withoutSub": false
+    });
+    command(request::HEART_BEAT, &[]).with_body(body.to_string())
+}
+
+#[test]
+fn a_heartbeat_with_thousands_of_subscriptions_or_a_huge_expression_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        let mut hostile = Raw::connect(addr);
+        for n in 0..20 {
+            let many = hostile.call(heartbeat(&format!("c{n}"), "many", 5_000, "*"));
+            assert_eq!(many.code, response::INVALID_PARAMETER, "{many:?}");
+            assert!(
+                many.remark
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("subscriptions"),
+                "{many:?}"
+            );
+        }
+        let huge = hostile.call(heartbeat("c", "huge", 1, &"a||".repeat(350_000)));
+        assert_eq!(huge.code, response::INVALID_PARAMETER, "{huge:?}");
+        assert!(
+            huge.remark.as_deref().unwrap_or("").contains("bytes"),
+            "{huge:?}"
+        );
+    });
+    // An ordinary one is registered.
+    let mut raw = Raw::connect(addr);
+    let fine = raw.call(heartbeat("ok", "fine", 2, "TagA || TagB"));
+    assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
     node.shutdown().unwrap();
 }

@@ -138,6 +138,10 @@ pub struct BrokerConfig {
     /// Most pulls parked at once on this shard; past it a pull that would park answers
     /// PULL_NOT_FOUND at once (the client simply pulls again).
     pub max_parked_pulls: usize,
+    /// Most subscriptions (and consumer and producer groups) one heartbeat may register.
+    pub max_heartbeat_subscriptions: usize,
+    /// Longest subscription expression (and tag list) one heartbeat may register.
+    pub max_subscription_expression_bytes: usize,
     /// A client not heard from (heartbeat) for this long is dropped from its groups
     /// (`channelExpiredTimeout`).
     pub client_expiry: Duration,

@@ -69,6 +69,8 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
     BrokerConfig {
         max_suspend: broker::MAX_SUSPEND,
         max_parked_pulls: per_shard(config.max_parked_pulls, config.shards),
+        max_heartbeat_subscriptions: config.max_heartbeat_subscriptions,
+        max_subscription_expression_bytes: config.max_subscription_expression_bytes,
         client_expiry: config.channel_expired_timeout,
         client_sweep_interval: config.client_sweep_interval,
         consumer_offset_flush_interval: broker::CONSUMER_OFFSET_FLUSH_INTERVAL,
