@@ -634,6 +634,10 @@ async fn run_shard(
         )
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?,
     );
+    let timer_queue = crate::broker::timer::queue_of_shard(id, options.shards);
+    timers
+        .check_against_queue(store.max_offset(crate::broker::timer::TIMER_TOPIC, timer_queue))
+        .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
     crate::broker::timer_holds::hold(&store, &timers);
     broker.set_timers(timers.clone());
     let pops = Rc::new(

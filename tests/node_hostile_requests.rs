@@ -7,6 +7,12 @@
 //! - UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER on a system topic are refused as
 //!   RocketMQ 5 refuses them, and the delayed, timed and POP messages the node keeps in
 //!   those topics are delivered as if nothing had been asked.
+//! - A BATCH_ACK_MESSAGE whose bitsets set more bits than a pop hands out is refused at
+//!   once; pings from another connection are answered within 100 ms meanwhile.
+//! - Parked pops are bounded per connection (past it POLLING_FULL at once) and end with
+//!   their connection, so a client that parks many and hangs up leaves nothing parked.
+//! - A heartbeat that registers thousands of subscriptions or a megabyte expression is
+//!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms.
 
 mod common;
 
@@ -22,7 +28,9 @@ use ringmq::remoting::RemotingCommand;
 use ringmq::store::{properties, record};
 
 /// Longest a test waits for a delivery.
-const PATIENCE: Duration = Duration::from_secs(20);
+/// Longest a test waits for a delivery (and, shorter than a parked pop's 20 s, for a
+/// hung-up connection's pops to end).
+const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Sends `body` to `topic` queue 0; its physical offset.
 fn send(raw: &mut Raw, topic: &str, body: &[u8]) -> u64 {
@@ -212,5 +220,215 @@ fn admin_requests_cannot_create_change_or_delete_system_topics() {
         let again = raw.call(pop_request("popper", "Popped", 60_000));
         again.code == response::SUCCESS && common::pull_records(&again.body)[0].reconsume_times == 1
     });
+    node.shutdown().unwrap();
+}
+
+/// Runs `hostile` on its own thread while this one pings the node (GET_MAX_OFFSET) from
+/// another connection until it is done; the slowest ping, which must stay under 100 ms.
+fn pings_stay_fast_while(addr: std::net::SocketAddr, hostile: impl FnOnce() + Send + 'static) {
+    let mut ping = Raw::connect(addr);
+    let runner = std::thread::spawn(hostile);
+    let mut slowest = Duration::ZERO;
+    let mut pings = 0;
+    while !runner.is_finished() || pings == 0 {
+        let began = Instant::now();
+        let answer = ping.call(ringmq::client::queue_request(
+            request::GET_MAX_OFFSET,
+            "T",
+            0,
+        ));
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        slowest = slowest.max(began.elapsed());
+        pings += 1;
+    }
+    runner.join().expect("the hostile client's checks");
+    assert!(
+        slowest < Duration::from_millis(100),
+        "the slowest of {pings} pings took {slowest:?} while the hostile request ran"
+    );
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "acker");
+    send_with(&mut raw, "T", "x", &[]);
+    let popped = raw.call(pop_request("acker", "T", 60_000));
+    assert_eq!(popped.code, response::SUCCESS, "{popped:?}");
+    let pop_time: i64 = popped.ext_fields["popTime"].parse().unwrap();
+    // Every bit of 64 KiB set, in each of 20 entries: half a million offsets each.
+    let bits = base64(&vec![0xFF; 64 * 1024]);
+    let acks: Vec<serde_json::Value> = (0..20)
+        .map(|_| {
+            serde_json::json!({"c": "acker", "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0,
+                               "pt": pop_time, "it": 60_000, "b": bits})
+        })
+        .collect();
+    let body = serde_json::json!({"brokerName": "broker-a", "acks": acks}).to_string();
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        let mut hostile = Raw::connect(addr);
+        let answer = hostile.call(command(request::BATCH_ACK_MESSAGE, &[]).with_body(body));
+        assert_eq!(answer.code, response::INVALID_PARAMETER, "{answer:?}");
+        assert!(
+            answer.remark.as_deref().unwrap_or("").contains("bits"),
+            "{answer:?}"
+        );
+    });
+    // Nothing was acknowledged: the message is still in flight.
+    let committed = raw.call(command(
+        request::QUERY_CONSUMER_OFFSET,
+        &[("consumerGroup", "acker"), ("topic", "T"), ("queueId", "0")],
+    ));
+    assert_eq!(
+        committed.ext_fields["offset"].to_string(),
+        "0",
+        "{committed:?}"
+    );
+    node.shutdown().unwrap();
+}
+
+/// A pop of any queue of `topic` that parks for up to `poll_ms`.
+fn parked_pop(group: &str, topic: &str, poll_ms: i64) -> RemotingCommand {
+    let mut pop = pop_request(group, topic, 60_000);
+    pop.put_ext("queueId", "-1");
+    pop.put_ext("pollTime", poll_ms.to_string());
+    pop
+}
+
+#[test]
+fn parked_pops_beyond_a_connections_bound_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "parker");
+    // The default bound is 256 parked requests per connection.
+    for _ in 0..300 {
+        raw.send(parked_pop("parker", "T", 20_000));
+    }
+    for n in 0..44 {
+        let refused = raw.next(Duration::from_secs(5), |frame| frame.is_response());
+        assert_eq!(
+            refused.code,
+            response::POLLING_FULL,
+            "answer {n}: {refused:?}"
+        );
+        assert!(
+            refused
+                .remark
+                .as_deref()
+                .unwrap_or("")
+                .contains("connection"),
+            "{refused:?}"
+        );
+    }
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn parked_pops_end_with_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // One shard, so both connections count against the same bound.
+    options.shards = 1;
+    options.broker.max_parked_pulls = 10;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "parker");
+    let mut hangs_up = Raw::connect(node.addr());
+    for _ in 0..10 {
+        hangs_up.send(parked_pop("parker", "T", 20_000));
+    }
+    // Once they are parked the node's bound is full: one more is refused.
+    wait_until("the pops to park", || {
+        raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_FULL
+    });
+    drop(hangs_up);
+    // Well before the parked pops' 20 s: a pop parks again (and times out) instead of
+    // being refused.
+    wait_until("the hung-up connection's pops to end", || {
+        raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_TIMEOUT
+    });
+    node.shutdown().unwrap();
+}
+
+/// A consumer heartbeat of `client` in `group` with `subscriptions` subscriptions, each
+/// with the expression `expression`.
+fn heartbeat(client: &str, group: &str, subscriptions: usize, expression: &str) -> RemotingCommand {
+    let subs: Vec<serde_json::Value> = (0..subscriptions)
+        .map(|n| {
+            serde_json::json!({"classFilterMode": false, "topic": format!("T{n}"),
+                "subString": expression, "tagsSet": [], "codeSet": [],
+                "subVersion": 1_700_000_000_000_i64, "expressionType": "TAG"})
+        })
+        .collect();
+    let body = serde_json::json!({
+        "clientID": client,
+        "producerDataSet": [],
+        "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": false, "subscriptionDataSet": subs}],
+        "heartbeatFingerprint": 0,
+        "withoutSub": false
+    });
+    command(request::HEART_BEAT, &[]).with_body(body.to_string())
+}
+
+#[test]
+fn a_heartbeat_with_thousands_of_subscriptions_or_a_huge_expression_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_node(dir.path());
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        let mut hostile = Raw::connect(addr);
+        for n in 0..20 {
+            let many = hostile.call(heartbeat(&format!("c{n}"), "many", 5_000, "*"));
+            assert_eq!(many.code, response::INVALID_PARAMETER, "{many:?}");
+            assert!(
+                many.remark
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("subscriptions"),
+                "{many:?}"
+            );
+        }
+        let huge = hostile.call(heartbeat("c", "huge", 1, &"a||".repeat(350_000)));
+        assert_eq!(huge.code, response::INVALID_PARAMETER, "{huge:?}");
+        assert!(
+            huge.remark.as_deref().unwrap_or("").contains("bytes"),
+            "{huge:?}"
+        );
+    });
+    // An ordinary one is registered.
+    let mut raw = Raw::connect(addr);
+    let fine = raw.call(heartbeat("ok", "fine", 2, "TagA || TagB"));
+    assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
     node.shutdown().unwrap();
 }

@@ -241,6 +241,9 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
             Some("HeartbeatData has no clientID".into()),
         );
     }
+    if let Err(why) = check_bounds(&data, &broker.config) {
+        return RemotingCommand::response_to(request, response::INVALID_PARAMETER, Some(why));
+    }
     let mut data = registrable(data);
     data.language = request.language.to_string();
     data.version = request.version;
@@ -264,6 +267,46 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
         broker.notify_consumer_ids_changed(&group);
     }
     RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// What one heartbeat may register (`maxHeartbeatSubscriptions`,
+/// `maxSubscriptionExpressionBytes`): a client registers a few groups with a few
+/// subscriptions each, and every one is kept in the node-wide client table and compared
+/// on every later heartbeat, so a body of thousands (or a megabyte expression) is refused
+/// whole, before anything is registered, naming the bound.
+fn check_bounds(data: &HeartbeatData, config: &super::BrokerConfig) -> Result<(), String> {
+    let max = config.max_heartbeat_subscriptions;
+    let groups = data.consumer_data_set.len() + data.producer_data_set.len();
+    if groups > max {
+        return Err(format!(
+            "the heartbeat names {groups} groups; at most {max} (maxHeartbeatSubscriptions)"
+        ));
+    }
+    let subscriptions: usize = data
+        .consumer_data_set
+        .iter()
+        .map(|consumer| consumer.subscription_data_set.len())
+        .sum();
+    if subscriptions > max {
+        return Err(format!(
+            "the heartbeat registers {subscriptions} subscriptions; at most {max} (maxHeartbeatSubscriptions)"
+        ));
+    }
+    let longest = config.max_subscription_expression_bytes;
+    for consumer in &data.consumer_data_set {
+        for sub in &consumer.subscription_data_set {
+            let tags: usize = sub.tags_set.iter().map(|tag| tag.len() + 2).sum();
+            let size = sub.sub_string.len().max(tags).max(sub.code_set.len() * 4);
+            if size > longest {
+                return Err(format!(
+                    "a subscription of group {} to {} is {size} bytes long; at most {longest} (maxSubscriptionExpressionBytes)",
+                    log_safe(&consumer.group_name),
+                    log_safe(&sub.topic)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 thread_local! {

@@ -91,6 +91,7 @@ pub mod offsets;
 pub mod pop;
 pub mod pop_holds;
 pub mod pop_log;
+pub mod pop_reset;
 pub mod pop_state;
 pub mod pop_wire;
 pub mod producer_connections;
@@ -149,6 +150,10 @@ pub struct BrokerConfig {
     /// Most pulls parked at once on this shard; past it a pull that would park answers
     /// PULL_NOT_FOUND at once (the client simply pulls again).
     pub max_parked_pulls: usize,
+    /// Most subscriptions (and consumer and producer groups) one heartbeat may register.
+    pub max_heartbeat_subscriptions: usize,
+    /// Longest subscription expression (and tag list) one heartbeat may register.
+    pub max_subscription_expression_bytes: usize,
     /// A client not heard from (heartbeat) for this long is dropped from its groups
     /// (`channelExpiredTimeout`).
     pub client_expiry: Duration,
@@ -528,7 +533,9 @@ impl Broker {
             request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request),
             request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
-            request::UPDATE_CONSUMER_OFFSET => consumer_offsets::update(self, &request),
+            request::UPDATE_CONSUMER_OFFSET => {
+                Box::pin(pop_reset::update_consumer_offset(self, &request)).await
+            }
             request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
             request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
             request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),

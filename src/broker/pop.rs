@@ -12,7 +12,11 @@
 //!   nothing: park (pollTime, at most maxSuspend; parkedPulls bound shared with pulls)
 //!     until an arrival, a deadline in flight, or the poll time ─▶ POLLING_TIMEOUT
 //!   POP(queue -1): every queue of the topic in turn, the other shards' through their
-//!     mailboxes without parking; then parks here, looking again every ANY_QUEUE_RECHECK
+//!     mailboxes without parking; then parks here, woken by this shard's arrivals, and
+//!     when the topic has queues on other shards looking again after ANY_QUEUE_RECHECK,
+//!     doubling up to ANY_QUEUE_RECHECK_MAX
+//!   a parked pop ends when its connection closes; at most maxParkedRequestsPerConnection
+//!     are parked per connection (past it POLLING_FULL)
 //!   ACK / BATCH_ACK: a delivery in flight with the handle's popTime ─▶ ack record stored
 //!     ─▶ out of the table; the group's committed offset rises to the lowest in flight
 //!   CHANGE_INVISIBLETIME: new checkpoint (popTime = now) stored ─▶ the old handle is void
@@ -58,8 +62,12 @@ use super::{bad_header, names, pull, Broker};
 
 /// Longest invisible time a pop or change may ask for (a day; Java's client caps at 12 h).
 pub const MAX_INVISIBLE_TIME_MS: i64 = 24 * 3600 * 1000;
-/// How often a parked pop of any queue (-1) looks at the other shards' queues again.
+/// How soon a parked pop of any queue (-1) first looks at the other shards' queues again;
+/// each look doubles the wait, up to [`ANY_QUEUE_RECHECK_MAX`]. A pop of any queue whose
+/// queues are all on its own shard never looks again: arrivals wake it.
 pub const ANY_QUEUE_RECHECK: Duration = Duration::from_millis(100);
+/// The longest wait between two looks of a parked pop of any queue at other shards.
+pub const ANY_QUEUE_RECHECK_MAX: Duration = Duration::from_millis(1600);
 /// How often a changed replay mark is written.
 pub const MARK_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a message whose DLQ copy could not be stored waits before it is tried again.
@@ -72,7 +80,7 @@ pub const NO_PARK: &str = "_ringmqPopNoPark";
 pub struct Pops {
     /// The queue of [`POP_LOG_TOPIC`] this shard owns.
     pub log_queue: i32,
-    table: RefCell<PopTable>,
+    pub(super) table: RefCell<PopTable>,
     mark: ReplayMark,
     /// The mark last written.
     written_mark: RefCell<pop_log::Mark>,
@@ -323,6 +331,12 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         max_attempts,
     };
     let mut parked = None;
+    // A pop of any queue whose queues are all this shard's is woken by this shard's
+    // arrivals and deadlines alone; otherwise it also looks again, backing off.
+    let all_local = header.queue_id >= 0
+        || (0..topic_config.read_queue_nums as i32)
+            .all(|queue| broker.shard.owner(&header.topic, queue) == broker.shard.id());
+    let mut recheck = ANY_QUEUE_RECHECK;
     loop {
         let arrival = broker.store.arrivals();
         let attempt = if header.queue_id >= 0 {
@@ -361,21 +375,44 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
                             ),
                         );
                     }
+                    let connection = match crate::remoting::backlog::try_park_current() {
+                        Ok(connection) => connection,
+                        Err(count) => {
+                            return fail(
+                                response::POLLING_FULL,
+                                format!(
+                                    "{count} requests are parked on this connection (maxParkedRequestsPerConnection)"
+                                ),
+                            )
+                        }
+                    };
                     broker.parked.set(broker.parked.get() + 1);
-                    parked = Some((
-                        pull::ParkedGuard(broker),
-                        crate::remoting::backlog::park_current(),
-                    ));
+                    parked = Some((pull::ParkedGuard(broker), connection));
                 }
                 let mut wake = deadline;
                 if let Some(due) = next_due {
                     let ms = (due - broker.now_ms()).max(0) as u64;
                     wake = wake.min(now_instant + Duration::from_millis(ms));
                 }
-                if header.queue_id < 0 {
-                    wake = wake.min(now_instant + ANY_QUEUE_RECHECK);
+                if header.queue_id < 0 && !all_local {
+                    // Another shard's arrival does not wake this one: look again, less
+                    // often the longer nothing comes.
+                    wake = wake.min(now_instant + recheck);
+                    recheck = (recheck * 2).min(ANY_QUEUE_RECHECK_MAX);
                 }
-                let _ = tokio::time::timeout_at(wake, arrival).await;
+                let connection = parked.as_ref().map(|(_, connection)| connection);
+                tokio::select! {
+                    _ = tokio::time::timeout_at(wake, arrival) => {}
+                    () = async {
+                        match connection {
+                            Some(Some(parked)) => parked.closed().await,
+                            _ => std::future::pending().await,
+                        }
+                    } => {
+                        // Nobody is left to answer.
+                        return fail(response::POLLING_TIMEOUT, "the connection closed".into());
+                    }
+                }
             }
             Err((code, why)) => return fail(code, why),
         }
@@ -999,9 +1036,31 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let Some(pops) = broker.pops.get() else {
         return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
     };
+    if body.acks.len() > pop_wire::MAX_BATCH_ACK_ENTRIES {
+        return answer(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "{} acks in one batch; at most {}",
+                body.acks.len(),
+                pop_wire::MAX_BATCH_ACK_ENTRIES
+            )),
+        );
+    }
+    let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
+    if bitset_bytes > pop_wire::MAX_BITSET_BYTES {
+        return answer(
+            response::INVALID_PARAMETER,
+            Some(format!(
+                "the batch's bitsets are {bitset_bytes} bytes; at most {} in all",
+                pop_wire::MAX_BITSET_BYTES
+            )),
+        );
+    }
     let raw: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
     let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
     let mut remote: std::collections::BTreeMap<u8, Vec<serde_json::Value>> = Default::default();
+    // Every entry is checked before any is acknowledged: a batch is refused whole.
+    let mut local: Vec<(usize, QueueKey, Vec<u64>, i64)> = Vec::new();
     for (index, ack) in body.acks.iter().enumerate() {
         if ack
             .r
@@ -1042,7 +1101,7 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             }
             continue;
         }
-        let bits = match ack.b.indexes() {
+        let bits = match ack.b.indexes(MAX_POP_BATCH as usize) {
             Ok(bits) => bits,
             Err(why) => {
                 return answer(
@@ -1052,8 +1111,10 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             }
         };
         let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
-        let key = QueueKey::new(&ack.c, &ack.t, ack.q);
-        if let Err(why) = ack_offsets(broker, pops, &key, &offsets, ack.pt).await {
+        local.push((index, QueueKey::new(&ack.c, &ack.t, ack.q), offsets, ack.pt));
+    }
+    for (index, key, offsets, pop_time) in local {
+        if let Err(why) = ack_offsets(broker, pops, &key, &offsets, pop_time).await {
             return answer(response::SYSTEM_ERROR, Some(format!("ack {index}: {why}")));
         }
     }

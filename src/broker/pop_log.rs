@@ -11,6 +11,9 @@
 //! mistakes these for its own):
 //! - checkpoint: `{"k":"ck","c":group,"t":topic,"q":queueId,"pt":popTime,"it":invisibleTime,"d":[[offset,reconsumeTimes],...]}`
 //! - ack: `{"k":"ack","c":group,"t":topic,"q":queueId,"pt":popTime,"o":[offset,...]}`
+//! - reset: `{"k":"reset","c":group,"t":topic,"q":queueId,"pt":0,"o":[offset]}`: the
+//!   group's committed offset was moved from outside ([`super::pop_reset`]); the queue
+//!   starts over there and what was in flight before is forgotten.
 //!
 //! The replay mark ([`Mark`], `<shard dir>/pop/replay.json`, written with `replace_file`
 //! through the disk seam) is a log queue offset at or below the checkpoint of every
@@ -29,8 +32,16 @@
 //! - After a replay a queue's cursor is at least the mark's: offsets below it that are not
 //!   in flight were acknowledged, and their checkpoints may lie before `replay_from`
 //!   (found by `tests/kill_during_pop.rs`: without it acknowledged messages came again).
+//! - A mark that names a delivery in flight (a floor's watermark below its cursor) whose
+//!   checkpoint the replay from it does not meet disagrees with the log (edited by hand,
+//!   or the record is unreadable): that queue starts over at the watermark with a
+//!   warning, so its deliveries are handed out again rather than counted acknowledged.
+//! - A reset record replaces everything before it for its queue: from it on the queue's
+//!   floor is the reset offset (not the mark's), and the mark's floor and cursor are not
+//!   applied after the replay, so a reset survives a restart in either direction (before
+//!   reset records, the replay brought the old offsets and the whole backlog back).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,6 +111,16 @@ pub fn encode(record: &LogRecord) -> Vec<u8> {
             d: Vec::new(),
             o: offsets.clone(),
         },
+        LogRecord::Reset { key, offset } => Wire {
+            k: "reset".into(),
+            c: key.group.clone(),
+            t: key.topic.clone(),
+            q: key.queue_id,
+            pt: 0,
+            it: 0,
+            d: Vec::new(),
+            o: vec![*offset],
+        },
     };
     serde_json::to_vec(&wire).expect("a revive log record serialises")
 }
@@ -128,6 +149,16 @@ pub fn decode(body: &[u8]) -> Result<LogRecord, String> {
             offsets: wire.o,
             pop_time: wire.pt,
         }),
+        "reset" => match wire.o.as_slice() {
+            [offset] => Ok(LogRecord::Reset {
+                key,
+                offset: *offset,
+            }),
+            other => Err(format!(
+                "a reset record names {} offsets, not 1",
+                other.len()
+            )),
+        },
         other => Err(format!("unknown record kind {other:?}")),
     }
 }
@@ -138,6 +169,7 @@ pub fn record_input(record: &LogRecord, queue: i32, host: SocketAddr, now_ms: i6
     let tag = match record {
         LogRecord::Checkpoint { .. } => "ck",
         LogRecord::Ack { .. } => "ack",
+        LogRecord::Reset { .. } => "reset",
     };
     RecordInput {
         topic: POP_LOG_TOPIC.to_owned(),
@@ -186,14 +218,44 @@ pub fn replay(
     table: &mut PopTable,
     floor: impl Fn(&QueueKey) -> u64,
 ) -> Result<u64, String> {
+    replay_with_resets(store, queue, from, table, floor, &BTreeMap::new())
+        .map(|replayed| replayed.applied)
+}
+
+/// What [`replay_with_resets`] met.
+struct Replayed {
+    applied: u64,
+    /// The queues a reset record started over, with the last reset offset: from its reset
+    /// on, a queue's floor is that offset.
+    resets: BTreeMap<QueueKey, u64>,
+    /// The queues of `wanted` whose offset a checkpoint record handed out.
+    found: BTreeSet<QueueKey>,
+}
+
+/// [`replay`], also noting resets and which of the `wanted` (queue, offset) deliveries
+/// a checkpoint record names.
+fn replay_with_resets(
+    store: &Store,
+    queue: i32,
+    from: u64,
+    table: &mut PopTable,
+    floor: impl Fn(&QueueKey) -> u64,
+    wanted: &BTreeMap<QueueKey, u64>,
+) -> Result<Replayed, String> {
     let mut at = from.max(store.min_offset(POP_LOG_TOPIC, queue));
     let mut applied = 0;
+    let mut resets: BTreeMap<QueueKey, u64> = BTreeMap::new();
+    let mut found = BTreeSet::new();
     loop {
         let entries = store
             .queue_entries(POP_LOG_TOPIC, queue, at, REPLAY_BATCH)
             .map_err(|error| format!("cannot read the POP log at {at}: {error}"))?;
         if entries.is_empty() {
-            return Ok(applied);
+            return Ok(Replayed {
+                applied,
+                resets,
+                found,
+            });
         }
         for entry in &entries {
             let bytes = store
@@ -202,7 +264,24 @@ pub fn replay(
             match record::decode(&bytes, Verify::Structure) {
                 Ok(Decoded::Record(view)) => match decode(view.body) {
                     Ok(record) => {
-                        table.apply(&record, at, &floor);
+                        match &record {
+                            LogRecord::Reset { key, offset } => {
+                                resets.insert(key.clone(), *offset);
+                            }
+                            LogRecord::Checkpoint {
+                                key, deliveries, ..
+                            } => {
+                                if let Some(offset) = wanted.get(key) {
+                                    if deliveries.iter().any(|d| d.offset == *offset) {
+                                        found.insert(key.clone());
+                                    }
+                                }
+                            }
+                            LogRecord::Ack { .. } => {}
+                        }
+                        table.apply(&record, at, |key| {
+                            resets.get(key).copied().unwrap_or_else(|| floor(key))
+                        });
                         applied += 1;
                     }
                     Err(why) => tracing::warn!(at, "POP log record skipped: {why}"),
@@ -268,12 +347,54 @@ pub fn rebuild(
     fallback: impl Fn(&QueueKey) -> u64,
 ) -> Result<(PopTable, u64), String> {
     let mut table = PopTable::default();
-    let applied = replay(store, queue, mark.replay_from, &mut table, |key| {
-        mark.floors
-            .get(key)
-            .map_or_else(|| fallback(key), |floor| floor.watermark)
-    })?;
+    // Each queue's lowest delivery in flight by the mark: its checkpoint is at or after
+    // `replay_from`, so the replay must meet it.
+    let wanted: BTreeMap<QueueKey, u64> = mark
+        .floors
+        .iter()
+        .filter(|(_, floor)| floor.watermark < floor.cursor)
+        .map(|(key, floor)| (key.clone(), floor.watermark))
+        .collect();
+    let replayed = replay_with_resets(
+        store,
+        queue,
+        mark.replay_from,
+        &mut table,
+        |key| {
+            mark.floors
+                .get(key)
+                .map_or_else(|| fallback(key), |floor| floor.watermark)
+        },
+        &wanted,
+    )?;
+    let applied = replayed.applied;
     for (key, floor) in &mark.floors {
+        if replayed.resets.contains_key(key) {
+            // Reset after the mark was taken: the mark's floor and cursor are older news.
+            continue;
+        }
+        if wanted.contains_key(key) && !replayed.found.contains(key) {
+            // The mark disagrees with the log (moved forward by hand, or the checkpoint
+            // is unreadable): believing its cursor would count every delivery in flight
+            // as acknowledged. Start the queue over at the mark's watermark instead, so
+            // they are handed out again.
+            tracing::warn!(
+                group = %crate::remoting::log_safe::log_safe(&key.group),
+                topic = %crate::remoting::log_safe::log_safe(&key.topic),
+                queue = key.queue_id,
+                replay_from = mark.replay_from,
+                log_start = store.min_offset(POP_LOG_TOPIC, queue),
+                log_end = store.max_offset(POP_LOG_TOPIC, queue),
+                watermark = floor.watermark,
+                cursor = floor.cursor,
+                "the POP replay mark says offset {} was in flight, but no checkpoint for it follows the mark; \
+                 the queue starts over at {} and the messages from there on are handed out again",
+                floor.watermark,
+                floor.watermark
+            );
+            table.reset(key, floor.watermark);
+            continue;
+        }
         let cursor = table.open(key, floor.watermark).cursor;
         if cursor < floor.cursor {
             table.take_new(key, &[], floor.cursor, 0, 0);
@@ -398,6 +519,10 @@ mod tests {
                 key: key.clone(),
                 offsets: vec![7, 9],
                 pop_time: 5,
+            },
+            LogRecord::Reset {
+                key: key.clone(),
+                offset: 3000,
             },
         ] {
             assert_eq!(decode(&encode(&record)).unwrap(), record);

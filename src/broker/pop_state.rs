@@ -115,6 +115,9 @@ pub enum LogRecord {
         offsets: Vec<u64>,
         pop_time: i64,
     },
+    /// The group's committed offset was moved from outside (an operator's reset, a
+    /// commit): the queue starts over at `offset`, forgetting what was in flight.
+    Reset { key: QueueKey, offset: u64 },
 }
 
 /// Every queue's state on one shard.
@@ -470,6 +473,10 @@ impl PopTable {
                 for offset in offsets {
                     self.ack(key, *offset, *pop_time);
                 }
+            }
+            LogRecord::Reset { key, offset } => {
+                self.reset(key, *offset);
+                self.open(key, *offset).committed = Some(*offset);
             }
         }
     }

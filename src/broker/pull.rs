@@ -237,10 +237,18 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         let wait = std::time::Duration::from_millis(header.suspend_timeout_millis as u64)
             .min(broker.config.max_suspend);
         let deadline = tokio::time::Instant::now() + wait;
+        // Parked, it no longer holds its connection's reads back (bounded per shard above,
+        // and per connection here: past that bound it answers at once).
+        let connection_parked = crate::remoting::backlog::try_park_current();
+        let Ok(connection_parked) = connection_parked else {
+            crate::metrics::ShardMetrics::add(
+                &broker.metrics.messages_out,
+                outcome.result.records.len() as u64,
+            );
+            return respond(request, outcome);
+        };
         broker.parked.set(broker.parked.get() + 1);
         let _parked = ParkedGuard(broker);
-        // Parked, it no longer holds its connection's reads back (bounded per shard above).
-        let _connection_parked = crate::remoting::backlog::park_current();
         loop {
             // Register before reading, so an arrival after the read still wakes us.
             let arrival = broker.store.arrivals();
@@ -251,8 +259,14 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
             if outcome.code != response::PULL_NOT_FOUND {
                 break;
             }
-            if tokio::time::timeout_at(deadline, arrival).await.is_err() {
-                break;
+            tokio::select! {
+                woken = tokio::time::timeout_at(deadline, arrival) => {
+                    if woken.is_err() {
+                        break;
+                    }
+                }
+                // Nobody is left to answer.
+                () = crate::remoting::backlog::closed(&connection_parked) => break,
             }
         }
     }

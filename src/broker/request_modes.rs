@@ -4,7 +4,9 @@
 //!
 //! The table is node-wide and persisted in `config/messageRequestMode.json` (Java's file
 //! and shape: `{"messageRequestModeMap": {topic: {group: body}}}`) through the disk seam,
-//! written (replaced, fsynced) before the request is answered. A mode other than PULL or
+//! written (replaced, fsynced) before the request is answered. Loading refuses (stops the
+//! start, naming the file and the entry) an entry that fails the request's checks or is
+//! filed under another topic or group than it names. A mode other than PULL or
 //! POP, a `%RETRY%` topic (always PULL in Java), or a bad name is INVALID_PARAMETER; an
 //! unknown topic is TOPIC_NOT_EXIST.
 
@@ -64,7 +66,16 @@ impl RequestModes {
         };
         for (topic, groups) in &table.message_request_mode_map {
             for (group, mode) in groups {
-                if let Err(why) = check(mode) {
+                // The map's keys are what lookups use; an entry filed under another
+                // topic or group (or under a name no request could create, `../x`) would
+                // switch a group nobody asked for.
+                let misfiled = (mode.topic != *topic || mode.consumer_group != *group).then(|| {
+                    format!(
+                        "it is filed under {topic}/{group} but names {}/{}",
+                        mode.topic, mode.consumer_group
+                    )
+                });
+                if let Some(why) = misfiled.or_else(|| check(mode).err()) {
                     anyhow::bail!(
                         "{} has a bad entry {topic}/{group}: {why}; fix or remove it",
                         path.display()

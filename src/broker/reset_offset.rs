@@ -22,6 +22,10 @@
 //!   on the topic nor a live client is SUBSCRIPTION_GROUP_NOT_EXIST (26), rather than
 //!   Java's SYSTEM_ERROR for both, so a tool can tell them from a failure.
 //!
+//! A POP group's queues also start over at the new offsets on the shards that own them,
+//! with a reset record in the revive log, so the reset survives a restart; deliveries in
+//! flight at the reset are void ([`super::pop_reset`]).
+//!
 //! The queues' offsets are searched on the shards that own them ([`super::fan_out`]); the
 //! shard the request reached commits them (the offset table is node-wide) only once every
 //! shard has answered, so a reset that fails part-way changes no offset. The remark says
@@ -34,6 +38,8 @@ use crate::remoting::{ExtFields, FieldError, RemotingCommand};
 
 use super::admin_json::{offset_table, queue_key};
 use super::fan_out::{gather, Gathered, Rows};
+use super::pop_reset;
+use super::pop_state::QueueKey;
 use super::{bad_header, names, Broker};
 
 struct ResetHeader<'a> {
@@ -112,6 +118,16 @@ pub async fn reset_offset(
             return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why))
         }
     };
+    // A POP group's queues start over here, on their owners, before the commit: the
+    // reset record makes the reset survive a restart (`pop_reset`). If another shard then
+    // fails the request, these queues follow the unchanged committed offset again at
+    // their next pop, as after any outside commit.
+    for (queue_id, values) in &local {
+        let key = QueueKey::new(header.group, header.topic, *queue_id);
+        if let Err(why) = pop_reset::outside_commit(broker, &key, values[0] as u64).await {
+            return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
+        }
+    }
     let rows = match gather(broker, request, peer, 1, local).await {
         Ok(Gathered::Answer(answer)) => return answer,
         Ok(Gathered::All(rows)) => rows,

@@ -78,6 +78,22 @@ impl Timers {
         })
     }
 
+    /// Refuses a checkpoint that claims timer-queue entries past `queue_end`: recovery
+    /// would index from there and the pending timers in between would never be delivered.
+    pub fn check_against_queue(&self, queue_end: u64) -> Result<(), String> {
+        let store = self.store.borrow();
+        let claims = store.checkpoint_claims();
+        if claims > queue_end {
+            return Err(format!(
+                "{} says the timer queue was indexed up to offset {claims}, but the queue ends at {queue_end}: \
+                 the pending timers in between would be dropped; fix or remove it (without it every \
+                 pending timer is indexed again, and one delivered already may come twice)",
+                store.checkpoint_path().display()
+            ));
+        }
+        Ok(())
+    }
+
     /// Timer messages stored on this shard and not yet delivered: what the timer store
     /// holds, plus what its queue has that is not indexed yet.
     pub fn pending(&self, queue_end: u64) -> u64 {

@@ -417,6 +417,18 @@ impl TimerStore {
         Ok(())
     }
 
+    /// How far into the timer queue the opened checkpoint says it indexed (its runs'
+    /// cover, and the bound of its skip rule); never past the queue's end in a store that
+    /// was not tampered with.
+    pub fn checkpoint_claims(&self) -> u64 {
+        self.runs_cover.max(self.recovered.below)
+    }
+
+    /// The checkpoint file.
+    pub fn checkpoint_path(&self) -> PathBuf {
+        self.dir.join(CHECKPOINT)
+    }
+
     /// The next queue offset to index.
     pub fn indexed(&self) -> u64 {
         self.indexed

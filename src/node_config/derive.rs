@@ -69,6 +69,8 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
     BrokerConfig {
         max_suspend: broker::MAX_SUSPEND,
         max_parked_pulls: per_shard(config.max_parked_pulls, config.shards),
+        max_heartbeat_subscriptions: config.max_heartbeat_subscriptions,
+        max_subscription_expression_bytes: config.max_subscription_expression_bytes,
         client_expiry: config.channel_expired_timeout,
         client_sweep_interval: config.client_sweep_interval,
         client_call_timeout: config.client_call_timeout,
@@ -101,6 +103,7 @@ pub fn connection_limits(config: &NodeConfig) -> ConnectionLimits {
         read_buffer: connection::READ_BUFFER,
         body_send: BodySend::default(),
         max_requests_in_flight: config.max_requests_in_flight_per_connection,
+        max_parked_requests: config.max_parked_requests_per_connection,
         max_queued_response_bytes: config.max_queued_response_bytes_per_connection,
         shard_max_requests_in_flight: per_shard(config.max_requests_in_flight, config.shards),
         shard_max_queued_response_bytes: per_shard(config.max_queued_response_bytes, config.shards),

@@ -475,6 +475,22 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.max_connections.to_string(),
     ),
     key!(
+        "max_heartbeat_subscriptions", ringmq ["maxHeartbeatSubscriptions"],
+        default: Text("1024"),
+        range: Number(AT_LEAST_1),
+        meaning: "subscriptions one heartbeat may register, all its consumer groups together (and as many groups); past it the heartbeat is refused",
+        set: |c, v| c.max_heartbeat_subscriptions = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_heartbeat_subscriptions.to_string(),
+    ),
+    key!(
+        "max_subscription_expression_bytes", ringmq ["maxSubscriptionExpressionBytes"],
+        default: Text("16384"),
+        range: Number(AT_LEAST_1),
+        meaning: "longest subscription expression a heartbeat may register (its tag list counted alike); past it the heartbeat is refused",
+        set: |c, v| c.max_subscription_expression_bytes = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_subscription_expression_bytes.to_string(),
+    ),
+    key!(
         "max_parked_pulls", ringmq ["maxParkedPulls"],
         default: Text("65536"),
         range: Number(AT_LEAST_1),
@@ -532,6 +548,14 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "requests read and not yet answered on one connection before it stops reading (TCP backpressure)",
         set: |c, v| c.max_requests_in_flight_per_connection = uint(v, u32::MAX as u64)? as usize,
         get: |c| c.max_requests_in_flight_per_connection.to_string(),
+    ),
+    key!(
+        "max_parked_requests_per_connection", ringmq ["maxParkedRequestsPerConnection"],
+        default: Text("256"),
+        range: Number(AT_LEAST_1),
+        meaning: "long-polling pulls and pops parked at once on one connection; past it a pop is POLLING_FULL and a pull answers at once",
+        set: |c, v| c.max_parked_requests_per_connection = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_parked_requests_per_connection.to_string(),
     ),
     key!(
         "max_queued_response_bytes_per_connection", ringmq ["maxQueuedResponseBytesPerConnection"],

@@ -69,6 +69,8 @@ pub struct BacklogBounds {
     pub shard_requests: usize,
     /// Bytes all of the shard's connections hold.
     pub shard_bytes: usize,
+    /// Requests parked at once on the connection ([`Backlog::try_park`]).
+    pub connection_parked: usize,
 }
 
 impl BacklogBounds {
@@ -79,6 +81,7 @@ impl BacklogBounds {
             connection_bytes: bytes,
             shard_requests: usize::MAX,
             shard_bytes: usize::MAX,
+            connection_parked: usize::MAX,
         }
     }
 }
@@ -109,6 +112,9 @@ pub struct Backlog {
     reader_waiting: AtomicBool,
     drained: Notify,
     traffic: Arc<Traffic>,
+    /// Set when the connection ended; parked requests wait on `closed_notify` for it.
+    closed: AtomicBool,
+    closed_notify: Notify,
 }
 
 impl Backlog {
@@ -127,6 +133,8 @@ impl Backlog {
             reader_waiting: AtomicBool::new(false),
             drained: Notify::new(),
             traffic,
+            closed: AtomicBool::new(false),
+            closed_notify: Notify::new(),
         })
     }
 
@@ -194,6 +202,22 @@ impl Backlog {
     /// Requests parked now (see [`Backlog::park`]).
     pub fn parked(&self) -> usize {
         self.parked.load(Ordering::SeqCst)
+    }
+
+    /// Marks the connection ended: every parked request's [`Parked::closed`] completes.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.closed_notify.notify_waiters();
+    }
+
+    /// [`Backlog::park`] unless `connection_parked` requests are parked already: then
+    /// how many are.
+    pub fn try_park(self: &Arc<Self>) -> Result<Parked, usize> {
+        let parked = self.parked();
+        if parked >= self.bounds.connection_parked {
+            return Err(parked);
+        }
+        Ok(self.park())
     }
 
     /// Counts one of this connection's requests as parked until the guard drops.
@@ -281,6 +305,29 @@ impl InFlight {
 #[derive(Debug)]
 pub struct Parked(Arc<Backlog>);
 
+impl Parked {
+    /// Completes once the connection has ended (at once if it has).
+    pub async fn closed(&self) {
+        let backlog = &self.0;
+        let notified = backlog.closed_notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if backlog.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Waits for `parked`'s connection to end; forever without one (a request run outside a
+/// connection: tests, tools).
+pub async fn closed(parked: &Option<Parked>) {
+    match parked {
+        Some(parked) => parked.closed().await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Drop for Parked {
     fn drop(&mut self) {
         let before = self.0.parked.fetch_sub(1, Ordering::SeqCst);
@@ -308,6 +355,16 @@ pub async fn scope<F: std::future::Future>(backlog: Option<Arc<Backlog>>, reques
 /// outside a connection's request task (tests, tools).
 pub fn park_current() -> Option<Parked> {
     CURRENT.try_with(|backlog| backlog.park()).ok()
+}
+
+/// [`park_current`] within the connection's bound: `Err` with the number parked on it
+/// when it is reached; `Ok(None)` outside a connection's request task.
+pub fn try_park_current() -> Result<Option<Parked>, usize> {
+    match CURRENT.try_with(|backlog| backlog.try_park()) {
+        Ok(Ok(parked)) => Ok(Some(parked)),
+        Ok(Err(parked)) => Err(parked),
+        Err(_) => Ok(None),
+    }
 }
 
 impl Drop for InFlight {
@@ -389,6 +446,7 @@ mod tests {
             connection_bytes: 1 << 30,
             shard_requests: 3,
             shard_bytes: 10 * REQUEST_COST,
+            connection_parked: usize::MAX,
         };
         let busy = Backlog::new(bounds, traffic.clone());
         let idle = Backlog::new(bounds, traffic.clone());
@@ -422,6 +480,7 @@ mod tests {
             connection_bytes: 1 << 30,
             shard_requests: 2,
             shard_bytes: usize::MAX,
+            connection_parked: usize::MAX,
         };
         let backlog = Backlog::new(bounds, traffic.clone());
         let first = backlog.start_request(0);

@@ -39,8 +39,8 @@
 //!   peer closes right after sending it: a producer that sends oneway messages and hangs
 //!   up loses none of them (Java's broker behaves the same). Their responses, if any, are
 //!   dropped. So when the peer closes or the stream breaks, request tasks still running
-//!   are left to finish on their own (a parked pull ends at its suspend timeout, at most
-//!   `max_suspend`); only a node shutdown aborts them (the store still finishes every put
+//!   are left to finish on their own; parked ones (long-polling pulls and pops) end at
+//!   once, their connection closed ([`Backlog::close`]); only a node shutdown aborts them (the store still finishes every put
 //!   already queued). The writer task goes with the connection in every case.
 //! - Work a peer causes is bounded per connection ([`super::backlog`]): at most
 //!   `max_requests_in_flight` requests read and not yet answered, and at most
@@ -183,6 +183,8 @@ pub struct ConnectionLimits {
     /// Bytes held for the connection (requests in flight, responses queued and not yet
     /// written) before it stops reading (`max_queued_response_bytes_per_connection`).
     pub max_queued_response_bytes: usize,
+    /// Long-polling requests parked at once on one connection.
+    pub max_parked_requests: usize,
     /// The same two bounds for all of a shard's connections together (the node's
     /// `max_requests_in_flight` and `max_queued_response_bytes` over its shards); see
     /// [`super::backlog`].
@@ -311,6 +313,7 @@ pub async fn serve_admitted<H: RequestHandler>(
         BacklogBounds {
             connection_requests: limits.max_requests_in_flight,
             connection_bytes: limits.max_queued_response_bytes,
+            connection_parked: limits.max_parked_requests,
             shard_requests: limits.shard_max_requests_in_flight,
             shard_bytes: limits.shard_max_queued_response_bytes,
         },
@@ -490,6 +493,9 @@ pub async fn serve_admitted<H: RequestHandler>(
             }
         }
     };
+    // Parked requests (long polls) end with their connection: nobody is left to answer,
+    // and a parked request kept to its poll time would hold its slot and wake for nothing.
+    backlog.close();
     if ended == Ended::Shutdown {
         requests.abort_all();
     } else {
