@@ -30,7 +30,8 @@
 //!   [`producer_connections`] GET_PRODUCER_CONNECTION_LIST (204),
 //!   [`broker_config_requests`] GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25) over
 //!   [`live_settings`], [`broker_consume_stats`] GET_BROKER_CONSUME_STATS (317),
-//!   [`clone_offset`] CLONE_GROUP_OFFSET (314), and [`client_calls`]
+//!   [`clone_offset`] CLONE_GROUP_OFFSET (314), [`consume_by_who`]
+//!   QUERY_TOPIC_CONSUME_BY_WHO (300), and [`client_calls`]
 //!   GET_CONSUMER_RUNNING_INFO (307), relayed to the consumer and back.
 //! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
 //!   on the shard's store.
@@ -73,6 +74,7 @@ pub mod broker_config_requests;
 pub mod broker_consume_stats;
 pub mod client_calls;
 pub mod clone_offset;
+pub mod consume_by_who;
 pub mod consume_stats;
 pub mod consumer_connections;
 pub mod consumer_offsets;
@@ -585,6 +587,9 @@ impl Broker {
                 .await
             }
             request::CLONE_GROUP_OFFSET => clone_offset::clone_group_offset(self, &request),
+            request::QUERY_TOPIC_CONSUME_BY_WHO => {
+                consume_by_who::query_topic_consume_by_who(self, &request)
+            }
             request::GET_CONSUMER_RUNNING_INFO => {
                 Box::pin(client_calls::consumer_running_info(self, &request)).await
             }

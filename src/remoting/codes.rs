@@ -101,6 +101,8 @@ pub mod request {
         INVOKE_BROKER_TO_RESET_OFFSET = 222,
         /// Broker to consumer.
         GET_CONSUMER_STATUS_FROM_CLIENT = 221,
+        /// Admin tools (`mqadmin queryMsgById`, `queryMsgByOffset`); from `RequestCode.java`.
+        QUERY_TOPIC_CONSUME_BY_WHO = 300,
         /// Admin tools to the broker (`mqadmin consumerStatus`), which relays it to the
         /// consumer.
         GET_CONSUMER_RUNNING_INFO = 307,
