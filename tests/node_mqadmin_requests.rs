@@ -5,7 +5,8 @@
 //! (307, relayed to the consumer and back), and on the embedded name server
 //! WIPE_WRITE_PERM_OF_BROKER (205), ADD_WRITE_PERM_OF_BROKER (327), DELETE_TOPIC_IN_NAMESRV
 //! (216), GET_NAMESRV_CONFIG (319), GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102), plus
-//! QUERY_TOPIC_CONSUME_BY_WHO (300). One test per request code.
+//! QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315). One test per request
+//! code.
 
 mod common;
 
@@ -485,4 +486,19 @@ fn kv_config_reads_find_nothing_and_deletes_succeed() {
     );
     let deleted = namesrv.call(command(request::DELETE_KV_CONFIG, &key));
     assert_eq!(deleted.code, response::SUCCESS, "{deleted:?}");
+}
+
+#[test]
+fn broker_stats_data_is_refused_as_java_refuses_an_item_it_does_not_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, mut raw) = start(dir.path());
+    let answer = raw.call(command(
+        request::VIEW_BROKER_STATS_DATA,
+        &[("statsName", "TOPIC_PUT_NUMS"), ("statsKey", TOPIC)],
+    ));
+    assert_eq!(answer.code, response::SYSTEM_ERROR, "{answer:?}");
+    assert_eq!(
+        answer.remark.as_deref(),
+        Some(format!("The stats <TOPIC_PUT_NUMS> <{TOPIC}> not exist").as_str())
+    );
 }

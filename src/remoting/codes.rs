@@ -110,6 +110,8 @@ pub mod request {
         CONSUME_MESSAGE_DIRECTLY = 309,
         /// Admin tools (`mqadmin cloneGroupOffset`); from `RequestCode.java`.
         CLONE_GROUP_OFFSET = 314,
+        /// Admin tools (`mqadmin statsAll`); from `RequestCode.java`.
+        VIEW_BROKER_STATS_DATA = 315,
         /// Admin tools (`mqadmin brokerConsumeStats`); from `RequestCode.java`.
         GET_BROKER_CONSUME_STATS = 317,
         /// Name server (`mqadmin getNamesrvConfig`); from `RequestCode.java`.

@@ -40,7 +40,8 @@ import org.junit.jupiter.api.Test;
  * GET_CONSUMER_RUNNING_INFO (307, relayed to the consumer), CLONE_GROUP_OFFSET (314),
  * GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25), GET_NAMESRV_CONFIG (319),
  * WIPE_WRITE_PERM_OF_BROKER (205), ADD_WRITE_PERM_OF_BROKER (327), DELETE_TOPIC_IN_NAMESRV (216),
- * QUERY_TOPIC_CONSUME_BY_WHO (300), GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102).
+ * QUERY_TOPIC_CONSUME_BY_WHO (300), VIEW_BROKER_STATS_DATA (315), GET_KV_CONFIG (101) and
+ * DELETE_KV_CONFIG (102).
  */
 class AdminApiTest {
     private static final Duration DEADLINE = Duration.ofSeconds(60);
@@ -155,6 +156,12 @@ class AdminApiTest {
             update.setProperty("autoCreateSubscriptionGroup", "true");
             admin.updateBrokerConfig(broker, update);
             assertEquals("true", admin.getBrokerConfig(broker).getProperty("autoCreateSubscriptionGroup"));
+            // 315: a stats item the broker does not hold (no put to this name ever).
+            String unseen = clients.name("Unseen");
+            MQClientException noStats = assertThrows(MQClientException.class,
+                    () -> admin.viewBrokerStatsData(broker, "TOPIC_PUT_NUMS", unseen));
+            assertEquals(ResponseCode.SYSTEM_ERROR, noStats.getResponseCode());
+            assertEquals("The stats <TOPIC_PUT_NUMS> <" + unseen + "> not exist", noStats.getErrorMessage());
             if (clients.target().isRingmq()) {
                 // ringmq reads this key only at start: refused as RocketMQ refuses a black-listed key.
                 Properties notLive = new Properties();
