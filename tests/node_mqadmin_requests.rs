@@ -4,7 +4,9 @@
 //! GET_BROKER_CONSUME_STATS (317), CLONE_GROUP_OFFSET (314), GET_CONSUMER_RUNNING_INFO
 //! (307, relayed to the consumer and back), and on the embedded name server
 //! WIPE_WRITE_PERM_OF_BROKER (205), ADD_WRITE_PERM_OF_BROKER (327), DELETE_TOPIC_IN_NAMESRV
-//! (216) and GET_NAMESRV_CONFIG (319). One test per request code.
+//! (216), GET_NAMESRV_CONFIG (319), GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102), plus
+//! QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315). One test per request
+//! code.
 
 mod common;
 
@@ -443,5 +445,60 @@ fn namesrv_config_is_the_name_servers_settings_as_properties() {
     assert!(
         settings.contains(&("listenPort".into(), node.namesrv_addr().port().to_string())),
         "{settings:?}"
+    );
+}
+
+#[test]
+fn topic_consume_by_who_lists_subscribed_groups_and_groups_with_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, mut raw) = start(dir.path());
+    send(&mut raw, 0);
+    commit(&mut raw, "committed-group", 0, 1);
+    let beat = raw.call(common::consumer_heartbeat(
+        "who@1",
+        "live-group",
+        TOPIC,
+        "*",
+    ));
+    assert_eq!(beat.code, response::SUCCESS, "{beat:?}");
+    let ask = |topic: &str| command(request::QUERY_TOPIC_CONSUME_BY_WHO, &[("topic", topic)]);
+    let groups = json(&raw.call(ask(TOPIC)));
+    assert_eq!(
+        groups["groupList"],
+        serde_json::json!(["committed-group", "live-group"]),
+        "{groups}"
+    );
+    let none = json(&raw.call(ask("NoSuchTopic")));
+    assert_eq!(none["groupList"], serde_json::json!([]), "{none}");
+}
+
+#[test]
+fn kv_config_reads_find_nothing_and_deletes_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, _raw) = start(dir.path());
+    let mut namesrv = Raw::connect(node.namesrv_addr());
+    let key = [("namespace", "ORDER_TOPIC_CONFIG"), ("key", TOPIC)];
+    let read = namesrv.call(command(request::GET_KV_CONFIG, &key));
+    assert_eq!(read.code, response::QUERY_NOT_FOUND, "{read:?}");
+    assert_eq!(
+        read.remark.as_deref(),
+        Some(format!("No config item, Namespace: ORDER_TOPIC_CONFIG Key: {TOPIC}").as_str())
+    );
+    let deleted = namesrv.call(command(request::DELETE_KV_CONFIG, &key));
+    assert_eq!(deleted.code, response::SUCCESS, "{deleted:?}");
+}
+
+#[test]
+fn broker_stats_data_is_refused_as_java_refuses_an_item_it_does_not_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, mut raw) = start(dir.path());
+    let answer = raw.call(command(
+        request::VIEW_BROKER_STATS_DATA,
+        &[("statsName", "TOPIC_PUT_NUMS"), ("statsKey", TOPIC)],
+    ));
+    assert_eq!(answer.code, response::SYSTEM_ERROR, "{answer:?}");
+    assert_eq!(
+        answer.remark.as_deref(),
+        Some(format!("The stats <TOPIC_PUT_NUMS> <{TOPIC}> not exist").as_str())
     );
 }

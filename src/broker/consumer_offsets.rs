@@ -191,6 +191,17 @@ impl ConsumerOffsets {
             .collect()
     }
 
+    /// The groups with committed offsets on `topic`, in name order (Java's
+    /// `whichGroupByTopic`).
+    pub fn groups_of(&self, topic: &str) -> Vec<String> {
+        let table = self.table.lock();
+        table
+            .keys()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, group)| group.clone())
+            .collect()
+    }
+
     /// Every group with a committed offset, in name order.
     pub fn groups(&self) -> Vec<String> {
         let table = self.table.lock();

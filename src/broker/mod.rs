@@ -30,7 +30,9 @@
 //!   [`producer_connections`] GET_PRODUCER_CONNECTION_LIST (204),
 //!   [`broker_config_requests`] GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25) over
 //!   [`live_settings`], [`broker_consume_stats`] GET_BROKER_CONSUME_STATS (317),
-//!   [`clone_offset`] CLONE_GROUP_OFFSET (314), and [`client_calls`]
+//!   [`clone_offset`] CLONE_GROUP_OFFSET (314), [`consume_by_who`]
+//!   QUERY_TOPIC_CONSUME_BY_WHO (300), [`stats_data`] VIEW_BROKER_STATS_DATA (315, no stats
+//!   items kept: refused as Java refuses an item it lacks), and [`client_calls`]
 //!   GET_CONSUMER_RUNNING_INFO (307), relayed to the consumer and back.
 //! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
 //!   on the shard's store.
@@ -73,6 +75,7 @@ pub mod broker_config_requests;
 pub mod broker_consume_stats;
 pub mod client_calls;
 pub mod clone_offset;
+pub mod consume_by_who;
 pub mod consume_stats;
 pub mod consumer_connections;
 pub mod consumer_offsets;
@@ -104,6 +107,7 @@ pub mod reset_offset;
 pub mod runtime_info;
 pub mod send;
 pub mod send_back;
+pub mod stats_data;
 pub mod subscription_group_requests;
 pub mod subscription_groups;
 pub mod timer;
@@ -592,6 +596,10 @@ impl Broker {
                 .await
             }
             request::CLONE_GROUP_OFFSET => clone_offset::clone_group_offset(self, &request),
+            request::VIEW_BROKER_STATS_DATA => stats_data::view_broker_stats_data(&request),
+            request::QUERY_TOPIC_CONSUME_BY_WHO => {
+                consume_by_who::query_topic_consume_by_who(self, &request)
+            }
             request::GET_CONSUMER_RUNNING_INFO => {
                 Box::pin(client_calls::consumer_running_info(self, &request)).await
             }

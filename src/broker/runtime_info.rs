@@ -88,6 +88,17 @@ pub async fn runtime_info(
     );
     put("brokerName", broker.identity.broker_name.clone());
     put("clusterName", broker.identity.cluster_name.clone());
+    // `mqadmin clusterList` prints these as each row's load (it shows "null" for a missing
+    // one). Java's are the depth and head wait of its send and pull thread pools' queues;
+    // a shard serves requests on its own thread with no such queue, so both are 0.
+    for key in [
+        "sendThreadPoolQueueSize",
+        "sendThreadPoolQueueHeadWaitTimeMills",
+        "pullThreadPoolQueueSize",
+        "pullThreadPoolQueueHeadWaitTimeMills",
+    ] {
+        put(key, "0".to_owned());
+    }
     let body = serde_json::json!({ "table": table });
     RemotingCommand::response_to(request, response::SUCCESS, None)
         .with_body(body.to_string().into_bytes())

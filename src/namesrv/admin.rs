@@ -18,6 +18,12 @@
 //!   Java properties text in the body: those ringmq's embedded name server has
 //!   (`listenPort`, `bindAddress`).
 //!
+//! - GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102): the embedded name server keeps no
+//!   KV configuration (PUT_KV_CONFIG stays unsupported), so, as Java's name server answers
+//!   a key it does not hold, a read is QUERY_NOT_FOUND (22) `No config item, Namespace: N
+//!   Key: K` and a delete is SUCCESS. `mqadmin deleteTopic` and `deleteSubGroup` delete the
+//!   topic's ORDER_TOPIC_CONFIG key after the topic itself.
+//!
 //! A wiped permission is in memory only, as in Java's name server; topics created after a
 //! wipe are writable, as they are when a Java broker registers a new topic.
 
@@ -99,6 +105,27 @@ pub fn delete_topic(state: &NamesrvState, request: &RemotingCommand) -> Remoting
         Err(error) => return bad_header(request, error),
     };
     state.wiped.lock().remove(topic);
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// GET_KV_CONFIG (101): no key is held.
+pub fn get_kv_config(request: &RemotingCommand) -> RemotingCommand {
+    let (namespace, key) = match (request.get_str("namespace"), request.get_str("key")) {
+        (Ok(namespace), Ok(key)) => (namespace, key),
+        (Err(error), _) | (_, Err(error)) => return bad_header(request, error),
+    };
+    RemotingCommand::response_to(
+        request,
+        response::QUERY_NOT_FOUND,
+        Some(format!("No config item, Namespace: {namespace} Key: {key}")),
+    )
+}
+
+/// DELETE_KV_CONFIG (102): nothing to delete, SUCCESS.
+pub fn delete_kv_config(request: &RemotingCommand) -> RemotingCommand {
+    if let Err(error) = request.get_str("namespace").and(request.get_str("key")) {
+        return bad_header(request, error);
+    }
     RemotingCommand::response_to(request, response::SUCCESS, None)
 }
 

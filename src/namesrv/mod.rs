@@ -13,7 +13,8 @@
 //! - GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): `TopicList`, `{"topicList":["T",…]}`, every
 //!   topic of the node's table, in name order.
 //! - The admin requests of [`admin`]: WIPE_WRITE_PERM_OF_BROKER (205),
-//!   ADD_WRITE_PERM_OF_BROKER (327), DELETE_TOPIC_IN_NAMESRV (216), GET_NAMESRV_CONFIG (319).
+//!   ADD_WRITE_PERM_OF_BROKER (327), DELETE_TOPIC_IN_NAMESRV (216), GET_NAMESRV_CONFIG (319),
+//!   GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102) over an empty KV configuration.
 //! - Anything else: REQUEST_CODE_NOT_SUPPORTED. Broker requests (sends, pulls) are not
 //!   answered here, nor routes on the broker port.
 //!
@@ -106,6 +107,8 @@ impl NameServer {
             ),
             request::DELETE_TOPIC_IN_NAMESRV => admin::delete_topic(&self.state, request),
             request::GET_NAMESRV_CONFIG => admin::get_config(&self.state, request),
+            request::GET_KV_CONFIG => admin::get_kv_config(request),
+            request::DELETE_KV_CONFIG => admin::delete_kv_config(request),
             other => RemotingCommand::response_to(
                 request,
                 response::REQUEST_CODE_NOT_SUPPORTED,

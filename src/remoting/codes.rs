@@ -101,6 +101,8 @@ pub mod request {
         INVOKE_BROKER_TO_RESET_OFFSET = 222,
         /// Broker to consumer.
         GET_CONSUMER_STATUS_FROM_CLIENT = 221,
+        /// Admin tools (`mqadmin queryMsgById`, `queryMsgByOffset`); from `RequestCode.java`.
+        QUERY_TOPIC_CONSUME_BY_WHO = 300,
         /// Admin tools to the broker (`mqadmin consumerStatus`), which relays it to the
         /// consumer.
         GET_CONSUMER_RUNNING_INFO = 307,
@@ -108,6 +110,8 @@ pub mod request {
         CONSUME_MESSAGE_DIRECTLY = 309,
         /// Admin tools (`mqadmin cloneGroupOffset`); from `RequestCode.java`.
         CLONE_GROUP_OFFSET = 314,
+        /// Admin tools (`mqadmin statsAll`); from `RequestCode.java`.
+        VIEW_BROKER_STATS_DATA = 315,
         /// Admin tools (`mqadmin brokerConsumeStats`); from `RequestCode.java`.
         GET_BROKER_CONSUME_STATS = 317,
         /// Name server (`mqadmin getNamesrvConfig`); from `RequestCode.java`.
