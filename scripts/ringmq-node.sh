@@ -60,12 +60,22 @@ start_node() {
   { echo "BROKER_PID=$pid"; echo "NAMESRV_PID=$pid"; } >>"$dir/env"
 }
 
+# Whether pid is a live process. A process that exited but was not reaped (its parent is a
+# shell that ended, and whoever inherited it does not reap) still answers kill -0: a zombie
+# counts as gone.
+alive() {
+  local pid=$1 state
+  kill -0 "$pid" 2>/dev/null || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ "$state" != Z ]]
+}
+
 stop_pid() {
   local pid=$1
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 0
+  [[ -n "$pid" ]] && alive "$pid" || return 0
   kill -TERM "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + STOP_DEADLINE_S))
-  while kill -0 "$pid" 2>/dev/null; do
+  while alive "$pid"; do
     if ((SECONDS >= deadline)); then
       echo "ringmq-node.sh: pid $pid ignored SIGTERM for ${STOP_DEADLINE_S} s; SIGKILL" >&2
       kill -KILL "$pid" 2>/dev/null || true

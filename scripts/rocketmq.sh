@@ -109,13 +109,23 @@ start_broker() {
   done
 }
 
+# Whether pid is a live process. A process that exited but was not reaped (its parent is a
+# shell that ended, and whoever inherited it does not reap) still answers kill -0: a zombie
+# counts as gone.
+alive() {
+  local pid=$1 state
+  kill -0 "$pid" 2>/dev/null || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ "$state" != Z ]]
+}
+
 stop_pid() {
   local pid=$1 what=$2
   [[ -n "$pid" ]] || return 0
-  kill -0 "$pid" 2>/dev/null || return 0
+  alive "$pid" || return 0
   kill -TERM "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + STOP_DEADLINE_S))
-  while kill -0 "$pid" 2>/dev/null; do
+  while alive "$pid"; do
     if ((SECONDS >= deadline)); then
       echo "rocketmq.sh: $what (pid $pid) ignored SIGTERM for ${STOP_DEADLINE_S} s; SIGKILL" >&2
       kill -KILL "$pid" 2>/dev/null || true

@@ -599,9 +599,8 @@ impl Node {
             "restart of a running RocketMQ broker"
         );
         self.generation += 1;
-        // restart-broker's stop half finds the broker gone. Its `kill -0` test also holds
-        // for a zombie (an exited broker its new parent has not reaped): with the default
-        // STOP_DEADLINE_S it would wait 60 s for nothing (and then say SIGKILL), so 1 s.
+        // restart-broker's stop half finds the broker gone (the script counts a zombie, an
+        // exited broker its new parent has not reaped, as gone); 1 s bounds it regardless.
         println!("node: RocketMQ broker restarting (restart-broker: its stop half has nothing left to stop)");
         self.run_script(
             &["restart-broker".into(), self.dir().display().to_string()],
