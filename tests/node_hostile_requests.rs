@@ -363,13 +363,12 @@ fn parked_pops_end_with_their_connection() {
     common::create_topic(&mut raw, "T", 1);
     set_pop_mode(&mut raw, "T", "parker");
     let mut hangs_up = Raw::connect(node.addr());
-    for _ in 0..10 {
+    for _ in 0..11 {
         hangs_up.send(parked_pop("parker", "T", 20_000));
     }
-    // Once they are parked the node's bound is full: one more is refused.
-    wait_until("the pops to park", || {
-        raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_FULL
-    });
+    // Ten park and fill the node's bound: the eleventh is refused.
+    let full = hangs_up.next(Duration::from_secs(5), |frame| frame.is_response());
+    assert_eq!(full.code, response::POLLING_FULL, "{full:?}");
     drop(hangs_up);
     // Well before the parked pops' 20 s: a pop parks again (and times out) instead of
     // being refused.

@@ -207,9 +207,9 @@ pub struct NodeConfig {
     pub timer_max_pending: u64,
     pub timer_memory_entries: usize,
     pub max_connections: usize,
-    pub max_parked_pulls: usize,
     pub max_heartbeat_subscriptions: usize,
     pub max_subscription_expression_bytes: usize,
+    pub max_parked_pulls: usize,
     pub channel_expired_timeout: Duration,
     pub client_sweep_interval: Duration,
     /// `clientCallTimeout`: longest the broker waits for a client to answer a request it
