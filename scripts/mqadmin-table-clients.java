@@ -26,9 +26,19 @@ public class MqadminTableClients {
         producer.setSendMsgTimeout(10_000);
         producer.start();
         SendResult first = null;
+        long routeDeadline = System.currentTimeMillis() + 60_000;
         for (int i = 0; i < n; i++) {
             Message message = new Message(topic, "TagA", "table-key-" + i, ("message " + i).getBytes());
-            SendResult result = producer.send(message);
+            SendResult result;
+            try {
+                result = producer.send(message);
+            } catch (Exception e) {
+                // The route may not have reached the name server yet: retry, bounded.
+                if (first != null || System.currentTimeMillis() > routeDeadline) throw e;
+                Thread.sleep(500);
+                i--;
+                continue;
+            }
             if (first == null) first = result;
         }
         AtomicInteger consumed = new AtomicInteger();

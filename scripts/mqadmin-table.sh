@@ -76,6 +76,10 @@ COMMANDS=(
 # Starts the live clients against the target in $1 and waits for READY (bounded).
 prepare() {
   local dir=$1 namesrv=$2
+  # Created first, with 8 queues on both: a first send that auto-creates the topic can
+  # find no route on RocketMQ while the broker's registration is on its way.
+  bash "$root/scripts/mqadmin.sh" updateTopic -n "$namesrv" -c DefaultCluster -t "$TOPIC" \
+    -r 8 -w 8 >"$dir/create-topic.out" 2>&1
   timeout $((READY_DEADLINE_S + 900)) java -Xmx256m -XX:+UseSerialGC -Duser.home="$dir/clients-home" \
     -cp "$lib/*" "$root/scripts/mqadmin-table-clients.java" \
     "$namesrv" "$TOPIC" "$GROUP" "$PGROUP" 20 900 >"$dir/clients.out" 2>&1 &

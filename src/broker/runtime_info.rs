@@ -88,17 +88,25 @@ pub async fn runtime_info(
     );
     put("brokerName", broker.identity.broker_name.clone());
     put("clusterName", broker.identity.cluster_name.clone());
-    // `mqadmin clusterList` prints these as each row's load (it shows "null" for a missing
-    // one). Java's are the depth and head wait of its send and pull thread pools' queues;
-    // a shard serves requests on its own thread with no such queue, so both are 0.
+    // `mqadmin clusterList` prints these as each row's load (it shows "null" or "N" for a
+    // missing one). Java's are the depth and head wait of its send, pull and ack thread
+    // pools' queues, and how long the current put has held the CommitLog's lock; a shard
+    // serves requests on its own thread with no such queue and appends without a lock,
+    // so all are 0.
     for key in [
         "sendThreadPoolQueueSize",
         "sendThreadPoolQueueHeadWaitTimeMills",
         "pullThreadPoolQueueSize",
         "pullThreadPoolQueueHeadWaitTimeMills",
+        "ackThreadPoolQueueSize",
+        "ackThreadPoolQueueHeadWaitTimeMills",
+        "pageCacheLockTimeMills",
     ] {
         put(key, "0".to_owned());
     }
+    // clusterList's ACTIVATED column: a Java master in a controller-less cluster is always
+    // active (it takes writes); so is a ringmq node, which has no other role.
+    put("brokerActive", "true".to_owned());
     let body = serde_json::json!({ "table": table });
     RemotingCommand::response_to(request, response::SUCCESS, None)
         .with_body(body.to_string().into_bytes())
