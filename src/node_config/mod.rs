@@ -61,6 +61,7 @@ mod properties;
 pub mod relations;
 pub mod render;
 mod rocketmq;
+mod suggest;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
