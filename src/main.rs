@@ -465,6 +465,9 @@ struct ProduceArgs {
     /// Messages per second over all producers; 0 is unlimited.
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// Give message n the key `bench-<n>` (KEYS), for `ringmq admin query-key --key bench-0`.
+    #[arg(long)]
+    keys: bool,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -754,6 +757,7 @@ fn bench_produce(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     options.inflight = args.inflight;
     options.batch = args.batch;
     options.rate = args.rate;
+    options.keys = args.keys;
     options.messages = messages;
     options.duration = duration;
     options.progress = !args.run.quiet;

@@ -1,6 +1,7 @@
 //! The wire load generator against a node in-process: produce (sync, async, batch,
 //! oneway; task producers and blocking-thread producers) stores exactly the messages it
-//! reports, consume reads them all back, and the embedded `ringmq bench` reports the same
+//! reports, consume reads them all back and commits its offsets (so the group shows in
+//! `ringmq admin consumer-progress`), and the embedded `ringmq bench` reports the same
 //! count produced and consumed.
 
 mod common;
@@ -293,4 +294,83 @@ fn the_embedded_bench_binary_produces_and_consumes_the_same_messages() {
     assert_eq!(summary["produce"]["errors"], 0, "{summary}");
     assert_eq!(summary["consume"]["messages"], 2000, "{summary}");
     assert_eq!(summary["consume"]["errors"], 0, "{summary}");
+}
+
+/// The committed offset of `group` on each of `queues` queues of `topic`, or the response
+/// code where there is none.
+fn committed(addr: SocketAddr, group: &str, topic: &str, queues: i32) -> Vec<Result<u64, i32>> {
+    let (group, topic) = (group.to_string(), topic.to_string());
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        let mut offsets = Vec::new();
+        for queue in 0..queues {
+            let mut fields = ringmq::remoting::ExtFields::new();
+            fields.insert("consumerGroup".into(), group.as_str());
+            fields.insert("topic".into(), topic.as_str());
+            fields.insert("queueId".into(), queue.to_string());
+            let query =
+                ringmq::remoting::RemotingCommand::request(request::QUERY_CONSUMER_OFFSET, fields);
+            let answer = client.request(query).await.unwrap();
+            offsets.push(if answer.code == response::SUCCESS {
+                Ok(answer.ext_fields["offset"].parse().unwrap())
+            } else {
+                Err(answer.code)
+            });
+        }
+        offsets
+    })
+}
+
+#[test]
+fn bench_consume_commits_its_offsets_so_the_group_shows_its_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    assert_clean(&run_produce(options(
+        node.addr(),
+        "Committed",
+        SendMode::Sync,
+        1,
+    )));
+    let mut consume_options = ConsumeOptions::new(node.addr());
+    consume_options.topic = "Committed".into();
+    consume_options.group = "BenchCommits".into();
+    consume_options.messages = Some(2_000);
+    consume_options.duration = Some(Duration::from_secs(30));
+    let consumed = run_local(false, consume(consume_options)).unwrap();
+    assert_eq!(consumed.messages, 2_000, "{consumed:?}");
+    let offsets = committed(node.addr(), "BenchCommits", "Committed", 8);
+    let total: u64 = offsets
+        .iter()
+        .map(|o| {
+            *o.as_ref()
+                .unwrap_or_else(|code| panic!("no commit ({code}): {offsets:?}"))
+        })
+        .sum();
+    // A queue's last batch is committed by its next pull or, at the end, on its own; a
+    // task stopped between the two may leave one batch (32) uncommitted.
+    assert!(total >= 2_000 - 8 * 32, "{offsets:?}");
+}
+
+#[test]
+fn bench_produce_with_keys_gives_admin_query_key_something_to_find() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_node(dir.path());
+    for batch in [1, 4] {
+        let topic = format!("Keyed{batch}");
+        let mut options = options(node.addr(), &topic, SendMode::Sync, batch);
+        options.keys = true;
+        assert_clean(&run_produce(options));
+        let found = std::process::Command::new(env!("CARGO_BIN_EXE_ringmq"))
+            .args(["admin", "query-key", "--json", "--topic", &topic])
+            .args(["--key", &wire::bench_key(1_234)])
+            .arg("--namesrv")
+            .arg(node.namesrv_addr().to_string())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&found.stdout);
+        assert!(
+            found.status.success() && stdout.contains("bench-1234"),
+            "batch {batch}: {found:?}"
+        );
+    }
 }

@@ -375,6 +375,47 @@ fn settings_asking_for_protection_ringmq_lacks_stop_the_start() {
     assert_eq!(loader.warnings().len(), 4, "{:?}", loader.warnings());
 }
 
+/// A broker.conf with several mistakes reports them all in one start, each naming its key.
+#[test]
+fn every_bad_key_of_a_broker_conf_is_reported_in_one_start() {
+    let text = "brokerNmae=a\nlistenPort=abc\naclEnable=true\nbrokerName=b\n";
+    let error = loader().broker_conf_str("b.conf", text).err().unwrap();
+    let all = error.to_string();
+    for key in [
+        "b.conf: brokerNmae",
+        "b.conf: listenPort",
+        "b.conf: aclEnable",
+    ] {
+        assert!(all.contains(key), "{key} in {all}");
+    }
+}
+
+/// An unknown key that is a typo of a known one names the known one.
+#[test]
+fn a_misspelt_key_names_the_nearest_known_key() {
+    let error = loader()
+        .broker_conf_str("b.conf", "flushDiskTyp=SYNC_FLUSH\n")
+        .err();
+    expect_error(
+        error.unwrap(),
+        "b.conf",
+        "flushDiskTyp",
+        "did you mean flushDiskType?",
+    );
+}
+
+/// An oversized maxMessageSize against the default maxFrameSize blames the key the file
+/// set and names the one to raise, instead of "defaults".
+#[test]
+fn an_oversized_max_message_size_names_max_frame_size_to_raise() {
+    let mut loader = loader();
+    loader
+        .broker_conf_str("b.conf", "maxMessageSize=20000000\n")
+        .unwrap();
+    let error = loader.finish().unwrap_err();
+    expect_error(error, "b.conf", "maxMessageSize", "raise maxFrameSize");
+}
+
 /// Each bad value, given through `source`, names `source` and the key as written there.
 #[test]
 fn invalid_values_name_their_key() {
@@ -642,14 +683,15 @@ fn invalid_values_from_toml_and_overrides() {
         "metrics_port",
         "namesrv_port",
     );
-    // A default that an override made invalid is blamed on the defaults.
+    // A default that an override made invalid: the override is blamed, and the default
+    // named as the key to raise.
     let mut loader = ConfigLoader::from_config(base());
     loader.override_arg("max_message_size=16777216").unwrap();
     expect_error(
         loader.finish().unwrap_err(),
-        "defaults",
-        "max_frame_size",
+        "command line",
         "max_message_size",
+        "max_frame_size 16777216 must be at least max_message_size",
     );
 }
 

@@ -123,6 +123,8 @@ pub struct ProduceOptions {
     pub messages: Option<u64>,
     pub duration: Option<Duration>,
     pub progress: bool,
+    /// Give message n the key `bench-<n>` (`KEYS`), so `ringmq admin query-key` finds it.
+    pub keys: bool,
 }
 
 impl ProduceOptions {
@@ -143,6 +145,7 @@ impl ProduceOptions {
             messages: Some(200_000),
             duration: None,
             progress: false,
+            keys: false,
         }
     }
 }
@@ -284,15 +287,22 @@ impl ProduceRun {
     pub(super) fn request(&self, body: &[u8], first: u64, count: u64) -> RemotingCommand {
         let topic = &self.topics[first as usize % self.topics.len()];
         let queue_id = ((first / self.topics.len() as u64) % self.options.queues as u64) as i32;
+        let key = |n: u64| self.options.keys.then(|| bench_key(n));
         if self.options.batch <= 1 {
-            return send_request_v2(topic, queue_id, body, Some("TagA"), None);
+            return send_request_v2(topic, queue_id, body, Some("TagA"), key(first).as_deref());
         }
-        let props = properties::encode([(properties::TAGS, "TagA"), (properties::WAIT, "true")]);
-        let items: Vec<BatchItem> = (0..count)
-            .map(|_| BatchItem {
-                flag: 0,
-                body: Bytes::copy_from_slice(body),
-                properties: props.clone(),
+        let items: Vec<BatchItem> = (first..first + count)
+            .map(|n| {
+                let key = key(n);
+                let mut props = vec![(properties::TAGS, "TagA"), (properties::WAIT, "true")];
+                if let Some(key) = &key {
+                    props.push((properties::KEYS, key.as_str()));
+                }
+                BatchItem {
+                    flag: 0,
+                    body: Bytes::copy_from_slice(body),
+                    properties: properties::encode(props),
+                }
             })
             .collect();
         let mut encoded = Vec::with_capacity(count as usize * (body.len() + 64));
@@ -303,6 +313,11 @@ impl ProduceRun {
         cmd.body = Bytes::from(encoded);
         cmd
     }
+}
+
+/// The key `--keys` gives message `n`.
+pub fn bench_key(n: u64) -> String {
+    format!("bench-{n}")
 }
 
 /// Records the outcome of one send request of `count` messages.

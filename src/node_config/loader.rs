@@ -10,6 +10,7 @@ use super::keys::{find_conf, find_key, find_snake};
 use super::parse::Value;
 use super::properties::parse_properties;
 use super::rocketmq::{IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
+use super::suggest::nearest_conf_key;
 use super::{ConfigError, NodeConfig};
 
 /// Applies sources one at a time, remembering where each value came from so that a
@@ -103,23 +104,43 @@ impl ConfigLoader {
         self.broker_conf_str(&path.display().to_string(), &text)
     }
 
-    /// A RocketMQ broker.conf (Java properties); `origin` names it in errors.
+    /// A RocketMQ broker.conf (Java properties); `origin` names it in errors. Every bad
+    /// line is reported at once, not one per start: the error is the first, its message
+    /// followed by one `<origin>: <key>: <why>` line for each of the others.
     pub fn broker_conf_str(&mut self, origin: &str, text: &str) -> Result<&mut Self, ConfigError> {
+        let mut errors = Vec::new();
         for (key, value) in parse_properties(text) {
-            match find_conf(&key) {
-                Some(def) => self.set(origin, &key, def, Value::Raw(&value))?,
+            let applied = match find_conf(&key) {
+                Some(def) => self.set(origin, &key, def, Value::Raw(&value)),
                 None => {
-                    let hint = find_snake(&key).map(|def| {
-                        format!(
-                            "unknown key; broker.conf keys are camelCase: use {}",
-                            def.conf[0]
-                        )
-                    });
-                    self.unknown_rocketmq(origin, &key, &value, hint)?
+                    let hint = find_snake(&key)
+                        .map(|def| {
+                            format!(
+                                "unknown key; broker.conf keys are camelCase: use {}",
+                                def.conf[0]
+                            )
+                        })
+                        .or_else(|| {
+                            nearest_conf_key(&key)
+                                .map(|near| format!("unknown key; did you mean {near}?"))
+                        });
+                    self.unknown_rocketmq(origin, &key, &value, hint)
                 }
+            };
+            if let Err(error) = applied {
+                errors.push(error);
             }
         }
-        Ok(self)
+        let mut errors = errors.into_iter();
+        match errors.next() {
+            None => Ok(self),
+            Some(mut first) => {
+                for other in errors {
+                    first.message.push_str(&format!("\n{other}"));
+                }
+                Err(first)
+            }
+        }
     }
 
     /// One `key=value` override; the key in either style.
@@ -146,11 +167,36 @@ impl ConfigLoader {
                         error.origin = origin.clone();
                         error.key = spelled.clone();
                     }
-                    None => error.origin = "defaults".into(),
+                    None => match self.set_partner(&error.key) {
+                        // The key at its default lost to one a source set (an oversized
+                        // maxMessageSize against the default maxFrameSize): blame the set
+                        // one, and name the default one as the key to raise.
+                        Some((origin, spelled)) => {
+                            let raise = find_snake(&error.key)
+                                .map_or(error.key.clone(), |def| def.conf[0].to_string());
+                            error.message = format!(
+                                "{} {}; {} is at its default: raise {raise} ({} in TOML)",
+                                error.key, error.message, error.key, error.key
+                            );
+                            error.origin = origin;
+                            error.key = spelled;
+                        }
+                        None => error.origin = "defaults".into(),
+                    },
                 }
                 Err(error)
             }
         }
+    }
+
+    /// For a relation whose first key is `key` (as `validate` names them), the source and
+    /// spelling of another of its keys that a source set.
+    fn set_partner(&self, key: &str) -> Option<(String, String)> {
+        super::relations::RELATIONS
+            .iter()
+            .filter(|relation| relation.keys[0] == key)
+            .flat_map(|relation| relation.keys[1..].iter())
+            .find_map(|other| self.origins.get(other).cloned())
     }
 
     fn set(

@@ -62,6 +62,7 @@ mod properties;
 pub mod relations;
 pub mod render;
 mod rocketmq;
+mod suggest;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
