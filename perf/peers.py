@@ -389,7 +389,7 @@ def report(rows, machine_rounds, state, args, path, consume_rows=()):
     rtt = median([m["rtt_us"] for m in machine_rounds])
     bandwidth = median([m["durable_bw_bytes"] for m in machine_rounds])
     lines = [
-        "# ringmq against Redis streams (`perf/peers.sh`)", "",
+        "# ringmq against its peers: Redis streams and Apache RocketMQ 5.5.0 (`perf/peers.sh`)", "",
         f"{state['date']}; {state['cpus']} CPUs ({state['cpu']}), kernel {state['kernel']}, "
         f"Redis {state['redis']}; {state['placement']}; load average before the run "
         f"{state['loadavg_before']}; scratch `{state['scratch']}`.", "",
