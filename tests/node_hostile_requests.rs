@@ -248,28 +248,6 @@ fn pings_stay_fast_while(addr: std::net::SocketAddr, hostile: impl FnOnce() + Se
     );
 }
 
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -282,7 +260,7 @@ fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
     assert_eq!(popped.code, response::SUCCESS, "{popped:?}");
     let pop_time: i64 = popped.ext_fields["popTime"].parse().unwrap();
     // Every bit of 64 KiB set, in each of 20 entries: half a million offsets each.
-    let bits = base64(&vec![0xFF; 64 * 1024]);
+    let bits = common::encode_base64(&vec![0xFF; 64 * 1024]);
     let acks: Vec<serde_json::Value> = (0..20)
         .map(|_| {
             serde_json::json!({"c": "acker", "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0,

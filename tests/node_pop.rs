@@ -154,7 +154,7 @@ fn batch_ack(raw: &mut Raw, messages: &[&Popped], base64: bool) -> RemotingComma
         bytes[bit / 8] |= 1 << (bit % 8);
     }
     let bits = if base64 {
-        serde_json::Value::String(encode_base64(&bytes))
+        serde_json::Value::String(common::encode_base64(&bytes))
     } else {
         serde_json::json!(bytes)
     };
@@ -164,27 +164,6 @@ fn batch_ack(raw: &mut Raw, messages: &[&Popped], base64: bool) -> RemotingComma
                   "rq": 0, "pt": first.pop_time, "it": 1000, "b": bits}]
     });
     raw.call(command(request::BATCH_ACK_MESSAGE, &[]).with_body(body.to_string()))
-}
-
-fn encode_base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 fn committed(raw: &mut Raw, queue: i32) -> i64 {
