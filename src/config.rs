@@ -98,6 +98,10 @@ pub struct StoreConfig {
     pub max_transfer_count: u32,
     /// `maxTransferBytesOnMessageInDisk`: most bytes one read returns.
     pub max_transfer_bytes: usize,
+    /// How far behind the CommitLog's end a record still counts as in memory, bytes:
+    /// `accessMessageInMemoryMaxRatio` percent of the machine's RAM. QUERY_CONSUMER_OFFSET
+    /// starts a new group at 0 on a queue whose first record is that close (§9.5).
+    pub in_memory_window_bytes: u64,
     /// `messageIndexEnable`: build IndexFiles (`store/index.rs`).
     pub message_index_enable: bool,
     /// `maxHashSlotNum` and `maxIndexNum`: the shape of every IndexFile.

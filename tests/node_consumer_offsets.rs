@@ -1,5 +1,6 @@
 //! Committed consumer offsets over the wire: UPDATE_CONSUMER_OFFSET then
-//! QUERY_CONSUMER_OFFSET returns it; an unknown group is QUERY_NOT_FOUND (22); a pull's
+//! QUERY_CONSUMER_OFFSET returns it; an unknown group is QUERY_NOT_FOUND (22), or 0 on a
+//! queue whose first message is still in memory, as RocketMQ answers; a pull's
 //! piggy-backed commitOffset is stored; offsets survive a clean restart; a corrupt
 //! consumerOffset.json stops the start with an error naming the file.
 
@@ -34,10 +35,22 @@ fn update(group: &str, topic: &str, queue_id: i32, offset: i64) -> RemotingComma
 
 /// The committed offset, or the response code when it is not SUCCESS.
 async fn query(client: &Client, group: &str, topic: &str, queue_id: i32) -> Result<i64, i32> {
-    let cmd = RemotingCommand::request(
-        request::QUERY_CONSUMER_OFFSET,
-        fields(group, topic, queue_id),
-    );
+    query_with(client, group, topic, queue_id, None).await
+}
+
+/// [`query`] with the optional `setZeroIfNotFound` header field.
+async fn query_with(
+    client: &Client,
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    zero_if_not_found: Option<bool>,
+) -> Result<i64, i32> {
+    let mut fields = fields(group, topic, queue_id);
+    if let Some(zero) = zero_if_not_found {
+        fields.insert("setZeroIfNotFound".into(), zero.to_string());
+    }
+    let cmd = RemotingCommand::request(request::QUERY_CONSUMER_OFFSET, fields);
     let answer = client.request(cmd).await.unwrap();
     if answer.code != response::SUCCESS {
         return Err(answer.code);
@@ -87,6 +100,79 @@ fn a_query_for_an_unknown_group_is_query_not_found() {
             Err(response::QUERY_NOT_FOUND)
         );
         assert_eq!(response::QUERY_NOT_FOUND, 22);
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_new_group_starts_at_zero_on_a_queue_whose_first_message_is_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path());
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        // An empty queue has no first message: not found.
+        assert_eq!(
+            query(&client, "fresh", "Young", 0).await,
+            Err(response::QUERY_NOT_FOUND)
+        );
+        client
+            .send_message("Young", 0, b"x", None, None)
+            .await
+            .unwrap();
+        client
+            .send_message("Young", 0, b"y", None, None)
+            .await
+            .unwrap();
+        // As Java's client asks (no setZeroIfNotFound): the queue's start, not its end.
+        assert_eq!(query(&client, "fresh", "Young", 0).await, Ok(0));
+        assert_eq!(
+            query_with(&client, "fresh", "Young", 0, Some(true)).await,
+            Ok(0)
+        );
+        // An explicit false keeps "not found"; so does a queue of no messages.
+        assert_eq!(
+            query_with(&client, "fresh", "Young", 0, Some(false)).await,
+            Err(response::QUERY_NOT_FOUND)
+        );
+        assert_eq!(
+            query(&client, "fresh", "Young", 1).await,
+            Err(response::QUERY_NOT_FOUND)
+        );
+        // A committed offset wins over the zero.
+        client
+            .request(update("fresh", "Young", 0, 2))
+            .await
+            .unwrap();
+        assert_eq!(query(&client, "fresh", "Young", 0).await, Ok(2));
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn with_no_memory_window_a_new_group_is_not_found_even_on_a_young_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(dir.path());
+    let mut store = ringmq::config::StoreConfig::new(dir.path());
+    store.in_memory_window_bytes = 0;
+    options.store_template = Some(store);
+    let node = ringmq::node::start(options).expect("node starts");
+    let addr = node.addr();
+    run_local(false, async move {
+        let client = Client::connect(addr).await.unwrap();
+        client
+            .send_message("Old", 0, b"x", None, None)
+            .await
+            .unwrap();
+        client
+            .send_message("Old", 0, b"y", None, None)
+            .await
+            .unwrap();
+        // The first record is a record's length behind the end: outside an empty window.
+        assert_eq!(
+            query(&client, "fresh", "Old", 0).await,
+            Err(response::QUERY_NOT_FOUND)
+        );
     });
     node.shutdown().unwrap();
 }

@@ -131,9 +131,16 @@ fn groups_are_created_configured_listed_persisted_and_deleted() {
         table["subscriptionGroupTable"].get(GROUP).is_none(),
         "{table}"
     );
+    // setZeroIfNotFound=false asks for the stored offset only (without it a queue whose
+    // first message is in memory answers 0 for any group).
     let offset = raw.call(command(
         request::QUERY_CONSUMER_OFFSET,
-        &[("consumerGroup", GROUP), ("topic", TOPIC), ("queueId", "0")],
+        &[
+            ("consumerGroup", GROUP),
+            ("topic", TOPIC),
+            ("queueId", "0"),
+            ("setZeroIfNotFound", "false"),
+        ],
     ));
     assert_ne!(
         offset.code,

@@ -409,8 +409,9 @@ pub fn update(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
 
 /// QUERY_CONSUMER_OFFSET (14).
 pub fn query(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    // Absent means true, as Java reads it: only an explicit `false` turns the zero off.
     let (header, zero_if_not_found) = match offset_header(request)
-        .and_then(|h| Ok((h, request.opt_bool("setZeroIfNotFound")?.unwrap_or(false))))
+        .and_then(|h| Ok((h, request.opt_bool("setZeroIfNotFound")?.unwrap_or(true))))
     {
         Ok(fields) => fields,
         Err(error) => return bad_header(request, error),
@@ -422,9 +423,16 @@ pub fn query(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
         .consumer_offsets
         .query(header.group, header.topic, header.queue_id)
         .or_else(|| {
-            // §9.5: zero only when asked and the queue still starts at 0.
-            (zero_if_not_found && broker.store.min_offset(header.topic, header.queue_id) == 0)
-                .then_some(0)
+            // §9.5: a group without an offset starts at 0 on a queue that still starts at 0
+            // with a first message in memory, so a new group on a young topic gets what was
+            // sent before it came, whatever its consumeFromWhere. A store that cannot read
+            // the queue answers "not found", as Java does for a queue it cannot read.
+            (zero_if_not_found
+                && broker
+                    .store
+                    .starts_in_memory(header.topic, header.queue_id)
+                    .unwrap_or(false))
+            .then_some(0)
         });
     match found {
         Some(offset) => {

@@ -255,6 +255,15 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.max_transfer_bytes.to_string(),
     ),
     key!(
+        "access_message_in_memory_max_ratio", rocketmq ["accessMessageInMemoryMaxRatio"],
+        default: Text("40"),
+        range: Number(Bounds::between(0, 100, Unit::Percent)),
+        meaning: "percent of RAM behind the CommitLog's end counted as in memory: a new group's \
+                  offset query answers 0 on a queue whose first message is that recent",
+        set: |c, v| c.access_message_in_memory_max_ratio = uint(v, 100)? as u8,
+        get: |c| c.access_message_in_memory_max_ratio.to_string(),
+    ),
+    key!(
         "max_batch_bytes", ringmq ["maxBatchBytes"],
         default: Text("4194304"),
         range: Number(Bounds::at_least(MIN_BATCH_BYTES as u64, Unit::Plain)),

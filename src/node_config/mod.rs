@@ -174,6 +174,8 @@ pub struct NodeConfig {
     pub max_message_size: usize,
     pub max_transfer_count: u32,
     pub max_transfer_bytes: usize,
+    /// `accessMessageInMemoryMaxRatio`, percent of RAM.
+    pub access_message_in_memory_max_ratio: u8,
     pub max_batch_bytes: usize,
     /// SYNC_FLUSH: longest a batch waits for the producers the last fsync answered.
     pub group_commit_max_wait: Duration,
@@ -277,6 +279,7 @@ impl NodeConfig {
             max_message_size: 0,
             max_transfer_count: 0,
             max_transfer_bytes: 0,
+            access_message_in_memory_max_ratio: 0,
             max_batch_bytes: 0,
             group_commit_max_wait: Duration::ZERO,
             sync_zero_ahead_bytes: 0,

@@ -30,7 +30,7 @@
 //! | `warmMapedFileEnable`, `flushLeastPagesWhenWarmMapedFile`, `flushCommitLogTimed`, `flushConsumeQueueLeastPages`, `flushConsumeQueueThoroughInterval`, `commitIntervalCommitLog`, `commitCommitLogLeastPages`, `commitCommitLogThoroughInterval` | flush tuning; durability follows `flushDiskType` and the `flushCommitLog*` keys ringmq has; ConsumeQueues are rebuilt from the CommitLog |
 //! | `checkCRCOnRecover` | ringmq always checks every record's CRC32C on recovery, which is stricter than either value |
 //! | `deleteCommitLogFilesInterval`, `deleteConsumeQueueFilesInterval`, `destroyMapedFileIntervalForcibly`, `redeleteHangedFileInterval` | pacing of deletions RocketMQ spreads out; what is deleted follows `fileReservedTime`, `deleteWhen` and the disk ratios |
-//! | `accessMessageInMemoryMaxRatio`, `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`, `longPollingEnable`, `shortPollingTimeMills`, `notifyConsumerIdsChangedEnable`, `messageIndexSafe`, `defaultQueryMaxNum` | read-path tuning; ringmq always long-polls and notifies, and bounds pulls with its own keys |
+//! | `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`, `longPollingEnable`, `shortPollingTimeMills`, `notifyConsumerIdsChangedEnable`, `messageIndexSafe`, `defaultQueryMaxNum` | read-path tuning; ringmq always long-polls and notifies, and bounds pulls with its own keys |
 //! | `enableScheduleMessageStats`, `clusterTopicEnable`, `brokerTopicEnable`, `traceTopicEnable`, `msgTraceTopicName`, `metricsExporterType` | statistics and convenience topics; nothing a client relies on for safety |
 //! | `fetchNamesrvAddrByAddressServer`, `registerBrokerTimeoutMills`, `registerNameServerPeriod`, `forceRegister` | name-server registration; the name server is embedded (D1) |
 
@@ -80,7 +80,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "deleteConsumeQueueFilesInterval",
     "destroyMapedFileIntervalForcibly",
     "redeleteHangedFileInterval",
-    "accessMessageInMemoryMaxRatio",
     "maxTransferBytesOnMessageInMemory",
     "maxTransferCountOnMessageInMemory",
     "longPollingEnable",

@@ -613,6 +613,22 @@ impl Store {
             .copied())
     }
 
+    /// Whether a queue still starts at offset 0 with a record recent enough to count as in
+    /// memory: within `in_memory_window_bytes` of the CommitLog's end. RocketMQ asks the
+    /// page cache (`mincore`) for the same answer; a distance is deterministic and close to
+    /// it while the window fits the cache. False for an empty or unknown queue.
+    pub fn starts_in_memory(&self, topic: &str, queue_id: i32) -> Result<bool, StoreError> {
+        if self.min_offset(topic, queue_id) != 0 {
+            return Ok(false);
+        }
+        let Some(first) = self.queue_entry(topic, queue_id, 0)? else {
+            return Ok(false);
+        };
+        let end = self.shared.log.write_pos();
+        let behind = end.saturating_sub(first.phys_offset.max(0) as u64);
+        Ok(behind <= self.shared.config.in_memory_window_bytes)
+    }
+
     /// Up to `max` visible ConsumeQueue entries of a queue from `queue_offset` on (none
     /// for an unknown queue).
     pub fn queue_entries(
