@@ -8,8 +8,6 @@ import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -29,11 +27,7 @@ class BrokerRestartTest {
             Delivered delivered = new Delivered();
             DefaultMQPushConsumer consumer = clients.pushConsumer(clients.name("cg"));
             consumer.subscribe(topic, "*");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                delivered.add(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+            Clients.startCollecting(consumer, delivered);
 
             DefaultMQProducer producer = clients.producer(clients.name("pg"));
             Set<String> before = new TreeSet<>();

@@ -7,6 +7,9 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.ClientConfig;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
@@ -72,6 +75,20 @@ public final class Clients implements AutoCloseable {
         consumer.setPullTimeDelayMillsWhenException(200);
         closers.add(consumer::shutdown);
         return consumer;
+    }
+
+    /**
+     * Starts {@code consumer} (configured and subscribed by the caller) with a listener that
+     * records every batch in {@code delivered} and acknowledges it.
+     */
+    public static void startCollecting(DefaultMQPushConsumer consumer, Delivered delivered)
+            throws MQClientException {
+        consumer.registerMessageListener(
+                (MessageListenerConcurrently) (messages, context) -> {
+                    delivered.add(messages);
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                });
+        consumer.start();
     }
 
     /** A lite pull consumer, configured but not started. */

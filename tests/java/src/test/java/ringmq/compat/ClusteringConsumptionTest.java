@@ -11,8 +11,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -30,11 +28,7 @@ class ClusteringConsumptionTest {
             throws Exception {
         DefaultMQPushConsumer consumer = clients.pushConsumer(group);
         consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            delivered.add(messages);
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
+        Clients.startCollecting(consumer, delivered);
         return consumer;
     }
 

@@ -10,8 +10,6 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -47,11 +45,7 @@ class ConsumerProgressTest {
             DefaultMQPushConsumer consumer = clients.pushConsumer(group);
             consumer.setPersistConsumerOffsetInterval(1000);
             consumer.subscribe(topic, "*");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                delivered.add(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+            Clients.startCollecting(consumer, delivered);
             delivered.awaitAll(expected, Duration.ofSeconds(60));
 
             // queue id -> "consumer/broker" offsets, as examineConsumeStats gives them

@@ -10,8 +10,6 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -35,11 +33,7 @@ class DelayLevelTest {
             Delivered delivered = new Delivered();
             DefaultMQPushConsumer consumer = clients.pushConsumer(clients.name("cg"));
             consumer.subscribe(topic, "*");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                delivered.add(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+            Clients.startCollecting(consumer, delivered);
             Wait.until(Duration.ofSeconds(60), () -> "consumer on all 4 queues: " + Clients.assigned(consumer, topic),
                     () -> Clients.assigned(consumer, topic).size() == 4);
 

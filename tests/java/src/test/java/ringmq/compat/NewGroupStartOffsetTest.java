@@ -7,8 +7,6 @@ import java.time.Duration;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -39,11 +37,7 @@ class NewGroupStartOffsetTest {
             DefaultMQPushConsumer consumer = clients.pushConsumer(clients.name("cg"));
             consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
             consumer.subscribe(topic, "*");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                delivered.add(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+            Clients.startCollecting(consumer, delivered);
 
             delivered.awaitAll(expected, Duration.ofSeconds(60));
             assertEquals(Set.of(), delivered.duplicates().keySet(), "bodies delivered twice");

@@ -13,8 +13,6 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -87,11 +85,7 @@ class SendModesTest {
             Delivered delivered = new Delivered();
             DefaultMQPushConsumer consumer = clients.pushConsumer(clients.name("cg"));
             consumer.subscribe(topic, "*");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                delivered.add(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+            Clients.startCollecting(consumer, delivered);
 
             delivered.awaitAll(expected, Duration.ofSeconds(60));
             assertEquals(expected, delivered.counts().keySet(), "delivered bodies");

@@ -8,8 +8,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -55,11 +53,7 @@ class TagFilterTest {
             Delivered delivered = new Delivered();
             DefaultMQPushConsumer consumer = clients.pushConsumer(clients.name("cg"));
             consumer.subscribe(topic, "TagA || TagC");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                delivered.add(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+            Clients.startCollecting(consumer, delivered);
 
             delivered.awaitAll(expected, Duration.ofSeconds(60));
             MessageQueue queue = new MessageQueue(topic, clients.admin().examineTopicRouteInfo(topic)
