@@ -6,6 +6,8 @@
 //! The crate is laid out along the path a message takes:
 //!
 //! - [`io`]: the disk I/O seam with its `uring`, `portable` and `sim` backends (D5).
+//! - [`net`]: the network seam, real TCP and a seeded simulated network (not yet under
+//!   the node's connections).
 //! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
 //!   flush, checkpoint, recovery and offline inspection (D2 to D11).
 //! - [`remoting`]: the wire codec, plus [`remoting::connection`], which serves one TCP
@@ -36,6 +38,7 @@ pub mod config;
 pub mod io;
 pub mod metrics;
 pub mod namesrv;
+pub mod net;
 pub mod node;
 pub mod node_config;
 pub mod quiet_pipe;
