@@ -8,9 +8,13 @@
 //!   RocketMQ 5 refuses them, and the delayed, timed and POP messages the node keeps in
 //!   those topics are delivered as if nothing had been asked.
 //! - A BATCH_ACK_MESSAGE whose bitsets set more bits than a pop hands out is refused at
-//!   once; pings from another connection are answered within 100 ms meanwhile.
+//!   once; pings from another connection are answered within 100 ms meanwhile. So is one
+//!   with more entries or bitset bytes than `maxBatchAckEntries` and
+//!   `maxBatchAckBitsetBytes` allow.
 //! - Parked pops are bounded per connection (past it POLLING_FULL at once) and end with
 //!   their connection, so a client that parks many and hangs up leaves nothing parked.
+//!   Parked pops of any queue whose queues are on other shards too cost nothing while
+//!   parked (no look at the other shards) and are woken by an arrival on any shard.
 //! - A heartbeat that registers thousands of subscriptions or a megabyte expression is
 //!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms.
 
@@ -291,6 +295,66 @@ fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
     node.shutdown().unwrap();
 }
 
+/// A BATCH_ACK_MESSAGE body of `entries` entries acknowledging from offset 0 of `T`
+/// queue 0 with the bitset `bits` each.
+fn batch_ack_body(group: &str, pop_time: i64, entries: usize, bits: &[u8]) -> String {
+    let acks: Vec<serde_json::Value> = (0..entries)
+        .map(|_| {
+            serde_json::json!({"c": group, "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0,
+                               "pt": pop_time, "it": 60_000, "b": bits})
+        })
+        .collect();
+    serde_json::json!({"brokerName": "broker-a", "acks": acks}).to_string()
+}
+
+#[test]
+fn batch_acks_past_the_configured_entry_and_bitset_bounds_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.max_batch_ack_entries = 2;
+    options.broker.max_batch_ack_bitset_bytes = 8;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "acker");
+    send_with(&mut raw, "T", "x", &[]);
+    let popped = raw.call(pop_request("acker", "T", 60_000));
+    assert_eq!(popped.code, response::SUCCESS, "{popped:?}");
+    let pop_time: i64 = popped.ext_fields["popTime"].parse().unwrap();
+    let refused = |raw: &mut Raw, body: String, key: &str| {
+        let answer = raw.call(command(request::BATCH_ACK_MESSAGE, &[]).with_body(body));
+        assert_eq!(answer.code, response::INVALID_PARAMETER, "{answer:?}");
+        assert!(
+            answer.remark.as_deref().unwrap_or("").contains(key),
+            "{answer:?}"
+        );
+    };
+    // Three entries where two are allowed; nine bytes of bitset where eight are.
+    refused(&mut raw, batch_ack_body("acker", pop_time, 3, &[1]), "maxBatchAckEntries");
+    refused(
+        &mut raw,
+        batch_ack_body("acker", pop_time, 1, &[1, 0, 0, 0, 0, 0, 0, 0, 0]),
+        "maxBatchAckBitsetBytes",
+    );
+    refused(
+        &mut raw,
+        batch_ack_body("acker", pop_time, 2, &[1, 0, 0, 0, 0]),
+        "maxBatchAckBitsetBytes",
+    );
+    // Within both bounds it acknowledges.
+    let fine = raw.call(
+        command(request::BATCH_ACK_MESSAGE, &[])
+            .with_body(batch_ack_body("acker", pop_time, 2, &[1, 0, 0, 0])),
+    );
+    assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
+    let committed = raw.call(command(
+        request::QUERY_CONSUMER_OFFSET,
+        &[("consumerGroup", "acker"), ("topic", "T"), ("queueId", "0")],
+    ));
+    assert_eq!(&committed.ext_fields["offset"], "1", "{committed:?}");
+    node.shutdown().unwrap();
+}
+
 /// A pop of any queue of `topic` that parks for up to `poll_ms`.
 fn parked_pop(group: &str, topic: &str, poll_ms: i64) -> RemotingCommand {
     let mut pop = pop_request(group, topic, 60_000);
@@ -353,6 +417,61 @@ fn parked_pops_end_with_their_connection() {
     wait_until("the hung-up connection's pops to end", || {
         raw.call(parked_pop("parker", "T", 50)).code == response::POLLING_TIMEOUT
     });
+    node.shutdown().unwrap();
+}
+
+/// Requests sent to another shard's mailbox so far, all shards.
+fn forwarded(node: &ringmq::node::NodeHandle) -> u64 {
+    node.metrics()
+        .shards()
+        .iter()
+        .map(|shard| shard.forwarded.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+/// Requests parked right now, all shards (sampled once a second).
+fn parked(node: &ringmq::node::NodeHandle) -> i64 {
+    node.metrics()
+        .shards()
+        .iter()
+        .map(|shard| shard.parked_pulls.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+#[test]
+fn parked_pops_of_any_queue_cost_nothing_and_wake_on_another_shards_arrival() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // Two shards, and two queues: each shard owns one, so every pop of any queue has a
+    // queue on the other shard, whichever shard its connection landed on.
+    options.shards = 2;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 2);
+    set_pop_mode(&mut raw, "T", "parker");
+    let mut parker = Raw::connect(node.addr());
+    for _ in 0..200 {
+        parker.send(parked_pop("parker", "T", 20_000));
+    }
+    wait_until("200 pops to park", || parked(&node) == 200);
+    // Parked, they look at no queue of the other shard: nothing crosses a mailbox.
+    let before = forwarded(&node);
+    std::thread::sleep(Duration::from_secs(2));
+    let polled = forwarded(&node) - before;
+    assert_eq!(polled, 0, "200 parked pops sent {polled} requests to the other shard in 2 s");
+    // A message on either queue (one of them is on the other shard) is handed out at once.
+    for queue in 0..2 {
+        let began = Instant::now();
+        let sent = raw.call(send_request_v2("T", queue, b"wake", None, None));
+        assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
+        let popped = parker.next(Duration::from_secs(5), |frame| frame.is_response());
+        assert_eq!(popped.code, response::SUCCESS, "queue {queue}: {popped:?}");
+        let took = began.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "the pop of queue {queue}'s message was answered {took:?} after the send"
+        );
+    }
     node.shutdown().unwrap();
 }
 
