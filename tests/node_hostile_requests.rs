@@ -16,7 +16,13 @@
 //!   Parked pops of any queue whose queues are on other shards too cost nothing while
 //!   parked (no look at the other shards) and are woken by an arrival on any shard.
 //! - A heartbeat that registers thousands of subscriptions or a megabyte expression is
-//!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms.
+//!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms;
+//!   past `maxClientRegistrations` in the client table a heartbeat registering more is
+//!   SYSTEM_BUSY, counted; 2,000 clients heartbeating at once over eight connections
+//!   leave pings under 100 ms.
+//! - A flood of heartbeats naming new groups leaves pings under 100 ms (the subscription
+//!   group table is written off the reactor, many creations to a write); auto-creation
+//!   stops at `maxSubscriptionGroups`, counted.
 
 mod common;
 
@@ -330,7 +336,11 @@ fn batch_acks_past_the_configured_entry_and_bitset_bounds_are_refused() {
         );
     };
     // Three entries where two are allowed; nine bytes of bitset where eight are.
-    refused(&mut raw, batch_ack_body("acker", pop_time, 3, &[1]), "maxBatchAckEntries");
+    refused(
+        &mut raw,
+        batch_ack_body("acker", pop_time, 3, &[1]),
+        "maxBatchAckEntries",
+    );
     refused(
         &mut raw,
         batch_ack_body("acker", pop_time, 1, &[1, 0, 0, 0, 0, 0, 0, 0, 0]),
@@ -343,8 +353,12 @@ fn batch_acks_past_the_configured_entry_and_bitset_bounds_are_refused() {
     );
     // Within both bounds it acknowledges.
     let fine = raw.call(
-        command(request::BATCH_ACK_MESSAGE, &[])
-            .with_body(batch_ack_body("acker", pop_time, 2, &[1, 0, 0, 0])),
+        command(request::BATCH_ACK_MESSAGE, &[]).with_body(batch_ack_body(
+            "acker",
+            pop_time,
+            2,
+            &[1, 0, 0, 0],
+        )),
     );
     assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
     let committed = raw.call(command(
@@ -434,7 +448,11 @@ fn parked(node: &ringmq::node::NodeHandle) -> i64 {
     node.metrics()
         .shards()
         .iter()
-        .map(|shard| shard.parked_pulls.load(std::sync::atomic::Ordering::Relaxed))
+        .map(|shard| {
+            shard
+                .parked_pulls
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
         .sum()
 }
 
@@ -458,7 +476,10 @@ fn parked_pops_of_any_queue_cost_nothing_and_wake_on_another_shards_arrival() {
     let before = forwarded(&node);
     std::thread::sleep(Duration::from_secs(2));
     let polled = forwarded(&node) - before;
-    assert_eq!(polled, 0, "200 parked pops sent {polled} requests to the other shard in 2 s");
+    assert_eq!(
+        polled, 0,
+        "200 parked pops sent {polled} requests to the other shard in 2 s"
+    );
     // A message on either queue (one of them is on the other shard) is handed out at once.
     for queue in 0..2 {
         let began = Instant::now();
@@ -526,5 +547,193 @@ fn a_heartbeat_with_thousands_of_subscriptions_or_a_huge_expression_is_refused()
     let mut raw = Raw::connect(addr);
     let fine = raw.call(heartbeat("ok", "fine", 2, "TagA || TagB"));
     assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
+    node.shutdown().unwrap();
+}
+
+/// Sends `beats` pipelined from one connection, in rounds of 100, and checks every answer.
+fn heartbeat_flood(raw: &mut Raw, beats: Vec<RemotingCommand>, expected: i32) {
+    for round in beats.chunks(100) {
+        for beat in round {
+            raw.send(beat.clone());
+        }
+        for _ in round {
+            let answer = raw.next(PATIENCE, |frame| frame.is_response());
+            assert_eq!(answer.code, expected, "{answer:?}");
+        }
+    }
+}
+
+/// Sums a counter of every shard's metrics.
+fn counted(
+    node: &ringmq::node::NodeHandle,
+    pick: fn(&ringmq::metrics::ShardMetrics) -> u64,
+) -> u64 {
+    node.metrics()
+        .shards()
+        .iter()
+        .map(|shard| pick(shard))
+        .sum()
+}
+
+#[test]
+fn a_flood_of_heartbeats_with_new_group_names_keeps_pings_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // One shard: the pings share the reactor that creates the groups.
+    options.shards = 1;
+    let node = ringmq::node::start(options).unwrap();
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        let mut hostile = Raw::connect(addr);
+        let beats = (0..2_000)
+            .map(|n| heartbeat(&format!("c{n}"), &format!("new-group-{n}"), 1, "*"))
+            .collect();
+        heartbeat_flood(&mut hostile, beats, response::SUCCESS);
+    });
+    // Every group reaches the file, written off the reactor.
+    let file = dir.path().join("config").join("subscriptionGroup.json");
+    wait_until("the flood's groups in subscriptionGroup.json", || {
+        std::fs::read_to_string(&file).is_ok_and(|text| text.contains("\"new-group-1999\""))
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn auto_creation_stops_at_max_subscription_groups_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // TOOLS_CONSUMER and two more.
+    options.broker.max_subscription_groups = 3;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    let pull = |raw: &mut Raw, group: &str| {
+        let mut pull = pull_request("T", 0, 0, 1, None, None);
+        pull.put_ext("consumerGroup", group);
+        raw.call(pull)
+    };
+    for group in ["a", "b"] {
+        let pulled = pull(&mut raw, group);
+        assert_ne!(
+            pulled.code,
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            "{group}: {pulled:?}"
+        );
+    }
+    let refused = pull(&mut raw, "c");
+    assert_eq!(
+        refused.code,
+        response::SUBSCRIPTION_GROUP_NOT_EXIST,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("maxSubscriptionGroups"),
+        "{refused:?}"
+    );
+    // A heartbeat of a new group still registers its client; the group is not created.
+    let beat = raw.call(heartbeat("c@1", "d", 1, "*"));
+    assert_eq!(beat.code, response::SUCCESS, "{beat:?}");
+    let all = raw.call(command(request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG, &[]));
+    let table: serde_json::Value = serde_json::from_slice(&all.body).unwrap();
+    let names: Vec<&String> = table["subscriptionGroupTable"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(names, ["TOOLS_CONSUMER", "a", "b"]);
+    assert_eq!(
+        counted(&node, |shard| shard
+            .subscription_groups_refused
+            .load(std::sync::atomic::Ordering::Relaxed)),
+        2
+    );
+    // Groups that exist are served at the bound.
+    assert_ne!(
+        pull(&mut raw, "a").code,
+        response::SUBSCRIPTION_GROUP_NOT_EXIST
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn heartbeats_past_max_client_registrations_are_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.max_client_registrations = 10;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    for n in 0..10 {
+        let beat = raw.call(heartbeat(&format!("c{n}@1"), "g", 1, "*"));
+        assert_eq!(beat.code, response::SUCCESS, "{beat:?}");
+    }
+    let refused = raw.call(heartbeat("c10@1", "g", 1, "*"));
+    assert_eq!(refused.code, response::SYSTEM_BUSY, "{refused:?}");
+    assert!(
+        refused
+            .remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("maxClientRegistrations"),
+        "{refused:?}"
+    );
+    // A client already registered keeps heartbeating.
+    let again = raw.call(heartbeat("c0@1", "g", 1, "*"));
+    assert_eq!(again.code, response::SUCCESS, "{again:?}");
+    let members = raw.call(command(
+        request::GET_CONSUMER_LIST_BY_GROUP,
+        &[("consumerGroup", "g")],
+    ));
+    let list: serde_json::Value = serde_json::from_slice(&members.body).unwrap();
+    assert_eq!(list["consumerIdList"].as_array().unwrap().len(), 10);
+    assert_eq!(
+        counted(&node, |shard| shard
+            .heartbeats_refused
+            .load(std::sync::atomic::Ordering::Relaxed)),
+        1
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn many_clients_heartbeating_at_once_keep_pings_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.shards = 1;
+    let node = ringmq::node::start(options).unwrap();
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        // Eight connections of 250 clients each, every client in its own group with
+        // eight subscriptions, all at once.
+        let connections: Vec<_> = (0..8)
+            .map(|connection| {
+                std::thread::spawn(move || {
+                    let mut raw = Raw::connect(addr);
+                    let beats = (0..250)
+                        .map(|n| {
+                            let client = format!("client-{connection}-{n}@1");
+                            heartbeat(&client, &format!("app-{connection}-{n}"), 8, "TagA || TagB")
+                        })
+                        .collect();
+                    heartbeat_flood(&mut raw, beats, response::SUCCESS);
+                })
+            })
+            .collect();
+        for connection in connections {
+            connection
+                .join()
+                .expect("a heartbeating connection's checks");
+        }
+    });
+    // All 2,000 are registered.
+    let mut raw = Raw::connect(addr);
+    let members = raw.call(command(
+        request::GET_CONSUMER_LIST_BY_GROUP,
+        &[("consumerGroup", "app-7-249")],
+    ));
+    assert_eq!(members.code, response::SUCCESS, "{members:?}");
     node.shutdown().unwrap();
 }

@@ -418,6 +418,30 @@ impl Broker {
         );
     }
 
+    /// `group`'s subscription group for a pull, pop or send-back, auto-created when allowed
+    /// up to `maxSubscriptionGroups` ([`subscription_groups`]); with `consuming`, a
+    /// disabled group is refused too. A creation refused at the bound is counted.
+    pub(crate) fn subscription_group(
+        &self,
+        group: &str,
+        consuming: bool,
+    ) -> Result<subscription_groups::SubscriptionGroupConfig, (i32, String)> {
+        let groups = &self.subscription_groups;
+        let max = self.config.max_subscription_groups;
+        let found = if consuming {
+            groups.for_consumption(group, self.now_ms(), max)
+        } else {
+            groups.find_or_create(group, self.now_ms(), max)
+        };
+        if let Err((code, _)) = &found {
+            // With auto-creation on, only the bound keeps a group from existing.
+            if *code == response::SUBSCRIPTION_GROUP_NOT_EXIST && groups.auto_create() {
+                ShardMetrics::add(&self.metrics.subscription_groups_refused, 1);
+            }
+        }
+        found
+    }
+
     /// Pulls parked right now (for metrics and tests).
     pub fn parked_pulls(&self) -> usize {
         self.parked.get()
@@ -586,10 +610,13 @@ impl Broker {
                 subscription_group_requests::get_all(self, &request)
             }
             request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
-                subscription_group_requests::update_and_create(self, &request)
+                Box::pin(subscription_group_requests::update_and_create(
+                    self, &request,
+                ))
+                .await
             }
             request::DELETE_SUBSCRIPTIONGROUP => {
-                subscription_group_requests::delete(self, &request)
+                Box::pin(subscription_group_requests::delete(self, &request)).await
             }
             request::GET_ALL_DELAY_OFFSET => delay_offsets::get_all(self, &request),
             request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,

@@ -305,10 +305,7 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             ),
         );
     }
-    let max_attempts = match broker
-        .subscription_groups
-        .for_consumption(&header.group, now)
-    {
+    let max_attempts = match broker.subscription_group(&header.group, true) {
         Ok(config) => config.retry_max_times,
         Err((code, why)) => return fail(code, why),
     };
