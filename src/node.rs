@@ -290,6 +290,11 @@ impl NodeHandle {
                 anyhow::anyhow!("cannot write {}: {error}", offsets.path().display())
             });
             result = result.and(written);
+            let groups = &tables.subscription_groups;
+            let written = groups.flush().map_err(|error| {
+                anyhow::anyhow!("cannot write {}: {error}", groups.path().display())
+            });
+            result = result.and(written);
             let cursors = &tables.delay_offsets;
             let written = cursors.persist().map_err(|error| {
                 anyhow::anyhow!("cannot write {}: {error}", cursors.path().display())
@@ -879,6 +884,8 @@ async fn flush_consumer_offsets(broker: Rc<Broker>) {
                 broker.consumer_offsets().path().display()
             );
         }
+        // Its writes run off the reactor; after a failed one, this queues another.
+        broker.subscription_groups.write_if_behind();
     }
 }
 

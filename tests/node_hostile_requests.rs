@@ -8,11 +8,21 @@
 //!   RocketMQ 5 refuses them, and the delayed, timed and POP messages the node keeps in
 //!   those topics are delivered as if nothing had been asked.
 //! - A BATCH_ACK_MESSAGE whose bitsets set more bits than a pop hands out is refused at
-//!   once; pings from another connection are answered within 100 ms meanwhile.
+//!   once; pings from another connection are answered within 100 ms meanwhile. So is one
+//!   with more entries or bitset bytes than `maxBatchAckEntries` and
+//!   `maxBatchAckBitsetBytes` allow.
 //! - Parked pops are bounded per connection (past it POLLING_FULL at once) and end with
 //!   their connection, so a client that parks many and hangs up leaves nothing parked.
+//!   Parked pops of any queue whose queues are on other shards too cost nothing while
+//!   parked (no look at the other shards) and are woken by an arrival on any shard.
 //! - A heartbeat that registers thousands of subscriptions or a megabyte expression is
-//!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms.
+//!   refused whole (INVALID_PARAMETER naming the bound) while pings stay under 100 ms;
+//!   past `maxClientRegistrations` in the client table a heartbeat registering more is
+//!   SYSTEM_BUSY, counted; 2,000 clients heartbeating at once over eight connections
+//!   leave pings under 100 ms.
+//! - A flood of heartbeats naming new groups leaves pings under 100 ms (the subscription
+//!   group table is written off the reactor, many creations to a write); auto-creation
+//!   stops at `maxSubscriptionGroups`, counted.
 
 mod common;
 
@@ -291,6 +301,74 @@ fn a_batch_ack_setting_more_bits_than_a_pop_hands_out_is_refused_at_once() {
     node.shutdown().unwrap();
 }
 
+/// A BATCH_ACK_MESSAGE body of `entries` entries acknowledging from offset 0 of `T`
+/// queue 0 with the bitset `bits` each.
+fn batch_ack_body(group: &str, pop_time: i64, entries: usize, bits: &[u8]) -> String {
+    let acks: Vec<serde_json::Value> = (0..entries)
+        .map(|_| {
+            serde_json::json!({"c": group, "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0,
+                               "pt": pop_time, "it": 60_000, "b": bits})
+        })
+        .collect();
+    serde_json::json!({"brokerName": "broker-a", "acks": acks}).to_string()
+}
+
+#[test]
+fn batch_acks_past_the_configured_entry_and_bitset_bounds_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.max_batch_ack_entries = 2;
+    options.broker.max_batch_ack_bitset_bytes = 8;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    set_pop_mode(&mut raw, "T", "acker");
+    send_with(&mut raw, "T", "x", &[]);
+    let popped = raw.call(pop_request("acker", "T", 60_000));
+    assert_eq!(popped.code, response::SUCCESS, "{popped:?}");
+    let pop_time: i64 = popped.ext_fields["popTime"].parse().unwrap();
+    let refused = |raw: &mut Raw, body: String, key: &str| {
+        let answer = raw.call(command(request::BATCH_ACK_MESSAGE, &[]).with_body(body));
+        assert_eq!(answer.code, response::INVALID_PARAMETER, "{answer:?}");
+        assert!(
+            answer.remark.as_deref().unwrap_or("").contains(key),
+            "{answer:?}"
+        );
+    };
+    // Three entries where two are allowed; nine bytes of bitset where eight are.
+    refused(
+        &mut raw,
+        batch_ack_body("acker", pop_time, 3, &[1]),
+        "maxBatchAckEntries",
+    );
+    refused(
+        &mut raw,
+        batch_ack_body("acker", pop_time, 1, &[1, 0, 0, 0, 0, 0, 0, 0, 0]),
+        "maxBatchAckBitsetBytes",
+    );
+    refused(
+        &mut raw,
+        batch_ack_body("acker", pop_time, 2, &[1, 0, 0, 0, 0]),
+        "maxBatchAckBitsetBytes",
+    );
+    // Within both bounds it acknowledges.
+    let fine = raw.call(
+        command(request::BATCH_ACK_MESSAGE, &[]).with_body(batch_ack_body(
+            "acker",
+            pop_time,
+            2,
+            &[1, 0, 0, 0],
+        )),
+    );
+    assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
+    let committed = raw.call(command(
+        request::QUERY_CONSUMER_OFFSET,
+        &[("consumerGroup", "acker"), ("topic", "T"), ("queueId", "0")],
+    ));
+    assert_eq!(&committed.ext_fields["offset"], "1", "{committed:?}");
+    node.shutdown().unwrap();
+}
+
 /// A pop of any queue of `topic` that parks for up to `poll_ms`.
 fn parked_pop(group: &str, topic: &str, poll_ms: i64) -> RemotingCommand {
     let mut pop = pop_request(group, topic, 60_000);
@@ -356,6 +434,68 @@ fn parked_pops_end_with_their_connection() {
     node.shutdown().unwrap();
 }
 
+/// Requests sent to another shard's mailbox so far, all shards.
+fn forwarded(node: &ringmq::node::NodeHandle) -> u64 {
+    node.metrics()
+        .shards()
+        .iter()
+        .map(|shard| shard.forwarded.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+/// Requests parked right now, all shards (sampled once a second).
+fn parked(node: &ringmq::node::NodeHandle) -> i64 {
+    node.metrics()
+        .shards()
+        .iter()
+        .map(|shard| {
+            shard
+                .parked_pulls
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum()
+}
+
+#[test]
+fn parked_pops_of_any_queue_cost_nothing_and_wake_on_another_shards_arrival() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // Two shards, and two queues: each shard owns one, so every pop of any queue has a
+    // queue on the other shard, whichever shard its connection landed on.
+    options.shards = 2;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 2);
+    set_pop_mode(&mut raw, "T", "parker");
+    let mut parker = Raw::connect(node.addr());
+    for _ in 0..200 {
+        parker.send(parked_pop("parker", "T", 20_000));
+    }
+    wait_until("200 pops to park", || parked(&node) == 200);
+    // Parked, they look at no queue of the other shard: nothing crosses a mailbox.
+    let before = forwarded(&node);
+    std::thread::sleep(Duration::from_secs(2));
+    let polled = forwarded(&node) - before;
+    assert_eq!(
+        polled, 0,
+        "200 parked pops sent {polled} requests to the other shard in 2 s"
+    );
+    // A message on either queue (one of them is on the other shard) is handed out at once.
+    for queue in 0..2 {
+        let began = Instant::now();
+        let sent = raw.call(send_request_v2("T", queue, b"wake", None, None));
+        assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
+        let popped = parker.next(Duration::from_secs(5), |frame| frame.is_response());
+        assert_eq!(popped.code, response::SUCCESS, "queue {queue}: {popped:?}");
+        let took = began.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "the pop of queue {queue}'s message was answered {took:?} after the send"
+        );
+    }
+    node.shutdown().unwrap();
+}
+
 /// A consumer heartbeat of `client` in `group` with `subscriptions` subscriptions, each
 /// with the expression `expression`.
 fn heartbeat(client: &str, group: &str, subscriptions: usize, expression: &str) -> RemotingCommand {
@@ -407,5 +547,193 @@ fn a_heartbeat_with_thousands_of_subscriptions_or_a_huge_expression_is_refused()
     let mut raw = Raw::connect(addr);
     let fine = raw.call(heartbeat("ok", "fine", 2, "TagA || TagB"));
     assert_eq!(fine.code, response::SUCCESS, "{fine:?}");
+    node.shutdown().unwrap();
+}
+
+/// Sends `beats` pipelined from one connection, in rounds of 100, and checks every answer.
+fn heartbeat_flood(raw: &mut Raw, beats: Vec<RemotingCommand>, expected: i32) {
+    for round in beats.chunks(100) {
+        for beat in round {
+            raw.send(beat.clone());
+        }
+        for _ in round {
+            let answer = raw.next(PATIENCE, |frame| frame.is_response());
+            assert_eq!(answer.code, expected, "{answer:?}");
+        }
+    }
+}
+
+/// Sums a counter of every shard's metrics.
+fn counted(
+    node: &ringmq::node::NodeHandle,
+    pick: fn(&ringmq::metrics::ShardMetrics) -> u64,
+) -> u64 {
+    node.metrics()
+        .shards()
+        .iter()
+        .map(|shard| pick(shard))
+        .sum()
+}
+
+#[test]
+fn a_flood_of_heartbeats_with_new_group_names_keeps_pings_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // One shard: the pings share the reactor that creates the groups.
+    options.shards = 1;
+    let node = ringmq::node::start(options).unwrap();
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        let mut hostile = Raw::connect(addr);
+        let beats = (0..2_000)
+            .map(|n| heartbeat(&format!("c{n}"), &format!("new-group-{n}"), 1, "*"))
+            .collect();
+        heartbeat_flood(&mut hostile, beats, response::SUCCESS);
+    });
+    // Every group reaches the file, written off the reactor.
+    let file = dir.path().join("config").join("subscriptionGroup.json");
+    wait_until("the flood's groups in subscriptionGroup.json", || {
+        std::fs::read_to_string(&file).is_ok_and(|text| text.contains("\"new-group-1999\""))
+    });
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn auto_creation_stops_at_max_subscription_groups_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    // TOOLS_CONSUMER and two more.
+    options.broker.max_subscription_groups = 3;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, "T", 1);
+    let pull = |raw: &mut Raw, group: &str| {
+        let mut pull = pull_request("T", 0, 0, 1, None, None);
+        pull.put_ext("consumerGroup", group);
+        raw.call(pull)
+    };
+    for group in ["a", "b"] {
+        let pulled = pull(&mut raw, group);
+        assert_ne!(
+            pulled.code,
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            "{group}: {pulled:?}"
+        );
+    }
+    let refused = pull(&mut raw, "c");
+    assert_eq!(
+        refused.code,
+        response::SUBSCRIPTION_GROUP_NOT_EXIST,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("maxSubscriptionGroups"),
+        "{refused:?}"
+    );
+    // A heartbeat of a new group still registers its client; the group is not created.
+    let beat = raw.call(heartbeat("c@1", "d", 1, "*"));
+    assert_eq!(beat.code, response::SUCCESS, "{beat:?}");
+    let all = raw.call(command(request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG, &[]));
+    let table: serde_json::Value = serde_json::from_slice(&all.body).unwrap();
+    let names: Vec<&String> = table["subscriptionGroupTable"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(names, ["TOOLS_CONSUMER", "a", "b"]);
+    assert_eq!(
+        counted(&node, |shard| shard
+            .subscription_groups_refused
+            .load(std::sync::atomic::Ordering::Relaxed)),
+        2
+    );
+    // Groups that exist are served at the bound.
+    assert_ne!(
+        pull(&mut raw, "a").code,
+        response::SUBSCRIPTION_GROUP_NOT_EXIST
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn heartbeats_past_max_client_registrations_are_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.broker.max_client_registrations = 10;
+    let node = ringmq::node::start(options).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    for n in 0..10 {
+        let beat = raw.call(heartbeat(&format!("c{n}@1"), "g", 1, "*"));
+        assert_eq!(beat.code, response::SUCCESS, "{beat:?}");
+    }
+    let refused = raw.call(heartbeat("c10@1", "g", 1, "*"));
+    assert_eq!(refused.code, response::SYSTEM_BUSY, "{refused:?}");
+    assert!(
+        refused
+            .remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("maxClientRegistrations"),
+        "{refused:?}"
+    );
+    // A client already registered keeps heartbeating.
+    let again = raw.call(heartbeat("c0@1", "g", 1, "*"));
+    assert_eq!(again.code, response::SUCCESS, "{again:?}");
+    let members = raw.call(command(
+        request::GET_CONSUMER_LIST_BY_GROUP,
+        &[("consumerGroup", "g")],
+    ));
+    let list: serde_json::Value = serde_json::from_slice(&members.body).unwrap();
+    assert_eq!(list["consumerIdList"].as_array().unwrap().len(), 10);
+    assert_eq!(
+        counted(&node, |shard| shard
+            .heartbeats_refused
+            .load(std::sync::atomic::Ordering::Relaxed)),
+        1
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn many_clients_heartbeating_at_once_keep_pings_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_options(dir.path());
+    options.shards = 1;
+    let node = ringmq::node::start(options).unwrap();
+    let addr = node.addr();
+    pings_stay_fast_while(addr, move || {
+        // Eight connections of 250 clients each, every client in its own group with
+        // eight subscriptions, all at once.
+        let connections: Vec<_> = (0..8)
+            .map(|connection| {
+                std::thread::spawn(move || {
+                    let mut raw = Raw::connect(addr);
+                    let beats = (0..250)
+                        .map(|n| {
+                            let client = format!("client-{connection}-{n}@1");
+                            heartbeat(&client, &format!("app-{connection}-{n}"), 8, "TagA || TagB")
+                        })
+                        .collect();
+                    heartbeat_flood(&mut raw, beats, response::SUCCESS);
+                })
+            })
+            .collect();
+        for connection in connections {
+            connection
+                .join()
+                .expect("a heartbeating connection's checks");
+        }
+    });
+    // All 2,000 are registered.
+    let mut raw = Raw::connect(addr);
+    let members = raw.call(command(
+        request::GET_CONSUMER_LIST_BY_GROUP,
+        &[("consumerGroup", "app-7-249")],
+    ));
+    assert_eq!(members.code, response::SUCCESS, "{members:?}");
     node.shutdown().unwrap();
 }

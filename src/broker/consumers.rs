@@ -50,6 +50,7 @@ use serde::{Deserialize, Deserializer};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::metrics::ShardMetrics;
 use crate::remoting::codes::response;
 use crate::remoting::log_safe::{log_safe, Warn, WarnLimiter};
 use crate::remoting::RemotingCommand;
@@ -247,23 +248,48 @@ pub fn heartbeat(broker: &Broker, request: &RemotingCommand, peer: SocketAddr) -
     let mut data = registrable(data);
     data.language = request.language.to_string();
     data.version = request.version;
+    // Registered first, so a heartbeat the full client table refuses creates no group.
+    let joined = match broker.groups.heartbeat_bounded(
+        &data,
+        Instant::now(),
+        peer,
+        broker.config.max_client_registrations,
+    ) {
+        Ok(joined) => joined,
+        Err(held) => {
+            ShardMetrics::add(&broker.metrics.heartbeats_refused, 1);
+            return RemotingCommand::response_to(
+                request,
+                response::SYSTEM_BUSY,
+                Some(format!(
+                    "the node holds {held} client registrations, at most {} (maxClientRegistrations); try again later",
+                    broker.config.max_client_registrations
+                )),
+            );
+        }
+    };
     if broker.subscription_groups.auto_create() {
         for consumer in &data.consumer_data_set {
             let config = SubscriptionGroupConfig::new(&consumer.group_name);
-            if let Err(error) = broker
-                .subscription_groups
-                .put_if_absent(config, broker.now_ms())
-            {
-                // The heartbeat still registers the client; the group is created on a later
-                // heartbeat or pull.
-                tracing::warn!(
-                    group = %log_safe(&consumer.group_name),
-                    "cannot create the subscription group: {error}"
+            // In memory at once, written off the reactor (`subscription_groups`).
+            if let Err(held) = broker.subscription_groups.create_if_absent(
+                config,
+                broker.now_ms(),
+                broker.config.max_subscription_groups,
+            ) {
+                // The heartbeat still registers the client; its pulls of the group are
+                // refused naming the bound until there is room.
+                ShardMetrics::add(&broker.metrics.subscription_groups_refused, 1);
+                warn_skipped(
+                    &data.client_id,
+                    "consumer group",
+                    &consumer.group_name,
+                    &format!("not created: the node holds {held} subscription groups (maxSubscriptionGroups)"),
                 );
             }
         }
     }
-    for group in broker.groups.heartbeat(&data, Instant::now(), peer) {
+    for group in joined {
         broker.notify_consumer_ids_changed(&group);
     }
     RemotingCommand::response_to(request, response::SUCCESS, None)

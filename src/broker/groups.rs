@@ -185,6 +185,32 @@ impl Tables {
 
     /// Registers or refreshes (role, group, client) at `now`; true if it is new. The client
     /// must be linked already.
+    /// How many registrations `data` would add: the (role, group) pairs it names that its
+    /// client does not hold yet, each once.
+    fn new_registrations(&self, data: &HeartbeatData) -> usize {
+        let held = self
+            .clients
+            .get(&data.client_id)
+            .map(|client| &client.registrations);
+        let named = data
+            .producer_data_set
+            .iter()
+            .map(|producer| (Role::Producer, producer.group_name.as_str()))
+            .chain(
+                data.consumer_data_set
+                    .iter()
+                    .map(|consumer| (Role::Consumer, consumer.group_name.as_str())),
+            );
+        let mut new = BTreeSet::new();
+        for (role, group) in named {
+            let holds = held.is_some_and(|held| held.contains(&(role, group.to_owned())));
+            if !holds {
+                new.insert((role, group));
+            }
+        }
+        new.len()
+    }
+
     fn register(&mut self, role: Role, group: &str, client: &str, now: Instant) -> bool {
         let members = match role {
             Role::Producer => self.producers.entry(group.to_owned()).or_default(),
@@ -324,14 +350,35 @@ impl Groups {
     /// Registers (or refreshes) everything one heartbeat, received from `peer`, names, and
     /// ties the client to `peer`; returns the consumer groups the client newly joined.
     pub fn heartbeat(&self, data: &HeartbeatData, now: Instant, peer: SocketAddr) -> Vec<String> {
+        match self.heartbeat_bounded(data, now, peer, usize::MAX) {
+            Ok(joined) => joined,
+            Err(held) => unreachable!("{held} registrations reached an unbounded table's bound"),
+        }
+    }
+
+    /// [`Groups::heartbeat`], unless the registrations it would add take the table past
+    /// `max_registrations`: then it registers nothing (not even a refresh) and returns
+    /// the registrations held. Refreshing what a client holds never counts against it.
+    pub fn heartbeat_bounded(
+        &self,
+        data: &HeartbeatData,
+        now: Instant,
+        peer: SocketAddr,
+        max_registrations: usize,
+    ) -> Result<Vec<String>, usize> {
         let mut joined = Vec::new();
         let mut tables = self.tables.lock();
         let client = data.client_id.as_str();
+        let held = tables.expiry.len();
+        let added = tables.new_registrations(data);
+        if added > 0 && held.saturating_add(added) > max_registrations {
+            return Err(held);
+        }
         let names_a_group =
             !data.producer_data_set.is_empty() || !data.consumer_data_set.is_empty();
         if !names_a_group && !tables.clients.contains_key(client) {
             // Nothing to register, and no entry may exist without a registration.
-            return joined;
+            return Ok(joined);
         }
         tables.link(client, peer);
         if let Some(entry) = tables.clients.get_mut(client) {
@@ -367,7 +414,7 @@ impl Groups {
                 .consume_from_where
                 .clone_from(&consumer.consume_from_where);
         }
-        joined
+        Ok(joined)
     }
 
     /// Removes `client_id` from the named groups, or from every group when none is named;

@@ -96,6 +96,7 @@ pub mod pop_holds;
 pub mod pop_log;
 pub mod pop_reset;
 pub mod pop_state;
+pub mod pop_wake;
 pub mod pop_wire;
 pub mod producer_connections;
 pub mod protected_groups;
@@ -158,6 +159,17 @@ pub struct BrokerConfig {
     pub max_heartbeat_subscriptions: usize,
     /// Longest subscription expression (and tag list) one heartbeat may register.
     pub max_subscription_expression_bytes: usize,
+    /// Most registrations (a client in a group) the node's client table holds
+    /// (`maxClientRegistrations`, node-wide).
+    pub max_client_registrations: usize,
+    /// Most subscription groups a heartbeat or pull may auto-create up to
+    /// (`maxSubscriptionGroups`, node-wide).
+    pub max_subscription_groups: usize,
+    /// Most entries one BATCH_ACK_MESSAGE may carry (`maxBatchAckEntries`).
+    pub max_batch_ack_entries: usize,
+    /// Most bitset bytes one BATCH_ACK_MESSAGE may carry, all entries together
+    /// (`maxBatchAckBitsetBytes`).
+    pub max_batch_ack_bitset_bytes: usize,
     /// A client not heard from (heartbeat) for this long is dropped from its groups
     /// (`channelExpiredTimeout`).
     pub client_expiry: Duration,
@@ -218,6 +230,8 @@ pub struct NodeTables {
     pub settings: Arc<live_settings::LiveSettings>,
     /// What every shard's embedded name server shares.
     pub namesrv: Arc<crate::namesrv::admin::NamesrvState>,
+    /// The parked pops of any queue, which every shard's arrivals wake.
+    pub pop_wakes: Arc<pop_wake::AnyQueueWakes>,
 }
 
 impl NodeTables {
@@ -244,6 +258,7 @@ impl NodeTables {
         NodeTables {
             settings: Arc::new(live_settings::LiveSettings::new(settings, 0)),
             namesrv: Arc::new(namesrv),
+            pop_wakes: Arc::new(pop_wake::AnyQueueWakes::default()),
             request_modes: Arc::new(request_modes),
             delay_offsets: Arc::new(delay_offsets),
             topics: Arc::new(topics),
@@ -290,6 +305,7 @@ pub struct Broker {
     pub(crate) request_modes: Arc<request_modes::RequestModes>,
     pub(crate) settings: Arc<live_settings::LiveSettings>,
     pub(crate) namesrv: Arc<crate::namesrv::admin::NamesrvState>,
+    pub(crate) pop_wakes: Arc<pop_wake::AnyQueueWakes>,
 }
 
 impl Broker {
@@ -303,6 +319,9 @@ impl Broker {
         metrics: Arc<ShardMetrics>,
     ) -> Broker {
         let started_ms = clock.now_ms();
+        // Every record made visible here may wake a parked pop of any queue elsewhere.
+        let pop_wakes = tables.pop_wakes.clone();
+        store.set_visible_hook(Rc::new(move |topic: &str| pop_wakes.arrived(topic)));
         let delay_wakes = (0..config.delay_levels.max_level())
             .map(|_| Rc::new(tokio::sync::Notify::new()))
             .collect();
@@ -314,6 +333,7 @@ impl Broker {
             request_modes: tables.request_modes,
             settings: tables.settings,
             namesrv: tables.namesrv,
+            pop_wakes: tables.pop_wakes,
             topics: tables.topics,
             groups: tables.groups,
             consumer_offsets: tables.consumer_offsets,
@@ -396,6 +416,30 @@ impl Broker {
             "shard {}'s POP state was set twice",
             self.shard.id()
         );
+    }
+
+    /// `group`'s subscription group for a pull, pop or send-back, auto-created when allowed
+    /// up to `maxSubscriptionGroups` ([`subscription_groups`]); with `consuming`, a
+    /// disabled group is refused too. A creation refused at the bound is counted.
+    pub(crate) fn subscription_group(
+        &self,
+        group: &str,
+        consuming: bool,
+    ) -> Result<subscription_groups::SubscriptionGroupConfig, (i32, String)> {
+        let groups = &self.subscription_groups;
+        let max = self.config.max_subscription_groups;
+        let found = if consuming {
+            groups.for_consumption(group, self.now_ms(), max)
+        } else {
+            groups.find_or_create(group, self.now_ms(), max)
+        };
+        if let Err((code, _)) = &found {
+            // With auto-creation on, only the bound keeps a group from existing.
+            if *code == response::SUBSCRIPTION_GROUP_NOT_EXIST && groups.auto_create() {
+                ShardMetrics::add(&self.metrics.subscription_groups_refused, 1);
+            }
+        }
+        found
     }
 
     /// Pulls parked right now (for metrics and tests).
@@ -566,10 +610,13 @@ impl Broker {
                 subscription_group_requests::get_all(self, &request)
             }
             request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
-                subscription_group_requests::update_and_create(self, &request)
+                Box::pin(subscription_group_requests::update_and_create(
+                    self, &request,
+                ))
+                .await
             }
             request::DELETE_SUBSCRIPTIONGROUP => {
-                subscription_group_requests::delete(self, &request)
+                Box::pin(subscription_group_requests::delete(self, &request)).await
             }
             request::GET_ALL_DELAY_OFFSET => delay_offsets::get_all(self, &request),
             request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,

@@ -12,9 +12,9 @@
 //!   nothing: park (pollTime, at most maxSuspend; parkedPulls bound shared with pulls)
 //!     until an arrival, a deadline in flight, or the poll time ─▶ POLLING_TIMEOUT
 //!   POP(queue -1): every queue of the topic in turn, the other shards' through their
-//!     mailboxes without parking; then parks here, woken by this shard's arrivals, and
-//!     when the topic has queues on other shards looking again after ANY_QUEUE_RECHECK,
-//!     doubling up to ANY_QUEUE_RECHECK_MAX
+//!     mailboxes without parking (each answers with its earliest deadline in flight);
+//!     then parks here, woken by this shard's arrivals, by an arrival of the topic on
+//!     any other shard ([`super::pop_wake`]), or by the earliest deadline of them all
 //!   a parked pop ends when its connection closes; at most maxParkedRequestsPerConnection
 //!     are parked per connection (past it POLLING_FULL)
 //!   ACK / BATCH_ACK: a delivery in flight with the handle's popTime ─▶ ack record stored
@@ -62,12 +62,6 @@ use super::{bad_header, names, pull, Broker};
 
 /// Longest invisible time a pop or change may ask for (a day; Java's client caps at 12 h).
 pub const MAX_INVISIBLE_TIME_MS: i64 = 24 * 3600 * 1000;
-/// How soon a parked pop of any queue (-1) first looks at the other shards' queues again;
-/// each look doubles the wait, up to [`ANY_QUEUE_RECHECK_MAX`]. A pop of any queue whose
-/// queues are all on its own shard never looks again: arrivals wake it.
-pub const ANY_QUEUE_RECHECK: Duration = Duration::from_millis(100);
-/// The longest wait between two looks of a parked pop of any queue at other shards.
-pub const ANY_QUEUE_RECHECK_MAX: Duration = Duration::from_millis(1600);
 /// How often a changed replay mark is written.
 pub const MARK_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a message whose DLQ copy could not be stored waits before it is tried again.
@@ -75,6 +69,10 @@ const DLQ_RETRY_MS: i64 = 1000;
 /// The marker of a pop copy another shard sends while serving a pop of any queue: answer
 /// without parking. Removed from client requests with the other internal markers.
 pub const NO_PARK: &str = "_ringmqPopNoPark";
+/// In the answer to a [`NO_PARK`] copy that found nothing: the earliest deadline in flight
+/// on its queue (ms since the epoch), when the pop of any queue must look again. Only
+/// the node's own copies carry [`NO_PARK`], so no client sees it.
+const NEXT_DUE: &str = "_ringmqPopNextDue";
 
 /// One shard's POP state.
 pub struct Pops {
@@ -307,10 +305,7 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             ),
         );
     }
-    let max_attempts = match broker
-        .subscription_groups
-        .for_consumption(&header.group, now)
-    {
+    let max_attempts = match broker.subscription_group(&header.group, true) {
         Ok(config) => config.retry_max_times,
         Err((code, why)) => return fail(code, why),
     };
@@ -332,13 +327,15 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
     };
     let mut parked = None;
     // A pop of any queue whose queues are all this shard's is woken by this shard's
-    // arrivals and deadlines alone; otherwise it also looks again, backing off.
+    // arrivals and deadlines alone; otherwise also by its topic's arrivals on the other
+    // shards, watched from before its first look so that none is missed.
     let all_local = header.queue_id >= 0
         || (0..topic_config.read_queue_nums as i32)
             .all(|queue| broker.shard.owner(&header.topic, queue) == broker.shard.id());
-    let mut recheck = ANY_QUEUE_RECHECK;
+    let watch = (!all_local && !wait.is_zero()).then(|| broker.pop_wakes.watch(&header.topic));
     loop {
         let arrival = broker.store.arrivals();
+        let remote_arrival = watch.as_ref().map(|watch| watch.notified());
         let attempt = if header.queue_id >= 0 {
             pop_queue(broker, pops, &job, header.queue_id).await
         } else {
@@ -363,7 +360,11 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             Ok(Found::Nothing { next_due }) => {
                 let now_instant = tokio::time::Instant::now();
                 if now_instant >= deadline {
-                    return fail(response::POLLING_TIMEOUT, "no new message".into());
+                    let mut answer = fail(response::POLLING_TIMEOUT, "no new message".into());
+                    if let (true, Some(due)) = (no_park, next_due) {
+                        answer.put_ext(NEXT_DUE, due);
+                    }
+                    return answer;
                 }
                 if parked.is_none() {
                     if broker.parked.get() >= broker.config.max_parked_pulls {
@@ -394,15 +395,18 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
                     let ms = (due - broker.now_ms()).max(0) as u64;
                     wake = wake.min(now_instant + Duration::from_millis(ms));
                 }
-                if header.queue_id < 0 && !all_local {
-                    // Another shard's arrival does not wake this one: look again, less
-                    // often the longer nothing comes.
-                    wake = wake.min(now_instant + recheck);
-                    recheck = (recheck * 2).min(ANY_QUEUE_RECHECK_MAX);
-                }
                 let connection = parked.as_ref().map(|(_, connection)| connection);
+                let woken = async {
+                    match remote_arrival {
+                        Some(remote) => tokio::select! {
+                            () = arrival => {}
+                            () = remote => {}
+                        },
+                        None => arrival.await,
+                    }
+                };
                 tokio::select! {
-                    _ = tokio::time::timeout_at(wake, arrival) => {}
+                    _ = tokio::time::timeout_at(wake, woken) => {}
                     () = async {
                         match connection {
                             Some(Some(parked)) => parked.closed().await,
@@ -491,6 +495,10 @@ async fn pop_any(
             if let Some(answer) = Box::pin(broker.shard.forward(owner, copy, peer)).await {
                 if answer.code == response::SUCCESS {
                     return Ok(Found::Forwarded(answer));
+                }
+                // A delivery in flight there falls due then: look again at that time.
+                if let Ok(Some(due)) = answer.opt_i64(NEXT_DUE) {
+                    next_due = Some(next_due.map_or(due, |known| known.min(due)));
                 }
             }
         }
@@ -1036,23 +1044,23 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let Some(pops) = broker.pops.get() else {
         return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
     };
-    if body.acks.len() > pop_wire::MAX_BATCH_ACK_ENTRIES {
+    let max_entries = broker.config.max_batch_ack_entries;
+    if body.acks.len() > max_entries {
         return answer(
             response::INVALID_PARAMETER,
             Some(format!(
-                "{} acks in one batch; at most {}",
+                "{} acks in one batch; at most {max_entries} (maxBatchAckEntries)",
                 body.acks.len(),
-                pop_wire::MAX_BATCH_ACK_ENTRIES
             )),
         );
     }
+    let max_bytes = broker.config.max_batch_ack_bitset_bytes;
     let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
-    if bitset_bytes > pop_wire::MAX_BITSET_BYTES {
+    if bitset_bytes > max_bytes {
         return answer(
             response::INVALID_PARAMETER,
             Some(format!(
-                "the batch's bitsets are {bitset_bytes} bytes; at most {} in all",
-                pop_wire::MAX_BITSET_BYTES
+                "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
             )),
         );
     }
@@ -1101,7 +1109,7 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             }
             continue;
         }
-        let bits = match ack.b.indexes(MAX_POP_BATCH as usize) {
+        let bits = match ack.b.indexes(MAX_POP_BATCH as usize, max_bytes) {
             Ok(bits) => bits,
             Err(why) => {
                 return answer(

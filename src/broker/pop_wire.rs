@@ -7,9 +7,10 @@
 //! - [`BatchAck`] accepts the bitset as Java sends it (a base64 string of
 //!   `BitSet.toByteArray()`) and as the Rust client 1.0 sends it (a JSON array of byte
 //!   values); bit `i` of byte `i / 8` (little-endian) acknowledges offset `so + i`.
-//! - The work of a batch ack is bounded before it is done: at most
-//!   [`MAX_BATCH_ACK_ENTRIES`] entries, [`MAX_BITSET_BYTES`] of bitset in all, and
-//!   [`MAX_POP_BATCH`] bits set per entry (what one pop can hand out).
+//! - The work of a batch ack is bounded before it is done: at most `maxBatchAckEntries`
+//!   entries, `maxBatchAckBitsetBytes` of bitset in all (node keys, checked by
+//!   [`super::pop::batch_ack`]), and [`MAX_POP_BATCH`] bits set per entry (what one pop
+//!   can hand out, a protocol bound).
 
 use serde::{Deserialize, Serialize};
 
@@ -137,15 +138,6 @@ pub enum Bitset {
     Bytes(Vec<u8>),
 }
 
-/// The longest bitset of one BATCH_ACK_MESSAGE, all its entries together: a pop serves
-/// at most [`MAX_POP_BATCH`] messages, but redelivered offsets can sit far below the new
-/// ones, so allow a wide span while keeping a hostile body's cost bounded.
-pub const MAX_BITSET_BYTES: usize = 64 * 1024;
-/// The most entries one BATCH_ACK_MESSAGE may carry (each is one pop of one queue; a
-/// client acknowledges what it received, in batches of at most [`MAX_POP_BATCH`]
-/// messages, so this leaves room for a client that gathers several receives).
-pub const MAX_BATCH_ACK_ENTRIES: usize = 1024;
-
 impl Bitset {
     /// How many bytes the bitset decodes to (base64 without decoding it).
     pub fn decoded_len(&self) -> usize {
@@ -157,8 +149,9 @@ impl Bitset {
 
     /// The set bit indexes, in order; an error past `max_set` of them (a bitset that
     /// acknowledges more than one pop hands out is not one pop's, and reading on would
-    /// let a body cost the shard time in proportion to its length).
-    pub fn indexes(&self, max_set: usize) -> Result<Vec<u64>, String> {
+    /// let a body cost the shard time in proportion to its length), or when it decodes to
+    /// more than `max_bytes`.
+    pub fn indexes(&self, max_set: usize, max_bytes: usize) -> Result<Vec<u64>, String> {
         let decoded;
         let bytes: &[u8] = match self {
             Bitset::Base64(text) => {
@@ -167,9 +160,9 @@ impl Bitset {
             }
             Bitset::Bytes(bytes) => bytes,
         };
-        if bytes.len() > MAX_BITSET_BYTES {
+        if bytes.len() > max_bytes {
             return Err(format!(
-                "the bitset is {} bytes; at most {MAX_BITSET_BYTES}",
+                "the bitset is {} bytes; at most {max_bytes} (maxBatchAckBitsetBytes)",
                 bytes.len()
             ));
         }
@@ -287,21 +280,26 @@ mod tests {
             r#"{"brokerName":"b","acks":[{"c":"g","t":"T","r":"0","so":10,"q":1,"rq":0,"pt":5,"it":60000,"b":"BQI="}]}"#,
         )
         .unwrap();
-        assert_eq!(rust.acks[0].b.indexes(32).unwrap(), vec![0, 2, 9]);
-        assert_eq!(java.acks[0].b.indexes(32).unwrap(), vec![0, 2, 9]);
+        assert_eq!(rust.acks[0].b.indexes(32, 1024).unwrap(), vec![0, 2, 9]);
+        assert_eq!(java.acks[0].b.indexes(32, 1024).unwrap(), vec![0, 2, 9]);
         // Unpadded base64 too.
         assert_eq!(
-            Bitset::Base64("BQI".into()).indexes(32).unwrap(),
+            Bitset::Base64("BQI".into()).indexes(32, 1024).unwrap(),
             vec![0, 2, 9]
         );
-        assert!(Bitset::Base64("B*".into()).indexes(32).is_err());
-        assert!(Bitset::Bytes(vec![1; MAX_BITSET_BYTES + 1])
-            .indexes(usize::MAX)
-            .is_err());
+        assert!(Bitset::Base64("B*".into()).indexes(32, 1024).is_err());
+        // One byte past the bound, with a bit in each.
+        assert!(Bitset::Bytes(vec![1; 1025])
+            .indexes(usize::MAX, 1024)
+            .unwrap_err()
+            .contains("maxBatchAckBitsetBytes"));
+        assert!(Bitset::Bytes(vec![1; 1024])
+            .indexes(usize::MAX, 1024)
+            .is_ok());
         // One bit too many for one pop.
-        assert!(Bitset::Bytes(vec![0xFF; 4]).indexes(32).is_ok());
+        assert!(Bitset::Bytes(vec![0xFF; 4]).indexes(32, 1024).is_ok());
         assert!(Bitset::Bytes(vec![0xFF, 0xFF, 0xFF, 0xFF, 1])
-            .indexes(32)
+            .indexes(32, 1024)
             .unwrap_err()
             .contains("more than 32 bits"));
     }

@@ -164,10 +164,7 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
     ) {
         return refusal(request, response::SYSTEM_ERROR, why);
     }
-    if let Err((code, why)) = broker
-        .subscription_groups
-        .for_consumption(&header.consumer_group, broker.now_ms())
-    {
+    if let Err((code, why)) = broker.subscription_group(&header.consumer_group, true) {
         return refusal(request, code, why);
     }
     if header.queue_offset < 0 {

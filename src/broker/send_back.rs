@@ -108,10 +108,7 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     if let Err(why) = names::validate_group(header.group) {
         return bad_header(request, why);
     }
-    let config = match broker
-        .subscription_groups
-        .find_or_create(header.group, broker.now_ms())
-    {
+    let config = match broker.subscription_group(header.group, false) {
         Ok(config) => config,
         Err((code, remark)) => return RemotingCommand::response_to(request, code, Some(remark)),
     };

@@ -1,7 +1,8 @@
 //! The subscription-group admin requests, over [`super::subscription_groups`]:
 //!
 //! - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body a `SubscriptionGroupConfig` JSON;
-//!   creates or replaces the group and persists the table before answering SUCCESS. A body
+//!   creates or replaces the group and answers SUCCESS once the file holds it (written
+//!   off the reactor, [`super::subscription_groups`]). A body
 //!   that does not parse or that [`check_config`] refuses is SYSTEM_ERROR naming why.
 //! - GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): body the table as the file holds it
 //!   (`SubscriptionGroupWrapper`).
@@ -19,7 +20,7 @@ fn failed(request: &RemotingCommand, why: String) -> RemotingCommand {
     RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why))
 }
 
-pub fn update_and_create(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+pub async fn update_and_create(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let config: SubscriptionGroupConfig = match serde_json::from_slice(&request.body) {
         Ok(config) => config,
         Err(error) => {
@@ -33,7 +34,12 @@ pub fn update_and_create(broker: &Broker, request: &RemotingCommand) -> Remoting
         return failed(request, format!("bad SubscriptionGroupConfig: {why}"));
     }
     let group = config.group_name.clone();
-    match broker.subscription_groups.put(config, broker.now_ms()) {
+    // Answered once the file holds it; written off the reactor.
+    match broker
+        .subscription_groups
+        .put_durable(config, broker.now_ms())
+        .await
+    {
         Ok(()) => {
             tracing::info!(group = %crate::remoting::log_safe::log_safe(&group), "subscription group updated");
             RemotingCommand::response_to(request, response::SUCCESS, None)
@@ -50,7 +56,7 @@ pub fn get_all(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
         .with_body(broker.subscription_groups.to_json().into_bytes())
 }
 
-pub fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+pub async fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let group = match request.get_str("groupName") {
         Ok(group) => group,
         Err(error) => return bad_header(request, error),
@@ -62,7 +68,11 @@ pub fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
         Ok(clean) => clean.unwrap_or(false),
         Err(error) => return bad_header(request, error),
     };
-    if let Err(error) = broker.subscription_groups.remove(group, broker.now_ms()) {
+    if let Err(error) = broker
+        .subscription_groups
+        .remove_durable(group, broker.now_ms())
+        .await
+    {
         return failed(
             request,
             format!("cannot persist the removal of {group}: {error}"),

@@ -23,16 +23,38 @@
 //! group is SUBSCRIPTION_GROUP_NOT_EXIST). `retryMaxTimes` and `retryQueueNums` are for
 //! the retry path (issue 12).
 //!
-//! Invariants, as the topic table's ([`super::topics`]): the file is always a whole table
-//! (temp file, fsync, rename, directory fsync through the [`MetaFiles`] seam); a change is
-//! visible only once it is on disk, and a failed write changes nothing; readers (every
-//! pull looks its group up) never wait for a write's fsync, since a change is made on a
-//! copy that is swapped in after the write; a file that
-//! exists but does not parse, or holds an entry [`check_config`] refuses, stops the start
-//! naming the file and the entry; `dataVersion.counter` grows by one per change.
+//! Invariants: the file is always a whole table (temp file, fsync, rename, directory
+//! fsync through the [`MetaFiles`] seam, as the topic table's, [`super::topics`]); a file
+//! that exists but does not parse, or holds an entry [`check_config`] refuses, stops the
+//! start naming the file and the entry; `dataVersion.counter` grows by one per change.
+//! Auto-creation stops at `maxSubscriptionGroups` groups in the table (the pull or pop
+//! is then SUBSCRIPTION_GROUP_NOT_EXIST naming the key; a heartbeat still registers its
+//! client), so a flood of invented group names cannot grow the file without bound.
+//!
+//! Writes leave the reactor: a change is made in memory (readers see it at once) and the
+//! whole table is written by a task on tokio's blocking pool (the same pool the portable
+//! disk backend syncs on). While one write runs, the changes that arrive are taken by the
+//! next, so a flood of new groups costs a few writes, not one fsync each, and no shard
+//! waits for any of them.
+//!
+//! What is durable when:
+//! - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP and DELETE_SUBSCRIPTIONGROUP are answered SUCCESS
+//!   only once the file holds the change ([`SubscriptionGroups::put_durable`]); a failed
+//!   write answers SYSTEM_ERROR naming why (the change stays in memory and the next write
+//!   retries it).
+//! - A group auto-created by a heartbeat, pull or pop is in the file after the write that
+//!   follows it, normally within milliseconds; a crash before that loses it, which costs
+//!   nothing a client was promised: the group had RocketMQ's defaults and the client's
+//!   next heartbeat or pull creates it again. RocketMQ 5.5 too adds the group in memory
+//!   before it writes the file (`SubscriptionGroupManager.findSubscriptionGroupConfig`),
+//!   though on the request thread.
+//! - A failed background write is logged and tried again by the next change or by the
+//!   node's once-a-second table flush ([`SubscriptionGroups::write_if_behind`]); a clean
+//!   stop writes what is pending ([`SubscriptionGroups::flush`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -161,17 +183,44 @@ pub struct SubscriptionGroupWrapper {
 /// The subscription groups of one node.
 #[derive(Debug)]
 pub struct SubscriptionGroups {
-    files: Arc<dyn MetaFiles>,
-    path: PathBuf,
     /// `autoCreateTopicEnable` / `autoCreateSubscriptionGroup`: live (UPDATE_BROKER_CONFIG).
     auto_create: std::sync::atomic::AtomicBool,
-    /// What readers see: swapped whole once a change is on disk.
-    state: Locked<Arc<SubscriptionGroupWrapper>>,
-    /// Held by a change from its copy of the table to its swap, so changes land (on disk
-    /// and in `state`) one at a time and in order, while readers (every pull) never wait
-    /// for the file's fsync.
-    writer: Locked<()>,
+    inner: Arc<Inner>,
 }
+
+/// What the writer shares with the table.
+#[derive(Debug)]
+struct Inner {
+    files: Arc<dyn MetaFiles>,
+    path: PathBuf,
+    /// What readers see, with the number of changes made to it so far. Changed in place
+    /// ([`Arc::make_mut`]): only while a write holds a snapshot does a change copy it.
+    state: Locked<Current>,
+    /// Held by a write from its snapshot to its rename, so writes land in order.
+    writing: Locked<()>,
+    /// A background write is queued and will see every change made before it starts.
+    scheduled: AtomicBool,
+    /// The last change the file holds, and the last failed write.
+    persisted: tokio::sync::watch::Sender<Persisted>,
+}
+
+#[derive(Debug)]
+struct Current {
+    table: Arc<SubscriptionGroupWrapper>,
+    /// Changes made since the load.
+    version: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Persisted {
+    /// The file holds every change up to this one.
+    written: u64,
+    /// The latest write that failed: the change it would have covered, and why.
+    failed: Option<(u64, String)>,
+}
+
+/// Why a group was not auto-created.
+pub const TABLE_FULL: &str = "maxSubscriptionGroups";
 
 impl SubscriptionGroups {
     /// `<store dir>/config/subscriptionGroup.json`.
@@ -231,12 +280,24 @@ impl SubscriptionGroups {
                 .or_insert_with(|| SubscriptionGroupConfig::new(group));
         }
         Ok(SubscriptionGroups {
-            files,
-            path,
             auto_create: std::sync::atomic::AtomicBool::new(auto_create),
-            state: Locked::new(Arc::new(state)),
-            writer: Locked::new(()),
+            inner: Arc::new(Inner {
+                files,
+                path,
+                state: Locked::new(Current {
+                    table: Arc::new(state),
+                    version: 0,
+                }),
+                writing: Locked::new(()),
+                scheduled: AtomicBool::new(false),
+                persisted: tokio::sync::watch::Sender::new(Persisted::default()),
+            }),
         })
+    }
+
+    /// The table's file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
     }
 
     pub fn auto_create(&self) -> bool {
@@ -250,51 +311,66 @@ impl SubscriptionGroups {
     }
 
     pub fn get(&self, group: &str) -> Option<SubscriptionGroupConfig> {
-        self.state
+        self.inner
+            .state
             .lock()
+            .table
             .subscription_group_table
             .get(group)
             .cloned()
     }
 
-    /// `group`'s config, created with the defaults when auto-creation allows; else
-    /// SUBSCRIPTION_GROUP_NOT_EXIST (code and remark).
+    /// Groups in the table.
+    pub fn len(&self) -> usize {
+        self.inner.state.lock().table.subscription_group_table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `group`'s config, created with the defaults when auto-creation allows and the
+    /// table holds fewer than `max_groups`; else SUBSCRIPTION_GROUP_NOT_EXIST (code and
+    /// remark; past the bound the remark names [`TABLE_FULL`]). A created group is in the
+    /// file after the next background write (see the module doc).
     pub fn find_or_create(
         &self,
         group: &str,
         now_ms: i64,
+        max_groups: usize,
     ) -> Result<SubscriptionGroupConfig, (i32, String)> {
         use crate::remoting::codes::response;
         if let Some(config) = self.get(group) {
             return Ok(config);
         }
+        let missing = format!("subscription group [{group}] does not exist");
         if !self.auto_create() {
-            return Err((
-                response::SUBSCRIPTION_GROUP_NOT_EXIST,
-                format!("subscription group [{group}] does not exist"),
-            ));
+            return Err((response::SUBSCRIPTION_GROUP_NOT_EXIST, missing));
         }
-        let config = SubscriptionGroupConfig::new(group);
-        self.put_if_absent(config, now_ms).map_err(|error| {
-            (
-                response::SYSTEM_ERROR,
-                format!("cannot create subscription group {group}: {error}"),
-            )
-        })?;
-        Ok(self
-            .get(group)
-            .unwrap_or_else(|| SubscriptionGroupConfig::new(group)))
+        match self.create_if_absent(SubscriptionGroupConfig::new(group), now_ms, max_groups) {
+            Ok(_) => Ok(self
+                .get(group)
+                .unwrap_or_else(|| SubscriptionGroupConfig::new(group))),
+            Err(held) => Err((
+                response::SUBSCRIPTION_GROUP_NOT_EXIST,
+                format!(
+                    "{missing} and is not created: the node holds {held} subscription groups, at most {max_groups} ({TABLE_FULL})"
+                ),
+            )),
+        }
     }
 
     /// Whether a pull of `group` may go on: `Ok` with its config, created with the
-    /// defaults when auto-creation allows; `Err` with a response code and remark.
+    /// defaults when auto-creation allows (up to `max_groups` in the table); `Err` with a
+    /// response code and remark.
     pub fn for_consumption(
         &self,
         group: &str,
         now_ms: i64,
+        max_groups: usize,
     ) -> Result<SubscriptionGroupConfig, (i32, String)> {
         use crate::remoting::codes::response;
-        let config = self.find_or_create(group, now_ms)?;
+        let config = self.find_or_create(group, now_ms, max_groups)?;
         if !config.consume_enable {
             return Err((
                 response::NO_PERMISSION,
@@ -306,77 +382,236 @@ impl SubscriptionGroups {
 
     /// Every group, by name.
     pub fn all(&self) -> Vec<SubscriptionGroupConfig> {
-        self.state
+        self.inner
+            .state
             .lock()
+            .table
             .subscription_group_table
             .values()
             .cloned()
             .collect()
     }
 
-    /// The table as the file holds it.
+    /// The table as the file holds it (once the pending write, if any, lands).
     pub fn to_json(&self) -> String {
-        let state = self.state.lock().clone();
-        serde_json::to_string(&*state).expect("the subscription group table serialises")
+        let table = self.inner.state.lock().table.clone();
+        serde_json::to_string(&*table).expect("the subscription group table serialises")
     }
 
-    /// Creates `config`'s group unless it exists (another shard may have just created it);
-    /// true if it was created.
-    pub fn put_if_absent(
+    /// Auto-creation: creates `config`'s group unless it exists (another shard may have
+    /// just created it) or the table holds `max_groups` already (`Err` with the count).
+    /// Never waits for the disk: the write is queued ([`Self::schedule_write`]). True if it
+    /// was created.
+    pub fn create_if_absent(
         &self,
         config: SubscriptionGroupConfig,
         now_ms: i64,
-    ) -> std::io::Result<bool> {
-        self.change(now_ms, |table| {
-            if table
-                .subscription_group_table
-                .contains_key(&config.group_name)
-            {
+        max_groups: usize,
+    ) -> Result<bool, usize> {
+        let mut full = None;
+        let created = self.change(now_ms, |table| {
+            let groups = &table.subscription_group_table;
+            if groups.contains_key(&config.group_name) {
+                return false;
+            }
+            if groups.len() >= max_groups {
+                full = Some(groups.len());
                 return false;
             }
             let name = config.group_name.clone();
             table.subscription_group_table.insert(name, config);
             true
-        })
+        });
+        if let Some(held) = full {
+            return Err(held);
+        }
+        if created.is_some() {
+            self.schedule_write();
+        }
+        Ok(created.is_some())
     }
 
-    /// Creates or replaces a group and persists the table.
+    /// Creates `config`'s group unless it exists, and writes the table before returning
+    /// (on the calling thread: for tools and tests, never a shard's reactor); true if it
+    /// was created.
+    pub fn put_if_absent(
+        &self,
+        config: SubscriptionGroupConfig,
+        now_ms: i64,
+    ) -> std::io::Result<bool> {
+        let created = self
+            .create_if_absent(config, now_ms, usize::MAX)
+            .unwrap_or(false);
+        self.inner.write()?;
+        Ok(created)
+    }
+
+    /// Creates or replaces a group and writes the table before returning (on the calling
+    /// thread: for tools and tests; the admin request uses [`Self::put_durable`]).
     pub fn put(&self, config: SubscriptionGroupConfig, now_ms: i64) -> std::io::Result<()> {
         self.change(now_ms, |table| {
             let name = config.group_name.clone();
             table.subscription_group_table.insert(name, config);
             true
-        })
-        .map(|_| ())
+        });
+        self.inner.write()
     }
 
-    /// Removes a group and persists the table; `false` if there was no such group.
+    /// Removes a group and writes the table before returning (on the calling thread);
+    /// `false` if there was no such group.
     pub fn remove(&self, group: &str, now_ms: i64) -> std::io::Result<bool> {
-        self.change(now_ms, |table| {
-            table.subscription_group_table.remove(group).is_some()
-        })
+        let removed = self
+            .change(now_ms, |table| {
+                table.subscription_group_table.remove(group).is_some()
+            })
+            .is_some();
+        self.inner.write()?;
+        Ok(removed)
     }
 
-    /// Applies `edit` to a copy of the table; if it changed something (`edit` returns
-    /// true), bumps the version, writes the file and only then lets readers see the copy.
-    /// A failed write changes nothing. Returns whether `edit` changed something.
+    /// [`Self::put`] for a shard's reactor: the write runs on tokio's blocking pool, and
+    /// this returns once the file holds the change (or the write that should have taken
+    /// it failed, naming why).
+    pub async fn put_durable(
+        &self,
+        config: SubscriptionGroupConfig,
+        now_ms: i64,
+    ) -> Result<(), String> {
+        let version = self.change(now_ms, |table| {
+            let name = config.group_name.clone();
+            table.subscription_group_table.insert(name, config);
+            true
+        });
+        self.durable(version).await
+    }
+
+    /// [`Self::remove`] for a shard's reactor, as [`Self::put_durable`]; `false` if there
+    /// was no such group.
+    pub async fn remove_durable(&self, group: &str, now_ms: i64) -> Result<bool, String> {
+        let version = self.change(now_ms, |table| {
+            table.subscription_group_table.remove(group).is_some()
+        });
+        self.durable(version).await?;
+        Ok(version.is_some())
+    }
+
+    /// Waits until the file holds change `version` (none: nothing changed).
+    async fn durable(&self, version: Option<u64>) -> Result<(), String> {
+        let Some(version) = version else {
+            return Ok(());
+        };
+        let mut persisted = self.inner.persisted.subscribe();
+        self.schedule_write();
+        let seen = persisted
+            .wait_for(|state| {
+                state.written >= version
+                    || state
+                        .failed
+                        .as_ref()
+                        .is_some_and(|(failed, _)| *failed >= version)
+            })
+            .await
+            .map_err(|_| "the table's writer is gone".to_owned())?;
+        if seen.written >= version {
+            return Ok(());
+        }
+        Err(seen
+            .failed
+            .as_ref()
+            .map_or_else(String::new, |(_, why)| why.clone()))
+    }
+
+    /// Queues a write of the table on tokio's blocking pool unless one is queued already
+    /// (it will see this change too: many changes, one write). Outside a runtime (tools,
+    /// tests) it writes at once.
+    pub fn schedule_write(&self) {
+        if self.inner.scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || inner.write_logged())),
+            Err(_) => inner.write_logged(),
+        }
+    }
+
+    /// Queues a write if the file is behind the table (after a failed write); the node's
+    /// periodic table flush calls it.
+    pub fn write_if_behind(&self) {
+        let version = self.inner.state.lock().version;
+        if self.inner.persisted.borrow().written < version {
+            self.schedule_write();
+        }
+    }
+
+    /// Writes the table now if the file is behind it, on the calling thread (a clean stop).
+    pub fn flush(&self) -> std::io::Result<()> {
+        self.inner.write()
+    }
+
+    /// Applies `edit` to the table in place; if it changed something (`edit` returns
+    /// true), bumps the data version and returns the change's number. Readers see it at
+    /// once; the file follows (the caller writes or queues the write).
     fn change(
         &self,
         now_ms: i64,
         edit: impl FnOnce(&mut SubscriptionGroupWrapper) -> bool,
-    ) -> std::io::Result<bool> {
-        let _writer = self.writer.lock();
-        let mut next = SubscriptionGroupWrapper::clone(&self.state.lock());
-        if !edit(&mut next) {
-            return Ok(false);
+    ) -> Option<u64> {
+        let mut current = self.inner.state.lock();
+        // Copies the table only while a write holds a snapshot of it.
+        let table = Arc::make_mut(&mut current.table);
+        if !edit(table) {
+            return None;
         }
-        next.data_version.counter += 1;
-        next.data_version.timestamp = now_ms;
+        table.data_version.counter += 1;
+        table.data_version.timestamp = now_ms;
+        current.version += 1;
+        Some(current.version)
+    }
+}
+
+impl Inner {
+    /// Writes the table whole if the file is behind it; one write at a time.
+    fn write(&self) -> std::io::Result<()> {
+        let _writing = self.writing.lock();
+        // Changes from here on queue another write.
+        self.scheduled.store(false, Ordering::Release);
+        let (version, table) = {
+            let current = self.state.lock();
+            (current.version, current.table.clone())
+        };
+        if version <= self.persisted.borrow().written {
+            return Ok(());
+        }
         let json =
-            serde_json::to_vec_pretty(&next).expect("the subscription group table serialises");
-        replace_file(&*self.files, &self.path, &json)?;
-        *self.state.lock() = Arc::new(next);
-        Ok(true)
+            serde_json::to_vec_pretty(&*table).expect("the subscription group table serialises");
+        drop(table);
+        match replace_file(&*self.files, &self.path, &json) {
+            Ok(()) => {
+                self.persisted.send_modify(|state| {
+                    assert!(
+                        state.written <= version,
+                        "the subscription group file went back from change {} to {version}",
+                        state.written
+                    );
+                    state.written = version;
+                });
+                Ok(())
+            }
+            Err(error) => {
+                self.persisted
+                    .send_modify(|state| state.failed = Some((version, error.to_string())));
+                Err(error)
+            }
+        }
+    }
+
+    /// [`Inner::write`] from the background: a failure is logged (and retried by the next
+    /// change or [`SubscriptionGroups::write_if_behind`]).
+    fn write_logged(&self) {
+        if let Err(error) = self.write() {
+            tracing::error!("cannot write {}: {error}", self.path.display());
+        }
     }
 }
 
@@ -422,17 +657,137 @@ mod tests {
         use crate::remoting::codes::response;
         let dir = tempfile::tempdir().unwrap();
         let strict = SubscriptionGroups::load(dir.path(), false).unwrap();
-        let (code, remark) = strict.for_consumption("g", 1).unwrap_err();
+        let (code, remark) = strict.for_consumption("g", 1, 100).unwrap_err();
         assert_eq!(code, response::SUBSCRIPTION_GROUP_NOT_EXIST, "{remark}");
         let mut off = SubscriptionGroupConfig::new("g");
         off.consume_enable = false;
         strict.put(off, 2).unwrap();
-        let (code, _) = strict.for_consumption("g", 3).unwrap_err();
+        let (code, _) = strict.for_consumption("g", 3, 100).unwrap_err();
         assert_eq!(code, response::NO_PERMISSION);
 
         let auto = SubscriptionGroups::load(tempfile::tempdir().unwrap().path(), true).unwrap();
-        assert_eq!(auto.for_consumption("new", 1).unwrap().retry_max_times, 16);
+        assert_eq!(
+            auto.for_consumption("new", 1, 100).unwrap().retry_max_times,
+            16
+        );
         assert!(auto.get("new").is_some(), "created on first use");
+    }
+
+    #[test]
+    fn auto_creation_stops_at_the_bound_and_explicit_creation_does_not() {
+        use crate::remoting::codes::response;
+        let dir = tempfile::tempdir().unwrap();
+        let table = SubscriptionGroups::load(dir.path(), true).unwrap();
+        // TOOLS_CONSUMER is one of the three.
+        assert_eq!(table.len(), 1);
+        table.find_or_create("a", 1, 3).unwrap();
+        table.find_or_create("b", 2, 3).unwrap();
+        let (code, remark) = table.find_or_create("c", 3, 3).unwrap_err();
+        assert_eq!(code, response::SUBSCRIPTION_GROUP_NOT_EXIST, "{remark}");
+        assert!(remark.contains("maxSubscriptionGroups"), "{remark}");
+        assert_eq!(
+            table.create_if_absent(SubscriptionGroupConfig::new("c"), 4, 3),
+            Err(3)
+        );
+        // Groups that exist are found at the bound; an admin creation is not bounded.
+        table.find_or_create("a", 5, 3).unwrap();
+        table.put(SubscriptionGroupConfig::new("d"), 6).unwrap();
+        assert_eq!(table.len(), 4);
+        // Outside a runtime the writes were made at once: the file holds all of them.
+        let reloaded = SubscriptionGroups::load(dir.path(), true).unwrap();
+        assert_eq!(reloaded.len(), 4);
+    }
+
+    /// The real filesystem, with a slow fsync, counting the files written and whether
+    /// any was written on the thread named `reactor`.
+    #[derive(Debug, Default)]
+    struct SlowFiles {
+        writes: std::sync::atomic::AtomicUsize,
+        on_reactor: std::sync::atomic::AtomicBool,
+    }
+
+    impl MetaFiles for SlowFiles {
+        fn read_file(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+            RealFiles.read_file(path)
+        }
+        fn write_file_synced(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            if std::thread::current().name() == Some("reactor") {
+                self.on_reactor.store(true, Ordering::Relaxed);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            RealFiles.write_file_synced(path, bytes)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            RealFiles.rename(from, to)
+        }
+        fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+            RealFiles.create_dir_all(dir)
+        }
+        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+            RealFiles.sync_dir(dir)
+        }
+        fn read_range(&self, path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+            RealFiles.read_range(path, offset, len)
+        }
+        fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+            RealFiles.remove_file(path)
+        }
+        fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+            RealFiles.list_dir(dir)
+        }
+    }
+
+    #[test]
+    fn auto_created_groups_are_written_off_the_reactor_many_to_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Arc::new(SlowFiles::default());
+        let table = SubscriptionGroups::load_from(files.clone(), dir.path(), true).unwrap();
+        let path = dir.path().to_owned();
+        std::thread::Builder::new()
+            .name("reactor".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let began = std::time::Instant::now();
+                    for n in 0..500 {
+                        table
+                            .create_if_absent(
+                                SubscriptionGroupConfig::new(&format!("g{n}")),
+                                n,
+                                10_000,
+                            )
+                            .unwrap();
+                    }
+                    // One 20 ms fsync each would take 10 s.
+                    let took = began.elapsed();
+                    assert!(
+                        took < std::time::Duration::from_millis(200),
+                        "500 creations took {took:?}"
+                    );
+                    // An admin change is answered once a write holds it and all before it.
+                    table
+                        .put_durable(SubscriptionGroupConfig::new("admin"), 600)
+                        .await
+                        .unwrap();
+                });
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let writes = files.writes.load(Ordering::Relaxed);
+        assert!(writes < 50, "{writes} writes for 501 changes");
+        assert!(
+            !files.on_reactor.load(Ordering::Relaxed),
+            "a write ran on the reactor"
+        );
+        let reloaded = SubscriptionGroups::load(&path, true).unwrap();
+        assert_eq!(reloaded.len(), 502, "TOOLS_CONSUMER, 500 created, admin");
+        let text = std::fs::read_to_string(SubscriptionGroups::file_path(&path)).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["dataVersion"]["counter"], 501);
     }
 
     #[test]

@@ -68,6 +68,8 @@
 //! | `ringmq_pop_acks_total` | counter | POP deliveries acknowledged (ACK_MESSAGE, BATCH_ACK_MESSAGE) |
 //! | `ringmq_pop_stale_acks_total` | counter | acks and invisible-time changes naming a delivery not in flight (acknowledged already, redelivered since, never popped) |
 //! | `ringmq_pop_dead_letters_total` | counter | popped messages past their group's `retryMaxTimes` sent to `%DLQ%<group>` |
+//! | `ringmq_subscription_groups_refused_total` | counter | subscription groups a heartbeat or pull did not auto-create because the table held `maxSubscriptionGroups` |
+//! | `ringmq_heartbeats_refused_total` | counter | heartbeats refused because the client table held `maxClientRegistrations` |
 //! | `ringmq_pop_inflight{group}` | gauge | POP deliveries not yet acknowledged, by group (names are validated group names; groups with none are left out), updated every second |
 //! | `ringmq_delay_pending{level}` | gauge | delayed messages of the level waiting in `SCHEDULE_TOPIC_XXXX` (its queue's end minus the scheduler's cursor), on the shard whose scheduler runs the level |
 //! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
@@ -231,6 +233,10 @@ pub struct ShardMetrics {
     pub pop_stale_acks: AtomicU64,
     /// Popped messages past their group's retries sent to its DLQ.
     pub pop_dead_letters: AtomicU64,
+    /// Subscription groups not auto-created: the table was full.
+    pub subscription_groups_refused: AtomicU64,
+    /// Heartbeats refused: the client table was full.
+    pub heartbeats_refused: AtomicU64,
     /// POP deliveries in flight by group, set by the shard every second.
     pop_inflight: Locked<std::collections::BTreeMap<String, usize>>,
     store: Locked<StoreStats>,
@@ -283,6 +289,8 @@ impl ShardMetrics {
             pop_acks: AtomicU64::new(0),
             pop_stale_acks: AtomicU64::new(0),
             pop_dead_letters: AtomicU64::new(0),
+            subscription_groups_refused: AtomicU64::new(0),
+            heartbeats_refused: AtomicU64::new(0),
             pop_inflight: Locked::default(),
             store: Locked::default(),
             unconsumed_lost: Locked::default(),
@@ -585,7 +593,7 @@ fn render_delay(out: &mut String, shards: &[Arc<ShardMetrics>]) {
 fn render_pop(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     let relaxed = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i128;
     type Pick = fn(&ShardMetrics) -> &AtomicU64;
-    let counters: [(&str, &str, Pick); 5] = [
+    let counters: [(&str, &str, Pick); 7] = [
         (
             "ringmq_pop_delivered_total",
             "Messages handed out by POP_MESSAGE, redeliveries included.",
@@ -610,6 +618,16 @@ fn render_pop(out: &mut String, shards: &[Arc<ShardMetrics>]) {
             "ringmq_pop_dead_letters_total",
             "Popped messages past their group's retries sent to its DLQ.",
             |s| &s.pop_dead_letters,
+        ),
+        (
+            "ringmq_subscription_groups_refused_total",
+            "Subscription groups not auto-created: the table held maxSubscriptionGroups.",
+            |s| &s.subscription_groups_refused,
+        ),
+        (
+            "ringmq_heartbeats_refused_total",
+            "Heartbeats refused: the client table held maxClientRegistrations.",
+            |s| &s.heartbeats_refused,
         ),
     ];
     for (name, help, pick) in counters {

@@ -336,6 +336,15 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.auto_create_subscription_group.to_string(),
     ),
     key!(
+        "max_subscription_groups", ringmq ["maxSubscriptionGroups"],
+        // Every auto-creation rewrites the whole table: at the bound it is a few MB.
+        default: Text("10000"),
+        range: Number(AT_LEAST_1),
+        meaning: "subscription groups the node holds before a heartbeat or pull stops creating new ones (an unknown group's pull is then SUBSCRIPTION_GROUP_NOT_EXIST); UPDATE_AND_CREATE_SUBSCRIPTIONGROUP is not bounded by it",
+        set: |c, v| c.max_subscription_groups = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_subscription_groups.to_string(),
+    ),
+    key!(
         "default_topic_queue_nums", rocketmq ["defaultTopicQueueNums"],
         default: Text("8"),
         range: Number(Bounds::between(1, MAX_QUEUE_NUMS as u64, Unit::Plain)),
@@ -500,12 +509,39 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.max_subscription_expression_bytes.to_string(),
     ),
     key!(
+        "max_client_registrations", ringmq ["maxClientRegistrations"],
+        default: Text("100000"),
+        range: Number(AT_LEAST_1),
+        meaning: "client registrations (one client in one producer or consumer group) the node holds, all shards together; a heartbeat that would register more is refused with SYSTEM_BUSY, registering nothing",
+        set: |c, v| c.max_client_registrations = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.max_client_registrations.to_string(),
+    ),
+    key!(
         "max_parked_pulls", ringmq ["maxParkedPulls"],
         default: Text("65536"),
         range: Number(AT_LEAST_1),
         meaning: "long-polling pulls parked at once, all shards together (split evenly between them)",
         set: |c, v| c.max_parked_pulls = uint(v, u32::MAX as u64)? as usize,
         get: |c| c.max_parked_pulls.to_string(),
+    ),
+    key!(
+        "max_batch_ack_entries", ringmq ["maxBatchAckEntries"],
+        // A client acks what it received in batches of at most 32 messages a pop: room
+        // for one that gathers many receives.
+        default: Text("1024"),
+        range: Number(Bounds::between(1, 1 << 20, Unit::Plain)),
+        meaning: "entries (one pop of one queue each) one BATCH_ACK_MESSAGE may carry; past it the batch is refused whole",
+        set: |c, v| c.max_batch_ack_entries = uint(v, 1 << 20)? as usize,
+        get: |c| c.max_batch_ack_entries.to_string(),
+    ),
+    key!(
+        "max_batch_ack_bitset_bytes", ringmq ["maxBatchAckBitsetBytes"],
+        // Redelivered offsets can sit far below the new ones of the same pop: a wide span.
+        default: Text("65536"),
+        range: Number(Bounds::between(1, 1 << 24, Unit::Plain)),
+        meaning: "bytes of acknowledgement bitsets one BATCH_ACK_MESSAGE may carry, all its entries together; past it the batch is refused whole",
+        set: |c, v| c.max_batch_ack_bitset_bytes = uint(v, 1 << 24)? as usize,
+        get: |c| c.max_batch_ack_bitset_bytes.to_string(),
     ),
     key!(
         "channel_expired_timeout", rocketmq ["channelExpiredTimeout"],

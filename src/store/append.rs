@@ -549,6 +549,8 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
         shared.config.flush_mode
     );
     let mut bytes = 0u64;
+    let hook = shared.visible_hook.borrow().clone();
+    let mut last_topic: Option<&str> = None;
     for item in &batch {
         let entry = CqEntry {
             phys_offset: item.placement.phys_offset as i64,
@@ -574,6 +576,13 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
             Ok(AppendOutcome::Appended) => {
                 bytes += item.placement.size as u64;
                 index_record(shared, item);
+                let topic = item.put.input.topic.as_str();
+                if let Some(hook) = &hook {
+                    if last_topic != Some(topic) {
+                        hook(topic);
+                        last_topic = Some(topic);
+                    }
+                }
             }
             Ok(AppendOutcome::Duplicate) => {
                 let cause = format!(

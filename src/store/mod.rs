@@ -216,6 +216,9 @@ pub(crate) type QueueMap = HashMap<String, HashMap<i32, Rc<ConsumeQueue>>>;
 /// Runs a batch of answers (see [`Store::set_answer_scope`]).
 pub type AnswerScope = Rc<dyn Fn(&mut dyn FnMut())>;
 
+/// Hears the topic of records becoming visible (see [`Store::set_visible_hook`]).
+pub type VisibleHook = Rc<dyn Fn(&str)>;
+
 pub(crate) struct Shared {
     pub config: StoreConfig,
     pub disk: Rc<dyn Disk>,
@@ -227,6 +230,8 @@ pub(crate) struct Shared {
     pub flusher_wake: Notify,
     /// Woken whenever messages become visible (long polling waits on it).
     pub arrivals: Notify,
+    /// Told the topic of each record as it becomes visible ([`Store::set_visible_hook`]).
+    pub visible_hook: RefCell<Option<VisibleHook>>,
     pub poison: RefCell<Option<String>>,
     pub closing: Cell<bool>,
     pub dispatched_pos: Cell<u64>,
@@ -753,6 +758,15 @@ impl Store {
     /// ([`crate::remoting::reply_batch`]).
     pub fn set_answer_scope(&self, scope: AnswerScope) {
         *self.shared.answer_scope.borrow_mut() = scope;
+    }
+
+    /// Sets what hears, for each record that becomes visible, its topic (a run of records
+    /// of one topic once), right after its ConsumeQueue entry is made: how the broker
+    /// wakes another shard's parked pops of the topic ([`crate::broker::pop_wake`]), which
+    /// [`Store::arrivals`] does not reach. The hook runs on the appender's turn, so it
+    /// must be cheap and never wait.
+    pub fn set_visible_hook(&self, hook: VisibleHook) {
+        *self.shared.visible_hook.borrow_mut() = Some(hook);
     }
 
     pub fn io_stats(&self) -> IoStats {

@@ -118,6 +118,7 @@ pub(crate) async fn open(
         appender_wake: Notify::new(),
         flusher_wake: Notify::new(),
         arrivals: Notify::new(),
+        visible_hook: RefCell::new(None),
         poison: RefCell::new(None),
         closing: Cell::new(false),
         dispatched_pos: Cell::new(safe),
