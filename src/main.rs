@@ -568,17 +568,23 @@ enum StoreCommand {
 }
 
 fn main() -> ExitCode {
+    quiet_pipe::install();
+    let cli = Cli::parse();
+    // `ringmq admin` says what went wrong in its one error line; the client's warnings
+    // (e.g. an HTTP answer read as a bad frame) would only repeat it.
+    let default_log = match cli.command {
+        Command::Admin(_) => "error",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RINGMQ_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
         // Colours only on a terminal: a log file or a pipe gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    quiet_pipe::install();
-    let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(BenchArgs {

@@ -1,9 +1,12 @@
 //! `ringmq admin` against a real `ringmq serve` process: every command, its JSON and (for
 //! a few) its human output, and its exit code: 0 done, 1 not found (unknown topic, group,
 //! message), 2 bad input (found before any request: those cases point at addresses where
-//! nothing listens, so a request would have been exit 3; the one exit 2 that needs the
-//! node is `topic-create` of an existing topic, after its one request, 21), 3 the node
-//! unreachable, silent or failing. Errors are one line on stderr with nothing on stdout.
+//! nothing listens, so a request would have been exit 3; the exit 2s that need the node
+//! are `topic-create` and `group-create` of one that exists, after the one request that
+//! lists them, and an address that is the wrong thing: a broker given as the name server,
+//! a name server or an HTTP port given as the broker), 3 the node unreachable, silent or
+//! failing. Errors are one line on stderr with nothing on stdout. Every run has
+//! NAMESRV_ADDR removed from its environment unless a test sets it.
 //! A fake name server that answers cluster info in Java's fastjson form (unquoted
 //! broker-id keys), listing one broker that does not answer, checks `cluster`'s partial
 //! failure and broker discovery; fake brokers check how query-id reads SYSTEM_ERROR and
@@ -33,6 +36,8 @@ struct Node {
     child: Child,
     addr: SocketAddr,
     namesrv: SocketAddr,
+    /// The Prometheus endpoint (HTTP).
+    metrics: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -74,8 +79,8 @@ impl Node {
                 let _ = lines.send(line);
             }
         });
-        let (mut addr, mut namesrv) = (None, None);
-        while addr.is_none() || namesrv.is_none() {
+        let (mut addr, mut namesrv, mut metrics) = (None, None, None);
+        while addr.is_none() || namesrv.is_none() || metrics.is_none() {
             let line = received
                 .recv_timeout(Duration::from_secs(30))
                 .expect("serve prints its addresses within 30 s");
@@ -91,11 +96,15 @@ impl Node {
             if let Some(rest) = line.strip_prefix("ringmq: name server listening on ") {
                 namesrv = Some(loopback(rest));
             }
+            if let Some(rest) = line.strip_prefix("ringmq: metrics on http://") {
+                metrics = Some(loopback(rest.trim_end_matches("/metrics")));
+            }
         }
         Node {
             child,
             addr: addr.unwrap(),
             namesrv: namesrv.unwrap(),
+            metrics: metrics.unwrap(),
             _dir: dir,
         }
     }
@@ -156,12 +165,21 @@ impl Run {
 }
 
 fn admin(args: &[String]) -> Run {
-    let output = Command::new(BIN)
+    admin_env(None, args)
+}
+
+/// `ringmq admin` with NAMESRV_ADDR set to `namesrv_addr`, or removed.
+fn admin_env(namesrv_addr: Option<&str>, args: &[String]) -> Run {
+    let mut command = Command::new(BIN);
+    command
         .arg("admin")
         .args(args)
         .env_remove("RINGMQ_LOG")
-        .output()
-        .unwrap();
+        .env_remove("NAMESRV_ADDR");
+    if let Some(value) = namesrv_addr {
+        command.env("NAMESRV_ADDR", value);
+    }
+    let output = command.output().unwrap();
     Run {
         code: output.status.code().expect("exited, not killed"),
         stdout: String::from_utf8(output.stdout).unwrap(),
@@ -887,6 +905,24 @@ fn bad_input_is_exit_2_before_any_request() {
         &["topic-create", "--topic", "bad topic!"],
         &["topic-create", "--topic", "T", "--read-queues", "0"],
         &["topic-create", "--topic", "T", "--perm", "16"],
+        // Neither readable nor writable, or bits a user does not give (inherit, priority).
+        &["topic-create", "--topic", "T", "--perm", "9"],
+        &["topic-create", "-t", "T", "-p", "0"],
+        &["topic-create", "-t", "T", "-p", "7", "--upsert"],
+        &["topic-update", "-t", "T", "-p", "1"],
+        &["group-create", "-g", "G", "-q", "0"],
+        &[
+            "group-create",
+            "-g",
+            "G",
+            "--retry-max-times",
+            "1001",
+            "--upsert",
+        ],
+        &["group-update", "-g", "G", "-q", "65"],
+        &["group-update", "-g", "G", "-r=-1"],
+        &["group-create", "-g", "bad group"],
+        &["group-delete", "-g", ""],
         &["topic-update", "--topic", "T", "--write-queues", "5000"],
         &["topic-status", "--topic", ""],
         &["consumer-progress", "--group", "a/b"],
@@ -1179,4 +1215,294 @@ fn cluster_reads_java_cluster_info_and_lists_a_broker_that_does_not_answer() {
     assert_eq!(run.code, 0, "{run:?}");
     let status: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(status["broker"], node.addr.to_string());
+}
+
+/// The group entry `groups --json` lists for `group`, if any.
+fn listed_group(node: &Node, group: &str) -> Option<Value> {
+    node.json(&["groups"])["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["groupName"] == group)
+        .map(|g| g["config"].clone())
+}
+
+#[test]
+fn group_commands_create_update_and_delete() {
+    let node = Node::start(1);
+    // mqadmin's letters: -q retryQueueNums, -r retryMaxTimes, -s consumeEnable,
+    // -d consumeBroadcastEnable, -o consumeMessageOrderly.
+    let created = node.json(&[
+        "group-create",
+        "-g",
+        "Billing",
+        "-q",
+        "2",
+        "-r",
+        "5",
+        "-d",
+        "false",
+        "-o",
+    ]);
+    assert_eq!(created["action"], "created", "{created}");
+    assert_eq!(created["broker"], node.addr.to_string());
+    let config = listed_group(&node, "Billing").expect("listed after create");
+    assert_eq!(config["retryQueueNums"], 2, "{config}");
+    assert_eq!(config["retryMaxTimes"], 5, "{config}");
+    assert_eq!(config["consumeBroadcastEnable"], false, "{config}");
+    assert_eq!(config["consumeMessageOrderly"], true, "{config}");
+    assert_eq!(config["consumeEnable"], true, "a default: {config}");
+    assert_eq!(config["consumeFromMinEnable"], true, "a default: {config}");
+
+    let line = node.fails(2, &["group-create", "-g", "Billing"]);
+    assert!(line.contains("exists already"), "{line}");
+    assert!(line.contains("--upsert"), "{line}");
+
+    // An update changes what is given and keeps the rest.
+    let updated = node.json(&[
+        "group-update",
+        "--group",
+        "Billing",
+        "--consume-enable",
+        "false",
+    ]);
+    assert_eq!(updated["action"], "updated");
+    let config = listed_group(&node, "Billing").unwrap();
+    assert_eq!(config["consumeEnable"], false, "{config}");
+    assert_eq!(config["retryMaxTimes"], 5, "kept: {config}");
+    assert_eq!(config["consumeMessageOrderly"], true, "kept: {config}");
+    let human = node.admin(&["group-update", "-g", "Billing", "-s", "true"]);
+    assert_eq!(human.code, 0, "{human:?}");
+    assert!(
+        human
+            .stdout
+            .starts_with(&format!("updated group Billing on {}", node.addr)),
+        "{human:?}"
+    );
+    node.fails(1, &["group-update", "-g", "Nobody", "-q", "2"]);
+
+    // Delete without --remove-offset keeps the offsets; with it they go.
+    create_topic(&node, "Invoices", 1);
+    send(
+        &node,
+        "Invoices",
+        &[(0, b"i".to_vec(), None), (0, b"i".to_vec(), None)],
+    );
+    commit(&node, "Billing", "Invoices", &[(0, 1)]);
+    let deleted = node.json(&["group-delete", "-g", "Billing"]);
+    assert_eq!(deleted["action"], "deleted", "{deleted}");
+    assert_eq!(deleted["removeOffset"], false, "{deleted}");
+    assert!(listed_group(&node, "Billing").is_none());
+    let progress = node.json(&["consumer-progress", "-g", "Billing", "-t", "Invoices"]);
+    assert_eq!(progress["totalLag"], 1, "offsets kept: {progress}");
+    node.fails(1, &["group-delete", "-g", "Billing"]);
+
+    node.json(&["group-create", "-g", "Billing"]);
+    let deleted = node.json(&["group-delete", "-g", "Billing", "-r", "true"]);
+    assert_eq!(deleted["removeOffset"], true, "{deleted}");
+    let progress = node.json(&["consumer-progress", "-g", "Billing", "-t", "Invoices"]);
+    assert_eq!(
+        queue(&progress["queues"], 0)["consumerOffset"],
+        0,
+        "offsets removed: {progress}"
+    );
+    assert_eq!(progress["totalLag"], 2, "{progress}");
+}
+
+#[test]
+fn upsert_reruns_change_nothing_or_what_differs() {
+    let node = Node::start(1);
+    let topic = [
+        "topic-create",
+        "-t",
+        "Provisioned",
+        "-r",
+        "4",
+        "-w",
+        "4",
+        "--upsert",
+    ];
+    assert_eq!(node.json(&topic)["action"], "created");
+    let rerun = node.json(&topic);
+    assert_eq!(rerun["action"], "unchanged", "{rerun}");
+    assert_eq!(rerun["topic"]["readQueueNums"], 4);
+    let human = node.admin(&topic);
+    assert_eq!(human.code, 0, "{human:?}");
+    assert!(
+        human.stdout.starts_with("unchanged topic Provisioned"),
+        "{human:?}"
+    );
+    // A setting that differs is brought up to date; those not given are kept.
+    let changed = node.json(&["topic-create", "-t", "Provisioned", "-p", "4", "--upsert"]);
+    assert_eq!(changed["action"], "updated", "{changed}");
+    assert_eq!(changed["topic"]["perm"], 4);
+    assert_eq!(changed["topic"]["writeQueueNums"], 4, "kept: {changed}");
+    // Without --upsert a rerun is still refused.
+    node.fails(2, &["topic-create", "-t", "Provisioned"]);
+
+    let group = ["group-create", "-g", "Provisioners", "-r", "3", "--upsert"];
+    assert_eq!(node.json(&group)["action"], "created");
+    assert_eq!(node.json(&group)["action"], "unchanged");
+    let changed = node.json(&["group-create", "-g", "Provisioners", "-q", "4", "--upsert"]);
+    assert_eq!(changed["action"], "updated", "{changed}");
+    let config = listed_group(&node, "Provisioners").unwrap();
+    assert_eq!(
+        (
+            config["retryQueueNums"].as_i64(),
+            config["retryMaxTimes"].as_i64()
+        ),
+        (Some(4), Some(3)),
+        "{config}"
+    );
+    node.fails(2, &["group-create", "-g", "Provisioners"]);
+}
+
+#[test]
+fn perm_9_is_refused_naming_the_permissions_there_are() {
+    let line = admin_nowhere(&["topic-create", "-t", "T", "--perm", "9"]).failed(2, &["--perm 9"]);
+    assert!(line.contains("neither read nor written"), "{line}");
+    assert!(
+        line.contains("2 (write only), 4 (read only) or 6 (read and write)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn an_address_that_is_something_else_is_named_for_what_it_is() {
+    let node = Node::start(1);
+    let run = |args: &[&str]| admin(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+    let (broker, namesrv, metrics) = (
+        node.addr.to_string(),
+        node.namesrv.to_string(),
+        node.metrics.to_string(),
+    );
+    // The broker port given as the name server: every way a command asks the name server.
+    for args in [
+        &["-n", &broker, "cluster"][..],
+        &["-n", &broker, "topics"],
+        &["-n", &broker, "topic-route", "-t", "T"],
+        &["-n", &broker, "broker-status"],
+        &["-n", &broker, "topic-create", "-t", "T"],
+    ] {
+        let line = run(args).failed(2, args);
+        assert!(
+            line.contains(&format!(
+                "{broker} is a broker, not a name server: pass it as --broker/-b"
+            )),
+            "{args:?}: {line}"
+        );
+    }
+    // The name server given as the broker.
+    for args in [
+        &["-n", &namesrv, "-b", &namesrv, "broker-status"][..],
+        &["-n", &namesrv, "-b", &namesrv, "topic-create", "-t", "T"],
+        &["-n", &namesrv, "-b", &namesrv, "groups"],
+    ] {
+        let line = run(args).failed(2, args);
+        assert!(
+            line.contains(&format!(
+                "{namesrv} is a name server, not a broker: pass it as --namesrv/-n"
+            )),
+            "{args:?}: {line}"
+        );
+    }
+    // The metrics port given as the broker, or as the name server.
+    for (args, flag) in [
+        (
+            &["-n", &namesrv, "-b", &metrics, "broker-status"][..],
+            "--broker/-b",
+        ),
+        (
+            &["-n", &namesrv, "-b", &metrics, "group-create", "-g", "G"],
+            "--broker/-b",
+        ),
+        (&["-n", &metrics, "cluster"], "--namesrv/-n"),
+        (&["-n", &metrics, "topics"], "--namesrv/-n"),
+    ] {
+        let line = run(args).failed(2, args);
+        assert!(
+            line.contains(&format!(
+                "{metrics} answers HTTP (\"HTTP/1.1 400 Bad Request\"; the metrics port?), not \
+                 the RocketMQ remoting protocol"
+            )),
+            "{args:?}: {line}"
+        );
+        assert!(line.contains(flag), "{args:?}: {line}");
+    }
+    // Nothing was created on the way.
+    assert!(!topic_names(&node.json(&["topics"])).contains(&"T".to_string()));
+    assert!(listed_group(&node, "G").is_none());
+}
+
+#[test]
+fn the_name_server_from_namesrv_addr_and_the_cluster_flag() {
+    let node = Node::start(1);
+    let namesrv = node.namesrv.to_string();
+    let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let cluster_of = |run: Run| -> Value {
+        assert_eq!(run.code, 0, "{run:?}");
+        serde_json::from_str(&run.stdout).unwrap()
+    };
+    // NAMESRV_ADDR alone.
+    let listed = cluster_of(admin_env(Some(&namesrv), &args(&["--json", "cluster"])));
+    assert_eq!(
+        listed["brokers"][0]["addr"],
+        node.addr.to_string(),
+        "{listed}"
+    );
+    // The flag wins over the environment.
+    cluster_of(admin_env(
+        Some(NOWHERE),
+        &args(&["--json", "-n", &namesrv, "cluster"]),
+    ));
+    let line = admin_env(Some(NOWHERE), &args(&["cluster"])).failed(3, &["NAMESRV_ADDR nowhere"]);
+    assert!(line.contains("cannot reach 127.0.0.1:1"), "{line}");
+    // mqadmin's `;` list: the first that takes a connection.
+    let list = format!("{NOWHERE};{namesrv}");
+    cluster_of(admin_env(Some(&list), &args(&["--json", "cluster"])));
+    let run = admin_env(Some("127.0.0.1"), &args(&["cluster"]));
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("NAMESRV_ADDR"), "{run:?}");
+
+    // -c: the cluster's masters, found through the name server.
+    let cluster = ["-n", namesrv.as_str(), "--json", "-c", "DefaultCluster"];
+    let with = |rest: &[&str]| {
+        let mut all: Vec<&str> = cluster.to_vec();
+        all.extend_from_slice(rest);
+        admin(&args(&all))
+    };
+    let created = cluster_of(with(&[
+        "topic-create",
+        "-t",
+        "Everywhere",
+        "-r",
+        "2",
+        "-w",
+        "2",
+    ]));
+    assert_eq!(created["cluster"], "DefaultCluster", "{created}");
+    assert_eq!(created["results"][0]["action"], "created", "{created}");
+    assert_eq!(
+        created["results"][0]["broker"],
+        node.addr.to_string(),
+        "{created}"
+    );
+    let status = cluster_of(with(&["topic-status", "-t", "Everywhere"]));
+    assert_eq!(status["queues"].as_array().unwrap().len(), 2, "{status}");
+    let groups = cluster_of(with(&["group-create", "-g", "Everyone"]));
+    assert_eq!(groups["results"][0]["action"], "created", "{groups}");
+    let listed = cluster_of(with(&["cluster"]));
+    assert_eq!(listed["brokers"].as_array().unwrap().len(), 1, "{listed}");
+    let line = admin(&args(&[
+        "-n",
+        &namesrv,
+        "-c",
+        "Elsewhere",
+        "topic-create",
+        "-t",
+        "T",
+    ]))
+    .failed(1, &["-c Elsewhere"]);
+    assert!(line.contains("no cluster Elsewhere"), "{line}");
+    assert!(line.contains("DefaultCluster"), "{line}");
 }

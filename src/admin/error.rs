@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | 0 | done | |
 //! | 1 | [`AdminError::NotFound`] | unknown topic, group, message; a group with no progress |
-//! | 2 | [`AdminError::BadInput`] | bad arguments, a malformed id, a bad timestamp; `topic-create` of an existing topic (after one request) |
+//! | 2 | [`AdminError::BadInput`] | bad arguments, a malformed id, a bad timestamp, `--perm 9`; `topic-create`/`group-create` of an existing one without `--upsert` (after one request); an address that is the wrong thing (a broker given as the name server, an HTTP port: see [`super::wire`]) |
 //! | 3 | [`AdminError::Node`] | the node could not be reached, timed out or answered an error |
 //!
 //! Bad input is found before any request wherever the arguments alone show it.

@@ -1,10 +1,13 @@
 //! `ringmq admin`: an mqadmin-like tool that speaks the remoting protocol to a running
 //! node (or any RocketMQ name server and broker): cluster and broker status, topics,
-//! consumer groups and their progress, finding messages, resetting offsets.
+//! consumer groups (their configs, progress and connections), finding messages, resetting
+//! offsets. mqadmin's habits carry over: `-n` or `NAMESRV_ADDR`, its short flags, `-c` to
+//! act on every master of a cluster.
 //!
 //! - [`args`]: the command line (clap).
 //! - [`commands`]: one function per command: argument checks, calls, output.
-//! - [`wire`]: connections, bounded by `--timeout`, and what response codes mean.
+//! - [`wire`]: connections, bounded by `--timeout`, what response codes mean, and naming
+//!   an address that is the wrong thing (a broker given as the name server, an HTTP port).
 //! - [`bodies`]: typed readers of the response bodies; [`fastjson`]: the JSON reader that
 //!   accepts RocketMQ's non-standard object and integer map keys.
 //! - [`message`]: stored records decoded into what the query commands print.

@@ -1,6 +1,7 @@
 //! `cluster` (mqadmin clusterList): GET_BROKER_CLUSTER_INFO (106) on the name server, then
 //! GET_BROKER_RUNTIME_INFO (28) on every broker address it lists; and `broker-status`
-//! (mqadmin brokerStatus): 28 on one broker, its KVTable sorted by key.
+//! (mqadmin brokerStatus): 28 on one broker, its KVTable sorted by key. With `--cluster`,
+//! `cluster` lists that cluster only (mqadmin clusterList's `-c`).
 //!
 //! The table shows the runtime figures Java brokers and ringmq both give where they exist
 //! (`brokerVersionDesc`, `putTps` and `getTransferedTps` as their first figure,
@@ -16,7 +17,7 @@ use serde_json::json;
 use crate::remoting::codes::request;
 
 use super::super::bodies;
-use super::super::error::{node_error, AdminError, AdminResult};
+use super::super::error::{node_error, not_found, AdminError, AdminResult};
 use super::super::output::{Output, Table};
 use super::super::wire::{command, resolve};
 use super::Ctx;
@@ -39,7 +40,23 @@ fn first_figure(value: Option<&String>) -> String {
 }
 
 pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
-    let brokers = ctx.cluster_brokers().await?;
+    let mut brokers = ctx.cluster_brokers().await?;
+    if let Some(cluster) = ctx.cluster() {
+        let known: std::collections::BTreeSet<String> =
+            brokers.iter().map(|b| b.cluster.clone()).collect();
+        brokers.retain(|b| b.cluster == cluster);
+        if brokers.is_empty() {
+            let known: Vec<String> = known.into_iter().collect();
+            return Err(not_found(format!(
+                "the name server lists no cluster {cluster} (it lists: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+    }
     let mut table = Table::new(&[
         "cluster",
         "broker",

@@ -6,16 +6,24 @@
 //! - [`topics`]: `topics`, `topic-create`, `topic-update`, `topic-delete`, `topic-route`,
 //!   `topic-status`.
 //! - [`consumers`]: `groups`, `consumer-progress`, `consumer-connections`, `reset-offset`.
+//! - [`groups`]: `group-create`, `group-update`, `group-delete`.
 //! - [`messages`]: `query-key`, `query-uniq`, `query-id`, `query-offset`.
 //!
-//! Which broker: `--broker` when given, else the first master in the name server's
-//! GET_BROKER_CLUSTER_INFO, else 127.0.0.1:10911 (the node's default port) when the name
-//! server cannot say. A topic a command needs is looked up in the broker's own table
-//! (GET_ALL_TOPIC_CONFIG), never by a route query, which would create it on a node with
-//! `autoCreateTopicEnable`.
+//! Which name server: `--namesrv`/`-n`, else `NAMESRV_ADDR`, else 127.0.0.1:9876; of a
+//! `;`-separated list, the first that accepts a connection.
+//!
+//! Which broker: `--broker` when given; with `--cluster`, the first master that cluster
+//! lists in the name server's GET_BROKER_CLUSTER_INFO; else the first master it lists of
+//! any cluster, else 127.0.0.1:10911 (the node's default port) when the name server cannot
+//! say (but not when the name-server address is the wrong thing: a broker or an HTTP port
+//! is bad input, exit 2). The commands that change something go to [`Ctx::targets`]:
+//! every master of `--cluster`, else that one broker. A topic a command needs is looked up
+//! in the broker's own table (GET_ALL_TOPIC_CONFIG), never by a route query, which would
+//! create it on a node with `autoCreateTopicEnable`.
 
 pub mod cluster;
 pub mod consumers;
+pub mod groups;
 pub mod messages;
 pub mod topics;
 
@@ -25,9 +33,11 @@ use std::net::SocketAddr;
 
 use crate::remoting::codes::request;
 
-use super::args::{AdminArgs, AdminCommand};
+use serde_json::json;
+
+use super::args::{namesrv_list, AdminArgs, AdminCommand};
 use super::bodies::{self, BrokerData, TopicConfig};
-use super::error::{bad_input, node_error, not_found, AdminResult};
+use super::error::{bad_input, node_error, not_found, AdminError, AdminResult};
 use super::output::Output;
 use super::wire::{command, resolve, Wire};
 
@@ -37,8 +47,10 @@ pub const DEFAULT_BROKER: &str = "127.0.0.1:10911";
 /// What every command works with: the connections and where the name server and broker are.
 pub struct Ctx {
     pub wire: Wire,
-    namesrv: String,
+    namesrvs: Vec<String>,
+    chosen_namesrv: Cell<Option<SocketAddr>>,
     broker: Option<String>,
+    cluster: Option<String>,
     discovered: Cell<Option<SocketAddr>>,
 }
 
@@ -46,14 +58,54 @@ impl Ctx {
     pub fn new(args: &AdminArgs) -> Ctx {
         Ctx {
             wire: Wire::new(args.timeout),
-            namesrv: args.namesrv.clone(),
+            namesrvs: namesrv_list(&args.namesrv),
+            chosen_namesrv: Cell::new(None),
             broker: args.broker.clone(),
+            cluster: args.cluster.clone(),
             discovered: Cell::new(None),
         }
     }
 
-    pub fn namesrv(&self) -> AdminResult<SocketAddr> {
-        resolve(&self.namesrv)
+    /// The name server: the one address given, or the first of a list that accepts a
+    /// connection (a single address is not connected to here: its request says whether it
+    /// can be reached).
+    pub async fn namesrv(&self) -> AdminResult<SocketAddr> {
+        if let Some(addr) = self.chosen_namesrv.get() {
+            return Ok(addr);
+        }
+        let addr = match self.namesrvs.as_slice() {
+            [] => return Err(bad_input("no name server given")),
+            [one] => resolve(one)?,
+            list => {
+                let mut last: Option<AdminError> = None;
+                let mut found = None;
+                for text in list {
+                    let reached = match resolve(text) {
+                        Ok(addr) => self.wire.connect(addr).await.map(|()| addr),
+                        Err(error) => Err(error),
+                    };
+                    match reached {
+                        Ok(addr) => {
+                            found = Some(addr);
+                            break;
+                        }
+                        Err(error) => last = Some(error),
+                    }
+                }
+                match found {
+                    Some(addr) => addr,
+                    None => {
+                        let last = last.map(|e| e.to_string()).unwrap_or_default();
+                        return Err(node_error(format!(
+                            "no name server of {} could be reached; the last: {last}",
+                            list.join(";")
+                        )));
+                    }
+                }
+            }
+        };
+        self.chosen_namesrv.set(Some(addr));
+        Ok(addr)
     }
 
     /// Whether `--broker` was given.
@@ -61,7 +113,13 @@ impl Ctx {
         self.broker.is_some()
     }
 
-    /// The broker: `--broker`, else discovered (see the module docs).
+    /// `--cluster`, if given.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
+
+    /// The broker: `--broker`, else the first master of `--cluster`, else discovered (see
+    /// the module docs).
     pub async fn broker(&self) -> AdminResult<SocketAddr> {
         if let Some(broker) = &self.broker {
             return resolve(broker);
@@ -69,11 +127,19 @@ impl Ctx {
         if let Some(addr) = self.discovered.get() {
             return Ok(addr);
         }
+        if let Some(cluster) = &self.cluster {
+            let addr = self.cluster_masters(cluster).await?[0];
+            self.discovered.set(Some(addr));
+            return Ok(addr);
+        }
         let discovered = match self.cluster_brokers().await {
             Ok(brokers) => brokers
                 .iter()
                 .find_map(|b| b.master().map(str::to_owned))
                 .map(|addr| resolve(&addr)),
+            // The name-server address is something else (a broker, an HTTP port): say so
+            // rather than quietly trying the default broker.
+            Err(error @ AdminError::BadInput(_)) => return Err(error),
             Err(error) => {
                 tracing::info!(%error, "no broker from the name server; trying {DEFAULT_BROKER}");
                 None
@@ -87,9 +153,62 @@ impl Ctx {
         Ok(addr)
     }
 
+    /// Every master address of `cluster` in the name server's cluster info, in broker-name
+    /// order; a cluster it does not list, or one without a master, is not found.
+    pub async fn cluster_masters(&self, cluster: &str) -> AdminResult<Vec<SocketAddr>> {
+        let brokers = self.cluster_brokers().await?;
+        let mut known: Vec<&str> = brokers.iter().map(|b| b.cluster.as_str()).collect();
+        known.dedup();
+        let members: Vec<&BrokerData> = brokers.iter().filter(|b| b.cluster == cluster).collect();
+        if members.is_empty() {
+            return Err(not_found(format!(
+                "the name server lists no cluster {cluster} (it lists: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        let masters = members
+            .iter()
+            .filter_map(|b| b.master())
+            .map(resolve)
+            .collect::<AdminResult<Vec<_>>>()?;
+        if masters.is_empty() {
+            return Err(not_found(format!("cluster {cluster} has no master")));
+        }
+        Ok(masters)
+    }
+
+    /// The brokers a command that changes something goes to: every master of `--cluster`,
+    /// else [`Ctx::broker`].
+    pub async fn targets(&self) -> AdminResult<Vec<SocketAddr>> {
+        match (&self.broker, &self.cluster) {
+            (None, Some(cluster)) => self.cluster_masters(cluster).await,
+            _ => Ok(vec![self.broker().await?]),
+        }
+    }
+
+    /// The output of a command that changed something on each of [`Ctx::targets`]: one
+    /// broker's as it is; with `--cluster`, `{"cluster": C, "results": [...]}` and the
+    /// human lines one after the other.
+    pub fn combine(&self, mut outputs: Vec<Output>) -> Output {
+        match &self.cluster {
+            Some(cluster) if self.broker.is_none() => {
+                let text: String = outputs.iter().map(|o| o.text.as_str()).collect();
+                let results: Vec<_> = outputs.iter_mut().map(|o| o.json.take()).collect();
+                Output::new(json!({ "cluster": cluster, "results": results }), text)
+            }
+            _ => outputs
+                .pop()
+                .unwrap_or_else(|| Output::new(json!({}), String::new())),
+        }
+    }
+
     /// GET_BROKER_CLUSTER_INFO (106) from the name server.
     pub async fn cluster_brokers(&self) -> AdminResult<Vec<BrokerData>> {
-        let namesrv = self.namesrv()?;
+        let namesrv = self.namesrv().await?;
         let answer = self
             .wire
             .call_ok(namesrv, command(request::GET_BROKER_CLUSTER_INFO, &[]))
@@ -142,6 +261,9 @@ pub async fn dispatch(ctx: &Ctx, command: &AdminCommand) -> AdminResult<Output> 
         AdminCommand::TopicRoute(args) => topics::route(ctx, &args.topic).await,
         AdminCommand::TopicStatus(args) => topics::status(ctx, &args.topic).await,
         AdminCommand::Groups => consumers::groups(ctx).await,
+        AdminCommand::GroupCreate(args) => groups::create(ctx, args).await,
+        AdminCommand::GroupUpdate(args) => groups::update(ctx, args).await,
+        AdminCommand::GroupDelete(args) => groups::delete(ctx, args).await,
         AdminCommand::ConsumerProgress(args) => consumers::progress(ctx, args).await,
         AdminCommand::ConsumerConnections(args) => consumers::connections(ctx, &args.group).await,
         AdminCommand::ResetOffset(args) => consumers::reset_offset(ctx, args).await,

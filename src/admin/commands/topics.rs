@@ -5,8 +5,11 @@
 //!   GET_ALL_TOPIC_CONFIG (21), which also gives each topic's queues and permissions.
 //! - `topic-create`, `topic-update` (mqadmin updateTopic): UPDATE_AND_CREATE_TOPIC (17),
 //!   after 21 says whether the topic exists (create refuses an existing one, exit 2
-//!   after that one request, the only exit 2 that needs the node;
-//!   update needs one, exit 1, and keeps what is not given).
+//!   after that one request; update needs one, exit 1, and keeps what is not given).
+//!   `topic-create --upsert` creates a missing topic and brings an existing one's given
+//!   settings up to date, sending 17 only if something differs (`"action"` is `created`,
+//!   `updated` or `unchanged`). `--perm` is 2, 4 or 6 ([`check_perm`]), checked before
+//!   any request. With `--cluster`, each master of the cluster in turn (mqadmin's `-c`).
 //! - `topic-delete` (mqadmin deleteTopic): DELETE_TOPIC_IN_BROKER (215) of a topic 21
 //!   lists (the node's name server reads the same table, so there is no second delete;
 //!   DELETE_TOPIC_IN_NAMESRV, 216, is not sent, so a Java name server is not told).
@@ -18,7 +21,9 @@
 
 use serde_json::json;
 
-use crate::broker::topics::{MAX_QUEUE_NUMS, PERM_ALL};
+use std::net::SocketAddr;
+
+use crate::broker::topics::{MAX_QUEUE_NUMS, PERM_READ_WRITE};
 use crate::remoting::codes::{request, response};
 
 use super::super::args::{TopicCreateArgs, TopicUpdateArgs};
@@ -26,7 +31,7 @@ use super::super::bodies::{self, TopicConfig};
 use super::super::error::{bad_input, node_error, not_found, AdminResult};
 use super::super::output::{human, Output, Table};
 use super::super::time::format_utc;
-use super::super::wire::{command, refusal};
+use super::super::wire::{command, refusal, Role};
 use super::{check_topic, Ctx};
 
 /// The topic the default-topic field of UPDATE_AND_CREATE_TOPIC names, as mqadmin sends it.
@@ -48,10 +53,21 @@ fn check_queues(field: &str, value: i64) -> AdminResult<()> {
     Ok(())
 }
 
-fn check_perm(perm: i64) -> AdminResult<()> {
-    if !(0..=i64::from(PERM_ALL)).contains(&perm) {
+/// The permissions a user may give a topic: RocketMQ's PermName bits 2 (write) and 4
+/// (read). 1 (inherit) and 8 (priority) are the broker's own, and a topic neither
+/// readable nor writable (0, 1, 8, 9, ...) is of no use, so only 2, 4 and 6 are taken.
+pub const USER_PERMS: [i64; 3] = [2, 4, 6];
+
+pub fn check_perm(perm: i64) -> AdminResult<()> {
+    if !USER_PERMS.contains(&perm) {
+        let why = if perm & 6 == 0 {
+            "a topic that can be neither read nor written"
+        } else {
+            "not a permission a topic is given"
+        };
         return Err(bad_input(format!(
-            "--perm {perm}: expected bits of 2 (write), 4 (read), 8, 1: 0 to 15"
+            "--perm {perm}: {why}; the permission is 2 (write only), 4 (read only) or 6 (read \
+             and write)"
         )));
     }
     Ok(())
@@ -62,7 +78,7 @@ fn check_perm(perm: i64) -> AdminResult<()> {
 /// table (21), whose entries come along.
 async fn topic_names(ctx: &Ctx) -> AdminResult<(&'static str, Vec<String>, Vec<TopicConfig>)> {
     if !ctx.broker_given() {
-        let namesrv = ctx.namesrv()?;
+        let namesrv = ctx.namesrv().await?;
         let answer = ctx
             .wire
             .call(
@@ -75,7 +91,13 @@ async fn topic_names(ctx: &Ctx) -> AdminResult<(&'static str, Vec<String>, Vec<T
                 let topics = bodies::topic_list(&answer.body).map_err(node_error)?;
                 return Ok(("namesrv", topics, Vec::new()));
             }
-            response::REQUEST_CODE_NOT_SUPPORTED => {}
+            // A name server without 206 (then the broker's table is read), or a broker
+            // given as the name server (then that is said).
+            response::REQUEST_CODE_NOT_SUPPORTED => {
+                if let Some(error) = ctx.wire.wrong_role(namesrv, Role::NameServer).await {
+                    return Err(error);
+                }
+            }
             _ => {
                 return Err(refusal(
                     request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
@@ -118,8 +140,7 @@ pub async fn list(ctx: &Ctx) -> AdminResult<Output> {
     Ok(Output::new(json, text))
 }
 
-async fn put_topic(ctx: &Ctx, config: &TopicConfig) -> AdminResult<()> {
-    let broker = ctx.broker().await?;
+async fn put_topic(ctx: &Ctx, broker: SocketAddr, config: &TopicConfig) -> AdminResult<()> {
     ctx.wire
         .call_ok(
             broker,
@@ -141,11 +162,11 @@ async fn put_topic(ctx: &Ctx, config: &TopicConfig) -> AdminResult<()> {
     Ok(())
 }
 
-fn config_output(action: &str, config: &TopicConfig) -> Output {
+fn config_output(action: &str, broker: SocketAddr, config: &TopicConfig) -> Output {
     Output::new(
-        json!({ "action": action, "topic": config }),
+        json!({ "action": action, "topic": config, "broker": broker.to_string() }),
         format!(
-            "{action} topic {}: {} read queues, {} write queues, perm {} ({}), order {}\n",
+            "{action} topic {} on {broker}: {} read queues, {} write queues, perm {} ({}), order {}\n",
             human(&config.topic_name),
             config.read_queue_nums,
             config.write_queue_nums,
@@ -156,66 +177,127 @@ fn config_output(action: &str, config: &TopicConfig) -> Output {
     )
 }
 
-pub async fn create(ctx: &Ctx, args: &TopicCreateArgs) -> AdminResult<Output> {
-    check_topic(&args.topic)?;
-    check_queues("read-queues", args.read_queues)?;
-    check_queues("write-queues", args.write_queues)?;
-    check_perm(args.perm)?;
-    let broker = ctx.broker().await?;
-    if ctx.topic_table(broker).await?.contains_key(&args.topic) {
-        return Err(bad_input(format!(
-            "topic {} exists already on {broker}; topic-update changes it",
-            args.topic
-        )));
+/// The settings given on the command line, checked; `None` for those not given.
+struct TopicSettings {
+    read_queues: Option<i64>,
+    write_queues: Option<i64>,
+    perm: Option<i64>,
+    order: Option<bool>,
+}
+
+impl TopicSettings {
+    fn checked(
+        read_queues: Option<i64>,
+        write_queues: Option<i64>,
+        perm: Option<i64>,
+        order: Option<bool>,
+    ) -> AdminResult<TopicSettings> {
+        if let Some(read) = read_queues {
+            check_queues("read-queues", read)?;
+        }
+        if let Some(write) = write_queues {
+            check_queues("write-queues", write)?;
+        }
+        if let Some(perm) = perm {
+            check_perm(perm)?;
+        }
+        Ok(TopicSettings {
+            read_queues,
+            write_queues,
+            perm,
+            order,
+        })
     }
-    let config = TopicConfig {
-        topic_name: args.topic.clone(),
-        read_queue_nums: args.read_queues,
-        write_queue_nums: args.write_queues,
-        perm: args.perm,
+
+    /// `config` with the settings given.
+    fn applied(&self, config: &TopicConfig) -> TopicConfig {
+        let mut config = config.clone();
+        config.read_queue_nums = self.read_queues.unwrap_or(config.read_queue_nums);
+        config.write_queue_nums = self.write_queues.unwrap_or(config.write_queue_nums);
+        config.perm = self.perm.unwrap_or(config.perm);
+        config.order = self.order.unwrap_or(config.order);
+        config
+    }
+}
+
+/// A new topic's settings before the ones given: RocketMQ's defaults.
+fn new_topic(topic: &str) -> TopicConfig {
+    TopicConfig {
+        topic_name: topic.to_owned(),
+        read_queue_nums: 8,
+        write_queue_nums: 8,
+        perm: i64::from(PERM_READ_WRITE),
         topic_filter_type: "SINGLE_TAG".into(),
         topic_sys_flag: 0,
-        order: args.order,
-    };
-    put_topic(ctx, &config).await?;
-    Ok(config_output("created", &config))
+        order: false,
+    }
+}
+
+pub async fn create(ctx: &Ctx, args: &TopicCreateArgs) -> AdminResult<Output> {
+    check_topic(&args.topic)?;
+    let settings =
+        TopicSettings::checked(args.read_queues, args.write_queues, args.perm, args.order)?;
+    let mut outputs = Vec::new();
+    for broker in ctx.targets().await? {
+        let existing = ctx.topic_table(broker).await?.remove(&args.topic);
+        let output = match existing {
+            None => {
+                let config = settings.applied(&new_topic(&args.topic));
+                put_topic(ctx, broker, &config).await?;
+                config_output("created", broker, &config)
+            }
+            Some(_) if !args.upsert => {
+                return Err(bad_input(format!(
+                    "topic {} exists already on {broker}; topic-update changes it (or \
+                     topic-create --upsert)",
+                    args.topic
+                )))
+            }
+            Some(existing) => {
+                let config = settings.applied(&existing);
+                if config == existing {
+                    config_output("unchanged", broker, &config)
+                } else {
+                    put_topic(ctx, broker, &config).await?;
+                    config_output("updated", broker, &config)
+                }
+            }
+        };
+        outputs.push(output);
+    }
+    Ok(ctx.combine(outputs))
 }
 
 pub async fn update(ctx: &Ctx, args: &TopicUpdateArgs) -> AdminResult<Output> {
     check_topic(&args.topic)?;
-    if let Some(read) = args.read_queues {
-        check_queues("read-queues", read)?;
+    let settings =
+        TopicSettings::checked(args.read_queues, args.write_queues, args.perm, args.order)?;
+    let mut outputs = Vec::new();
+    for broker in ctx.targets().await? {
+        let config = settings.applied(&ctx.require_topic(broker, &args.topic).await?);
+        put_topic(ctx, broker, &config).await?;
+        outputs.push(config_output("updated", broker, &config));
     }
-    if let Some(write) = args.write_queues {
-        check_queues("write-queues", write)?;
-    }
-    if let Some(perm) = args.perm {
-        check_perm(perm)?;
-    }
-    let broker = ctx.broker().await?;
-    let mut config = ctx.require_topic(broker, &args.topic).await?;
-    config.read_queue_nums = args.read_queues.unwrap_or(config.read_queue_nums);
-    config.write_queue_nums = args.write_queues.unwrap_or(config.write_queue_nums);
-    config.perm = args.perm.unwrap_or(config.perm);
-    config.order = args.order.unwrap_or(config.order);
-    put_topic(ctx, &config).await?;
-    Ok(config_output("updated", &config))
+    Ok(ctx.combine(outputs))
 }
 
 pub async fn delete(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
     check_topic(topic)?;
-    let broker = ctx.broker().await?;
-    ctx.require_topic(broker, topic).await?;
-    ctx.wire
-        .call_ok(
-            broker,
-            command(request::DELETE_TOPIC_IN_BROKER, &[("topic", &topic)]),
-        )
-        .await?;
-    Ok(Output::new(
-        json!({ "action": "deleted", "topic": topic, "broker": broker.to_string() }),
-        format!("deleted topic {topic} from {broker}\n"),
-    ))
+    let mut outputs = Vec::new();
+    for broker in ctx.targets().await? {
+        ctx.require_topic(broker, topic).await?;
+        ctx.wire
+            .call_ok(
+                broker,
+                command(request::DELETE_TOPIC_IN_BROKER, &[("topic", &topic)]),
+            )
+            .await?;
+        outputs.push(Output::new(
+            json!({ "action": "deleted", "topic": topic, "broker": broker.to_string() }),
+            format!("deleted topic {topic} from {broker}\n"),
+        ));
+    }
+    Ok(ctx.combine(outputs))
 }
 
 pub async fn route(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
@@ -225,7 +307,7 @@ pub async fn route(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
     if !topic_names(ctx).await?.1.iter().any(|t| t == topic) {
         return Err(not_found(format!("topic {topic} does not exist")));
     }
-    let namesrv = ctx.namesrv()?;
+    let namesrv = ctx.namesrv().await?;
     let answer = ctx
         .wire
         .call_ok(
@@ -315,8 +397,18 @@ mod tests {
         assert!(check_queues("read-queues", 0).is_err());
         assert!(check_queues("read-queues", 1025).is_err());
         assert!(check_queues("read-queues", 1024).is_ok());
-        assert!(check_perm(16).is_err());
-        assert!(check_perm(-1).is_err());
-        assert!(check_perm(6).is_ok());
+        for bad in [-1, 0, 1, 3, 5, 7, 8, 9, 14, 15, 16] {
+            assert!(check_perm(bad).is_err(), "{bad}");
+        }
+        for good in [2, 4, 6] {
+            assert!(check_perm(good).is_ok(), "{good}");
+        }
+        let nine = check_perm(9).unwrap_err().to_string();
+        assert!(nine.contains("neither read nor written"), "{nine}");
+        assert!(
+            nine.contains("2 (write only), 4 (read only) or 6"),
+            "{nine}"
+        );
+        assert_eq!(check_perm(9).unwrap_err().exit_code(), 2);
     }
 }
