@@ -50,6 +50,10 @@ fn start(dir: &Path) -> (Child, SocketAddr) {
         .args(["--set", "fileReservedTime=0"])
         .args(["--set", &format!("deleteWhen={}", all_hours.join(";"))])
         .args(["--set", "cleanResourceInterval=10"])
+        // Deletion by time is under test: the host's disk use must not force or refuse.
+        .args(["--set", "diskMaxUsedSpaceRatio=95"])
+        .args(["--set", "diskSpaceCleanForciblyRatio=95"])
+        .args(["--set", "diskSpaceWarningLevelRatio=95"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

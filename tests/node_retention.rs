@@ -47,6 +47,11 @@ fn expiring_node_with(
         file_reserved: Duration::ZERO,
         delete_when: (0..24).collect(),
         clean_interval: Duration::from_millis(50),
+        // Expiry by time is under test, not disk pressure: the host's own disk use (this
+        // one's reads 80% with its reserved blocks) must not force deletions past holds.
+        max_used_percent: 100,
+        clean_forcibly_percent: 100,
+        warning_percent: 100,
         ..store.retention
     };
     store.checkpoint_interval = Duration::from_millis(50);

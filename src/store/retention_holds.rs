@@ -76,7 +76,10 @@ pub(crate) struct Resolved {
 
 /// Where a hold starts holding in a queue `[min, max)`: `None` when it holds nothing.
 pub(crate) fn held_from(queue_offset: u64, min: u64, max: u64) -> Option<u64> {
-    (queue_offset < max).then(|| queue_offset.max(min))
+    // Clamped first: a hold below a queue emptied by retention (min == max > 0) holds
+    // nothing, not the entry at `min`, which is not there.
+    let from = queue_offset.max(min);
+    (from < max).then_some(from)
 }
 
 /// The queue offsets a hold lost when its queue's minimum moved to `new_min`: from where
@@ -136,6 +139,7 @@ mod tests {
         assert_eq!(held_from(10, 4, 10), None, "everything consumed");
         assert_eq!(held_from(12, 4, 10), None, "past the end");
         assert_eq!(held_from(0, 0, 0), None, "an empty queue");
+        assert_eq!(held_from(0, 1, 1), None, "a queue retention emptied");
     }
 
     #[test]
