@@ -55,7 +55,8 @@ use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
 use crate::config::{largest_message_for_segment, FlushMode, StoreConfig};
 use crate::io::{open_backend, IoChoice};
-use crate::metrics::http::MetricsServer;
+use crate::metrics::http::{HttpLimits, MetricsServer};
+use crate::metrics::rates::{ShardSampler, StatsCaps};
 use crate::metrics::{NodeMetrics, ShardMetrics};
 use crate::namesrv::admin::NamesrvState;
 use crate::namesrv::NameServer;
@@ -112,6 +113,10 @@ pub struct NodeOptions {
     /// Port of the Prometheus endpoint (`metricsPromExporterPort`); 0 picks a free one;
     /// `None` serves none.
     pub metrics_port: Option<u16>,
+    /// The metrics endpoint's bounds (`metrics_max_connections`, `metrics_idle_timeout`).
+    pub metrics_limits: HttpLimits,
+    /// Topics and groups each shard keeps figures for (`metrics_max_topics`, `..._groups`).
+    pub stats_caps: StatsCaps,
     /// Store settings every shard starts from; its `dir`, `shard_id`, `flush_mode`,
     /// `store_host`, `schedule_delays_ms` (from `broker.delay_levels`) and the segment
     /// size (when `segment_size` is set) are replaced.
@@ -170,6 +175,15 @@ impl NodeOptions {
             pin_threads: true,
             mailbox_capacity: config.shard_mailbox_capacity,
             metrics_port: Some(config.metrics_port),
+            metrics_limits: HttpLimits {
+                header_timeout: config.metrics_idle_timeout,
+                max_connections: config.metrics_max_connections,
+                ..HttpLimits::default()
+            },
+            stats_caps: StatsCaps {
+                topics: config.metrics_max_topics,
+                groups: config.metrics_max_groups,
+            },
             store_template: Some(node_config::store_config(config, 0)),
             settings: config.clone(),
         }
@@ -408,14 +422,20 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
     let namesrv_bound = namesrv_listener.local_addr()?;
     let namesrv_addr = SocketAddr::new(options.broker_ip, namesrv_bound.port());
     let bound = SocketAddr::new(bind_ip, port);
-    let metrics = NodeMetrics::new(options.shards);
+    let metrics = NodeMetrics::with_caps(options.shards, options.stats_caps);
     let metrics_server = match options.metrics_port {
         Some(port) => {
-            let listener =
-                bind_listener(SocketAddr::new(bind_ip, port), 64, false).map_err(|error| {
+            // The full backlog: a burst of connections must reach the endpoint, which
+            // closes what it cannot hold, rather than wait in the kernel's queue.
+            let listener = bind_listener(SocketAddr::new(bind_ip, port), LISTEN_BACKLOG, false)
+                .map_err(|error| {
                     anyhow::anyhow!("cannot listen on the metrics port {port}: {error}")
                 })?;
-            Some(MetricsServer::start(listener, metrics.clone())?)
+            Some(MetricsServer::start_with(
+                listener,
+                metrics.clone(),
+                options.metrics_limits,
+            )?)
         }
         None => None,
     };
@@ -727,6 +747,8 @@ async fn run_shard(
         ));
     }
     tracing::info!(shard = id, %advertised, backend = store.backend_name(), "shard serving");
+    // `/health` answers 200 once every shard got here: its store open and recovered.
+    metrics.set_ready(true);
     let _ = ready.send(id);
 
     if let Some((listener, namesrv)) = namesrv {
@@ -753,6 +775,7 @@ async fn run_shard(
         Some(metrics),
     )
     .await;
+    broker.metrics().set_ready(false);
     // Let every connection see the stop and abort its requests before the store goes.
     tokio::task::yield_now().await;
     for task in background {
@@ -839,14 +862,16 @@ async fn accept_connections<H: RequestHandler>(
 }
 
 /// Copies the figures that live in the shard's `Cell`s (store counters, parked pulls)
-/// into its metrics, once a second.
+/// into its metrics, and samples its rates ([`crate::metrics::rates`]), once a second.
 async fn sample_metrics(broker: Rc<Broker>) {
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sampler = ShardSampler::new(broker.metrics().caps());
     loop {
         ticks.tick().await;
         let metrics = broker.metrics();
         metrics.set_store(broker.store().stats());
+        crate::broker::stats_sampler::sample(&broker, &mut sampler);
         metrics
             .parked_pulls
             .store(broker.parked_pulls() as i64, Ordering::Relaxed);

@@ -90,7 +90,7 @@ fn defaults_validate() {
     assert_eq!(config.broker_cluster_name, "DefaultCluster");
     assert_eq!(
         (config.listen_port, config.namesrv_port, config.metrics_port),
-        (10911, 9876, 9100)
+        (10911, 9876, 5557)
     );
     assert_eq!(config.flush_disk_type, FlushMode::Async);
     assert_eq!(config.broker_role, BrokerRole::AsyncMaster);

@@ -15,10 +15,14 @@
 //! there is none); a topic that no longer exists is left out, and so is one the group,
 //! while online, does not subscribe to. An unknown group is an empty table (SUCCESS):
 //! the tools say "not found" themselves. `pullOffset` is the committed offset (the node
-//! does not track pulls apart from commits) and `consumeTps` is 0 (not measured per group).
+//! does not track pulls apart from commits). `consumeTps` is Java's (`tpsGroupGetNums`):
+//! the messages the group's pulls returned from the topics listed, per second over the
+//! last minute ([`crate::metrics::rates`]), summed over the shards (0 for a pair past
+//! `metrics_max_groups`).
 
 use std::net::SocketAddr;
 
+use crate::metrics::rates::java_double;
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
@@ -26,8 +30,10 @@ use super::admin_json::{offset_table, queue_key};
 use super::fan_out::{gather, Gathered, Rows};
 use super::{bad_header, names, Broker};
 
-/// broker offset, consumer offset, last timestamp.
-const WIDTH: usize = 3;
+/// broker offset, consumer offset, last timestamp, and the shard's get rate of the group
+/// on the topic × 1000 on the first queue it owns (0 on the others), so the sum over the
+/// rows is the pair's.
+const WIDTH: usize = 4;
 
 pub async fn consume_stats(
     broker: &Broker,
@@ -64,6 +70,7 @@ pub async fn consume_stats(
     };
     let online = broker.groups.consumer_ids(group).is_some();
     let mut entries = Vec::new();
+    let mut consume_tps = 0.0;
     for topic in topics {
         let Some(config) = broker.topics.get(&topic) else {
             continue;
@@ -84,6 +91,7 @@ pub async fn consume_stats(
             Ok(Gathered::All(rows)) => rows,
             Err(answer) => return answer,
         };
+        consume_tps += rows.values().map(|values| values[3]).sum::<i64>() as f64 / 1000.0;
         for (queue_id, values) in rows {
             let [broker_offset, consumer_offset, last] = [values[0], values[1], values[2]];
             entries.push((
@@ -94,7 +102,11 @@ pub async fn consume_stats(
             ));
         }
     }
-    let body = format!("{{\"consumeTps\":0.0,{}}}", offset_table(entries));
+    let body = format!(
+        "{{\"consumeTps\":{},{}}}",
+        java_double(consume_tps),
+        offset_table(entries)
+    );
     RemotingCommand::response_to(request, response::SUCCESS, None).with_body(body.into_bytes())
 }
 
@@ -119,7 +131,12 @@ fn local_rows(broker: &Broker, group: &str, topic: &str, queues: u32) -> Result<
                 .unwrap_or(0),
             None => 0,
         };
-        rows.insert(queue_id, vec![broker_offset, consumer_offset, last]);
+        let tps = if rows.is_empty() {
+            (broker.metrics.group_get_tps(group, topic) * 1000.0).round() as i64
+        } else {
+            0
+        };
+        rows.insert(queue_id, vec![broker_offset, consumer_offset, last, tps]);
     }
     Ok(rows)
 }

@@ -209,6 +209,16 @@ impl ConsumerOffsets {
         groups.into_iter().cloned().collect()
     }
 
+    /// The whole table, `((topic, group), queue id → offset)`, copied under the lock (the
+    /// metrics sampler's lag, every 10 s).
+    pub fn snapshot(&self) -> Vec<((String, String), BTreeMap<i32, i64>)> {
+        let table = self.table.lock();
+        table
+            .iter()
+            .map(|(pair, queues)| (pair.clone(), queues.clone()))
+            .collect()
+    }
+
     /// Every committed offset of the groups in `groups`, as `(group, topic, queue id,
     /// offset)`, in table order; offsets below 0 (fastjson's "nothing committed") are left
     /// out. One pass over the table under its lock (retention asks once per run).

@@ -109,6 +109,7 @@ pub mod runtime_info;
 pub mod send;
 pub mod send_back;
 pub mod stats_data;
+pub mod stats_sampler;
 pub mod subscription_group_requests;
 pub mod subscription_groups;
 pub mod timer;
@@ -290,6 +291,8 @@ pub struct Broker {
     pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
     pub(crate) metrics: Arc<ShardMetrics>,
+    /// What pulls returned, by topic and group ([`stats_sampler`]).
+    pub(crate) gets: crate::metrics::rates::GetTable,
     /// When this broker started (ms since the epoch), for GET_BROKER_RUNTIME_INFO.
     pub(crate) started_ms: i64,
     pub(crate) delay_offsets: Arc<delay_offsets::DelayOffsets>,
@@ -349,6 +352,7 @@ impl Broker {
             parked: Cell::new(0),
             next_queue: Cell::new(0),
             shard,
+            gets: crate::metrics::rates::GetTable::new(metrics.caps().groups),
             metrics,
             started_ms,
         }

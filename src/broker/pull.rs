@@ -242,6 +242,7 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
                 &broker.metrics.messages_out,
                 outcome.result.records.len() as u64,
             );
+            super::stats_sampler::count_pull(broker, &header, &outcome.result.records);
             return respond(request, outcome);
         };
         broker.parked.set(broker.parked.get() + 1);
@@ -271,6 +272,7 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         &broker.metrics.messages_out,
         outcome.result.records.len() as u64,
     );
+    super::stats_sampler::count_pull(broker, &header, &outcome.result.records);
     respond(request, outcome)
 }
 

@@ -3,10 +3,18 @@
 //!
 //! Keys that mean what they mean in Java keep Java's names (`brokerVersionDesc`,
 //! `bootTimestamp`, `runtime`, `commitLogMinOffset`, `commitLogMaxOffset`,
-//! `commitLogDiskRatio`); the rest are ringmq's and say so by their names. Java's
-//! day-bucketed counters (`msgPutTotalTodayNow` and kin) are not given: the node counts
-//! since it started (`msgPutTotalSinceBoot`), and a different meaning under Java's name
-//! would mislead a dashboard.
+//! `commitLogDiskRatio`, and the rates below); the rest are ringmq's and say so by their
+//! names. Java's day-bucketed counters (`msgPutTotalTodayNow` and kin) are not given: the
+//! node counts since it started (`msgPutTotalSinceBoot`), and a different meaning under
+//! Java's name would mislead a dashboard.
+//!
+//! The rates are Java's `StoreStatsService` figures, `"<10 s> <1 min> <10 min>"` per
+//! second ([`crate::metrics::rates`]), summed over the shards: `putTps` (messages
+//! stored), `getFoundTps` and `getMissTps` (pulls that found messages and pulls that found
+//! none), `getTotalTps` (the two together), and `getTransferredTps` (messages pulls and
+//! pops returned; also under 4.x's spelling `getTransferedTps`, which older tools read).
+//! `mqadmin clusterList` and `ringmq admin cluster` print the first figure of `putTps` and
+//! `getTransferredTps` as in and out TPS.
 //!
 //! The CommitLog figures are the node's over all shards ([`super::fan_out`]): the lowest
 //! start, the highest end (each shard's offsets carry its id in the top byte, D4), the sum
@@ -15,14 +23,32 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use crate::metrics::rates::{java_tps, RateFigures, Tps};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
 use super::fan_out::{gather, Gathered, Rows};
 use super::Broker;
 
-/// log start, log end, puts, put bytes, disk used percent, puts refused for space.
-const WIDTH: usize = 6;
+/// log start, log end, puts, put bytes, disk used percent, puts refused for space, then
+/// the rates ([`RATES`] of three spans each, in thousandths).
+const WIDTH: usize = 6 + 3 * RATES;
+/// Rates each shard sends: put, get found, get missed, transferred.
+const RATES: usize = 4;
+
+/// This shard's rates as columns: each span of each rate, per second × 1000.
+fn rate_columns(rates: &RateFigures) -> Vec<i64> {
+    [
+        rates.put,
+        rates.get_found,
+        rates.get_missed,
+        rates.transferred,
+    ]
+    .iter()
+    .flatten()
+    .map(|tps| (tps * 1000.0).round() as i64)
+    .collect()
+}
 
 pub async fn runtime_info(
     broker: &Broker,
@@ -31,18 +57,16 @@ pub async fn runtime_info(
 ) -> RemotingCommand {
     let stats = broker.store.stats();
     let (_, _, log_end) = broker.store.log_positions();
-    let local: Rows = [(
-        broker.shard.id() as i32,
-        vec![
-            broker.store.log_start() as i64,
-            log_end as i64,
-            stats.puts as i64,
-            stats.put_bytes as i64,
-            stats.retention.used_percent as i64,
-            stats.retention.puts_refused_for_space as i64,
-        ],
-    )]
-    .into();
+    let mut columns = vec![
+        broker.store.log_start() as i64,
+        log_end as i64,
+        stats.puts as i64,
+        stats.put_bytes as i64,
+        stats.retention.used_percent as i64,
+        stats.retention.puts_refused_for_space as i64,
+    ];
+    columns.extend(rate_columns(&broker.metrics.rates()));
+    let local: Rows = [(broker.shard.id() as i32, columns)].into();
     let rows = match gather(broker, request, peer, WIDTH, local).await {
         Ok(Gathered::Answer(answer)) => return answer,
         Ok(Gathered::All(rows)) => rows,
@@ -76,6 +100,21 @@ pub async fn runtime_info(
         "putsRefusedForDiskSpace",
         column(5).sum::<i64>().to_string(),
     );
+    let rate = |index: usize| -> Tps {
+        std::array::from_fn(|span| column(6 + 3 * index + span).sum::<i64>() as f64 / 1000.0)
+    };
+    let rates = RateFigures {
+        put: rate(0),
+        get_found: rate(1),
+        get_missed: rate(2),
+        transferred: rate(3),
+    };
+    put("putTps", java_tps(rates.put));
+    put("getFoundTps", java_tps(rates.get_found));
+    put("getMissTps", java_tps(rates.get_missed));
+    put("getTotalTps", java_tps(rates.get_total()));
+    put("getTransferredTps", java_tps(rates.transferred));
+    put("getTransferedTps", java_tps(rates.transferred));
     put("shardCount", broker.shard.count().to_string());
     put("topicCount", broker.topics.all().len().to_string());
     put(

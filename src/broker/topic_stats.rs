@@ -9,8 +9,9 @@
 //!   {"lastUpdateTimestamp":1700000000000,"maxOffset":5,"minOffset":0}},"topicPutTps":0.0}
 //! ```
 //!
-//! `topicPutTps` (5.x; the Rust client requires it) is 0: the node does not measure puts
-//! per topic.
+//! `topicPutTps` (5.x; the Rust client requires it) is Java's: the messages stored in the
+//! topic per second over the last minute ([`crate::metrics::rates`]), summed over the
+//! shards that hold its queues (0 for a topic past `metrics_max_topics`).
 //!
 //! As in Java, the queues are `0..writeQueueNums`, an unknown topic is TOPIC_NOT_EXIST
 //! (17), and an empty queue's `lastUpdateTimestamp` is 0. The queues live on the shards
@@ -18,6 +19,7 @@
 
 use std::net::SocketAddr;
 
+use crate::metrics::rates::java_double;
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
@@ -25,8 +27,9 @@ use super::admin_json::{offset_table, queue_key};
 use super::fan_out::{gather, Gathered, Rows};
 use super::{bad_header, names, Broker};
 
-/// min, max, last update time.
-const WIDTH: usize = 3;
+/// min, max, last update time, and the shard's `topicPutTps` × 1000 on the first queue
+/// it owns (0 on the others), so the sum over the rows is the topic's.
+const WIDTH: usize = 4;
 
 pub async fn topic_stats(
     broker: &Broker,
@@ -69,13 +72,19 @@ pub async fn topic_stats(
             },
             None => 0,
         };
-        local.insert(queue_id, vec![min as i64, max as i64, last]);
+        let tps = if local.is_empty() {
+            (broker.metrics.topic_put_tps(topic) * 1000.0).round() as i64
+        } else {
+            0
+        };
+        local.insert(queue_id, vec![min as i64, max as i64, last, tps]);
     }
     let rows = match gather(broker, request, peer, WIDTH, local).await {
         Ok(Gathered::Answer(answer)) => return answer,
         Ok(Gathered::All(rows)) => rows,
         Err(answer) => return answer,
     };
+    let put_tps = rows.values().map(|values| values[3]).sum::<i64>() as f64 / 1000.0;
     let entries = rows.iter().map(|(queue_id, values)| {
         let [min, max, last] = [values[0], values[1], values[2]];
         (
@@ -83,6 +92,10 @@ pub async fn topic_stats(
             format!(r#"{{"lastUpdateTimestamp":{last},"maxOffset":{max},"minOffset":{min}}}"#),
         )
     });
-    let body = format!("{{{},\"topicPutTps\":0.0}}", offset_table(entries));
+    let body = format!(
+        "{{{},\"topicPutTps\":{}}}",
+        offset_table(entries),
+        java_double(put_tps)
+    );
     RemotingCommand::response_to(request, response::SUCCESS, None).with_body(body.into_bytes())
 }

@@ -1,24 +1,31 @@
 //! The Prometheus endpoint: hyper's HTTP/1.1 server on a current-thread tokio runtime of its
 //! own thread, off the shards, answering `GET /metrics` with [`super::NodeMetrics::render`]
-//! (`text/plain; version=0.0.4`), any other path with 404 and any other method with 405.
+//! (`text/plain; version=0.0.4`), `GET /health` with the node's readiness (200 once every
+//! shard's store is open and recovered and the shard serves, 503 before and once a stop
+//! began), any other path with 404 and any other method with 405.
 //!
 //! Connections are served concurrently, so one slow or idle client cannot hold up a scrape.
 //! Invariants, each bounded by a limit in [`HttpLimits`]:
-//! - at most `max_connections` connections are open at once; one accepted beyond that is
-//!   closed at once (and counted in [`MetricsServer::refused`]) rather than left in the
-//!   kernel's backlog, where it would queue behind the slow ones;
+//! - at most `max_connections` connections are open at once. At the cap, a new connection
+//!   closes the oldest open one that has not sent its request head yet (counted in
+//!   [`MetricsServer::evicted`]): idle connections only ever displace each other, so a
+//!   scrape gets in however many of them arrive (issue 23, item 21: 1,000 idle
+//!   connections used to fill every slot and lock scrapes out until they timed out). Only
+//!   when every open connection is answering a request is the new one closed at once
+//!   (counted in [`MetricsServer::refused`]) rather than left in the kernel's backlog;
 //! - a request head must arrive whole within `header_timeout` of the connection opening
-//!   (hyper's `header_read_timeout`, a deadline for the whole head, not per read), so a
-//!   client trickling a request line or sending nothing is cut then;
+//!   (hyper's `header_read_timeout`, a deadline for the whole head, not per read): the idle
+//!   timeout, so a client trickling a request line or sending nothing is cut then;
 //! - no connection lives longer than `connection_deadline`, whatever it is doing (hyper has
 //!   no write timeout: this also ends a client that asks and never reads the answer);
 //! - one request per connection (`keep_alive(false)`, the server closes after answering), so
 //!   an idle keep-alive connection cannot hold a slot, and a head is at most `MAX_BUF` bytes.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,7 +34,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
 
 use super::NodeMetrics;
 
@@ -41,11 +48,12 @@ const MAX_BUF: usize = 8192;
 /// The bounds of the metrics endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HttpLimits {
-    /// Time from accepting a connection to having its whole request head.
+    /// Time from accepting a connection to having its whole request head: how long an
+    /// idle connection is kept (`metrics_idle_timeout`).
     pub header_timeout: Duration,
     /// Time a connection may stay open at all.
     pub connection_deadline: Duration,
-    /// Connections served at once.
+    /// Connections held at once (`metrics_max_connections`).
     pub max_connections: usize,
 }
 
@@ -60,8 +68,7 @@ impl Default for HttpLimits {
             connection_deadline: Duration::from_secs(30),
             // Scrapers are a handful of Prometheus servers and an operator's curl. Each
             // connection costs a task and an 8 KiB buffer, so 256 bound memory to a few
-            // MiB while leaving room for many idle or slow clients before a scrape is
-            // refused; those are cut within `header_timeout` anyway.
+            // MiB; idle ones beyond that displace the oldest idle one, never a scrape.
             max_connections: 256,
         }
     }
@@ -88,7 +95,7 @@ impl HttpLimits {
 /// A running metrics endpoint; dropping it stops it.
 pub struct MetricsServer {
     addr: SocketAddr,
-    refused: Arc<AtomicU64>,
+    counts: Arc<Counts>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -113,8 +120,8 @@ impl MetricsServer {
             .enable_io()
             .enable_time()
             .build()?;
-        let refused = Arc::new(AtomicU64::new(0));
-        let counted = refused.clone();
+        let counts = Arc::new(Counts::default());
+        let counted = counts.clone();
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("ringmq-metrics".into())
@@ -134,7 +141,7 @@ impl MetricsServer {
             })?;
         Ok(MetricsServer {
             addr,
-            refused,
+            counts,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -144,9 +151,20 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Connections closed on arrival because `max_connections` were open.
+    /// Connections closed on arrival because `max_connections` were open, every one of
+    /// them answering a request.
     pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.counts.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections that had sent no request closed to make room for a new one.
+    pub fn evicted(&self) -> u64 {
+        self.counts.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted.
+    pub fn accepted(&self) -> u64 {
+        self.counts.accepted.load(Ordering::Relaxed)
     }
 }
 
@@ -161,13 +179,80 @@ impl Drop for MetricsServer {
     }
 }
 
+/// What the endpoint counts.
+#[derive(Debug, Default)]
+struct Counts {
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    evicted: AtomicU64,
+}
+
+/// One open connection: whether its request head arrived, and how to cut it.
+struct Slot {
+    busy: bool,
+    cut: Option<oneshot::Sender<()>>,
+}
+
+/// The open connections by arrival (ids only grow, so the map's order is their age).
+#[derive(Default)]
+struct Slots {
+    open: Mutex<BTreeMap<u64, Slot>>,
+}
+
+impl Slots {
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Slot>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a slot for connection `id`, cutting the oldest idle connection at the cap;
+    /// `None` when every open connection is busy. True in the pair: one was cut.
+    fn take(&self, id: u64, max: usize) -> Option<(oneshot::Receiver<()>, bool)> {
+        let mut open = self.table();
+        let mut evicted = false;
+        if open.len() >= max {
+            let oldest_idle = open
+                .iter()
+                .find(|(_, slot)| !slot.busy)
+                .map(|(id, _)| *id)?;
+            if let Some(cut) = open
+                .remove(&oldest_idle)
+                .and_then(|mut slot| slot.cut.take())
+            {
+                let _ = cut.send(());
+            }
+            evicted = true;
+        }
+        let (cut, cut_rx) = oneshot::channel();
+        open.insert(
+            id,
+            Slot {
+                busy: false,
+                cut: Some(cut),
+            },
+        );
+        Some((cut_rx, evicted))
+    }
+
+    /// Connection `id`'s request head arrived: it is answering, not idle.
+    fn busy(&self, id: u64) {
+        if let Some(slot) = self.table().get_mut(&id) {
+            slot.busy = true;
+        }
+    }
+
+    fn release(&self, id: u64) {
+        self.table().remove(&id);
+    }
+}
+
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     metrics: NodeMetrics,
     limits: HttpLimits,
-    refused: Arc<AtomicU64>,
+    counts: Arc<Counts>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = Arc::new(Slots::default());
+    let mut next_id = 0u64;
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -179,18 +264,27 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refused.fetch_add(1, Ordering::Relaxed);
+        counts.accepted.fetch_add(1, Ordering::Relaxed);
+        let id = next_id;
+        next_id += 1;
+        let Some((cut, evicted)) = slots.take(id, limits.max_connections) else {
+            counts.refused.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 max_connections = limits.max_connections,
-                "metrics connection refused: at the limit"
+                "metrics connection refused: every connection is answering a request"
             );
             drop(stream);
             continue;
         };
+        if evicted {
+            counts.evicted.fetch_add(1, Ordering::Relaxed);
+        }
         let metrics = metrics.clone();
+        let slots = slots.clone();
         tokio::spawn(async move {
+            let marks = slots.clone();
             let service = hyper::service::service_fn(move |request| {
+                marks.busy(id);
                 let response = answer(&request, &metrics);
                 async move { Ok::<_, Infallible>(response) }
             });
@@ -200,12 +294,18 @@ async fn accept_loop(
                 .keep_alive(false)
                 .max_buf_size(MAX_BUF)
                 .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(limits.connection_deadline, connection).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::debug!(%error, "metrics connection failed"),
-                Err(_) => tracing::debug!("metrics connection cut at its deadline"),
+            tokio::select! {
+                served = tokio::time::timeout(limits.connection_deadline, connection) => {
+                    match served {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => tracing::debug!(%error, "metrics connection failed"),
+                        Err(_) => tracing::debug!("metrics connection cut at its deadline"),
+                    }
+                }
+                // Displaced by a newer connection while idle: dropping it closes it.
+                _ = cut => tracing::debug!("idle metrics connection closed for a new one"),
             }
-            drop(slot);
+            slots.release(id);
         });
     }
 }
@@ -215,7 +315,27 @@ async fn accept_loop(
 fn answer(request: &Request<Incoming>, metrics: &NodeMetrics) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE_METRICS, metrics.render()),
-        (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into()),
+        (&Method::GET, "/health") => {
+            let (ready, shards) = metrics.readiness();
+            if ready == shards {
+                (
+                    StatusCode::OK,
+                    "text/plain",
+                    format!("ready: {ready} of {shards} shards serving\n"),
+                )
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("not ready: {ready} of {shards} shards serving\n"),
+                )
+            }
+        }
+        (&Method::GET, _) => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics or /health\n".into(),
+        ),
         _ => (
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -277,6 +397,49 @@ mod tests {
             "{post}"
         );
         drop(server);
+    }
+
+    #[test]
+    fn health_answers_503_until_every_shard_serves() {
+        let metrics = NodeMetrics::new(2);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = MetricsServer::start(listener, metrics.clone()).unwrap();
+        let starting = get(server.addr(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(starting.starts_with("HTTP/1.1 503"), "{starting}");
+        assert!(
+            starting.ends_with("not ready: 0 of 2 shards serving\n"),
+            "{starting}"
+        );
+        metrics.shard(0).set_ready(true);
+        let half = get(server.addr(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(half.starts_with("HTTP/1.1 503"), "{half}");
+        metrics.shard(1).set_ready(true);
+        let ready = get(server.addr(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ready.starts_with("HTTP/1.1 200 OK\r\n"), "{ready}");
+        assert!(ready.ends_with("ready: 2 of 2 shards serving\n"), "{ready}");
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_slot_goes_and_only_a_busy_table_refuses() {
+        let slots = Slots::default();
+        let (mut first, evicted) = slots.take(0, 2).unwrap();
+        assert!(!evicted);
+        let (_second, _) = slots.take(1, 2).unwrap();
+        slots.busy(1);
+        let (_third, evicted) = slots.take(2, 2).unwrap();
+        assert!(evicted, "the table was full");
+        assert_eq!(
+            first.try_recv(),
+            Ok(()),
+            "the oldest idle connection was cut"
+        );
+        slots.busy(2);
+        assert!(
+            slots.take(3, 2).is_none(),
+            "every open connection is answering"
+        );
+        slots.release(1);
+        assert!(slots.take(3, 2).is_some());
     }
 
     #[test]

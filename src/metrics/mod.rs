@@ -14,12 +14,19 @@
 //! `Cell`s, so each shard copies them into its `ShardMetrics` once a second
 //! ([`ShardMetrics::set_store`]); a scrape can lag them by up to a second.
 //!
-//! Families (every one carries `shard="<n>"`):
+//! Rates (TPS) and the per-topic and per-group figures are the shard's sampler's
+//! ([`rates`]): it derives them once a second (the per-key ones every 10 s) and publishes
+//! them here, where GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO, GET_CONSUME_STATS and
+//! scrapes read them. The per-key tables are bounded by `metrics_max_topics` and
+//! `metrics_max_groups` per shard; what the caps leave out is counted.
+//!
+//! Families (every one carries `shard="<n>"` but the per-topic and per-group ones, summed
+//! over the shards, and `ringmq_build_info` and `process_*`, which are the process's):
 //!
 //! | name | type | what |
 //! |---|---|---|
-//! | `ringmq_requests_total{code}` | counter | requests received, by request code; codes the node does not know under `code="unknown"` |
-//! | `ringmq_responses_total{status}` | counter | responses sent, by response code (errors included); others under `status="unknown"` |
+//! | `ringmq_requests_total{code,name}` | counter | requests received, by request code and its Java name; codes the node does not know under `code="unknown",name="unknown"` |
+//! | `ringmq_responses_total{status,name}` | counter | responses sent, by response code and its Java name (errors included); others under `status="unknown",name="unknown"` |
 //! | `ringmq_messages_in_total` | counter | messages stored (the store's puts) |
 //! | `ringmq_messages_out_total` | counter | messages returned by pulls |
 //! | `ringmq_bytes_in_total` | counter | bytes read from client connections |
@@ -54,7 +61,7 @@
 //! | `ringmq_request_bytes_in_flight` | gauge | bytes held by requests in flight (frames, and 2 KiB each for header and task), all connections |
 //! | `ringmq_parked_requests` | gauge | requests in flight that are parked long-polling pulls, all connections |
 //! | `ringmq_parked_pulls` | gauge | long-polling pulls parked now |
-//! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send`, `pull` (parked time included) and `query` (QUERY_MESSAGE and VIEW_MESSAGE_BY_ID, the fan-out over the shards included) |
+//! | `ringmq_request_latency_seconds{family}` | histogram | time from request to response, `send`, `pull` (parked time included) and `query` (QUERY_MESSAGE and VIEW_MESSAGE_BY_ID, the fan-out over the shards included); buckets [`LATENCY_BUCKETS_MICROS`] (100 µs to 60 s), so they sum over shards and nodes |
 //! | `ringmq_forwarded_total` | counter | requests sent to another shard's mailbox, and delayed messages coming due that a scheduler sent to another shard's queue |
 //! | `ringmq_retries_total` | counter | messages a consumer handed back (CONSUMER_SEND_MSG_BACK) stored for a later retry, on the shard that read them |
 //! | `ringmq_dead_letters_total` | counter | messages sent to a `%DLQ%` topic: handed back at their last try (or with `delayLevel` -1), or a retry send past its maximum |
@@ -75,12 +82,23 @@
 //! | `ringmq_delay_delivered_total{level}` | counter | delayed messages of the level delivered (their copy acknowledged) |
 //! | `ringmq_delay_lateness_seconds_total{level}` | counter | time from each delivered message's due time to its copy's acknowledgement, summed (divided by `ringmq_delay_delivered_total`: the mean lateness) |
 //! | `ringmq_delay_skipped_total{level}` | counter | scheduled records that could not be delivered at all (no `REAL_TOPIC`, an illegal message) and were skipped, logged |
-//! | `ringmq_request_latency_seconds{family}` | summary | time from request to response, `send` and `pull` (parked time included) |
+//! | `ringmq_store_size_bytes` | gauge | bytes of the shard's CommitLog segment files (the ConsumeQueue and index files, some tens of bytes a message, are not included) |
+//! | `ringmq_commitlog_min_offset`, `ringmq_commitlog_max_offset` | gauge | the shard's first CommitLog offset still stored and one past its last byte written, without the shard id the node's offsets carry in their top byte (D4), so they stay exact as floats |
+//! | `ringmq_topic_messages_in_total{topic}`, `ringmq_topic_bytes_in_total{topic}` | counter | messages and record bytes stored in the topic's queues since the node started (retries and DLQ topics are topics too; a delayed message counts under `SCHEDULE_TOPIC_XXXX` when stored and under its topic when delivered) |
+//! | `ringmq_topic_messages_out_total{topic}`, `ringmq_topic_bytes_out_total{topic}` | counter | messages and record bytes of the topic returned by pulls since the node started, every group |
+//! | `ringmq_group_messages_out_total{group,topic}`, `ringmq_group_bytes_out_total{group,topic}` | counter | the same for one group (pulls; POP deliveries are in `ringmq_pop_delivered_total`) |
+//! | `ringmq_consumer_lag_messages{group,topic}` | gauge | the group's lag on the topic: over the topic's read queues, the queue's end minus the group's committed offset (0 without one), summed; pairs with a committed offset only (RocketMQ 5's `rocketmq_consumer_lag_messages`, the exporter's `rocketmq_group_diff`) |
+//! | `ringmq_stats_keys_over_cap{table}` | gauge | topics (`table="topics"`) or (group, topic) pairs (`table="groups"`) the shard left out of the per-key series at its last snapshot because `metrics_max_topics` / `metrics_max_groups` were tracked |
+//! | `ringmq_stats_gets_uncounted_total` | counter | pulled messages not counted by group because the shard's table of pairs was full |
+//! | `ringmq_build_info{version,arch,os}` | gauge | 1, with the running build in its labels |
+//! | `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | gauge, counter | the process, from `/proc/self` at each scrape ([`process`]) |
 
 pub mod http;
+pub mod process;
+pub mod rates;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,6 +108,8 @@ use crate::remoting::codes::{request, response};
 use crate::remoting::traffic::{Traffic, TrafficSnapshot};
 use crate::store::StoreStats;
 use crate::sync::Locked;
+
+use rates::{KeyFigures, RateFigures, StatsCaps};
 
 /// Latency families with a histogram each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,6 +266,29 @@ pub struct ShardMetrics {
     latency: [Locked<Histogram<u64>>; 3],
     /// The delay levels whose schedulers run on this shard, fixed at start.
     delay: Locked<Vec<DelayFigures>>,
+    /// How many topics and groups the shard tracks (`metrics_max_topics`, `..._groups`).
+    caps: StatsCaps,
+    /// The broker's rates at the sampler's last second ([`rates`]).
+    rates: Locked<RateFigures>,
+    /// The per-topic and per-group figures at the sampler's last key snapshot.
+    keys: Locked<KeyFigures>,
+    /// The CommitLog's size and offsets at the sampler's last second.
+    log: Locked<LogFigures>,
+    /// Pulled messages not counted by group because the shard's table was full.
+    pub gets_uncounted: AtomicU64,
+    /// Set once the shard's store is open and recovered and the shard serves.
+    ready: AtomicBool,
+}
+
+/// A shard's CommitLog at the sampler's last second.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogFigures {
+    /// Bytes of the CommitLog segment files.
+    pub file_bytes: u64,
+    /// The first offset still stored and one past the last written, within the shard
+    /// (the shard id that the node's offsets carry in their top byte taken off, D4).
+    pub min_offset: u64,
+    pub max_offset: u64,
 }
 
 /// One delay level's figures, on the shard that runs its scheduler.
@@ -296,7 +339,73 @@ impl ShardMetrics {
             unconsumed_lost: Locked::default(),
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
             delay: Locked::default(),
+            caps: StatsCaps::default(),
+            rates: Locked::default(),
+            keys: Locked::default(),
+            log: Locked::default(),
+            gets_uncounted: AtomicU64::new(0),
+            ready: AtomicBool::new(false),
         }
+    }
+
+    /// A shard's metrics tracking at most `caps` topics and groups.
+    pub fn with_caps(shard: u8, caps: StatsCaps) -> ShardMetrics {
+        ShardMetrics {
+            caps,
+            ..ShardMetrics::new(shard)
+        }
+    }
+
+    pub fn caps(&self) -> StatsCaps {
+        self.caps
+    }
+
+    /// The broker's rates (the shard's sampler, once a second).
+    pub fn set_rates(&self, rates: RateFigures) {
+        *self.rates.lock() = rates;
+    }
+
+    pub fn rates(&self) -> RateFigures {
+        *self.rates.lock()
+    }
+
+    /// The per-key figures (the shard's sampler, every 10 s).
+    pub fn set_keys(&self, keys: KeyFigures) {
+        *self.keys.lock() = keys;
+    }
+
+    /// `topic`'s messages stored per second on this shard over the last minute (0 for a
+    /// topic not tracked).
+    pub fn topic_put_tps(&self, topic: &str) -> f64 {
+        let keys = self.keys.lock();
+        keys.topics
+            .binary_search_by(|figures| figures.topic.as_str().cmp(topic))
+            .map_or(0.0, |index| keys.topics[index].put_tps)
+    }
+
+    /// `group`'s messages pulled from `topic` per second on this shard over the last
+    /// minute (0 for a pair not tracked).
+    pub fn group_get_tps(&self, group: &str, topic: &str) -> f64 {
+        let keys = self.keys.lock();
+        keys.groups
+            .binary_search_by(|figures| {
+                (figures.group.as_str(), figures.topic.as_str()).cmp(&(group, topic))
+            })
+            .map_or(0.0, |index| keys.groups[index].get_tps)
+    }
+
+    /// The CommitLog's figures (the shard's sampler, once a second).
+    pub fn set_log(&self, log: LogFigures) {
+        *self.log.lock() = log;
+    }
+
+    /// Marks the shard as serving: its store is open and recovered.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
     }
 
     pub fn shard(&self) -> u8 {
@@ -433,13 +542,24 @@ pub struct NodeMetrics {
 
 impl NodeMetrics {
     pub fn new(shards: u8) -> NodeMetrics {
+        NodeMetrics::with_caps(shards, StatsCaps::default())
+    }
+
+    /// Metrics whose shards each track at most `caps` topics and groups.
+    pub fn with_caps(shards: u8, caps: StatsCaps) -> NodeMetrics {
         NodeMetrics {
             shards: Arc::new(
                 (0..shards)
-                    .map(|n| Arc::new(ShardMetrics::new(n)))
+                    .map(|n| Arc::new(ShardMetrics::with_caps(n, caps)))
                     .collect(),
             ),
         }
+    }
+
+    /// Shards serving (store open and recovered), and shards.
+    pub fn readiness(&self) -> (usize, usize) {
+        let ready = self.shards.iter().filter(|s| s.is_ready()).count();
+        (ready, self.shards.len())
     }
 
     pub fn shard(&self, shard: u8) -> Arc<ShardMetrics> {
@@ -516,13 +636,14 @@ fn seconds_family(
 }
 
 /// Writes a counter family with one sample per shard and known code, the code under
-/// `label`, and one per shard for all the other codes (`label="unknown"`, even at 0, so the
-/// series exists before the first one arrives).
+/// `label` and its Java name under `name`, and one per shard for all the other codes
+/// (`label="unknown",name="unknown"`, even at 0, so the series exists before the first one
+/// arrives).
 fn by_code(
     out: &mut String,
     shards: &[Arc<ShardMetrics>],
     (name, help): (&str, &str),
-    label: &str,
+    (label, names): (&str, fn(i32) -> Option<&'static str>),
     counts: impl Fn(&ShardMetrics) -> &CodeCounts,
 ) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -530,18 +651,37 @@ fn by_code(
         for (code, n) in counts(shard).snapshot() {
             let _ = writeln!(
                 out,
-                "{name}{{shard=\"{}\",{label}=\"{code}\"}} {n}",
-                shard.shard
+                "{name}{{shard=\"{}\",{label}=\"{code}\",name=\"{}\"}} {n}",
+                shard.shard,
+                names(code).unwrap_or(CodeCounts::UNKNOWN)
             );
         }
         let _ = writeln!(
             out,
-            "{name}{{shard=\"{}\",{label}=\"{}\"}} {}",
+            "{name}{{shard=\"{}\",{label}=\"{unknown}\",name=\"{unknown}\"}} {}",
             shard.shard,
-            CodeCounts::UNKNOWN,
-            counts(shard).unknown()
+            counts(shard).unknown(),
+            unknown = CodeCounts::UNKNOWN,
         );
     }
+}
+
+/// A label value as the text format needs it: backslash, double quote and newline
+/// escaped. Topic and group names are validated (`%|a-zA-Z0-9_-`), so this only guards.
+pub fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    let mut escaped = String::with_capacity(value.len() + 2);
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// The delay level families: one sample per level, from the shard that schedules it.
@@ -649,6 +789,206 @@ fn render_pop(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     }
 }
 
+/// The upper bounds of the latency histogram's buckets, in µs (`+Inf` follows): 100 µs to
+/// a minute, about three to a decade, so `histogram_quantile` over the sum of every
+/// shard and node stays within a bucket's width of the truth.
+pub const LATENCY_BUCKETS_MICROS: [u64; 18] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+];
+
+/// The latency histograms: cumulative buckets from the HDR histograms, so they sum across
+/// shards and nodes (a summary's quantiles do not).
+fn render_latency(out: &mut String, shards: &[Arc<ShardMetrics>]) {
+    let name = "ringmq_request_latency_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time from request to response.\n# TYPE {name} histogram"
+    );
+    for shard in shards {
+        for (index, family) in Family::ALL.iter().enumerate() {
+            let histogram = shard.latency[index].lock();
+            let labels = format!("shard=\"{}\",family=\"{}\"", shard.shard, family.name());
+            let mut buckets = [0u64; LATENCY_BUCKETS_MICROS.len()];
+            let mut sum = 0f64;
+            for value in histogram.iter_recorded() {
+                let micros = value.value_iterated_to();
+                let count = value.count_at_value();
+                sum += micros as f64 * count as f64;
+                if let Some(bucket) = LATENCY_BUCKETS_MICROS.iter().position(|le| micros <= *le) {
+                    buckets[bucket] += count;
+                }
+            }
+            let mut cumulative = 0;
+            for (le, count) in LATENCY_BUCKETS_MICROS.iter().zip(buckets) {
+                cumulative += count;
+                let le = *le as f64 / 1e6;
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+            }
+            let total = histogram.len();
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {total}");
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", sum / 1e6);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {total}");
+        }
+    }
+}
+
+/// The CommitLog's size and offsets, per shard.
+fn render_log(out: &mut String, shards: &[Arc<ShardMetrics>]) {
+    type Pick = fn(&LogFigures) -> u64;
+    let families: [(&str, &str, Pick); 3] = [
+        (
+            "ringmq_store_size_bytes",
+            "Bytes of the shard's CommitLog segment files.",
+            |log| log.file_bytes,
+        ),
+        (
+            "ringmq_commitlog_min_offset",
+            "The shard's first CommitLog offset still stored (its shard id taken off).",
+            |log| log.min_offset,
+        ),
+        (
+            "ringmq_commitlog_max_offset",
+            "One past the shard's last CommitLog byte written (its shard id taken off).",
+            |log| log.max_offset,
+        ),
+    ];
+    for (name, help, pick) in families {
+        family(out, shards, name, "gauge", help, |s| {
+            pick(&s.log.lock()) as i128
+        });
+    }
+}
+
+/// The per-topic and per-group families, summed over the shards (no shard label: a topic's
+/// queues and a group's pulls spread over them), and what the caps left out.
+fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
+    let mut topics: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
+    let mut groups: std::collections::BTreeMap<(String, String), [u64; 2]> = Default::default();
+    let mut lags: std::collections::BTreeMap<(String, String), u64> = Default::default();
+    for shard in shards {
+        let keys = shard.keys.lock();
+        for figures in &keys.topics {
+            let sums = topics.entry(figures.topic.clone()).or_default();
+            sums[0] += figures.put.messages;
+            sums[1] += figures.put.bytes;
+            sums[2] += figures.got.messages;
+            sums[3] += figures.got.bytes;
+        }
+        for figures in &keys.groups {
+            let pair = (figures.group.clone(), figures.topic.clone());
+            let sums = groups.entry(pair.clone()).or_default();
+            sums[0] += figures.got.messages;
+            sums[1] += figures.got.bytes;
+            if let Some(lag) = figures.lag {
+                *lags.entry(pair).or_default() += lag;
+            }
+        }
+    }
+    let topic_families = [
+        (
+            "ringmq_topic_messages_in_total",
+            "Messages stored in the topic's queues since the node started.",
+        ),
+        (
+            "ringmq_topic_bytes_in_total",
+            "Record bytes stored in the topic's queues since the node started.",
+        ),
+        (
+            "ringmq_topic_messages_out_total",
+            "Messages of the topic returned by pulls since the node started, every group.",
+        ),
+        (
+            "ringmq_topic_bytes_out_total",
+            "Record bytes of the topic returned by pulls since the node started, every group.",
+        ),
+    ];
+    for (index, (name, help)) in topic_families.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (topic, sums) in &topics {
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{}\"}} {}",
+                escape_label(topic),
+                sums[index]
+            );
+        }
+    }
+    let group_families = [
+        (
+            "ringmq_group_messages_out_total",
+            "Messages of the topic returned to the group's pulls since the node started.",
+        ),
+        (
+            "ringmq_group_bytes_out_total",
+            "Record bytes of the topic returned to the group's pulls since the node started.",
+        ),
+    ];
+    for (index, (name, help)) in group_families.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for ((group, topic), sums) in &groups {
+            let _ = writeln!(
+                out,
+                "{name}{{group=\"{}\",topic=\"{}\"}} {}",
+                escape_label(group),
+                escape_label(topic),
+                sums[index]
+            );
+        }
+    }
+    let name = "ringmq_consumer_lag_messages";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Messages of the topic the group has not committed: each queue's end minus the group's committed offset (0 without one), summed.\n# TYPE {name} gauge"
+    );
+    for ((group, topic), lag) in &lags {
+        let _ = writeln!(
+            out,
+            "{name}{{group=\"{}\",topic=\"{}\"}} {lag}",
+            escape_label(group),
+            escape_label(topic)
+        );
+    }
+    let name = "ringmq_stats_keys_over_cap";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Topics (table=topics) or group and topic pairs (table=groups) left out of the per-key series at the last snapshot because metrics_max_topics or metrics_max_groups were tracked.\n# TYPE {name} gauge"
+    );
+    for shard in shards {
+        let keys = shard.keys.lock();
+        for (table, count) in [
+            ("topics", keys.topics_over_cap),
+            ("groups", keys.groups_over_cap),
+        ] {
+            let _ = writeln!(
+                out,
+                "{name}{{shard=\"{}\",table=\"{table}\"}} {count}",
+                shard.shard
+            );
+        }
+    }
+    family(
+        out,
+        shards,
+        "ringmq_stats_gets_uncounted_total",
+        "counter",
+        "Pulled messages not counted by group because metrics_max_groups pairs were tracked.",
+        |s| s.gets_uncounted.load(Ordering::Relaxed) as i128,
+    );
+}
+
+/// `ringmq_build_info`: 1, with the version and the target in labels.
+fn render_build_info(out: &mut String) {
+    let name = "ringmq_build_info";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The running ringmq's version and target, as labels.\n# TYPE {name} gauge\n{name}{{version=\"{}\",arch=\"{}\",os=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+    );
+}
+
 /// The Prometheus text format (version 0.0.4) of `shards`.
 pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     let mut out = String::with_capacity(4096);
@@ -660,7 +1000,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             "ringmq_requests_total",
             "Requests received, by request code.",
         ),
-        "code",
+        ("code", request::name),
         |s| &s.requests,
     );
     by_code(
@@ -670,7 +1010,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             "ringmq_responses_total",
             "Responses sent, by response code.",
         ),
-        "status",
+        ("status", response::name),
         |s| &s.responses,
     );
     family(
@@ -1008,28 +1348,11 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| relaxed(&s.timer_skipped),
     );
     render_pop(&mut out, shards);
-    let name = "ringmq_request_latency_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Time from request to response.\n# TYPE {name} summary"
-    );
-    for shard in shards {
-        for (index, family) in Family::ALL.iter().enumerate() {
-            let histogram = shard.latency[index].lock();
-            let labels = format!("shard=\"{}\",family=\"{}\"", shard.shard, family.name());
-            for quantile in [0.5, 0.9, 0.99, 0.999] {
-                let seconds = histogram.value_at_quantile(quantile) as f64 / 1e6;
-                let _ = writeln!(out, "{name}{{{labels},quantile=\"{quantile}\"}} {seconds}");
-            }
-            let sum = histogram
-                .iter_recorded()
-                .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
-                .sum::<f64>()
-                / 1e6;
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-            let _ = writeln!(out, "{name}_count{{{labels}}} {}", histogram.len());
-        }
-    }
+    render_latency(&mut out, shards);
+    render_log(&mut out, shards);
+    render_keys(&mut out, shards);
+    render_build_info(&mut out);
+    process::render(&mut out);
     out
 }
 
@@ -1062,7 +1385,14 @@ mod tests {
     fn unknown_request_codes_share_one_series_whatever_their_number() {
         let metrics = NodeMetrics::new(1);
         let shard = metrics.shard(0);
-        let before = metrics.render().len();
+        // The process figures change from one render to the next: compare the rest.
+        let requests = |text: &str| {
+            text.lines()
+                .filter(|line| line.starts_with("ringmq_requests_total"))
+                .map(str::len)
+                .sum::<usize>()
+        };
+        let before = requests(&metrics.render());
         for code in 0..20_000 {
             if request::name(code).is_none() {
                 shard.request(code);
@@ -1072,21 +1402,24 @@ mod tests {
         let sent = 20_000 - known.count() as u64;
         assert_eq!(shard.unknown_requests(), sent);
         let text = metrics.render();
-        let line = format!("ringmq_requests_total{{shard=\"0\",code=\"unknown\"}} {sent}");
+        let line = format!(
+            "ringmq_requests_total{{shard=\"0\",code=\"unknown\",name=\"unknown\"}} {sent}"
+        );
         assert!(
             text.lines().any(|l| l == line),
             "missing {line:?} in\n{text}"
         );
         // The one series grew only its digits.
-        assert!(text.len() <= before + 8, "{before} -> {} bytes", text.len());
+        let after = requests(&text);
+        assert!(after <= before + 8, "{before} -> {after} bytes");
     }
 
     #[test]
     fn the_unknown_series_is_there_before_any_unknown_code() {
         let text = NodeMetrics::new(1).render();
         for line in [
-            "ringmq_requests_total{shard=\"0\",code=\"unknown\"} 0",
-            "ringmq_responses_total{shard=\"0\",status=\"unknown\"} 0",
+            "ringmq_requests_total{shard=\"0\",code=\"unknown\",name=\"unknown\"} 0",
+            "ringmq_responses_total{shard=\"0\",status=\"unknown\",name=\"unknown\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -1165,9 +1498,9 @@ mod tests {
             "ringmq_retention_segments_kept_for_consumers{shard=\"1\"} 3",
             "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_a\"} 0",
             "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_b\"} 17",
-            "ringmq_requests_total{shard=\"1\",code=\"10\"} 2",
-            "ringmq_responses_total{shard=\"1\",status=\"0\"} 1",
-            "ringmq_responses_total{shard=\"1\",status=\"2\"} 1",
+            "ringmq_requests_total{shard=\"1\",code=\"10\",name=\"SEND_MESSAGE\"} 2",
+            "ringmq_responses_total{shard=\"1\",status=\"0\",name=\"SUCCESS\"} 1",
+            "ringmq_responses_total{shard=\"1\",status=\"2\",name=\"SYSTEM_BUSY\"} 1",
             "ringmq_messages_in_total{shard=\"1\"} 2",
             "ringmq_messages_in_total{shard=\"0\"} 0",
             "ringmq_bytes_in_total{shard=\"1\"} 2048",
@@ -1192,16 +1525,25 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
-        let p99 = text
-            .lines()
-            .find(|l| {
-                l.starts_with(
-                    "ringmq_request_latency_seconds{shard=\"1\",family=\"send\",quantile=\"0.99\"}",
-                )
-            })
-            .unwrap();
-        let seconds: f64 = p99.rsplit(' ').next().unwrap().parse().unwrap();
-        assert!((0.00074..0.00076).contains(&seconds), "{p99}");
+        // The histogram: 250 µs and 750 µs, cumulative, summing to the count.
+        for line in [
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.0001\"} 0",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.00025\"} 1",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.0005\"} 1",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.001\"} 2",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"60\"} 2",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"+Inf\"} 2",
+            "ringmq_request_latency_seconds_sum{shard=\"1\",family=\"send\"} 0.001",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("quantile="),
+            "a summary's quantiles do not sum across shards"
+        );
         // Every sample line belongs to a family announced by a TYPE line before it.
         let mut announced = std::collections::HashSet::new();
         for line in text.lines() {
@@ -1209,12 +1551,90 @@ mod tests {
                 announced.insert(rest.split(' ').next().unwrap().to_owned());
             } else if !line.starts_with('#') {
                 let name = line.split(['{', ' ']).next().unwrap();
-                let base = name.trim_end_matches("_sum").trim_end_matches("_count");
+                let base = name
+                    .trim_end_matches("_sum")
+                    .trim_end_matches("_count")
+                    .trim_end_matches("_bucket");
                 assert!(
                     announced.contains(name) || announced.contains(base),
                     "{line}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn topic_and_group_series_sum_over_the_shards_with_escaped_labels() {
+        use rates::{Counts, GroupFigures, TopicFigures};
+        let metrics = NodeMetrics::new(2);
+        for shard in 0..2 {
+            metrics.shard(shard).set_keys(KeyFigures {
+                topics: vec![TopicFigures {
+                    topic: "T".into(),
+                    put: Counts {
+                        messages: 3,
+                        bytes: 300,
+                    },
+                    got: Counts {
+                        messages: 2,
+                        bytes: 200,
+                    },
+                    put_tps: 0.5,
+                }],
+                groups: vec![GroupFigures {
+                    group: "G\"x".into(),
+                    topic: "T".into(),
+                    got: Counts {
+                        messages: 2,
+                        bytes: 200,
+                    },
+                    get_tps: 0.25,
+                    lag: Some(4 + u64::from(shard)),
+                }],
+                topics_over_cap: u64::from(shard),
+                groups_over_cap: 0,
+            });
+        }
+        metrics.shard(1).set_log(LogFigures {
+            file_bytes: 1 << 30,
+            min_offset: 0,
+            max_offset: 4096,
+        });
+        assert_eq!(metrics.shard(1).topic_put_tps("T"), 0.5);
+        assert_eq!(metrics.shard(1).topic_put_tps("U"), 0.0);
+        assert_eq!(metrics.shard(0).group_get_tps("G\"x", "T"), 0.25);
+        let text = metrics.render();
+        for line in [
+            "ringmq_topic_messages_in_total{topic=\"T\"} 6",
+            "ringmq_topic_bytes_in_total{topic=\"T\"} 600",
+            "ringmq_topic_messages_out_total{topic=\"T\"} 4",
+            "ringmq_topic_bytes_out_total{topic=\"T\"} 400",
+            "ringmq_group_messages_out_total{group=\"G\\\"x\",topic=\"T\"} 4",
+            "ringmq_consumer_lag_messages{group=\"G\\\"x\",topic=\"T\"} 9",
+            "ringmq_stats_keys_over_cap{shard=\"1\",table=\"topics\"} 1",
+            "ringmq_stats_gets_uncounted_total{shard=\"0\"} 0",
+            "ringmq_store_size_bytes{shard=\"1\"} 1073741824",
+            "ringmq_commitlog_max_offset{shard=\"1\"} 4096",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let build = text
+            .lines()
+            .find(|l| l.starts_with("ringmq_build_info{"))
+            .unwrap();
+        assert!(
+            build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+                && build.ends_with(" 1"),
+            "{build}"
+        );
+    }
+
+    #[test]
+    fn labels_are_escaped_as_the_text_format_wants() {
+        assert_eq!(escape_label("plain"), "plain");
+        assert_eq!(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
     }
 }

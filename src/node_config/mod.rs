@@ -159,6 +159,14 @@ pub struct NodeConfig {
     pub listen_port: u16,
     pub namesrv_port: u16,
     pub metrics_port: u16,
+    /// Connections the metrics endpoint holds at once.
+    pub metrics_max_connections: usize,
+    /// Time a metrics connection may take to send its request head.
+    pub metrics_idle_timeout: Duration,
+    /// Topics each shard keeps per-topic figures for.
+    pub metrics_max_topics: usize,
+    /// (group, topic) pairs each shard keeps per-group figures for.
+    pub metrics_max_groups: usize,
     pub namesrv_addr: Option<String>,
     pub store_path_root_dir: PathBuf,
     pub shards: u8,
@@ -268,6 +276,10 @@ impl NodeConfig {
             listen_port: 0,
             namesrv_port: 0,
             metrics_port: 0,
+            metrics_max_connections: 0,
+            metrics_idle_timeout: Duration::ZERO,
+            metrics_max_topics: 0,
+            metrics_max_groups: 0,
             namesrv_addr: None,
             store_path_root_dir: PathBuf::new(),
             shards: 0,

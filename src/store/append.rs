@@ -575,6 +575,7 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
         match outcome {
             Ok(AppendOutcome::Appended) => {
                 bytes += item.placement.size as u64;
+                item.queue.count_appended(item.placement.size as u64);
                 index_record(shared, item);
                 let topic = item.put.input.topic.as_str();
                 if let Some(hook) = &hook {

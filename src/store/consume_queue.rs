@@ -97,9 +97,23 @@ pub struct ConsumeQueue {
     /// The next queue offset the appender hands out; ahead of `max_offset` by the messages
     /// encoded but not yet visible.
     reserved: Cell<u64>,
+    /// Messages and record bytes this process appended to the queue (the live appender's
+    /// dispatch, not recovery's): the per-topic figures of the metrics sampler.
+    appended: Cell<(u64, u64)>,
 }
 
 impl ConsumeQueue {
+    /// Counts one message of `size` record bytes appended by the live appender.
+    pub fn count_appended(&self, size: u64) {
+        let (messages, bytes) = self.appended.get();
+        self.appended.set((messages + 1, bytes + size));
+    }
+
+    /// Messages and record bytes appended since the store opened.
+    pub fn appended(&self) -> (u64, u64) {
+        self.appended.get()
+    }
+
     /// Hands out the next queue offset for a message being appended.
     pub fn reserve_offset(&self) -> u64 {
         // After recovery re-dispatched records, max_offset has moved past `reserved`.
@@ -167,6 +181,7 @@ impl ConsumeQueue {
                 last_record_end,
             }),
             reserved: Cell::new(0),
+            appended: Cell::new((0, 0)),
         })
     }
 
@@ -198,6 +213,7 @@ impl ConsumeQueue {
                 last_record_end: 0,
             }),
             reserved: Cell::new(0),
+            appended: Cell::new((0, 0)),
         })
     }
 

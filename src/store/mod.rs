@@ -697,6 +697,30 @@ impl Store {
         keys
     }
 
+    /// Per topic with a ConsumeQueue: the messages and record bytes this process stored
+    /// in its queues (the metrics sampler reads it every few seconds; one pass over the
+    /// queue map, no copy of the queues).
+    pub fn topic_puts(&self) -> Vec<(String, u64, u64)> {
+        self.shared
+            .queues
+            .borrow()
+            .iter()
+            .map(|(topic, queues)| {
+                let (messages, bytes) = queues.values().fold((0, 0), |(m, b), queue| {
+                    let (messages, bytes) = queue.appended();
+                    (m + messages, b + bytes)
+                });
+                (topic.clone(), messages, bytes)
+            })
+            .collect()
+    }
+
+    /// Bytes of CommitLog segment files held (each file is preallocated whole).
+    pub fn log_file_bytes(&self) -> u64 {
+        let log = &self.shared.log;
+        log.segments.borrow().starts().len() as u64 * log.segment_size()
+    }
+
     /// Resolves when messages become visible after this call (long polling hook).
     pub fn arrivals(&self) -> tokio::sync::futures::Notified<'_> {
         self.shared.arrivals.notified()
