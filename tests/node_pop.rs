@@ -377,6 +377,13 @@ fn unacknowledged_messages_come_back_after_their_invisible_time_and_acks_commit(
     assert_eq!(sum("ringmq_pop_redelivered_total"), 7);
     assert_eq!(sum("ringmq_pop_acks_total"), 16);
     assert_eq!(sum("ringmq_pop_stale_acks_total"), 2);
+    // Pops count as the group's gets, as pulls do (the per-key series are sampled every
+    // 10 s on each shard).
+    let series =
+        format!("ringmq_group_messages_out_total{{group=\"{GROUP}\",topic=\"{TOPIC}\"}} 23");
+    common::wait_for(Duration::from_secs(25), &series, || {
+        node.metrics().render().lines().any(|line| line == series)
+    });
 }
 
 #[test]

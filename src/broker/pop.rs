@@ -345,6 +345,17 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             Ok(Found::Served(queue_id, served)) => {
                 ShardMetrics::add(&broker.metrics.messages_out, served.offsets.len() as u64);
                 ShardMetrics::add(&broker.metrics.pop_delivered, served.offsets.len() as u64);
+                let bytes = served
+                    .file_body
+                    .as_ref()
+                    .map_or(served.body.len() as u64, |body| body.len());
+                super::stats_sampler::count_pop(
+                    broker,
+                    &header.topic,
+                    &header.group,
+                    served.offsets.len(),
+                    bytes,
+                );
                 let pop_time = served.pop_time;
                 return pop_response(
                     request,

@@ -32,6 +32,11 @@ pub fn count_pull(broker: &Broker, header: &PullRequestHeader, records: &[Record
     );
 }
 
+/// Counts what a POP served `group` from `topic`, as a pull's get is counted.
+pub fn count_pop(broker: &Broker, topic: &str, group: &str, messages: usize, bytes: u64) {
+    broker.gets.count(topic, group, messages as u64, bytes);
+}
+
 /// One second's sample: the broker's rates and the CommitLog's figures, and the per-key
 /// figures when they are due.
 pub fn sample(broker: &Broker, sampler: &mut ShardSampler) {

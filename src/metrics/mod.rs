@@ -86,7 +86,7 @@
 //! | `ringmq_commitlog_min_offset`, `ringmq_commitlog_max_offset` | gauge | the shard's first CommitLog offset still stored and one past its last byte written, without the shard id the node's offsets carry in their top byte (D4), so they stay exact as floats |
 //! | `ringmq_topic_messages_in_total{topic}`, `ringmq_topic_bytes_in_total{topic}` | counter | messages and record bytes stored in the topic's queues since the node started (retries and DLQ topics are topics too; a delayed message counts under `SCHEDULE_TOPIC_XXXX` when stored and under its topic when delivered) |
 //! | `ringmq_topic_messages_out_total{topic}`, `ringmq_topic_bytes_out_total{topic}` | counter | messages and record bytes of the topic returned by pulls since the node started, every group |
-//! | `ringmq_group_messages_out_total{group,topic}`, `ringmq_group_bytes_out_total{group,topic}` | counter | the same for one group (pulls; POP deliveries are in `ringmq_pop_delivered_total`) |
+//! | `ringmq_group_messages_out_total{group,topic}`, `ringmq_group_bytes_out_total{group,topic}` | counter | the same for one group (pulls and POP deliveries) |
 //! | `ringmq_consumer_lag_messages{group,topic}` | gauge | the group's lag on the topic: over the topic's read queues, the queue's end minus the group's committed offset (0 without one), summed; pairs with a committed offset only (RocketMQ 5's `rocketmq_consumer_lag_messages`, the exporter's `rocketmq_group_diff`) |
 //! | `ringmq_stats_keys_over_cap{table}` | gauge | topics (`table="topics"`) or (group, topic) pairs (`table="groups"`) the shard left out of the per-key series at its last snapshot because `metrics_max_topics` / `metrics_max_groups` were tracked |
 //! | `ringmq_stats_gets_uncounted_total` | counter | pulled messages not counted by group because the shard's table of pairs was full |
@@ -896,11 +896,11 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
         ),
         (
             "ringmq_topic_messages_out_total",
-            "Messages of the topic returned by pulls since the node started, every group.",
+            "Messages of the topic returned by pulls and pops since the node started, every group.",
         ),
         (
             "ringmq_topic_bytes_out_total",
-            "Record bytes of the topic returned by pulls since the node started, every group.",
+            "Record bytes of the topic returned by pulls and pops since the node started, every group.",
         ),
     ];
     for (index, (name, help)) in topic_families.iter().enumerate() {
@@ -917,11 +917,11 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     let group_families = [
         (
             "ringmq_group_messages_out_total",
-            "Messages of the topic returned to the group's pulls since the node started.",
+            "Messages of the topic returned to the group's pulls and pops since the node started.",
         ),
         (
             "ringmq_group_bytes_out_total",
-            "Record bytes of the topic returned to the group's pulls since the node started.",
+            "Record bytes of the topic returned to the group's pulls and pops since the node started.",
         ),
     ];
     for (index, (name, help)) in group_families.iter().enumerate() {
