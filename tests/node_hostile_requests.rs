@@ -705,6 +705,10 @@ fn many_clients_heartbeating_at_once_keep_pings_fast() {
     options.shards = 1;
     let node = ringmq::node::start(options).unwrap();
     let addr = node.addr();
+    // The heartbeating connections stay open until the check below: a closed connection
+    // unregisters its clients, as RocketMQ's channel close does.
+    let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = open.clone();
     pings_stay_fast_while(addr, move || {
         // Eight connections of 250 clients each, every client in its own group with
         // eight subscriptions, all at once.
@@ -719,13 +723,15 @@ fn many_clients_heartbeating_at_once_keep_pings_fast() {
                         })
                         .collect();
                     heartbeat_flood(&mut raw, beats, response::SUCCESS);
+                    raw
                 })
             })
             .collect();
         for connection in connections {
-            connection
+            let raw = connection
                 .join()
                 .expect("a heartbeating connection's checks");
+            kept.lock().unwrap().push(raw);
         }
     });
     // All 2,000 are registered.
@@ -735,5 +741,6 @@ fn many_clients_heartbeating_at_once_keep_pings_fast() {
         &[("consumerGroup", "app-7-249")],
     ));
     assert_eq!(members.code, response::SUCCESS, "{members:?}");
+    drop(open);
     node.shutdown().unwrap();
 }
