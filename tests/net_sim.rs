@@ -8,7 +8,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ringmq::net::sim::{Direction, NetConfig, SimNet, SimTransport};
+use ringmq::net::sim::{Direction, NetConfig, SimConnection, SimNet, SimTransport};
 use ringmq::net::{Connection, Listener, Transport};
 use ringmq::remoting::frame::{decode_frame, encode_frame};
 use ringmq::remoting::{ExtFields, RemotingCommand};
@@ -33,6 +33,18 @@ fn exact_delay(ms: u64) -> NetConfig {
 
 async fn listen(host: &SimTransport, port: u16) -> ringmq::net::sim::SimListener {
     host.bind(SocketAddr::new(host.ip(), port)).await.unwrap()
+}
+
+/// A connection from host 10.0.0.2 to a listener on 10.0.0.1:9000: (client end, server end).
+async fn connected(net: &SimNet) -> (SimConnection, SimConnection) {
+    let listener = listen(&net.host(ip(1)), 9000).await;
+    let client = net
+        .host(ip(2))
+        .connect("10.0.0.1:9000".parse().unwrap())
+        .await
+        .unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    (client, server)
 }
 
 async fn read_exactly(conn: &mut impl Connection, n: usize) -> std::io::Result<Vec<u8>> {
@@ -170,13 +182,8 @@ async fn one_way_delay_and_loss_set_the_arrival_time() {
         retransmit_delay: Duration::from_millis(200),
         ..exact_delay(5)
     });
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, peer) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
+    let peer = server.peer_addr().unwrap();
     assert_eq!(peer, client.local_addr().unwrap());
     let start = Instant::now();
     client.write_all(b"late").await.unwrap();
@@ -187,13 +194,7 @@ async fn one_way_delay_and_loss_set_the_arrival_time() {
 #[tokio::test(start_paused = true)]
 async fn a_partition_holds_data_both_ways_until_the_heal_and_loses_none() {
     let net = net(exact_delay(1));
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, _) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
     client.write_all(b"in flight").await.unwrap();
     net.partition(ip(1), ip(2), Direction::Both);
     server.write_all(b"reply").await.unwrap();
@@ -216,13 +217,7 @@ async fn a_partition_holds_data_both_ways_until_the_heal_and_loses_none() {
 #[tokio::test(start_paused = true)]
 async fn a_one_way_partition_cuts_only_its_direction() {
     let net = net(exact_delay(1));
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, _) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
     net.partition(ip(2), ip(1), Direction::OneWay);
     client.write_all(b"up").await.unwrap();
     server.write_all(b"down").await.unwrap();
@@ -253,13 +248,7 @@ async fn a_connect_across_a_partition_waits_for_the_heal() {
 #[tokio::test(start_paused = true)]
 async fn a_clogged_path_delivers_when_the_clog_ends() {
     let net = net(exact_delay(1));
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, _) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
     let start = Instant::now();
     net.clog(ip(2), ip(1), Duration::from_millis(300));
     client.write_all(b"x").await.unwrap();
@@ -277,13 +266,7 @@ async fn a_clogged_path_delivers_when_the_clog_ends() {
 #[tokio::test(start_paused = true)]
 async fn a_reset_fails_both_ends_and_loses_what_was_undelivered() {
     let net = net(exact_delay(50));
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, _) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
     client.write_all(b"lost").await.unwrap();
     assert_eq!(net.reset(ip(1), ip(2)), 1);
     let read = read_exactly(&mut server, 4).await.unwrap_err();
@@ -298,13 +281,7 @@ async fn a_peer_that_never_reads_stops_its_writer_at_the_buffer_bound() {
         connection_buffer_bytes: 1024,
         ..exact_delay(1)
     });
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, _) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
     client.write_all(&[7; 1024]).await.unwrap();
     assert!(
         timeout(Duration::from_secs(30), client.write_all(&[8]))
@@ -323,13 +300,7 @@ async fn a_peer_that_never_reads_stops_its_writer_at_the_buffer_bound() {
 #[tokio::test(start_paused = true)]
 async fn a_close_ends_the_stream_after_the_data_and_fails_the_peers_writes() {
     let net = net(exact_delay(1));
-    let listener = listen(&net.host(ip(1)), 9000).await;
-    let mut client = net
-        .host(ip(2))
-        .connect("10.0.0.1:9000".parse().unwrap())
-        .await
-        .unwrap();
-    let (mut server, _) = listener.accept().await.unwrap();
+    let (mut client, mut server) = connected(&net).await;
     client.write_all(b"bye").await.unwrap();
     drop(client);
     let mut rest = Vec::new();

@@ -444,16 +444,13 @@ fn forwarded(node: &ringmq::node::NodeHandle) -> u64 {
 }
 
 /// Requests parked right now, all shards (sampled once a second).
-fn parked(node: &ringmq::node::NodeHandle) -> i64 {
-    node.metrics()
-        .shards()
-        .iter()
-        .map(|shard| {
-            shard
-                .parked_pulls
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum()
+fn parked(node: &ringmq::node::NodeHandle) -> u64 {
+    counted(node, |shard| {
+        shard
+            .parked_pulls
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(0) as u64
+    })
 }
 
 #[test]
