@@ -299,21 +299,18 @@ impl NodeHandle {
             }
         }
         if let Some(tables) = self.tables.take() {
-            let offsets = &tables.consumer_offsets;
-            let written = offsets.persist().map_err(|error| {
-                anyhow::anyhow!("cannot write {}: {error}", offsets.path().display())
-            });
-            result = result.and(written);
+            result = result.and(
+                tables
+                    .consumer_offsets
+                    .persist()
+                    .map_err(anyhow::Error::from),
+            );
             let groups = &tables.subscription_groups;
             let written = groups.flush().map_err(|error| {
                 anyhow::anyhow!("cannot write {}: {error}", groups.path().display())
             });
             result = result.and(written);
-            let cursors = &tables.delay_offsets;
-            let written = cursors.persist().map_err(|error| {
-                anyhow::anyhow!("cannot write {}: {error}", cursors.path().display())
-            });
-            result = result.and(written);
+            result = result.and(tables.delay_offsets.persist().map_err(anyhow::Error::from));
         }
         result
     }
@@ -786,7 +783,7 @@ async fn run_shard(
         tracing::error!(shard = id, "cannot checkpoint the timer store: {error}");
     }
     let pop_log_end = store.max_offset(crate::broker::pop_log::POP_LOG_TOPIC, pops.log_queue);
-    if let Err(error) = pops.write_mark(pop_log_end) {
+    if let Err(error) = pops.write_mark(pop_log_end).await {
         tracing::error!(shard = id, "cannot write the POP replay mark: {error}");
     }
     store.shutdown().await?;
@@ -896,36 +893,27 @@ async fn sweep_clients(broker: Rc<Broker>) {
     }
 }
 
-/// Writes changed consumer offsets every `consumer_offset_flush_interval`.
+/// Queues a write of the consumer offsets every `consumer_offset_flush_interval` when
+/// commits were made, and of the subscription groups after a failed write. The writes run
+/// on tokio's blocking pool: no connection of this shard waits for their fsyncs (a failed
+/// one is logged there and tried again by the next tick).
 async fn flush_consumer_offsets(broker: Rc<Broker>) {
     let mut ticks = tokio::time::interval(broker.config.consumer_offset_flush_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if let Err(error) = broker.consumer_offsets().persist_if_changed() {
-            // Kept dirty: the next tick tries again.
-            tracing::error!(
-                "cannot write {}: {error}",
-                broker.consumer_offsets().path().display()
-            );
-        }
-        // Its writes run off the reactor; after a failed one, this queues another.
+        broker.consumer_offsets().write_if_behind();
         broker.subscription_groups.write_if_behind();
     }
 }
 
-/// Writes moved delay cursors every `delay_offset_flush_interval`.
+/// Queues a write of the delay cursors every `delay_offset_flush_interval` when one moved,
+/// as [`flush_consumer_offsets`].
 async fn flush_delay_offsets(broker: Rc<Broker>) {
     let mut ticks = tokio::time::interval(broker.config.delay_offset_flush_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if let Err(error) = broker.delay_offsets().persist_if_changed() {
-            // Kept dirty: the next tick tries again.
-            tracing::error!(
-                "cannot write {}: {error}",
-                broker.delay_offsets().path().display()
-            );
-        }
+        broker.delay_offsets().write_if_behind();
     }
 }

@@ -28,22 +28,24 @@
 //! - Every (group, topic, queue) stored passed [`super::names`]: neither name holds `@`,
 //!   so a `topic@group` key splits back into the same pair and a reload never moves an
 //!   offset to another topic or group.
-//! - Writes are small and synchronous, on the shard thread, through the disk seam's
-//!   [`MetaFiles`] (the real filesystem in the node, the simulated disk in crash tests).
+//! - The table is a [`PersistedTable`] changed memory first: a commit is seen at once, and
+//!   the periodic flush ([`ConsumerOffsets::write_if_behind`]) queues the write on tokio's
+//!   blocking pool, so no shard's connections wait for its fsyncs. It writes through the
+//!   disk seam's [`MetaFiles`] (the real filesystem in the node, the simulated disk in
+//!   crash tests).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::io::meta::{replace_file, MetaFiles, RealFiles};
+use crate::io::meta::{MetaFiles, RealFiles};
 use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
-use crate::sync::Locked;
 
+use super::persisted_table::{PersistedTable, WriteFailed};
 use super::{bad_header, names, Broker};
 
 /// The file's name inside `<store dir>/config/`.
@@ -62,14 +64,7 @@ type Table = BTreeMap<(String, String), BTreeMap<i32, i64>>;
 /// The shard's committed consumer offsets.
 #[derive(Debug)]
 pub struct ConsumerOffsets {
-    /// Where the table is read from and written to.
-    files: Arc<dyn MetaFiles>,
-    path: PathBuf,
-    table: Locked<Table>,
-    dirty: AtomicBool,
-    /// Held while the file is written, so two writers never share the temp file and an
-    /// older snapshot never lands after a newer one.
-    writing: Locked<()>,
+    table: PersistedTable<Table>,
 }
 
 impl ConsumerOffsets {
@@ -101,27 +96,24 @@ impl ConsumerOffsets {
             }
         };
         Ok(ConsumerOffsets {
-            files,
-            path,
-            table: Locked::new(table),
-            dirty: AtomicBool::new(false),
-            writing: Locked::new(()),
+            table: PersistedTable::new(files, path, table, encode),
         })
     }
 
     /// An empty table persisted nowhere useful until [`ConsumerOffsets::persist`] (tests).
     pub fn in_memory(store_dir: &Path) -> ConsumerOffsets {
         ConsumerOffsets {
-            files: Arc::new(RealFiles),
-            path: ConsumerOffsets::file_path(store_dir),
-            table: Locked::new(Table::new()),
-            dirty: AtomicBool::new(false),
-            writing: Locked::new(()),
+            table: PersistedTable::new(
+                Arc::new(RealFiles),
+                ConsumerOffsets::file_path(store_dir),
+                Table::new(),
+                encode,
+            ),
         }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.table.path()
     }
 
     /// Stores `offset` for the queue. The caller validated the names
@@ -132,21 +124,21 @@ impl ConsumerOffsets {
             !topic.contains('@') && !group.contains('@'),
             "an unvalidated name reached the offset table: topic {topic:?}, group {group:?}"
         );
-        let mut table = self.table.lock();
-        let queues = table
-            .entry((topic.to_owned(), group.to_owned()))
-            .or_default();
-        if queues.insert(queue_id, offset) != Some(offset) {
-            self.dirty.store(true, Ordering::Release);
-        }
+        self.table.change(|table| {
+            let queues = table
+                .entry((topic.to_owned(), group.to_owned()))
+                .or_default();
+            queues.insert(queue_id, offset) != Some(offset)
+        });
     }
 
     pub fn query(&self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
-        let table = self.table.lock();
-        table
-            .get(&(topic.to_owned(), group.to_owned()))?
-            .get(&queue_id)
-            .copied()
+        self.table.read(|table| {
+            table
+                .get(&(topic.to_owned(), group.to_owned()))?
+                .get(&queue_id)
+                .copied()
+        })
     }
 
     /// Copies `src`'s committed offsets on `topic` to `dest`, replacing what `dest` had
@@ -157,121 +149,123 @@ impl ConsumerOffsets {
             !topic.contains('@') && !dest.contains('@'),
             "an unvalidated name reached the offset table: topic {topic:?}, group {dest:?}"
         );
-        let mut table = self.table.lock();
-        let Some(queues) = table.get(&(topic.to_owned(), src.to_owned())).cloned() else {
-            return 0;
-        };
-        let copied = queues.len();
-        if table.insert((topic.to_owned(), dest.to_owned()), queues.clone()) != Some(queues) {
-            self.dirty.store(true, Ordering::Release);
-        }
+        let mut copied = 0;
+        self.table.change(|table| {
+            let Some(queues) = table.get(&(topic.to_owned(), src.to_owned())).cloned() else {
+                return false;
+            };
+            copied = queues.len();
+            table.insert((topic.to_owned(), dest.to_owned()), queues.clone()) != Some(queues)
+        });
         copied
     }
 
     /// Forgets every committed offset of `group` (its subscription group was deleted with
     /// `cleanOffset`); how many (topic, group) entries went.
     pub fn remove_group(&self, group: &str) -> usize {
-        let mut table = self.table.lock();
-        let before = table.len();
-        table.retain(|(_, g), _| g != group);
-        let removed = before - table.len();
-        if removed > 0 {
-            self.dirty.store(true, Ordering::Release);
-        }
+        let mut removed = 0;
+        self.table.change(|table| {
+            let before = table.len();
+            table.retain(|(_, g), _| g != group);
+            removed = before - table.len();
+            removed > 0
+        });
         removed
     }
 
     /// The topics `group` has committed offsets on, in name order.
     pub fn topics_of(&self, group: &str) -> Vec<String> {
-        let table = self.table.lock();
-        table
-            .keys()
-            .filter(|(_, g)| g == group)
-            .map(|(topic, _)| topic.clone())
-            .collect()
+        self.table.read(|table| {
+            table
+                .keys()
+                .filter(|(_, g)| g == group)
+                .map(|(topic, _)| topic.clone())
+                .collect()
+        })
     }
 
     /// The groups with committed offsets on `topic`, in name order (Java's
     /// `whichGroupByTopic`).
     pub fn groups_of(&self, topic: &str) -> Vec<String> {
-        let table = self.table.lock();
-        table
-            .keys()
-            .filter(|(t, _)| t == topic)
-            .map(|(_, group)| group.clone())
-            .collect()
+        self.table.read(|table| {
+            table
+                .keys()
+                .filter(|(t, _)| t == topic)
+                .map(|(_, group)| group.clone())
+                .collect()
+        })
     }
 
     /// Every group with a committed offset, in name order.
     pub fn groups(&self) -> Vec<String> {
-        let table = self.table.lock();
-        let groups: std::collections::BTreeSet<&String> = table.keys().map(|(_, g)| g).collect();
-        groups.into_iter().cloned().collect()
+        self.table.read(|table| {
+            let groups: std::collections::BTreeSet<&String> =
+                table.keys().map(|(_, g)| g).collect();
+            groups.into_iter().cloned().collect()
+        })
     }
 
     /// The whole table, `((topic, group), queue id → offset)`, copied under the lock (the
     /// metrics sampler's lag, every 10 s).
     pub fn snapshot(&self) -> Vec<((String, String), BTreeMap<i32, i64>)> {
-        let table = self.table.lock();
-        table
-            .iter()
-            .map(|(pair, queues)| (pair.clone(), queues.clone()))
-            .collect()
+        self.table.read(|table| {
+            table
+                .iter()
+                .map(|(pair, queues)| (pair.clone(), queues.clone()))
+                .collect()
+        })
     }
 
     /// Every committed offset of the groups in `groups`, as `(group, topic, queue id,
     /// offset)`, in table order; offsets below 0 (fastjson's "nothing committed") are left
     /// out. One pass over the table under its lock (retention asks once per run).
     pub fn committed_by(&self, groups: &[String]) -> Vec<(String, String, i32, u64)> {
-        let table = self.table.lock();
-        let mut found = Vec::new();
-        for ((topic, group), queues) in table.iter() {
-            if !groups.iter().any(|wanted| wanted == group) {
-                continue;
-            }
-            for (&queue_id, &offset) in queues {
-                if let Ok(offset) = u64::try_from(offset) {
-                    found.push((group.clone(), topic.clone(), queue_id, offset));
+        self.table.read(|table| {
+            let mut found = Vec::new();
+            for ((topic, group), queues) in table.iter() {
+                if !groups.iter().any(|wanted| wanted == group) {
+                    continue;
+                }
+                for (&queue_id, &offset) in queues {
+                    if let Ok(offset) = u64::try_from(offset) {
+                        found.push((group.clone(), topic.clone(), queue_id, offset));
+                    }
                 }
             }
-        }
-        found
+            found
+        })
     }
 
-    /// Writes the file if anything changed since the last write; true if it wrote.
-    pub fn persist_if_changed(&self) -> std::io::Result<bool> {
-        if !self.dirty.load(Ordering::Acquire) {
-            return Ok(false);
-        }
-        self.persist()?;
-        Ok(true)
+    /// Queues a write of the table on tokio's blocking pool if commits were made since the
+    /// last write: the node's periodic flush, which never waits for the disk.
+    pub fn write_if_behind(&self) {
+        self.table.write_if_behind();
     }
 
-    /// Writes the whole table atomically (temp file, fsync, rename, fsync the directory).
-    pub fn persist(&self) -> std::io::Result<()> {
-        let _writing = self.writing.lock();
-        // Cleared before the snapshot: a commit racing this write marks it dirty again and
-        // the next tick writes it.
-        self.dirty.store(false, Ordering::Release);
-        let file = OffsetFile {
-            offset_table: self
-                .table
-                .lock()
-                .iter()
-                .map(|((topic, group), queues)| (names::offset_key(topic, group), queues.clone()))
-                .collect(),
-        };
-        let written = self.write_file(&file);
-        if written.is_err() {
-            self.dirty.store(true, Ordering::Release);
-        }
-        written
+    /// Writes the file on the calling thread if anything changed since the last write;
+    /// true if it wrote (tools, tests).
+    pub fn persist_if_changed(&self) -> Result<bool, WriteFailed> {
+        let behind = self.table.is_behind();
+        self.table.flush()?;
+        Ok(behind)
     }
 
-    fn write_file(&self, file: &OffsetFile) -> std::io::Result<()> {
-        let text = serde_json::to_vec_pretty(file).map_err(std::io::Error::other)?;
-        replace_file(&*self.files, &self.path, &text)
+    /// Writes the whole table atomically on the calling thread unless the file holds it
+    /// already (a clean stop, tools, tests; never a shard's reactor).
+    pub fn persist(&self) -> Result<(), WriteFailed> {
+        self.table.flush()
     }
+}
+
+/// The file's bytes: `{"offsetTable":{"topic@group":{"0":5}}}`, queue ids quoted.
+fn encode(table: &Table) -> Vec<u8> {
+    let file = OffsetFile {
+        offset_table: table
+            .iter()
+            .map(|((topic, group), queues)| (names::offset_key(topic, group), queues.clone()))
+            .collect(),
+    };
+    serde_json::to_vec_pretty(&file).expect("integer maps always serialise")
 }
 
 fn parse(text: &str) -> anyhow::Result<Table> {

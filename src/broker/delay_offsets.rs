@@ -21,8 +21,9 @@
 //!   crash (or an abort mid-delivery at a stop) delivers the messages between the written
 //!   cursor and the real one again (at-least-once, as Java).
 //! - The file is only ever replaced whole through the disk seam's [`MetaFiles`]
-//!   ([`replace_file`]: temp file, fsync, rename, directory fsync), as
-//!   `config/consumerOffset.json` is ([`super::consumer_offsets`]).
+//!   (temp file, fsync, rename, directory fsync), as `config/consumerOffset.json` is
+//!   ([`super::consumer_offsets`]): the table is a [`PersistedTable`] changed memory first,
+//!   and the periodic write runs on tokio's blocking pool, off every reactor.
 //! - The node writes it every `flushDelayOffsetInterval` (default
 //!   [`super::DELAY_OFFSET_FLUSH_INTERVAL`]) when a cursor moved,
 //!   and once more at a clean shutdown, after every shard (and so every scheduler) has
@@ -35,18 +36,17 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::io::meta::{replace_file, MetaFiles, RealFiles};
-use crate::sync::Locked;
+use crate::io::meta::{MetaFiles, RealFiles};
 
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
+use super::persisted_table::{PersistedTable, WriteFailed};
 use super::topics::DataVersion;
 use super::Broker;
 
@@ -64,7 +64,7 @@ struct OffsetFile {
 }
 
 /// The table and the version of its last change, behind one lock so a snapshot is whole.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct State {
     cursors: BTreeMap<u32, u64>,
     version: DataVersion,
@@ -73,12 +73,7 @@ struct State {
 /// Delay level → next queue offset to examine.
 #[derive(Debug)]
 pub struct DelayOffsets {
-    files: Arc<dyn MetaFiles>,
-    path: PathBuf,
-    table: Locked<State>,
-    dirty: AtomicBool,
-    /// Held while the file is written: one writer of the temp file at a time.
-    writing: Locked<()>,
+    table: PersistedTable<State>,
 }
 
 impl DelayOffsets {
@@ -116,81 +111,80 @@ impl DelayOffsets {
 
     fn with(files: Arc<dyn MetaFiles>, path: PathBuf, table: State) -> DelayOffsets {
         DelayOffsets {
-            files,
-            path,
-            table: Locked::new(table),
-            dirty: AtomicBool::new(false),
-            writing: Locked::new(()),
+            table: PersistedTable::new(files, path, table, encode),
         }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.table.path()
     }
 
     /// The cursor of `level`, if one was ever stored.
     pub fn get(&self, level: u32) -> Option<u64> {
-        self.table.lock().cursors.get(&level).copied()
+        self.table.read(|state| state.cursors.get(&level).copied())
     }
 
     /// Every stored cursor, by level.
     pub fn all(&self) -> BTreeMap<u32, u64> {
-        self.table.lock().cursors.clone()
+        self.table.read(|state| state.cursors.clone())
     }
 
     /// The version of the table's last change.
     pub fn data_version(&self) -> DataVersion {
-        self.table.lock().version.clone()
+        self.table.read(|state| state.version.clone())
     }
 
     /// Sets the cursor of `level`; a change bumps the table's version, stamped `now_ms`.
     pub fn set(&self, level: u32, offset: u64, now_ms: i64) {
         assert!(level >= 1, "delay levels start at 1, not {level}");
-        let mut state = self.table.lock();
-        if state.cursors.insert(level, offset) != Some(offset) {
+        self.table.change(|state| {
+            if state.cursors.insert(level, offset) == Some(offset) {
+                return false;
+            }
             state.version.counter += 1;
             state.version.timestamp = now_ms;
-            self.dirty.store(true, Ordering::Release);
-        }
+            true
+        });
     }
 
     /// The whole table and its version in Java's `DelayOffsetSerializeWrapper` JSON: what
     /// the file holds and what GET_ALL_DELAY_OFFSET answers.
     pub fn to_json(&self) -> Vec<u8> {
-        let file = {
-            let state = self.table.lock();
-            OffsetFile {
-                offset_table: state
-                    .cursors
-                    .iter()
-                    .map(|(&level, &offset)| (level as i64, offset as i64))
-                    .collect(),
-                data_version: state.version.clone(),
-            }
-        };
-        serde_json::to_vec_pretty(&file).expect("integer maps always serialize")
+        self.table.encoded()
     }
 
-    /// Writes the file if a cursor moved since the last write; true if it wrote.
-    pub fn persist_if_changed(&self) -> std::io::Result<bool> {
-        if !self.dirty.load(Ordering::Acquire) {
-            return Ok(false);
-        }
-        self.persist()?;
-        Ok(true)
+    /// Queues a write of the table on tokio's blocking pool if a cursor moved since the
+    /// last write: the node's periodic flush, which never waits for the disk.
+    pub fn write_if_behind(&self) {
+        self.table.write_if_behind();
     }
 
-    /// Writes the whole table atomically.
-    pub fn persist(&self) -> std::io::Result<()> {
-        let _writing = self.writing.lock();
-        // Cleared before the snapshot: a cursor moving during the write marks it again.
-        self.dirty.store(false, Ordering::Release);
-        let written = replace_file(&*self.files, &self.path, &self.to_json());
-        if written.is_err() {
-            self.dirty.store(true, Ordering::Release);
-        }
-        written
+    /// Writes the file on the calling thread if a cursor moved since the last write; true
+    /// if it wrote (tools, tests).
+    pub fn persist_if_changed(&self) -> Result<bool, WriteFailed> {
+        let behind = self.table.is_behind();
+        self.table.flush()?;
+        Ok(behind)
     }
+
+    /// Writes the whole table on the calling thread unless the file holds it already (a
+    /// clean stop, tools, tests; never a shard's reactor).
+    pub fn persist(&self) -> Result<(), WriteFailed> {
+        self.table.flush()
+    }
+}
+
+/// [`DelayOffsets::to_json`]'s encoding of a table.
+fn encode(state: &State) -> Vec<u8> {
+    let file = OffsetFile {
+        offset_table: state
+            .cursors
+            .iter()
+            .map(|(&level, &offset)| (i64::from(level), offset as i64))
+            .collect(),
+        data_version: state.version.clone(),
+    };
+    serde_json::to_vec_pretty(&file).expect("integer maps always serialize")
 }
 
 /// GET_ALL_DELAY_OFFSET (45): the node's whole cursor table as [`DelayOffsets::to_json`]

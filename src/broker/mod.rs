@@ -91,6 +91,7 @@ pub mod lock_requests;
 pub mod names;
 pub mod notify;
 pub mod offsets;
+pub mod persisted_table;
 pub mod pop;
 pub mod pop_holds;
 pub mod pop_log;
@@ -581,9 +582,11 @@ impl Broker {
             request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
             request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),
             request::GET_EARLIEST_MSG_STORETIME => offsets::earliest_store_time(self, &request),
-            request::UPDATE_AND_CREATE_TOPIC => topic_requests::update_and_create(self, &request),
+            request::UPDATE_AND_CREATE_TOPIC => {
+                topic_requests::update_and_create(self, &request).await
+            }
             request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
-            request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request),
+            request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request).await,
             request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
             request::UPDATE_CONSUMER_OFFSET => {
                 Box::pin(pop_reset::update_consumer_offset(self, &request)).await
@@ -630,7 +633,7 @@ impl Broker {
                 Box::pin(pop::change_invisible_time(self, &request)).await
             }
             request::SET_MESSAGE_REQUEST_MODE => {
-                request_modes::set_message_request_mode(self, &request)
+                request_modes::set_message_request_mode(self, &request).await
             }
             request::GET_TOPIC_CONFIG => topic_config_request::get_topic_config(self, &request),
             request::GET_PRODUCER_CONNECTION_LIST => {

@@ -55,6 +55,7 @@ use crate::remoting::codes::{request as request_code, response};
 use crate::remoting::{ExtFields, FieldError, RemotingCommand};
 use crate::store::record;
 
+use super::persisted_table::{PersistedTable, WriteFailed};
 use super::pop_log::{self, ReplayMark, POP_LOG_TOPIC};
 use super::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
 use super::pop_wire::{self, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
@@ -79,9 +80,9 @@ pub struct Pops {
     /// The queue of [`POP_LOG_TOPIC`] this shard owns.
     pub log_queue: i32,
     pub(super) table: RefCell<PopTable>,
-    mark: ReplayMark,
-    /// The mark last written.
-    written_mark: RefCell<pop_log::Mark>,
+    /// The mark last written: a retention hold, so it changes file first (readers never
+    /// see a mark the file does not hold yet), and off the reactor.
+    written_mark: PersistedTable<pop_log::Mark>,
     /// Rotates the first queue a pop of any queue tries.
     next_any: Cell<u32>,
 }
@@ -117,8 +118,7 @@ impl Pops {
         Ok(Pops {
             log_queue,
             table: RefCell::new(table),
-            mark,
-            written_mark: RefCell::new(stored),
+            written_mark: mark.table(stored),
             next_any: Cell::new(0),
         })
     }
@@ -126,17 +126,25 @@ impl Pops {
     /// The lowest log offset a replay after a crash would start at: the written mark
     /// (the retention hold of the log; every checkpoint in flight is at or above it).
     pub fn replay_from(&self) -> u64 {
-        self.written_mark.borrow().replay_from
+        self.written_mark.read(|mark| mark.replay_from)
     }
 
-    /// Writes the replay mark if it moved; at shutdown and every [`MARK_INTERVAL`].
-    pub fn write_mark(&self, log_end: u64) -> std::io::Result<()> {
-        let next = pop_log::next_mark(&self.table.borrow(), log_end, &self.written_mark.borrow());
-        if next != *self.written_mark.borrow() {
-            self.mark.write(&next)?;
-            *self.written_mark.borrow_mut() = next;
+    /// Writes the replay mark if it moved, on tokio's blocking pool; at shutdown and every
+    /// [`MARK_INTERVAL`].
+    pub async fn write_mark(&self, log_end: u64) -> Result<(), WriteFailed> {
+        let written = self.written_mark.snapshot();
+        let next = pop_log::next_mark(&self.table.borrow(), log_end, &written);
+        if next == *written {
+            return Ok(());
         }
-        Ok(())
+        drop(written);
+        self.written_mark
+            .change_written(move |mark| {
+                *mark = next;
+                true
+            })
+            .await
+            .map(|_| ())
     }
 }
 
@@ -145,8 +153,8 @@ pub async fn run_housekeeping(broker: Rc<Broker>, pops: Rc<Pops>) {
     loop {
         tokio::time::sleep(MARK_INTERVAL).await;
         let end = broker.store.max_offset(POP_LOG_TOPIC, pops.log_queue);
-        if let Err(error) = pops.write_mark(end) {
-            tracing::error!("cannot write {}: {error}", pops.mark.path().display());
+        if let Err(failed) = pops.write_mark(end).await {
+            tracing::error!("{failed}");
         }
         broker
             .metrics

@@ -51,6 +51,8 @@ use serde::{Deserialize, Serialize};
 
 use super::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
 use crate::io::meta::{replace_file, MetaFiles};
+
+use super::persisted_table::PersistedTable;
 use crate::store::record::{self, Decoded, RecordInput, Verify};
 use crate::store::{PutStatus, Store};
 
@@ -469,27 +471,38 @@ impl ReplayMark {
         }
     }
 
-    /// Stores `mark`, replacing the file whole.
+    /// Stores `mark`, replacing the file whole, on the calling thread (tests, tools).
     pub fn write(&self, mark: &Mark) -> std::io::Result<()> {
-        let file = MarkFile {
-            replay_from: mark.replay_from,
-            floors: mark
-                .floors
-                .iter()
-                .map(|(key, floor)| {
-                    (
-                        key.group.clone(),
-                        key.topic.clone(),
-                        key.queue_id,
-                        floor.watermark,
-                        floor.cursor,
-                    )
-                })
-                .collect(),
-        };
-        let json = serde_json::to_vec(&file).expect("the mark serialises");
-        replace_file(&*self.files, &self.path, &json)
+        replace_file(&*self.files, &self.path, &encode_mark(mark))
     }
+
+    /// The written mark as a table changed file first, starting from `stored` (what
+    /// [`ReplayMark::read`] returned): what the shard writes its mark through, off its
+    /// reactor ([`super::persisted_table`]).
+    pub fn table(&self, stored: Mark) -> PersistedTable<Mark> {
+        PersistedTable::new(self.files.clone(), self.path.clone(), stored, encode_mark)
+    }
+}
+
+/// The mark file's bytes.
+pub fn encode_mark(mark: &Mark) -> Vec<u8> {
+    let file = MarkFile {
+        replay_from: mark.replay_from,
+        floors: mark
+            .floors
+            .iter()
+            .map(|(key, floor)| {
+                (
+                    key.group.clone(),
+                    key.topic.clone(),
+                    key.queue_id,
+                    floor.watermark,
+                    floor.cursor,
+                )
+            })
+            .collect(),
+    };
+    serde_json::to_vec(&file).expect("the mark serialises")
 }
 
 #[cfg(test)]

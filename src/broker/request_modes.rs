@@ -3,8 +3,9 @@
 //! ([`super::assignment`]) answers `mode:"POP"` for a group switched to POP.
 //!
 //! The table is node-wide and persisted in `config/messageRequestMode.json` (Java's file
-//! and shape: `{"messageRequestModeMap": {topic: {group: body}}}`) through the disk seam,
-//! written (replaced, fsynced) before the request is answered. Loading refuses (stops the
+//! and shape: `{"messageRequestModeMap": {topic: {group: body}}}`) through the disk seam, a
+//! [`PersistedTable`] changed file first: written (replaced, fsynced) on tokio's blocking
+//! pool before the request is answered. Loading refuses (stops the
 //! start, naming the file and the entry) an entry that fails the request's checks or is
 //! filed under another topic or group than it names. A mode other than PULL or
 //! POP, a `%RETRY%` topic (always PULL in Java), or a bad name is INVALID_PARAMETER; an
@@ -17,11 +18,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::io::meta::{replace_file, MetaFiles, RealFiles};
+use crate::io::meta::{MetaFiles, RealFiles};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
-use crate::sync::Locked;
 
+use super::persisted_table::{PersistedTable, WriteFailed};
 use super::pop_wire::MessageRequestMode;
 use super::{names, Broker};
 
@@ -37,10 +38,7 @@ struct ModeFile {
 /// The node's request modes.
 #[derive(Debug)]
 pub struct RequestModes {
-    files: Arc<dyn MetaFiles>,
-    path: PathBuf,
-    table: Locked<ModeFile>,
-    writer: Locked<()>,
+    table: PersistedTable<ModeFile>,
 }
 
 impl RequestModes {
@@ -84,46 +82,59 @@ impl RequestModes {
             }
         }
         Ok(RequestModes {
-            files,
-            path,
-            table: Locked::new(table),
-            writer: Locked::new(()),
+            table: PersistedTable::new(files, path, table, encode),
         })
     }
 
     /// An empty table writing to `path` (tests, and the table a node replaces at start).
     pub fn in_memory(path: PathBuf) -> RequestModes {
         RequestModes {
-            files: Arc::new(RealFiles),
-            path,
-            table: Locked::new(ModeFile::default()),
-            writer: Locked::new(()),
+            table: PersistedTable::new(Arc::new(RealFiles), path, ModeFile::default(), encode),
         }
     }
 
     /// Whether `group` pops `topic`.
     pub fn is_pop(&self, topic: &str, group: &str) -> bool {
-        self.table
-            .lock()
-            .message_request_mode_map
-            .get(topic)
-            .and_then(|groups| groups.get(group))
-            .is_some_and(|mode| mode.mode == "POP")
+        self.table.read(|table| {
+            table
+                .message_request_mode_map
+                .get(topic)
+                .and_then(|groups| groups.get(group))
+                .is_some_and(|mode| mode.mode == "POP")
+        })
     }
 
-    /// Stores `mode`, on disk first.
-    pub fn set(&self, mode: MessageRequestMode) -> std::io::Result<()> {
-        let _writer = self.writer.lock();
-        let mut next = self.table.lock().clone();
-        next.message_request_mode_map
+    /// The table's file.
+    pub fn path(&self) -> &Path {
+        self.table.path()
+    }
+
+    /// Stores `mode`, on disk first, on the calling thread (tools, tests).
+    pub fn set(&self, mode: MessageRequestMode) -> Result<(), WriteFailed> {
+        self.table.change_synced(with_mode(mode)).map(|_| ())
+    }
+
+    /// Stores `mode`, on disk first, written on tokio's blocking pool (a shard's reactor).
+    pub async fn set_written(&self, mode: MessageRequestMode) -> Result<(), WriteFailed> {
+        self.table.change_written(with_mode(mode)).await.map(|_| ())
+    }
+}
+
+/// The edit that files `mode` under its topic and group.
+fn with_mode(mode: MessageRequestMode) -> impl FnOnce(&mut ModeFile) -> bool {
+    move |table| {
+        table
+            .message_request_mode_map
             .entry(mode.topic.clone())
             .or_default()
             .insert(mode.consumer_group.clone(), mode);
-        let json = serde_json::to_vec_pretty(&next).expect("the request modes serialise");
-        replace_file(&*self.files, &self.path, &json)?;
-        *self.table.lock() = next;
-        Ok(())
+        true
     }
+}
+
+/// The file's bytes, in Java's shape.
+fn encode(table: &ModeFile) -> Vec<u8> {
+    serde_json::to_vec_pretty(table).expect("the request modes serialise")
 }
 
 fn check(mode: &MessageRequestMode) -> Result<(), String> {
@@ -142,7 +153,10 @@ fn check(mode: &MessageRequestMode) -> Result<(), String> {
 }
 
 /// SET_MESSAGE_REQUEST_MODE (401).
-pub fn set_message_request_mode(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+pub async fn set_message_request_mode(
+    broker: &Broker,
+    request: &RemotingCommand,
+) -> RemotingCommand {
     let fail = |code, remark: String| RemotingCommand::response_to(request, code, Some(remark));
     let mode: MessageRequestMode = match serde_json::from_slice(&request.body) {
         Ok(mode) => mode,
@@ -162,15 +176,9 @@ pub fn set_message_request_mode(broker: &Broker, request: &RemotingCommand) -> R
             format!("topic[{}] not exist", mode.topic),
         );
     }
-    match broker.request_modes.set(mode) {
+    match broker.request_modes.set_written(mode).await {
         Ok(()) => RemotingCommand::response_to(request, response::SUCCESS, None),
-        Err(error) => fail(
-            response::SYSTEM_ERROR,
-            format!(
-                "cannot write {}: {error}",
-                broker.request_modes.path.display()
-            ),
-        ),
+        Err(failed) => fail(response::SYSTEM_ERROR, failed.to_string()),
     }
 }
 

@@ -31,11 +31,10 @@
 //! is then SUBSCRIPTION_GROUP_NOT_EXIST naming the key; a heartbeat still registers its
 //! client), so a flood of invented group names cannot grow the file without bound.
 //!
-//! Writes leave the reactor: a change is made in memory (readers see it at once) and the
-//! whole table is written by a task on tokio's blocking pool (the same pool the portable
-//! disk backend syncs on). While one write runs, the changes that arrive are taken by the
-//! next, so a flood of new groups costs a few writes, not one fsync each, and no shard
-//! waits for any of them.
+//! Writes leave the reactor: the table is a [`PersistedTable`] changed memory first (readers
+//! see a change at once) and written whole by a task on tokio's blocking pool. While one
+//! write runs, the changes that arrive are taken by the next, so a flood of new groups
+//! costs a few writes, not one fsync each, and no shard waits for any of them.
 //!
 //! What is durable when:
 //! - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP and DELETE_SUBSCRIPTIONGROUP are answered SUCCESS
@@ -54,14 +53,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::meta::{replace_file, MetaFiles, RealFiles};
-use crate::sync::Locked;
+use crate::io::meta::{MetaFiles, RealFiles};
 
+use super::persisted_table::{PersistedTable, WriteFailed};
 use super::topics::DataVersion;
 
 /// The groups every RocketMQ broker knows from its start: the admin tools pull as
@@ -185,38 +183,7 @@ pub struct SubscriptionGroupWrapper {
 pub struct SubscriptionGroups {
     /// `autoCreateTopicEnable` / `autoCreateSubscriptionGroup`: live (UPDATE_BROKER_CONFIG).
     auto_create: std::sync::atomic::AtomicBool,
-    inner: Arc<Inner>,
-}
-
-/// What the writer shares with the table.
-#[derive(Debug)]
-struct Inner {
-    files: Arc<dyn MetaFiles>,
-    path: PathBuf,
-    /// What readers see, with the number of changes made to it so far. Changed in place
-    /// ([`Arc::make_mut`]): only while a write holds a snapshot does a change copy it.
-    state: Locked<Current>,
-    /// Held by a write from its snapshot to its rename, so writes land in order.
-    writing: Locked<()>,
-    /// A background write is queued and will see every change made before it starts.
-    scheduled: AtomicBool,
-    /// The last change the file holds, and the last failed write.
-    persisted: tokio::sync::watch::Sender<Persisted>,
-}
-
-#[derive(Debug)]
-struct Current {
-    table: Arc<SubscriptionGroupWrapper>,
-    /// Changes made since the load.
-    version: u64,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Persisted {
-    /// The file holds every change up to this one.
-    written: u64,
-    /// The latest write that failed: the change it would have covered, and why.
-    failed: Option<(u64, String)>,
+    table: PersistedTable<SubscriptionGroupWrapper>,
 }
 
 /// Why a group was not auto-created.
@@ -281,23 +248,13 @@ impl SubscriptionGroups {
         }
         Ok(SubscriptionGroups {
             auto_create: std::sync::atomic::AtomicBool::new(auto_create),
-            inner: Arc::new(Inner {
-                files,
-                path,
-                state: Locked::new(Current {
-                    table: Arc::new(state),
-                    version: 0,
-                }),
-                writing: Locked::new(()),
-                scheduled: AtomicBool::new(false),
-                persisted: tokio::sync::watch::Sender::new(Persisted::default()),
-            }),
+            table: PersistedTable::new(files, path, state, encode),
         })
     }
 
     /// The table's file.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        self.table.path()
     }
 
     pub fn auto_create(&self) -> bool {
@@ -311,18 +268,14 @@ impl SubscriptionGroups {
     }
 
     pub fn get(&self, group: &str) -> Option<SubscriptionGroupConfig> {
-        self.inner
-            .state
-            .lock()
-            .table
-            .subscription_group_table
-            .get(group)
-            .cloned()
+        self.table
+            .read(|table| table.subscription_group_table.get(group).cloned())
     }
 
     /// Groups in the table.
     pub fn len(&self) -> usize {
-        self.inner.state.lock().table.subscription_group_table.len()
+        self.table
+            .read(|table| table.subscription_group_table.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -382,20 +335,14 @@ impl SubscriptionGroups {
 
     /// Every group, by name.
     pub fn all(&self) -> Vec<SubscriptionGroupConfig> {
-        self.inner
-            .state
-            .lock()
-            .table
-            .subscription_group_table
-            .values()
-            .cloned()
-            .collect()
+        self.table
+            .read(|table| table.subscription_group_table.values().cloned().collect())
     }
 
     /// The table as the file holds it (once the pending write, if any, lands).
     pub fn to_json(&self) -> String {
-        let table = self.inner.state.lock().table.clone();
-        serde_json::to_string(&*table).expect("the subscription group table serialises")
+        serde_json::to_string(&*self.table.snapshot())
+            .expect("the subscription group table serialises")
     }
 
     /// Auto-creation: creates `config`'s group unless it exists (another shard may have
@@ -426,7 +373,7 @@ impl SubscriptionGroups {
             return Err(held);
         }
         if created.is_some() {
-            self.schedule_write();
+            self.table.schedule_write();
         }
         Ok(created.is_some())
     }
@@ -438,34 +385,34 @@ impl SubscriptionGroups {
         &self,
         config: SubscriptionGroupConfig,
         now_ms: i64,
-    ) -> std::io::Result<bool> {
+    ) -> Result<bool, WriteFailed> {
         let created = self
             .create_if_absent(config, now_ms, usize::MAX)
             .unwrap_or(false);
-        self.inner.write()?;
+        self.table.flush()?;
         Ok(created)
     }
 
     /// Creates or replaces a group and writes the table before returning (on the calling
     /// thread: for tools and tests; the admin request uses [`Self::put_durable`]).
-    pub fn put(&self, config: SubscriptionGroupConfig, now_ms: i64) -> std::io::Result<()> {
+    pub fn put(&self, config: SubscriptionGroupConfig, now_ms: i64) -> Result<(), WriteFailed> {
         self.change(now_ms, |table| {
             let name = config.group_name.clone();
             table.subscription_group_table.insert(name, config);
             true
         });
-        self.inner.write()
+        self.table.flush()
     }
 
     /// Removes a group and writes the table before returning (on the calling thread);
     /// `false` if there was no such group.
-    pub fn remove(&self, group: &str, now_ms: i64) -> std::io::Result<bool> {
+    pub fn remove(&self, group: &str, now_ms: i64) -> Result<bool, WriteFailed> {
         let removed = self
             .change(now_ms, |table| {
                 table.subscription_group_table.remove(group).is_some()
             })
             .is_some();
-        self.inner.write()?;
+        self.table.flush()?;
         Ok(removed)
     }
 
@@ -476,77 +423,34 @@ impl SubscriptionGroups {
         &self,
         config: SubscriptionGroupConfig,
         now_ms: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteFailed> {
         let version = self.change(now_ms, |table| {
             let name = config.group_name.clone();
             table.subscription_group_table.insert(name, config);
             true
         });
-        self.durable(version).await
+        self.table.durable(version).await
     }
 
     /// [`Self::remove`] for a shard's reactor, as [`Self::put_durable`]; `false` if there
     /// was no such group.
-    pub async fn remove_durable(&self, group: &str, now_ms: i64) -> Result<bool, String> {
+    pub async fn remove_durable(&self, group: &str, now_ms: i64) -> Result<bool, WriteFailed> {
         let version = self.change(now_ms, |table| {
             table.subscription_group_table.remove(group).is_some()
         });
-        self.durable(version).await?;
+        self.table.durable(version).await?;
         Ok(version.is_some())
-    }
-
-    /// Waits until the file holds change `version` (none: nothing changed).
-    async fn durable(&self, version: Option<u64>) -> Result<(), String> {
-        let Some(version) = version else {
-            return Ok(());
-        };
-        let mut persisted = self.inner.persisted.subscribe();
-        self.schedule_write();
-        let seen = persisted
-            .wait_for(|state| {
-                state.written >= version
-                    || state
-                        .failed
-                        .as_ref()
-                        .is_some_and(|(failed, _)| *failed >= version)
-            })
-            .await
-            .map_err(|_| "the table's writer is gone".to_owned())?;
-        if seen.written >= version {
-            return Ok(());
-        }
-        Err(seen
-            .failed
-            .as_ref()
-            .map_or_else(String::new, |(_, why)| why.clone()))
-    }
-
-    /// Queues a write of the table on tokio's blocking pool unless one is queued already
-    /// (it will see this change too: many changes, one write). Outside a runtime (tools,
-    /// tests) it writes at once.
-    pub fn schedule_write(&self) {
-        if self.inner.scheduled.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.inner.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(move || inner.write_logged())),
-            Err(_) => inner.write_logged(),
-        }
     }
 
     /// Queues a write if the file is behind the table (after a failed write); the node's
     /// periodic table flush calls it.
     pub fn write_if_behind(&self) {
-        let version = self.inner.state.lock().version;
-        if self.inner.persisted.borrow().written < version {
-            self.schedule_write();
-        }
+        self.table.write_if_behind();
     }
 
     /// Writes the table now if the file is behind it, on the calling thread (a clean stop).
-    pub fn flush(&self) -> std::io::Result<()> {
-        self.inner.write()
+    pub fn flush(&self) -> Result<(), WriteFailed> {
+        self.table.flush()
     }
 
     /// Applies `edit` to the table in place; if it changed something (`edit` returns
@@ -557,67 +461,26 @@ impl SubscriptionGroups {
         now_ms: i64,
         edit: impl FnOnce(&mut SubscriptionGroupWrapper) -> bool,
     ) -> Option<u64> {
-        let mut current = self.inner.state.lock();
-        // Copies the table only while a write holds a snapshot of it.
-        let table = Arc::make_mut(&mut current.table);
-        if !edit(table) {
-            return None;
-        }
-        table.data_version.counter += 1;
-        table.data_version.timestamp = now_ms;
-        current.version += 1;
-        Some(current.version)
+        self.table.change(|table| {
+            if !edit(table) {
+                return false;
+            }
+            table.data_version.counter += 1;
+            table.data_version.timestamp = now_ms;
+            true
+        })
     }
 }
 
-impl Inner {
-    /// Writes the table whole if the file is behind it; one write at a time.
-    fn write(&self) -> std::io::Result<()> {
-        let _writing = self.writing.lock();
-        // Changes from here on queue another write.
-        self.scheduled.store(false, Ordering::Release);
-        let (version, table) = {
-            let current = self.state.lock();
-            (current.version, current.table.clone())
-        };
-        if version <= self.persisted.borrow().written {
-            return Ok(());
-        }
-        let json =
-            serde_json::to_vec_pretty(&*table).expect("the subscription group table serialises");
-        drop(table);
-        match replace_file(&*self.files, &self.path, &json) {
-            Ok(()) => {
-                self.persisted.send_modify(|state| {
-                    assert!(
-                        state.written <= version,
-                        "the subscription group file went back from change {} to {version}",
-                        state.written
-                    );
-                    state.written = version;
-                });
-                Ok(())
-            }
-            Err(error) => {
-                self.persisted
-                    .send_modify(|state| state.failed = Some((version, error.to_string())));
-                Err(error)
-            }
-        }
-    }
-
-    /// [`Inner::write`] from the background: a failure is logged (and retried by the next
-    /// change or [`SubscriptionGroups::write_if_behind`]).
-    fn write_logged(&self) {
-        if let Err(error) = self.write() {
-            tracing::error!("cannot write {}: {error}", self.path.display());
-        }
-    }
+/// The file's bytes: the table in RocketMQ's shape.
+fn encode(table: &SubscriptionGroupWrapper) -> Vec<u8> {
+    serde_json::to_vec_pretty(table).expect("the subscription group table serialises")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn a_change_survives_a_reload_with_the_fields_the_node_does_not_know() {

@@ -50,7 +50,7 @@ fn queue_nums(request: &RemotingCommand, field: &str) -> Result<u32, String> {
 }
 
 /// UPDATE_AND_CREATE_TOPIC (17).
-pub fn update_and_create(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+pub async fn update_and_create(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let topic = match request.get_str("topic") {
         Ok(topic) => topic,
         Err(error) => return bad_header(request, error),
@@ -97,7 +97,7 @@ pub fn update_and_create(broker: &Broker, request: &RemotingCommand) -> Remoting
     if let Err(why) = check_config(&config) {
         return invalid(request, why);
     }
-    match broker.topics.put(config, broker.now_ms()) {
+    match broker.topics.put_written(config, broker.now_ms()).await {
         Ok(()) => RemotingCommand::response_to(request, response::SUCCESS, None),
         Err(error) => RemotingCommand::response_to(
             request,
@@ -117,7 +117,7 @@ pub fn get_all(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
 /// the CommitLog and its ConsumeQueues until retention removes them, as in Java (which
 /// also deletes the ConsumeQueue files; ringmq leaves that to retention for now).
 /// Deleting an unknown topic succeeds, as in Java.
-pub fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+pub async fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let topic = match request.get_str("topic") {
         Ok(topic) => topic,
         Err(error) => return bad_header(request, error),
@@ -133,7 +133,7 @@ pub fn delete(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     if let Some(refused) = refuse_reserved(request, topic) {
         return refused;
     }
-    match broker.topics.remove(topic, broker.now_ms()) {
+    match broker.topics.remove_written(topic, broker.now_ms()).await {
         Ok(_) => RemotingCommand::response_to(request, response::SUCCESS, None),
         Err(error) => RemotingCommand::response_to(
             request,

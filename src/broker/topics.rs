@@ -22,24 +22,28 @@
 //!   filter type, the key equal to `topicName`), naming the file and the entry.
 //! - `dataVersion.counter` grows by one with every change.
 //!
-//! Topic changes are rare (admin requests, the first send to a new topic), so the file is
-//! written synchronously on the shard thread, through the disk seam's
-//! [`MetaFiles`] (the real filesystem in the node, the simulated disk in crash tests); the
-//! writing shard stalls for one fsync then, the other shards do not.
+//! The table is a [`PersistedTable`] changed file first, through the disk seam's
+//! [`MetaFiles`] (the real filesystem in the node, the simulated disk in crash tests). The
+//! admin requests ([`TopicTable::put_written`], [`TopicTable::remove_written`]) write on
+//! tokio's blocking pool and answer once the file holds the change. Auto-creation by a
+//! send or a route query ([`TopicTable::get_or_create`]) is answered from the shard's
+//! routing, which is synchronous, so it still writes on the shard thread: that shard
+//! stalls for one write per new topic, the others do not.
 //!
 //! Auto-creation (`autoCreateTopicEnable`, default true): a send to, or a route query for,
 //! an unknown topic creates it with `defaultTopicQueueNums` queues. System topics
 //! (`%RETRY%<group>`, `%DLQ%<group>`) are always created on demand, with one queue.
 
-use crate::io::meta::{replace_file, MetaFiles, RealFiles};
-use crate::sync::Locked;
+use crate::io::meta::{MetaFiles, RealFiles};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::remoting::codes::response;
+
+use super::persisted_table::{PersistedTable, WriteFailed};
 
 /// PermName: READ 4 | WRITE 2.
 pub const PERM_READ_WRITE: i32 = 6;
@@ -166,19 +170,12 @@ pub fn is_system_topic(topic: &str) -> bool {
 /// The topic table of one broker.
 #[derive(Debug)]
 pub struct TopicTable {
-    /// Where the table is read from and written to.
-    files: Arc<dyn MetaFiles>,
-    path: PathBuf,
     /// `autoCreateTopicEnable` / `autoCreateSubscriptionGroup`: live (UPDATE_BROKER_CONFIG).
     auto_create: std::sync::atomic::AtomicBool,
     default_queue_nums: u32,
     /// What readers see (every send looks its topic up): swapped whole once a change is
-    /// on disk.
-    state: Locked<Arc<TopicConfigWrapper>>,
-    /// Held by a change from its copy of the table to its swap, so changes land (on disk
-    /// and in `state`) one at a time and in order, while readers never wait for the
-    /// file's fsync.
-    writer: Locked<()>,
+    /// on disk, so readers never wait for the file's fsync.
+    state: PersistedTable<TopicConfigWrapper>,
 }
 
 impl TopicTable {
@@ -226,12 +223,9 @@ impl TopicTable {
             )
         })?;
         Ok(TopicTable {
-            files,
-            path,
             auto_create: std::sync::atomic::AtomicBool::new(auto_create),
             default_queue_nums: default_queue_nums.max(1),
-            state: Locked::new(Arc::new(state)),
-            writer: Locked::new(()),
+            state: PersistedTable::new(files, path, state, encode),
         })
     }
 
@@ -250,27 +244,23 @@ impl TopicTable {
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.state.path()
     }
 
     pub fn get(&self, topic: &str) -> Option<TopicConfig> {
-        self.state.lock().topic_config_table.get(topic).cloned()
+        self.state
+            .read(|table| table.topic_config_table.get(topic).cloned())
     }
 
     /// Every topic, by name.
     pub fn all(&self) -> Vec<TopicConfig> {
         self.state
-            .lock()
-            .topic_config_table
-            .values()
-            .cloned()
-            .collect()
+            .read(|table| table.topic_config_table.values().cloned().collect())
     }
 
     /// The table as `topics.json` holds it.
     pub fn to_json(&self) -> String {
-        let state = self.state.lock().clone();
-        serde_json::to_string(&*state).expect("the topic table serialises")
+        serde_json::to_string(&*self.state.snapshot()).expect("the topic table serialises")
     }
 
     /// The topic a send or a route query needs: the existing one, else a new one when the
@@ -300,43 +290,66 @@ impl TopicTable {
         Ok(config)
     }
 
-    /// Creates or replaces a topic and persists the table.
-    pub fn put(&self, config: TopicConfig, now_ms: i64) -> std::io::Result<()> {
-        self.change(now_ms, |table| {
-            let name = config.topic_name.clone();
-            table.topic_config_table.insert(name, config);
-            true
-        })
-        .map(|_| ())
+    /// Creates or replaces a topic and persists the table, on the calling thread.
+    pub fn put(&self, config: TopicConfig, now_ms: i64) -> Result<(), WriteFailed> {
+        self.state
+            .change_synced(inserted(config, now_ms))
+            .map(|_| ())
     }
 
-    /// Removes a topic and persists the table; `false` if there was no such topic.
-    pub fn remove(&self, topic: &str, now_ms: i64) -> std::io::Result<bool> {
-        self.change(now_ms, |table| {
-            table.topic_config_table.remove(topic).is_some()
-        })
+    /// Removes a topic and persists the table, on the calling thread; `false` if there was
+    /// no such topic.
+    pub fn remove(&self, topic: &str, now_ms: i64) -> Result<bool, WriteFailed> {
+        self.state.change_synced(removed(topic.to_owned(), now_ms))
     }
 
-    /// Applies `edit` to a copy of the table; if it changed something (`edit` returns
-    /// true), bumps the version, writes the file and only then lets readers see the copy.
-    /// A failed write changes nothing. Returns whether `edit` changed something.
-    fn change(
-        &self,
-        now_ms: i64,
-        edit: impl FnOnce(&mut TopicConfigWrapper) -> bool,
-    ) -> std::io::Result<bool> {
-        let _writer = self.writer.lock();
-        let mut next = TopicConfigWrapper::clone(&self.state.lock());
-        if !edit(&mut next) {
-            return Ok(false);
+    /// [`Self::put`] for a shard's reactor: written on tokio's blocking pool; returns once
+    /// the file holds the change (readers see it from then on).
+    pub async fn put_written(&self, config: TopicConfig, now_ms: i64) -> Result<(), WriteFailed> {
+        self.state
+            .change_written(inserted(config, now_ms))
+            .await
+            .map(|_| ())
+    }
+
+    /// [`Self::remove`] for a shard's reactor, as [`Self::put_written`].
+    pub async fn remove_written(&self, topic: &str, now_ms: i64) -> Result<bool, WriteFailed> {
+        self.state
+            .change_written(removed(topic.to_owned(), now_ms))
+            .await
+    }
+}
+
+/// The edit that creates or replaces `config`'s topic, stamped `now_ms`.
+fn inserted(config: TopicConfig, now_ms: i64) -> impl FnOnce(&mut TopicConfigWrapper) -> bool {
+    move |table| {
+        let name = config.topic_name.clone();
+        table.topic_config_table.insert(name, config);
+        bump(table, now_ms);
+        true
+    }
+}
+
+/// The edit that removes `topic` if it is there, stamped `now_ms`.
+fn removed(topic: String, now_ms: i64) -> impl FnOnce(&mut TopicConfigWrapper) -> bool {
+    move |table| {
+        let found = table.topic_config_table.remove(&topic).is_some();
+        if found {
+            bump(table, now_ms);
         }
-        next.data_version.counter += 1;
-        next.data_version.timestamp = now_ms;
-        let json = serde_json::to_vec_pretty(&next).expect("the topic table serialises");
-        replace_file(&*self.files, &self.path, &json)?;
-        *self.state.lock() = Arc::new(next);
-        Ok(true)
+        found
     }
+}
+
+/// Every change grows `dataVersion.counter` by one.
+fn bump(table: &mut TopicConfigWrapper, now_ms: i64) {
+    table.data_version.counter += 1;
+    table.data_version.timestamp = now_ms;
+}
+
+/// The file's bytes: the table in RocketMQ's shape.
+fn encode(table: &TopicConfigWrapper) -> Vec<u8> {
+    serde_json::to_vec_pretty(table).expect("the topic table serialises")
 }
 
 #[cfg(test)]
@@ -440,18 +453,11 @@ mod tests {
     #[test]
     fn a_failed_write_leaves_the_table_unchanged() {
         let dir = tempfile::tempdir().unwrap();
+        let table = TopicTable::load(dir.path(), true, 8).unwrap();
         // `config` is a file, so the table cannot be written below it.
         std::fs::write(dir.path().join("config"), b"not a directory").unwrap();
-        let table = TopicTable {
-            files: Arc::new(RealFiles),
-            path: dir.path().join("config").join("topics.json"),
-            auto_create: std::sync::atomic::AtomicBool::new(true),
-            default_queue_nums: 8,
-            state: Locked::new(Arc::new(TopicConfigWrapper::default())),
-            writer: Locked::new(()),
-        };
         assert!(table.put(TopicConfig::new("A", 4), 1).is_err());
         assert!(table.get("A").is_none());
-        assert_eq!(table.state.lock().data_version.counter, 0);
+        assert_eq!(table.state.read(|table| table.data_version.counter), 0);
     }
 }
