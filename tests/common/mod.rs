@@ -12,6 +12,7 @@ use ringmq::io::Disk;
 use ringmq::store::properties;
 use ringmq::store::record::{body_crc, decode, Decoded, RecordInput, RecordView, Verify};
 
+pub mod log;
 pub mod raw;
 pub mod serve;
 
