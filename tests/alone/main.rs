@@ -13,7 +13,9 @@
 pub fn alone() -> std::sync::MutexGuard<'static, ()> {
     static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // A failed test poisons the lock; the next test still runs alone.
-    ALONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    ALONE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[path = "../common/mod.rs"]

@@ -11,7 +11,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::log::captured;
+use crate::common;
+use common::log::captured;
 
 const LINE_BOUND: usize = 2048;
 const LOG_GROWTH_BOUND: usize = 16 * 1024;
@@ -54,11 +55,7 @@ fn send_and_wait_for_close(addr: std::net::SocketAddr, frame: &[u8]) {
 }
 
 fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
-    let mut options = ringmq::node::NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
+    let mut options = common::node_options(dir);
     options.connection.warn_burst = WARN_BURST;
     options.connection.warn_interval = Duration::from_secs(3600);
     ringmq::node::start(options).expect("node starts")

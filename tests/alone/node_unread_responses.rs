@@ -134,11 +134,7 @@ fn node_with_topics(
     dir: &std::path::Path,
     tune: impl FnOnce(&mut ringmq::node::NodeOptions),
 ) -> (ringmq::node::NodeHandle, SocketAddr, RemotingCommand, usize) {
-    let mut options = ringmq::node::NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
+    let mut options = common::node_options(dir);
     // Keep the kernel's share small, so what piles up is the node's to bound.
     options.connection.socket_send_buffer = 16 * 1024;
     tune(&mut options);

@@ -54,13 +54,9 @@ fn ten_thousand_unknown_request_codes_keep_the_metrics_page_small_and_are_all_co
         assert_eq!(request::name(code), None, "{code} is a known request code");
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut options = ringmq::node::NodeOptions::new(dir.path());
-    options.port = 0;
-    options.namesrv_port = 0;
+    let mut options = common::node_options(dir.path());
     options.metrics_port = Some(0);
     options.shards = 1;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
     let node = ringmq::node::start(options).unwrap();
     let metrics = node.metrics_addr().expect("a metrics endpoint");
     let before = scrape(metrics).len();

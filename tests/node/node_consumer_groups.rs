@@ -14,11 +14,7 @@ use ringmq::remoting::{ExtFields, RemotingCommand};
 use ringmq::store::properties;
 
 fn node(dir: &std::path::Path, tune: impl FnOnce(&mut NodeOptions)) -> NodeHandle {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
+    let mut options = common::node_options(dir);
     tune(&mut options);
     ringmq::node::start(options).expect("node starts")
 }

@@ -38,14 +38,10 @@ fn total(text: &str, prefix: &str) -> f64 {
 #[test]
 fn the_metrics_endpoint_counts_what_the_node_did_per_shard() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = ringmq::node::NodeOptions::new(dir.path());
-    options.port = 0;
-    options.namesrv_port = 0;
+    let mut options = common::node_options(dir.path());
     options.metrics_port = Some(0);
     options.shards = 2;
     options.flush = FlushMode::Sync;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
     let node = ringmq::node::start(options).unwrap();
     let metrics = node.metrics_addr().expect("a metrics endpoint");
     let addr = node.addr();

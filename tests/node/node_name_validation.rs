@@ -9,18 +9,13 @@ use crate::common;
 
 use common::{consumer_heartbeat, run_local};
 use ringmq::client::{pull_request, queue_request, Client};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
 fn node(dir: &std::path::Path) -> NodeHandle {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
-    ringmq::node::start(options).expect("node starts")
+    common::start_node(dir)
 }
 
 fn fields(group: &str, topic: &str, queue_id: i32) -> ExtFields {

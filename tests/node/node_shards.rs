@@ -23,11 +23,7 @@ const CONNECTIONS: usize = 4;
 const PER_CONNECTION: usize = 3;
 
 fn options(dir: &std::path::Path, shards: u8) -> NodeOptions {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
+    let mut options = common::node_options(dir);
     options.shards = shards;
     options
 }

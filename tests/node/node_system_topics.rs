@@ -17,11 +17,7 @@ use ringmq::remoting::{ExtFields, RemotingCommand};
 use ringmq::store::{PutStatus, Store};
 
 fn options(dir: &std::path::Path, shards: u8) -> NodeOptions {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
+    let mut options = common::node_options(dir);
     options.shards = shards;
     options
 }

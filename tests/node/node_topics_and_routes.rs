@@ -17,11 +17,7 @@ use ringmq::remoting::RemotingCommand;
 use serde_json::Value;
 
 fn options(dir: &Path, auto_create: bool) -> NodeOptions {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
+    let mut options = common::node_options(dir);
     options.auto_create_topics = auto_create;
     options
 }

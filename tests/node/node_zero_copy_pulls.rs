@@ -17,7 +17,7 @@ use bytes::Bytes;
 use common::{run_local, wait_for};
 use ringmq::client::{pull_request, send_request_v2, Client};
 use ringmq::io::file_body::{BodyChunk, FileBody, FileRange};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
 use ringmq::remoting::body_send::BodySend;
 use ringmq::remoting::codes::response;
 use ringmq::remoting::connection::{serve_connection, ConnectionLimits, RequestHandler};
@@ -30,10 +30,7 @@ const TOPIC: &str = "ZeroCopy";
 const MESSAGES: usize = 240;
 
 fn start(dir: &Path, mode: BodySend) -> NodeHandle {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
+    let mut options = common::node_options(dir);
     options.segment_size = Some(SEGMENT);
     options.connection.body_send = mode;
     ringmq::node::start(options).expect("node starts")

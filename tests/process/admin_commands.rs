@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::serve::serve_command;
 use common::{consumer_heartbeat, run_local};
 use ringmq::admin::time::format_utc;
 use ringmq::client::{send_request_v1, Client};
@@ -51,24 +52,15 @@ impl Drop for Node {
 impl Node {
     fn start(shards: u8) -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--port",
-                "0",
-                "--namesrv-port",
-                "0",
-                "--metrics-port",
-                "0",
-            ])
-            .args(["--io", "portable", "--segment-size", "8388608", "--shards"])
-            .arg(shards.to_string())
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let shards = shards.to_string();
+        let mut child = serve_command(
+            dir.path(),
+            0,
+            &["--segment-size", "8388608", "--shards", &shards],
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
         // Lines arrive through a channel so the wait for them is bounded; the thread keeps
         // draining stderr afterwards so the node never blocks on a full pipe.
         let stderr = child.stderr.take().unwrap();

@@ -16,22 +16,21 @@
 use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::model::{pull_new, wait_until_delivered};
 use common::raw::Raw;
-use common::{pull_records, wait_for, Rng};
+use common::serve::{kill_seed, Serve};
+use common::Rng;
 use ringmq::broker::delay::DELAY;
-use ringmq::remoting::codes::{request, response};
-use ringmq::remoting::requests::{pull_request, queue_request, send_request_v1};
+use ringmq::remoting::codes::response;
+use ringmq::remoting::requests::send_request_v1;
 use ringmq::remoting::RemotingCommand;
 use ringmq::store::properties;
+use ringmq::store::record::RecordView;
 use ringmq::store::topic::SCHEDULE_TOPIC;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
 const TOPIC: &str = "Later";
 const QUEUES: i32 = 4;
 const LEVELS: &str = "200ms 500ms 1s";
@@ -40,44 +39,24 @@ const KILLS: usize = 5;
 /// Longest the final start may take to deliver everything still waiting.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-fn start(dir: &Path, seed: u64) -> (Child, SocketAddr) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--namesrv-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ])
-        .args(["--io", "portable", "--flush", "sync", "--shards", "2"])
-        .args(["--segment-size", "1048576", "--dir"])
-        .arg(dir)
-        .args(["--set", "maxMessageSize=8192"])
-        .args(["--set", &format!("messageDelayLevel={LEVELS}")])
+fn start(dir: &Path, seed: u64) -> Serve {
+    let levels = format!("messageDelayLevel={LEVELS}");
+    let args = [
+        "--flush",
+        "sync",
+        "--shards",
+        "2",
+        "--segment-size",
+        "1048576",
+        "--set",
+        "maxMessageSize=8192",
+        "--set",
+        &levels,
         // Many cursor writes, so kills land inside them too.
-        .args(["--set", "flushDelayOffsetInterval=50"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let mut seen = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "seed {seed}: serve exited before listening:\n{seen}"
-        );
-        if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break loopback(addr);
-        }
-        seen.push_str(&line);
-    };
-    // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (child, addr)
+        "--set",
+        "flushDelayOffsetInterval=50",
+    ];
+    Serve::start(dir, &args, &format!("seed {seed}"))
 }
 
 fn delayed_send(queue: i32, body: &str, level: usize) -> RemotingCommand {
@@ -88,46 +67,16 @@ fn delayed_send(queue: i32, body: &str, level: usize) -> RemotingCommand {
     send
 }
 
-fn max_offset(raw: &mut Raw, topic: &str, queue: i32) -> u64 {
-    let answer = raw.call(queue_request(request::GET_MAX_OFFSET, topic, queue));
-    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-    answer.ext_fields["offset"].parse().unwrap()
-}
-
 /// One stored record as the checks need it.
 struct Stored {
     queue: i32,
     store_ms: i64,
 }
 
-/// Pulls `topic` queue `queue` from `*next` to its current end, adding each record to
-/// `into` by body.
-fn pull_new(
-    raw: &mut Raw,
-    topic: &str,
-    queue: i32,
-    next: &mut u64,
-    into: &mut HashMap<String, Vec<Stored>>,
-) {
-    let max = max_offset(raw, topic, queue);
-    while *next < max {
-        let answer = raw.call(pull_request(topic, queue, *next, 32, None, None));
-        assert_eq!(
-            answer.code,
-            response::SUCCESS,
-            "{topic}/{queue}: {answer:?}"
-        );
-        let records = pull_records(&answer.body);
-        assert!(!records.is_empty(), "{topic}/{queue} at {next}: empty pull");
-        for record in &records {
-            into.entry(String::from_utf8(record.body.to_vec()).unwrap())
-                .or_default()
-                .push(Stored {
-                    queue: record.queue_id,
-                    store_ms: record.store_timestamp,
-                });
-        }
-        *next += records.len() as u64;
+fn stored(record: &RecordView<'_>) -> Stored {
+    Stored {
+        queue: record.queue_id,
+        store_ms: record.store_timestamp,
     }
 }
 
@@ -141,24 +90,17 @@ struct Sent {
 #[test]
 fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_early() {
     let began = Instant::now();
-    let seed = std::env::var("RINGMQ_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xde1a_7ed5);
-    println!("seed {seed} (RINGMQ_KILL_SEED)");
+    let seed = kill_seed(0xde1a_7ed5);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
     let mut next_id = 0u64;
     for round in 0..KILLS {
-        let (mut child, addr) = start(dir.path(), seed);
+        let serve = start(dir.path(), seed);
+        let addr = serve.addr;
         // Some rounds end with deliveries in flight, some right after sends.
         let run_for = Duration::from_millis(rng.range(300, 1500));
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(run_for);
-            child.kill().unwrap();
-            child.wait().unwrap();
-        });
+        let killer = serve.kill_after(run_for);
         let mut raw = Raw::connect(addr);
         let until = Instant::now() + run_for + Duration::from_secs(2);
         let mut acked_now = 0;
@@ -190,8 +132,8 @@ fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_earl
         );
     }
 
-    let (mut child, addr) = start(dir.path(), seed);
-    let mut raw = Raw::connect(addr);
+    let serve = start(dir.path(), seed);
+    let mut raw = Raw::connect(serve.addr);
     let acked: Vec<&String> = sent
         .iter()
         .filter(|(_, sent)| sent.acked)
@@ -202,28 +144,26 @@ fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_earl
         "seed {seed}: only {} acknowledged",
         acked.len()
     );
-    let mut delivered: HashMap<String, Vec<Stored>> = HashMap::new();
-    let mut next = [0u64; QUEUES as usize];
-    wait_for(
+    let delivered = wait_until_delivered(
+        &mut raw,
+        TOPIC,
+        QUEUES,
+        &acked,
         PATIENCE,
         "every acknowledged delayed message delivered",
-        || {
-            for queue in 0..QUEUES {
-                pull_new(
-                    &mut raw,
-                    TOPIC,
-                    queue,
-                    &mut next[queue as usize],
-                    &mut delivered,
-                );
-            }
-            acked.iter().all(|body| delivered.contains_key(*body))
-        },
+        stored,
     );
     // The scheduled records, for their store times (nothing expires: no retention runs).
     let mut scheduled: HashMap<String, Vec<Stored>> = HashMap::new();
     for queue in 0..LEVEL_MS.len() as i32 {
-        pull_new(&mut raw, SCHEDULE_TOPIC, queue, &mut 0, &mut scheduled);
+        pull_new(
+            &mut raw,
+            SCHEDULE_TOPIC,
+            queue,
+            &mut 0,
+            &mut scheduled,
+            &stored,
+        );
     }
 
     let mut duplicates = 0;
@@ -266,12 +206,5 @@ fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_earl
         delivered.len(),
         began.elapsed()
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
-/// The printed address is the bound one (often `0.0.0.0`): connect over loopback to its port.
-fn loopback(printed: &str) -> std::net::SocketAddr {
-    let bound: std::net::SocketAddr = printed.parse().expect("a socket address");
-    std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
+    serve.kill();
 }

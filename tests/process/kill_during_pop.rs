@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::raw::Raw;
-use common::serve::Serve;
+use common::serve::{kill_seed, Serve};
 use common::{command, pull_records, Rng};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::send_request_v1;
@@ -174,11 +174,7 @@ struct Stats {
 #[test]
 fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
     let began = Instant::now();
-    let seed = std::env::var("RINGMQ_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x9097_d11e);
-    println!("seed {seed} (RINGMQ_KILL_SEED)");
+    let seed = kill_seed(0x9097_d11e);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
@@ -208,10 +204,7 @@ fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
         let node = start(dir.path(), seed);
         let addr = node.addr;
         let run_for = Duration::from_millis(rng.range(200, 1200));
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(run_for);
-            node.kill();
-        });
+        let killer = node.kill_after(run_for);
         let mut raw = Raw::connect(addr);
         let until = Instant::now() + run_for + Duration::from_secs(2);
         let mut popped = 0;

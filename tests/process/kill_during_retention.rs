@@ -8,19 +8,16 @@
 //! moved (retention really ran). A final clean stop leaves a store `store verify` passes.
 //! `RINGMQ_KILL_SEED` picks the moments; the seed is printed.
 
-// Allowed here only (Cargo.toml denies it crate-wide): kill(2) sends the node its SIGTERM.
-#![allow(unsafe_code)]
-
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::raw::Raw;
+use common::serve::{kill_seed, Serve};
 use common::Rng;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, queue_request, send_request_v1};
@@ -30,48 +27,35 @@ const TOPIC: &str = "Expiring";
 const QUEUES: i32 = 2;
 const BODY: usize = 1000;
 
-fn start(dir: &Path) -> (Child, SocketAddr) {
+fn start(dir: &Path) -> Serve {
     let all_hours: Vec<String> = (0..24).map(|h| format!("{h:02}")).collect();
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--namesrv-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ])
-        .args(["--io", "portable", "--flush", "sync", "--shards", "1"])
-        .args(["--segment-size", "65536", "--dir"])
-        .arg(dir)
-        .args(["--set", "maxMessageSize=8192"])
-        .args(["--set", "mapedFileSizeConsumeQueue=2000"])
-        .args(["--set", "fileReservedTime=0"])
-        .args(["--set", &format!("deleteWhen={}", all_hours.join(";"))])
-        .args(["--set", "cleanResourceInterval=10"])
+    let delete_when = format!("deleteWhen={}", all_hours.join(";"));
+    let args = [
+        "--flush",
+        "sync",
+        "--shards",
+        "1",
+        "--segment-size",
+        "65536",
+        "--set",
+        "maxMessageSize=8192",
+        "--set",
+        "mapedFileSizeConsumeQueue=2000",
+        "--set",
+        "fileReservedTime=0",
+        "--set",
+        &delete_when,
+        "--set",
+        "cleanResourceInterval=10",
         // Deletion by time is under test: the host's disk use must not force or refuse.
-        .args(["--set", "diskMaxUsedSpaceRatio=95"])
-        .args(["--set", "diskSpaceCleanForciblyRatio=95"])
-        .args(["--set", "diskSpaceWarningLevelRatio=95"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "serve exited before listening"
-        );
-        if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break loopback(addr);
-        }
-    };
-    // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (child, addr)
+        "--set",
+        "diskMaxUsedSpaceRatio=95",
+        "--set",
+        "diskSpaceCleanForciblyRatio=95",
+        "--set",
+        "diskSpaceWarningLevelRatio=95",
+    ];
+    Serve::start(dir, &args, "kill during retention")
 }
 
 fn body(id: u64) -> String {
@@ -121,18 +105,15 @@ fn check_retained(addr: SocketAddr, acked: &BTreeMap<(i32, u64), u64>, seed: u64
 
 #[test]
 fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
-    let seed = std::env::var("RINGMQ_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_4e7e);
-    println!("seed {seed} (RINGMQ_KILL_SEED)");
+    let seed = kill_seed(0x5eed_4e7e);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut acked: BTreeMap<(i32, u64), u64> = BTreeMap::new();
     let mut next_id = 0u64;
     let mut first_minimums = None;
     for round in 0..4 {
-        let (mut child, addr) = start(dir.path());
+        let serve = start(dir.path());
+        let addr = serve.addr;
         let minimums = check_retained(addr, &acked, seed);
         first_minimums.get_or_insert(minimums.clone());
         println!(
@@ -140,11 +121,7 @@ fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
             acked.len()
         );
         let run_for = Duration::from_millis(rng.range(300, 1000));
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(run_for);
-            child.kill().unwrap();
-            child.wait().unwrap();
-        });
+        let killer = serve.kill_after(run_for);
         let mut raw = Raw::connect(addr);
         let until = Instant::now() + run_for + Duration::from_secs(2);
         while Instant::now() < until {
@@ -169,8 +146,8 @@ fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
         killer.join().unwrap();
     }
 
-    let (mut child, addr) = start(dir.path());
-    let last = check_retained(addr, &acked, seed);
+    let mut serve = start(dir.path());
+    let last = check_retained(serve.addr, &acked, seed);
     let first = first_minimums.unwrap();
     assert!(
         last.iter().zip(&first).any(|(last, first)| last > first),
@@ -178,9 +155,11 @@ fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
         acked.len()
     );
     // A clean stop, then the offline check of the whole store.
-    // SAFETY: kill(2) takes no pointers; the pid is our own child, not yet reaped.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    assert!(child.wait().unwrap().success(), "seed {seed}: clean stop");
+    serve.terminate();
+    assert!(
+        serve.child.wait().unwrap().success(),
+        "seed {seed}: clean stop"
+    );
     let verify = Command::new(BIN)
         .args(["store", "verify", "--dir"])
         .arg(dir.path().join("shard-0"))
@@ -192,10 +171,4 @@ fn sigkill_during_retention_loses_nothing_retained_and_restarts_consistent() {
         String::from_utf8_lossy(&verify.stdout),
         String::from_utf8_lossy(&verify.stderr)
     );
-}
-
-/// The printed address is the bound one (often `0.0.0.0`): connect over loopback to its port.
-fn loopback(printed: &str) -> std::net::SocketAddr {
-    let bound: std::net::SocketAddr = printed.parse().expect("a socket address");
-    std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
 }

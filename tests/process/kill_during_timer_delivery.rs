@@ -20,16 +20,18 @@ use crate::common;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use common::model::{pull_new, wait_until_delivered};
 use common::raw::Raw;
-use common::serve::Serve;
-use common::{pull_records, wait_for, Rng};
+use common::serve::{kill_seed, Serve};
+use common::Rng;
 use ringmq::broker::timer::{
     queue_of_shard, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_TOPIC,
 };
-use ringmq::remoting::codes::{request, response};
-use ringmq::remoting::requests::{pull_request, queue_request, send_request_v1};
+use ringmq::remoting::codes::response;
+use ringmq::remoting::requests::send_request_v1;
 use ringmq::remoting::RemotingCommand;
 use ringmq::store::properties;
+use ringmq::store::record::RecordView;
 
 const TOPIC: &str = "Timed";
 const QUEUES: i32 = 4;
@@ -102,12 +104,6 @@ fn timer_send(queue: i32, body: &str, (key, value): (&str, String)) -> RemotingC
     send
 }
 
-fn max_offset(raw: &mut Raw, topic: &str, queue: i32) -> u64 {
-    let answer = raw.call(queue_request(request::GET_MAX_OFFSET, topic, queue));
-    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-    answer.ext_fields["offset"].parse().unwrap()
-}
-
 /// One stored record as the checks need it.
 struct Stored {
     queue: i32,
@@ -115,37 +111,13 @@ struct Stored {
     timer_out: Option<i64>,
 }
 
-/// Pulls `topic` queue `queue` from `*next` to its current end, adding each record to
-/// `into` by body.
-fn pull_new(
-    raw: &mut Raw,
-    topic: &str,
-    queue: i32,
-    next: &mut u64,
-    into: &mut HashMap<String, Vec<Stored>>,
-) {
-    let max = max_offset(raw, topic, queue);
-    while *next < max {
-        let answer = raw.call(pull_request(topic, queue, *next, 32, None, None));
-        assert_eq!(
-            answer.code,
-            response::SUCCESS,
-            "{topic}/{queue}: {answer:?}"
-        );
-        let records = pull_records(&answer.body);
-        assert!(!records.is_empty(), "{topic}/{queue} at {next}: empty pull");
-        for record in &records {
-            let timer_out = properties::get(record.properties, TIMER_OUT_MS)
-                .map(|value| value.parse().expect("TIMER_OUT_MS is a number"));
-            into.entry(String::from_utf8(record.body.to_vec()).unwrap())
-                .or_default()
-                .push(Stored {
-                    queue: record.queue_id,
-                    store_ms: record.store_timestamp,
-                    timer_out,
-                });
-        }
-        *next += records.len() as u64;
+fn stored(record: &RecordView<'_>) -> Stored {
+    let timer_out = properties::get(record.properties, TIMER_OUT_MS)
+        .map(|value| value.parse().expect("TIMER_OUT_MS is a number"));
+    Stored {
+        queue: record.queue_id,
+        store_ms: record.store_timestamp,
+        timer_out,
     }
 }
 
@@ -161,11 +133,7 @@ struct Sent {
 #[test]
 fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early() {
     let began = Instant::now();
-    let seed = std::env::var("RINGMQ_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x7113_e75d);
-    println!("seed {seed} (RINGMQ_KILL_SEED)");
+    let seed = kill_seed(0x7113_e75d);
     let what = format!("seed {seed}");
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -176,10 +144,7 @@ fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early(
         let addr = serve.addr;
         // Some rounds end with deliveries in flight, some right after sends.
         let run_for = Duration::from_millis(rng.range(300, 1500));
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(run_for);
-            serve.kill();
-        });
+        let killer = serve.kill_after(run_for);
         let mut raw = Raw::connect(addr);
         let until = Instant::now() + run_for + Duration::from_secs(2);
         let mut acked_now = 0;
@@ -239,29 +204,20 @@ fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early(
         "seed {seed}: only {} acknowledged",
         acked.len()
     );
-    let mut delivered: HashMap<String, Vec<Stored>> = HashMap::new();
-    let mut next = [0u64; QUEUES as usize];
-    wait_for(
+    let delivered = wait_until_delivered(
+        &mut raw,
+        TOPIC,
+        QUEUES,
+        &acked,
         PATIENCE,
         "every acknowledged timer message delivered",
-        || {
-            for queue in 0..QUEUES {
-                pull_new(
-                    &mut raw,
-                    TOPIC,
-                    queue,
-                    &mut next[queue as usize],
-                    &mut delivered,
-                );
-            }
-            acked.iter().all(|body| delivered.contains_key(*body))
-        },
+        stored,
     );
     // The waiting records, for their due times (nothing expires: no retention runs).
     let mut waiting: HashMap<String, Vec<Stored>> = HashMap::new();
     for shard in 0..SHARDS {
         let queue = queue_of_shard(shard, SHARDS);
-        pull_new(&mut raw, TIMER_TOPIC, queue, &mut 0, &mut waiting);
+        pull_new(&mut raw, TIMER_TOPIC, queue, &mut 0, &mut waiting, &stored);
     }
 
     let mut duplicates = 0;

@@ -3,11 +3,12 @@
 //! otherwise), and the banner names the version, the store, the flush mode and the role.
 //! The two parsed lines keep their shape, and the address they carry can be connected to.
 
+use crate::common;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
+use common::serve::serve_command;
 
 /// A `ringmq serve` with `args`, killed when dropped.
 struct Node(std::process::Child);
@@ -22,22 +23,8 @@ impl Drop for Node {
 /// The stderr lines of a `ringmq serve` with `args`, up to the line naming its shards,
 /// and the node, still serving.
 fn banner(dir: &std::path::Path, args: &[&str]) -> (Vec<String>, Node) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--namesrv-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ])
-        .args([
-            "--io", "portable", "--shards", "1", "--flush", "sync", "--dir",
-        ])
-        .arg(dir)
-        .args(args)
-        .stderr(Stdio::piped())
+    let args = [&["--shards", "1", "--flush", "sync"], args].concat();
+    let mut child = serve_command(dir, 0, &args)
         .spawn()
         .expect("spawn ringmq serve");
     let mut stderr = BufReader::new(child.stderr.take().expect("piped"));

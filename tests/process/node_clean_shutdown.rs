@@ -2,16 +2,12 @@
 //! stored; SIGTERM stops it with exit code 0, no shard leaves an `abort` marker, and
 //! `ringmq store verify` passes on every shard's store, which together hold every message
 //! sent.
-// Allowed here only (Cargo.toml denies it crate-wide): kill(2) sends the node its SIGTERM.
-#![allow(unsafe_code)]
-
 use crate::common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::serve::Serve;
 use common::{run_local, wait_for};
 use ringmq::client::Client;
 use ringmq::remoting::codes::response;
@@ -22,45 +18,19 @@ const MESSAGES: usize = 20;
 #[test]
 fn sigterm_stops_serve_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--namesrv-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--io",
-            "portable",
+    let mut serve = Serve::start(
+        dir.path(),
+        &[
             "--flush",
             "sync",
             "--shards",
             "2",
-        ])
-        .args(["--segment-size", "8388608", "--dir"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr: SocketAddr = loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "serve exited before listening"
-        );
-        if let Some(addr) = line.trim().strip_prefix("ringmq: listening on ") {
-            break loopback(addr);
-        }
-    };
-    // Keep draining stderr so the child never blocks on a full pipe.
-    let drain = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-        rest
-    });
+            "--segment-size",
+            "8388608",
+        ],
+        "clean shutdown",
+    );
+    let addr = serve.addr;
 
     run_local(false, async move {
         let client = Client::connect(addr).await.unwrap();
@@ -79,19 +49,17 @@ fn sigterm_stops_serve_cleanly() {
         }
     });
 
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill takes plain integers; `pid` is the child this test spawned and still owns.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    serve.terminate();
     let mut status = None;
     wait_for(
         Duration::from_secs(30),
         "serve to exit after SIGTERM",
         || {
-            status = child.try_wait().unwrap();
+            status = serve.child.try_wait().unwrap();
             status.is_some()
         },
     );
-    let log = drain.join().unwrap();
+    let log = serve.stderr_after_exit();
     assert!(status.unwrap().success(), "exit {status:?}; stderr:\n{log}");
     let mut records = 0;
     for shard in ["shard-0", "shard-1"] {
@@ -118,10 +86,4 @@ fn sigterm_stops_serve_cleanly() {
         records += count;
     }
     assert_eq!(records, MESSAGES as u64);
-}
-
-/// The printed address is the bound one (often `0.0.0.0`): connect over loopback to its port.
-fn loopback(printed: &str) -> std::net::SocketAddr {
-    let bound: std::net::SocketAddr = printed.parse().expect("a socket address");
-    std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
 }

@@ -5,30 +5,14 @@
 use crate::common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 
-use common::serve::Serve;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
+use common::serve::{serve_command, Serve};
 
 /// The stderr lines of a `ringmq serve` on `dir`, with `RINGMQ_LOG` as given (unset:
 /// the default level), up to its `listening on` line; the node is killed after.
 fn start_lines(dir: &std::path::Path, log: Option<&str>) -> Vec<String> {
-    let mut command = Command::new(BIN);
-    command
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--namesrv-port",
-            "0",
-            "--metrics-port",
-            "0",
-        ])
-        .args(["--io", "portable", "--shards", "1", "--dir"])
-        .arg(dir)
-        .env_remove("RINGMQ_LOG")
-        .stderr(Stdio::piped());
+    let mut command = serve_command(dir, 0, &["--shards", "1"]);
+    command.env_remove("RINGMQ_LOG");
     if let Some(log) = log {
         command.env("RINGMQ_LOG", log);
     }
