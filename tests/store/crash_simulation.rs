@@ -17,7 +17,8 @@
 //! - while a store is open, a second store on its directory is refused by the lock (taken
 //!   through the disk seam), and a crash releases it for the next life.
 //!
-//! A failure names its seed; `RINGMQ_SIM_SEEDS=START..END cargo test --test crash_simulation`
+//! A failure names its seed;
+//! `RINGMQ_SIM_SEEDS=START..END cargo test --test store crash_simulation::acknowledged`
 //! sweeps other seeds.
 
 use crate::common;
