@@ -102,11 +102,8 @@ impl Serve {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: kill(2) takes plain integers; `pid` is the child this harness spawned and
         // still owns (not yet reaped, so the pid cannot have been reused).
-        assert_eq!(
-            unsafe { libc::kill(pid, libc::SIGTERM) },
-            0,
-            "SIGTERM {pid}"
-        );
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM {pid}");
     }
 
     /// What the process wrote on stderr after its `listening on` line, once it has exited
