@@ -7,5 +7,5 @@ ROUNDS=${1:-20}
 cargo build --release --tests --quiet
 for seed in $(seq 1 "$ROUNDS"); do
   echo "kill seed $seed"
-  RINGMQ_KILL_SEED=$seed cargo test --release --quiet --test kill_process
+  RINGMQ_KILL_SEED=$seed cargo test --release --quiet --test process kill_process::
 done

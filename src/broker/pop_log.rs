@@ -31,7 +31,7 @@
 //!   otherwise bring acknowledged offsets back.
 //! - After a replay a queue's cursor is at least the mark's: offsets below it that are not
 //!   in flight were acknowledged, and their checkpoints may lie before `replay_from`
-//!   (found by `tests/kill_during_pop.rs`: without it acknowledged messages came again).
+//!   (found by `tests/process/kill_during_pop.rs`: without it acknowledged messages came again).
 //! - A mark that names a delivery in flight (a floor's watermark below its cursor) whose
 //!   checkpoint the replay from it does not meet disagrees with the log (edited by hand,
 //!   or the record is unreadable): that queue starts over at the watermark with a

@@ -1,18 +1,48 @@
-//! A real `ringmq serve` process for the tests that kill it or set what only its command
-//! line sets: spawned on ephemeral loopback ports, waited for until it says where it
-//! listens, its stderr drained so it never blocks. (Older kill tests keep their own copy.)
+//! The real-process harness: `ringmq serve` as a child process for the tests that kill it
+//! (SIGKILL at seeded moments, SIGTERM for a clean stop), restart it on the same directory,
+//! or set what only its command line sets. One command line ([`serve_command`]: ephemeral
+//! loopback ports, the portable disk backend); [`Serve::start`] waits until the process
+//! says where it listens and keeps draining its stderr so it never blocks on a full pipe.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
+
+/// `ringmq serve` storing into `dir` on the remoting port `port` (0 picks a free one), its
+/// name-server and metrics ports free ones, with the portable disk backend and the extra
+/// arguments `args`; stderr piped. Callers add what they need (stdout, environment).
+pub fn serve_command(dir: &Path, port: u16, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--port", &port.to_string(), "--namesrv-port", "0"])
+        .args(["--metrics-port", "0", "--io", "portable", "--dir"])
+        .arg(dir)
+        .args(args)
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The `RINGMQ_KILL_SEED` of a kill test, else `default`; printed, so a failure can be rerun.
+pub fn kill_seed(default: u64) -> u64 {
+    let seed = std::env::var("RINGMQ_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    println!("seed {seed} (RINGMQ_KILL_SEED)");
+    seed
+}
 
 /// A running `ringmq serve`; killed (SIGKILL) when dropped if still running.
 pub struct Serve {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Reads the rest of stderr after the `listening on` line, until the process exits.
+    drain: Option<JoinHandle<String>>,
 }
 
 impl Serve {
@@ -20,12 +50,7 @@ impl Serve {
     /// backend and the extra arguments `args` (e.g. `--shards 2`, `--set key=value`); waits
     /// until it listens. `what` names the run in a failure (a seed, say).
     pub fn start(dir: &Path, args: &[&str], what: &str) -> Serve {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--port", "0", "--namesrv-port", "0"])
-            .args(["--metrics-port", "0", "--io", "portable", "--dir"])
-            .arg(dir)
-            .args(args)
-            .stderr(Stdio::piped())
+        let mut child = serve_command(dir, 0, args)
             .spawn()
             .expect("spawn ringmq serve");
         let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
@@ -42,15 +67,50 @@ impl Serve {
             }
             seen.push_str(&line);
         };
-        // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Serve { child, addr }
+        // Keep draining stderr so the child never blocks on a full pipe; what it says is
+        // kept for a test that reads it after the process exits.
+        let drain = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+            rest
+        });
+        Serve {
+            child,
+            addr,
+            drain: Some(drain),
+        }
     }
 
     /// SIGKILLs the process and reaps it.
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL serve");
         self.child.wait().expect("reap serve");
+    }
+
+    /// A thread that SIGKILLs the process after `after` and reaps it: one life of a kill
+    /// sweep, while the test drives the node until its connection breaks.
+    pub fn kill_after(self, after: Duration) -> JoinHandle<()> {
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            self.kill();
+        })
+    }
+
+    /// Sends SIGTERM, the operator's stop; the caller waits for the exit.
+    #[allow(unsafe_code)]
+    pub fn terminate(&self) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) takes plain integers; `pid` is the child this harness spawned and
+        // still owns (not yet reaped, so the pid cannot have been reused).
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM {pid}");
+    }
+
+    /// What the process wrote on stderr after its `listening on` line, once it has exited
+    /// (it waits for the end of the pipe).
+    pub fn stderr_after_exit(&mut self) -> String {
+        let drain = self.drain.take().expect("stderr read once");
+        drain.join().expect("the stderr reader")
     }
 }
 
@@ -71,14 +131,9 @@ pub fn refused(dir: &Path, args: &[&str], limit: std::time::Duration) -> String 
 
 /// [`refused`] with the remoting port `port` (0 picks a free one).
 pub fn refused_on(dir: &Path, port: u16, args: &[&str], limit: std::time::Duration) -> String {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--port", &port.to_string(), "--namesrv-port", "0"])
-        .args(["--metrics-port", "0", "--io", "portable", "--dir"])
-        .arg(dir)
-        .args(args)
+    let mut child = serve_command(dir, port, args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn ringmq serve");
     let deadline = std::time::Instant::now() + limit;

@@ -1,0 +1,27 @@
+//! The `process` test binary: tests that run the built `ringmq` executable as a real
+//! process (`CARGO_BIN_EXE_ringmq`): SIGKILL at seeded moments and the model check of what
+//! survived, clean shutdown, what `serve` prints and logs, `ringmq admin` and
+//! `ringmq store verify`/`dump`, refusals at start, output into a closed pipe.
+//!
+//! One binary, one module per former test file (its name kept, so
+//! `cargo test --test process kill_process::` selects what `--test kill_process` did).
+//! The processes these tests start are their own: each on ephemeral ports and its own
+//! temporary directory, so they run side by side.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admin_commands;
+mod kill_during_delay_delivery;
+mod kill_during_pop;
+mod kill_during_retention;
+mod kill_during_timer_delivery;
+mod kill_process;
+mod node_banner;
+mod node_clean_shutdown;
+mod node_logs;
+mod node_port_held_by_another_process;
+mod output_into_a_closed_pipe;
+mod pop_reset_survives_restarts;
+mod timer_limits;
+mod verify_and_dump;
