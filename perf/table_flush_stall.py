@@ -40,6 +40,7 @@ def call(sock, code, opaque, fields):
 def connect(addr):
     host, port = addr.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
+    sock.settimeout(30)  # a node that stops answering fails the run instead of hanging it
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 

@@ -6,7 +6,8 @@
 # listen and runs perf/table_flush_stall.py against it. Binaries alternate within a round, so
 # two builds are compared interleaved on the same noisy machine. One JSON line per run.
 #
-# Usage: perf/table_flush_stall.sh [BIN ...]   env: ROUNDS (3), GROUPS_N (2000), RUN_SECONDS (20)
+# Usage: perf/table_flush_stall.sh [BIN ...]
+#   env: ROUNDS (3), GROUPS_N (2000), RUN_SECONDS (20), DIR (scratch, default /var/tmp)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -18,13 +19,13 @@ if [ "$#" = 0 ]; then
 fi
 for round in $(seq 1 "$ROUNDS"); do
   for bin in "$@"; do
-    dir=$(mktemp -d /var/tmp/ringmq-stall-XXXXXX)
+    dir=$(mktemp -d "${DIR:-/var/tmp}/ringmq-stall-XXXXXX")
     "$bin" serve --dir "$dir/store" --port 0 --namesrv-port 0 --metrics-port 0 --shards 1 \
       2> "$dir/serve.log" &
     pid=$!
     addr=
     for _ in $(seq 1 200); do
-      addr=$(sed -n 's/^ringmq: listening on //p' "$dir/serve.log")
+      addr=$(sed -n 's/^ringmq: listening on //p' "$dir/serve.log" 2>/dev/null)
       [ -n "$addr" ] && break
       sleep 0.05
     done
