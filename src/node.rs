@@ -47,7 +47,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::broker::consumer_offsets::ConsumerOffsets;
-use crate::broker::delay_offsets::DelayOffsets;
+use crate::broker::delay::offsets::DelayOffsets;
 use crate::broker::live_settings::LiveSettings;
 use crate::broker::subscription_groups::SubscriptionGroups;
 use crate::broker::topics::TopicTable;
@@ -646,9 +646,9 @@ async fn run_shard(
     ));
     // Before any await: the store's first retention run already keeps what they hold.
     crate::broker::protected_groups::protect(&broker);
-    crate::broker::delay_holds::hold(&broker);
+    crate::broker::delay::holds::hold(&broker);
     let timers = Rc::new(
-        crate::broker::timer_scheduler::Timers::open(
+        crate::broker::timer::scheduler::Timers::open(
             Arc::new(crate::io::meta::RealFiles),
             &store.config().dir,
             crate::broker::timer::queue_of_shard(id, options.shards),
@@ -660,21 +660,21 @@ async fn run_shard(
     timers
         .check_against_queue(store.max_offset(crate::broker::timer::TIMER_TOPIC, timer_queue))
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
-    crate::broker::timer_holds::hold(&store, &timers);
+    crate::broker::timer::holds::hold(&store, &timers);
     broker.set_timers(timers.clone());
     let pops = Rc::new(
         crate::broker::pop::Pops::open(
             &broker,
             Arc::new(crate::io::meta::RealFiles),
             crate::shard::routing::queue_of_shard(
-                crate::broker::pop_log::POP_LOG_TOPIC,
+                crate::broker::pop::log::POP_LOG_TOPIC,
                 id,
                 options.shards,
             ),
         )
         .map_err(|error| anyhow::anyhow!("shard {id}: cannot open the POP state: {error}"))?,
     );
-    crate::broker::pop_holds::hold(&store, &pops);
+    crate::broker::pop::holds::hold(&store, &pops);
     broker.set_pops(pops.clone());
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let spawn_watched =
@@ -722,7 +722,7 @@ async fn run_shard(
     if options.broker.timer_enabled {
         background.push(spawn_watched(
             "timer scheduler",
-            Box::pin(crate::broker::timer_scheduler::run(
+            Box::pin(crate::broker::timer::scheduler::run(
                 broker.clone(),
                 timers.clone(),
             )),
@@ -782,7 +782,7 @@ async fn run_shard(
     if let Err(error) = timers.checkpoint() {
         tracing::error!(shard = id, "cannot checkpoint the timer store: {error}");
     }
-    let pop_log_end = store.max_offset(crate::broker::pop_log::POP_LOG_TOPIC, pops.log_queue);
+    let pop_log_end = store.max_offset(crate::broker::pop::log::POP_LOG_TOPIC, pops.log_queue);
     if let Err(error) = pops.write_mark(pop_log_end).await {
         tracing::error!(shard = id, "cannot write the POP replay mark: {error}");
     }

@@ -38,8 +38,8 @@
 //!   on the shard's store.
 //! - [`delay`]: delay levels (`DELAY`, `messageDelayLevel`): delayed sends wait in
 //!   `SCHEDULE_TOPIC_XXXX` and a scheduler per level delivers them on time;
-//!   [`delay_offsets`]: its cursors, `config/delayOffset.json`, and GET_ALL_DELAY_OFFSET
-//!   (45); [`delay_holds`]: the
+//!   [`delay::offsets`]: its cursors, `config/delayOffset.json`, and GET_ALL_DELAY_OFFSET
+//!   (45); [`delay::holds`]: the
 //!   retention holds that keep waiting delayed messages past `fileReservedTime`.
 //!
 //! Invariants:
@@ -57,13 +57,18 @@
 //! this shard owns when the topic has one. A delayed send (`DELAY` above 0) is routed to
 //! the owner of its level's `SCHEDULE_TOPIC_XXXX` queue instead, where its scheduler runs.
 //! The node-wide tables (topics, groups, committed offsets, delay cursors) are one
-//! [`NodeTables`] shared by every shard's broker.
+//! [`NodeTables`] shared by every shard's broker; each is a [`persisted_table`]
+//! ([`persisted_table::PersistedTable`]) whose writes run off the shard's reactor.
 //!
-//! - [`timer`], [`timer_store`], [`timer_scheduler`], [`timer_holds`]: timer messages
+//! Each feature engine is one folder: [`delay`], [`timer`], [`pop`] (and next,
+//! transactions); its `mod.rs` holds the engine's requests and tasks, its submodules the
+//! engine's state, codecs and retention holds.
+//!
+//! - [`timer`], [`timer::store`], [`timer::scheduler`], [`timer::holds`]: timer messages
 //!   (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`, `TIMER_DELAY_MS`, `TIMER_DEL_UNIQKEY`).
 //! - [`pop`]: POP consumption, POP_MESSAGE (200050), ACK_MESSAGE (200051),
 //!   BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), over
-//!   [`pop_state`] (the in-flight table), [`pop_log`] (its revive log) and [`pop_wire`];
+//!   [`pop::state`] (the in-flight table), [`pop::log`] (its revive log) and [`pop::wire`];
 //!   [`request_modes`]: SET_MESSAGE_REQUEST_MODE (401), which switches a group to POP in
 //!   QUERY_ASSIGNMENT's answer.
 //!
@@ -81,8 +86,6 @@ pub mod consumer_connections;
 pub mod consumer_offsets;
 pub mod consumers;
 pub mod delay;
-pub mod delay_holds;
-pub mod delay_offsets;
 pub mod fan_out;
 pub mod groups;
 pub mod ids;
@@ -93,12 +96,6 @@ pub mod notify;
 pub mod offsets;
 pub mod persisted_table;
 pub mod pop;
-pub mod pop_holds;
-pub mod pop_log;
-pub mod pop_reset;
-pub mod pop_state;
-pub mod pop_wake;
-pub mod pop_wire;
 pub mod producer_connections;
 pub mod protected_groups;
 pub mod pull;
@@ -114,9 +111,6 @@ pub mod stats_sampler;
 pub mod subscription_group_requests;
 pub mod subscription_groups;
 pub mod timer;
-pub mod timer_holds;
-pub mod timer_scheduler;
-pub mod timer_store;
 pub mod topic_config_request;
 pub mod topic_requests;
 pub mod topic_stats;
@@ -198,7 +192,7 @@ pub struct BrokerConfig {
     /// `timerMaxPending`: this shard's share.
     pub timer_max_pending: u64,
     /// The timer store's memory bounds (`timerMemoryEntries`).
-    pub timer_limits: timer_store::TimerLimits,
+    pub timer_limits: timer::store::TimerLimits,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;
@@ -225,7 +219,7 @@ pub struct NodeTables {
     /// The subscription groups (`config/subscriptionGroup.json`).
     pub subscription_groups: Arc<subscription_groups::SubscriptionGroups>,
     /// The delay schedulers' cursors.
-    pub delay_offsets: Arc<delay_offsets::DelayOffsets>,
+    pub delay_offsets: Arc<delay::offsets::DelayOffsets>,
     /// Which groups pop rather than pull (`config/messageRequestMode.json`).
     pub request_modes: Arc<request_modes::RequestModes>,
     /// The node's settings as the admin requests read and change them.
@@ -233,7 +227,7 @@ pub struct NodeTables {
     /// What every shard's embedded name server shares.
     pub namesrv: Arc<crate::namesrv::admin::NamesrvState>,
     /// The parked pops of any queue, which every shard's arrivals wake.
-    pub pop_wakes: Arc<pop_wake::AnyQueueWakes>,
+    pub pop_wakes: Arc<pop::wake::AnyQueueWakes>,
 }
 
 impl NodeTables {
@@ -243,10 +237,10 @@ impl NodeTables {
         subscription_groups: subscription_groups::SubscriptionGroups,
     ) -> NodeTables {
         // In memory, beside the consumer offsets' file; a node loads its own at start.
-        let delay_offsets = delay_offsets::DelayOffsets::in_memory(
+        let delay_offsets = delay::offsets::DelayOffsets::in_memory(
             consumer_offsets
                 .path()
-                .with_file_name(delay_offsets::FILE_NAME),
+                .with_file_name(delay::offsets::FILE_NAME),
         );
         let request_modes = request_modes::RequestModes::in_memory(
             consumer_offsets
@@ -260,7 +254,7 @@ impl NodeTables {
         NodeTables {
             settings: Arc::new(live_settings::LiveSettings::new(settings, 0)),
             namesrv: Arc::new(namesrv),
-            pop_wakes: Arc::new(pop_wake::AnyQueueWakes::default()),
+            pop_wakes: Arc::new(pop::wake::AnyQueueWakes::default()),
             request_modes: Arc::new(request_modes),
             delay_offsets: Arc::new(delay_offsets),
             topics: Arc::new(topics),
@@ -296,20 +290,20 @@ pub struct Broker {
     pub(crate) gets: crate::metrics::rates::GetTable,
     /// When this broker started (ms since the epoch), for GET_BROKER_RUNTIME_INFO.
     pub(crate) started_ms: i64,
-    pub(crate) delay_offsets: Arc<delay_offsets::DelayOffsets>,
+    pub(crate) delay_offsets: Arc<delay::offsets::DelayOffsets>,
     /// Per delay level (level 1 first): wakes its scheduler when a delayed message is
     /// stored on this shard.
     pub(crate) delay_wakes: Vec<Rc<tokio::sync::Notify>>,
     /// This shard's timer store and scheduler state, set once at start
     /// ([`Broker::set_timers`]); unset, timer sends are refused.
-    pub(crate) timers: std::cell::OnceCell<Rc<timer_scheduler::Timers>>,
+    pub(crate) timers: std::cell::OnceCell<Rc<timer::scheduler::Timers>>,
     /// This shard's POP state, set once at start ([`Broker::set_pops`]); unset, POP
     /// requests are refused.
     pub(crate) pops: std::cell::OnceCell<Rc<pop::Pops>>,
     pub(crate) request_modes: Arc<request_modes::RequestModes>,
     pub(crate) settings: Arc<live_settings::LiveSettings>,
     pub(crate) namesrv: Arc<crate::namesrv::admin::NamesrvState>,
-    pub(crate) pop_wakes: Arc<pop_wake::AnyQueueWakes>,
+    pub(crate) pop_wakes: Arc<pop::wake::AnyQueueWakes>,
 }
 
 impl Broker {
@@ -396,7 +390,7 @@ impl Broker {
     }
 
     /// The delay schedulers' cursors.
-    pub fn delay_offsets(&self) -> &delay_offsets::DelayOffsets {
+    pub fn delay_offsets(&self) -> &delay::offsets::DelayOffsets {
         &self.delay_offsets
     }
 
@@ -406,7 +400,7 @@ impl Broker {
     }
 
     /// Gives this shard its timers (once, at start).
-    pub fn set_timers(&self, timers: Rc<timer_scheduler::Timers>) {
+    pub fn set_timers(&self, timers: Rc<timer::scheduler::Timers>) {
         assert!(
             self.timers.set(timers).is_ok(),
             "shard {}'s timers were set twice",
@@ -589,7 +583,7 @@ impl Broker {
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request).await,
             request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
             request::UPDATE_CONSUMER_OFFSET => {
-                Box::pin(pop_reset::update_consumer_offset(self, &request)).await
+                Box::pin(pop::reset::update_consumer_offset(self, &request)).await
             }
             request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
             request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
@@ -625,7 +619,7 @@ impl Broker {
             request::DELETE_SUBSCRIPTIONGROUP => {
                 Box::pin(subscription_group_requests::delete(self, &request)).await
             }
-            request::GET_ALL_DELAY_OFFSET => delay_offsets::get_all(self, &request),
+            request::GET_ALL_DELAY_OFFSET => delay::offsets::get_all(self, &request),
             request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,
             request::ACK_MESSAGE => Box::pin(pop::ack_message(self, &request)).await,
             request::BATCH_ACK_MESSAGE => Box::pin(pop::batch_ack(self, &request)).await,

@@ -23,7 +23,7 @@ use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
 use super::persisted_table::{PersistedTable, WriteFailed};
-use super::pop_wire::MessageRequestMode;
+use super::pop::wire::MessageRequestMode;
 use super::{names, Broker};
 
 pub const FILE_NAME: &str = "messageRequestMode.json";

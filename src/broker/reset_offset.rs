@@ -24,7 +24,7 @@
 //!
 //! A POP group's queues also start over at the new offsets on the shards that own them,
 //! with a reset record in the revive log, so the reset survives a restart; deliveries in
-//! flight at the reset are void ([`super::pop_reset`]).
+//! flight at the reset are void ([`super::pop::reset`]).
 //!
 //! The queues' offsets are searched on the shards that own them ([`super::fan_out`]); the
 //! shard the request reached commits them (the offset table is node-wide) only once every
@@ -38,8 +38,7 @@ use crate::remoting::{ExtFields, FieldError, RemotingCommand};
 
 use super::admin_json::{offset_table, queue_key};
 use super::fan_out::{gather, Gathered, Rows};
-use super::pop_reset;
-use super::pop_state::QueueKey;
+use super::pop::state::QueueKey;
 use super::{bad_header, names, Broker};
 
 struct ResetHeader<'a> {
@@ -124,7 +123,9 @@ pub async fn reset_offset(
     // their next pop, as after any outside commit.
     for (queue_id, values) in &local {
         let key = QueueKey::new(header.group, header.topic, *queue_id);
-        if let Err(why) = pop_reset::outside_commit(broker, &key, values[0] as u64).await {
+        if let Err(why) =
+            crate::broker::pop::reset::outside_commit(broker, &key, values[0] as u64).await
+        {
             return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
         }
     }

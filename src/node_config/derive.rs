@@ -91,9 +91,9 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
             config.timer_max_pending.min(usize::MAX as u64) as usize,
             config.shards,
         ) as u64,
-        timer_limits: broker::timer_store::TimerLimits {
+        timer_limits: broker::timer::store::TimerLimits {
             buffer_entries: config.timer_memory_entries,
-            ..broker::timer_store::TimerLimits::default()
+            ..broker::timer::store::TimerLimits::default()
         },
     }
 }

@@ -786,7 +786,7 @@ impl Store {
 
     /// Sets what hears, for each record that becomes visible, its topic (a run of records
     /// of one topic once), right after its ConsumeQueue entry is made: how the broker
-    /// wakes another shard's parked pops of the topic ([`crate::broker::pop_wake`]), which
+    /// wakes another shard's parked pops of the topic ([`crate::broker::pop::wake`]), which
     /// [`Store::arrivals`] does not reach. The hook runs on the appender's turn, so it
     /// must be cheap and never wait.
     pub fn set_visible_hook(&self, hook: VisibleHook) {

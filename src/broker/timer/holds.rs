@@ -3,7 +3,7 @@
 //! `diskSpaceCleanForciblyRatio` (the rule of `store/retention_holds.rs`).
 //!
 //! The hold is on the shard's `rmq_sys_wheel_timer` queue from the lowest queue offset the
-//! timer store still needs ([`super::timer_scheduler::Timers::lowest_needed`]): the lowest
+//! timer store still needs ([`crate::broker::timer::scheduler::Timers::lowest_needed`]): the lowest
 //! offset of any timer not yet delivered, where a run counts from its lowest offset until
 //! all of it is delivered (cheap to answer, and it never holds too little). At or above
 //! the forced ratio the records go; the scheduler then finds no record for their keys,
@@ -11,8 +11,8 @@
 
 use std::rc::Rc;
 
-use super::timer::TIMER_TOPIC;
-use super::timer_scheduler::Timers;
+use crate::broker::timer::scheduler::Timers;
+use crate::broker::timer::TIMER_TOPIC;
 use crate::store::retention_holds::{Hold, RetentionHolds};
 use crate::store::Store;
 

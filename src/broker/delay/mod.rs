@@ -6,7 +6,7 @@
 //!   send (topic T, queue q, DELAY=n)        routed to the owner of (SCHEDULE_TOPIC_XXXX, n-1)
 //!     └─▶ stored as SCHEDULE_TOPIC_XXXX queue n-1, REAL_TOPIC=T, REAL_QID=q, DELAY=n,
 //!         ConsumeQueue tags code = store time + delay(n)      (store::topic::tags_code)
-//!   scheduler of level n (on that same shard), from its cursor (delay_offsets.rs):
+//!   scheduler of level n (on that same shard), from its cursor (`offsets`):
 //!     entry due? ─ no ─▶ sleep until it is (at most MAX_SLEEP; a new message wakes it)
 //!        │ yes
 //!        └─▶ put T/q (DELAY removed) on the owner of (T, q), through its mailbox if it is
@@ -44,8 +44,11 @@
 //! Not here: `SCHEDULE_TOPIC_XXXX` may be pulled (as Java lets mqadmin browse it), its
 //! tags codes are delivery times, so a tag filter on it matches nothing useful; slaves
 //! do not exist yet (GET_ALL_DELAY_OFFSET, 45, answers the cursors they would copy,
-//! [`super::delay_offsets::get_all`]); 5.x timer messages (`TIMER_*`) are
+//! [`self::offsets::get_all`]); 5.x timer messages (`TIMER_*`) are
 //! `super::timer`'s.
+
+pub mod holds;
+pub mod offsets;
 
 use std::fmt;
 use std::rc::Rc;

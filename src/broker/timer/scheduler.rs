@@ -33,9 +33,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::timer::{self, Due, TIMER_TOPIC};
-use super::timer_store::{Lane, TimerKey, TimerLimits, TimerStore};
-use super::Broker;
+use crate::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore};
+use crate::broker::timer::{self, Due, TIMER_TOPIC};
+use crate::broker::Broker;
 use crate::io::meta::MetaFiles;
 use crate::metrics::ShardMetrics;
 use crate::store::record::{self, Decoded, Verify};

@@ -9,7 +9,7 @@
 //!   values); bit `i` of byte `i / 8` (little-endian) acknowledges offset `so + i`.
 //! - The work of a batch ack is bounded before it is done: at most `maxBatchAckEntries`
 //!   entries, `maxBatchAckBitsetBytes` of bitset in all (node keys, checked by
-//!   [`super::pop::batch_ack`]), and [`MAX_POP_BATCH`] bits set per entry (what one pop
+//!   [`crate::broker::pop::batch_ack`]), and [`MAX_POP_BATCH`] bits set per entry (what one pop
 //!   can hand out, a protocol bound).
 
 use serde::{Deserialize, Serialize};

@@ -1,10 +1,10 @@
 //! A POP group's committed offset moved from outside: an operator's reset
-//! (INVOKE_BROKER_TO_RESET_OFFSET, [`super::reset_offset`]) or a commit
+//! (INVOKE_BROKER_TO_RESET_OFFSET, [`crate::broker::reset_offset`]) or a commit
 //! (UPDATE_CONSUMER_OFFSET, mqadmin's fallback, a pull consumer of the group) that differs
 //! from what the shard's POP table last reported for the queue.
 //!
 //! What happens, on the shard that owns the queue: a reset record is appended to the
-//! revive log ([`super::pop_log`], as durable as a send), then the queue starts over at
+//! revive log ([`crate::broker::pop::log`], as durable as a send), then the queue starts over at
 //! the new offset (clamped to what the queue holds) and forgets what it had in flight.
 //! Deliveries in flight at the reset are void: their acks are answered NO_MESSAGE (not in
 //! flight), they are not handed out again because of their invisible time, and messages
@@ -20,9 +20,8 @@
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
-use super::pop_log;
-use super::pop_state::{LogRecord, QueueKey};
-use super::{consumer_offsets, Broker};
+use crate::broker::pop::state::{LogRecord, QueueKey};
+use crate::broker::{consumer_offsets, Broker};
 
 /// Starts `key` over at `offset` if this shard's POP table knows it at another committed
 /// offset; the reset record is stored first. Whether the table changed.
@@ -45,7 +44,7 @@ pub async fn outside_commit(broker: &Broker, key: &QueueKey, offset: u64) -> Res
         key: key.clone(),
         offset,
     };
-    pop_log::append(
+    crate::broker::pop::log::append(
         &broker.store,
         pops.log_queue,
         &record,

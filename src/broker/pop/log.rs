@@ -12,7 +12,7 @@
 //! - checkpoint: `{"k":"ck","c":group,"t":topic,"q":queueId,"pt":popTime,"it":invisibleTime,"d":[[offset,reconsumeTimes],...]}`
 //! - ack: `{"k":"ack","c":group,"t":topic,"q":queueId,"pt":popTime,"o":[offset,...]}`
 //! - reset: `{"k":"reset","c":group,"t":topic,"q":queueId,"pt":0,"o":[offset]}`: the
-//!   group's committed offset was moved from outside ([`super::pop_reset`]); the queue
+//!   group's committed offset was moved from outside ([`crate::broker::pop::reset`]); the queue
 //!   starts over there and what was in flight before is forgotten.
 //!
 //! The replay mark ([`Mark`], `<shard dir>/pop/replay.json`, written with `replace_file`
@@ -49,10 +49,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
+use crate::broker::pop::state::{Delivery, LogRecord, PopTable, QueueKey};
 use crate::io::meta::{replace_file, MetaFiles};
 
-use super::persisted_table::PersistedTable;
+use crate::broker::persisted_table::PersistedTable;
 use crate::store::record::{self, Decoded, RecordInput, Verify};
 use crate::store::{PutStatus, Store};
 
@@ -478,7 +478,7 @@ impl ReplayMark {
 
     /// The written mark as a table changed file first, starting from `stored` (what
     /// [`ReplayMark::read`] returned): what the shard writes its mark through, off its
-    /// reactor ([`super::persisted_table`]).
+    /// reactor ([`crate::broker::persisted_table`]).
     pub fn table(&self, stored: Mark) -> PersistedTable<Mark> {
         PersistedTable::new(self.files.clone(), self.path.clone(), stored, encode_mark)
     }

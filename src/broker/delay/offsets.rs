@@ -16,16 +16,16 @@
 //!
 //! Invariants:
 //! - A cursor only moves forward past a message once that message's delivered copy is
-//!   durable (the scheduler advances it after the put is acknowledged, `super::delay`),
+//!   durable (the scheduler advances it after the put is acknowledged, `crate::broker::delay`),
 //!   so the file never names an offset whose message was not delivered. It may lag: a
 //!   crash (or an abort mid-delivery at a stop) delivers the messages between the written
 //!   cursor and the real one again (at-least-once, as Java).
 //! - The file is only ever replaced whole through the disk seam's [`MetaFiles`]
 //!   (temp file, fsync, rename, directory fsync), as `config/consumerOffset.json` is
-//!   ([`super::consumer_offsets`]): the table is a [`PersistedTable`] changed memory first,
+//!   ([`crate::broker::consumer_offsets`]): the table is a [`PersistedTable`] changed memory first,
 //!   and the periodic write runs on tokio's blocking pool, off every reactor.
 //! - The node writes it every `flushDelayOffsetInterval` (default
-//!   [`super::DELAY_OFFSET_FLUSH_INTERVAL`]) when a cursor moved,
+//!   [`crate::broker::DELAY_OFFSET_FLUSH_INTERVAL`]) when a cursor moved,
 //!   and once more at a clean shutdown, after every shard (and so every scheduler) has
 //!   stopped: a clean restart resumes each level exactly where it stopped.
 //! - A file that cannot be read or parsed, or that names a level below 1 or an offset
@@ -46,9 +46,9 @@ use crate::io::meta::{MetaFiles, RealFiles};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
-use super::persisted_table::{PersistedTable, WriteFailed};
-use super::topics::DataVersion;
-use super::Broker;
+use crate::broker::persisted_table::{PersistedTable, WriteFailed};
+use crate::broker::topics::DataVersion;
+use crate::broker::Broker;
 
 /// The file's name inside `<store dir>/config/`.
 pub const FILE_NAME: &str = "delayOffset.json";
@@ -189,7 +189,7 @@ fn encode(state: &State) -> Vec<u8> {
 
 /// GET_ALL_DELAY_OFFSET (45): the node's whole cursor table as [`DelayOffsets::to_json`]
 /// encodes it. Every shard's schedulers set their levels in the one node-wide table
-/// ([`super::NodeTables`]), so the shard a request reaches answers for all of them
+/// ([`crate::broker::NodeTables`]), so the shard a request reaches answers for all of them
 /// without asking the others; cursors moved since the last write are included (Java
 /// answers from memory too).
 pub fn get_all(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
@@ -201,7 +201,7 @@ fn parse(text: &str) -> anyhow::Result<State> {
     let file: OffsetFile = match serde_json::from_str(text) {
         Ok(file) => file,
         // fastjson's unquoted integer keys.
-        Err(error) => serde_json::from_str(&super::consumer_offsets::quote_bare_keys(text))
+        Err(error) => serde_json::from_str(&crate::broker::consumer_offsets::quote_bare_keys(text))
             .map_err(|_| error)?,
     };
     let mut table = BTreeMap::new();

@@ -1,6 +1,6 @@
 //! Timer messages (reference-2 §1.5): a message sent with `TIMER_DELIVER_MS` (absolute ms),
 //! `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` waits in `rmq_sys_wheel_timer` until it is due,
-//! then its shard's timer scheduler (`timer_scheduler.rs`) writes it to the topic and queue
+//! then its shard's timer scheduler (`scheduler`) writes it to the topic and queue
 //! it was sent to. Unlike delay levels, any delay up to `timerMaxDelaySec` is allowed, and
 //! messages are delivered in due-time order whatever their delays.
 //!
@@ -8,7 +8,7 @@
 //!   send (topic T, queue q, TIMER_*)      routed as any send, to the owner of (T, q)
 //!     └─▶ stored as rmq_sys_wheel_timer queue <this shard's>, TIMER_OUT_MS = due,
 //!         REAL_TOPIC = T, REAL_QID = q; ConsumeQueue tags code = due (store::topic::timer_due)
-//!   timer scheduler of the shard: indexes the queue into the timer store (timer_store.rs),
+//!   timer scheduler of the shard: indexes the queue into the timer store (`store`),
 //!   takes the earliest due entry, delivers T/q (REAL_* removed) ─▶ acknowledged ─▶ next
 //! ```
 //!
@@ -34,6 +34,10 @@
 //! Where ringmq differs on purpose: Java rounds the due time down to `timerPrecisionMs`
 //! (1 s), so it may deliver up to a second early; ringmq keeps the millisecond asked for
 //! and never delivers early (`timerPrecisionMs` is accepted and ignored).
+
+pub mod holds;
+pub mod scheduler;
+pub mod store;
 
 use crate::store::properties;
 use crate::store::record::{RecordInput, RecordView, RECORD_CRC_KEY};

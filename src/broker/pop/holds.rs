@@ -1,14 +1,14 @@
 //! The POP revive log's retention hold: the shard's queue of
-//! [`super::pop_log::POP_LOG_TOPIC`] is kept from the lowest checkpoint of any delivery
-//! still in flight, as the written replay mark says ([`super::pop::Pops::replay_from`]), while the disk is below
+//! [`crate::broker::pop::log::POP_LOG_TOPIC`] is kept from the lowest checkpoint of any delivery
+//! still in flight, as the written replay mark says ([`crate::broker::pop::Pops::replay_from`]), while the disk is below
 //! `diskSpaceCleanForciblyRatio` (the rule of `store/retention_holds.rs`). The popped
 //! messages themselves are not held: a delivery whose record retention took is consumed
 //! as gone when it falls due (logged).
 
 use std::rc::Rc;
 
-use super::pop::Pops;
-use super::pop_log::POP_LOG_TOPIC;
+use crate::broker::pop::log::POP_LOG_TOPIC;
+use crate::broker::pop::Pops;
 use crate::store::retention_holds::{Hold, RetentionHolds};
 use crate::store::Store;
 

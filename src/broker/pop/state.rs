@@ -4,7 +4,7 @@
 //! handle carries, when it becomes visible again, and the reconsume times it was
 //! delivered with.
 //!
-//! How it is used ([`super::pop`]): a pop takes the offsets that are visible again first
+//! How it is used ([`crate::broker::pop`]): a pop takes the offsets that are visible again first
 //! (redelivered with reconsume times + 1), then new ones from the cursor; an ack removes
 //! an offset whose pop time matches the handle's; CHANGE_INVISIBLETIME gives an offset a
 //! new pop time and deadline. The same records are appended to the shard's revive log,

@@ -15,8 +15,8 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::delay_offsets::DelayOffsets;
-use super::Broker;
+use crate::broker::delay::offsets::DelayOffsets;
+use crate::broker::Broker;
 use crate::store::retention_holds::{Hold, RetentionHolds};
 use crate::store::topic::SCHEDULE_TOPIC;
 

@@ -1,7 +1,7 @@
 //! POP consumption (reference part 2 §2): POP_MESSAGE (200050) with long polling,
 //! ACK_MESSAGE (200051), BATCH_ACK_MESSAGE (200151) and CHANGE_MESSAGE_INVISIBLETIME
-//! (200053), over each shard's in-flight table ([`super::pop_state`]) and revive log
-//! ([`super::pop_log`]).
+//! (200053), over each shard's in-flight table ([`self::state`]) and revive log
+//! ([`self::log`]).
 //!
 //! ```text
 //!   POP(group, topic, queue q ≥ 0)  ── routed to q's owner ──▶ pop_queue:
@@ -14,7 +14,7 @@
 //!   POP(queue -1): every queue of the topic in turn, the other shards' through their
 //!     mailboxes without parking (each answers with its earliest deadline in flight);
 //!     then parks here, woken by this shard's arrivals, by an arrival of the topic on
-//!     any other shard ([`super::pop_wake`]), or by the earliest deadline of them all
+//!     any other shard ([`self::wake`]), or by the earliest deadline of them all
 //!   a parked pop ends when its connection closes; at most maxParkedRequestsPerConnection
 //!     are parked per connection (past it POLLING_FULL)
 //!   ACK / BATCH_ACK: a delivery in flight with the handle's popTime ─▶ ack record stored
@@ -43,6 +43,13 @@
 //! strings), on error too; a pop is answered only after its checkpoint is stored, so what
 //! a client holds survives a crash; the table is borrowed only between awaits.
 
+pub mod holds;
+pub mod log;
+pub mod reset;
+pub mod state;
+pub mod wake;
+pub mod wire;
+
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -55,10 +62,10 @@ use crate::remoting::codes::{request as request_code, response};
 use crate::remoting::{ExtFields, FieldError, RemotingCommand};
 use crate::store::record;
 
+use self::log::{self as pop_log, ReplayMark, POP_LOG_TOPIC};
+use self::state::{Delivery, LogRecord, PopTable, QueueKey};
+use self::wire::{self as pop_wire, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
 use super::persisted_table::{PersistedTable, WriteFailed};
-use super::pop_log::{self, ReplayMark, POP_LOG_TOPIC};
-use super::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
-use super::pop_wire::{self, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
 use super::{bad_header, names, pull, Broker};
 
 /// Longest invisible time a pop or change may ask for (a day; Java's client caps at 12 h).
@@ -852,7 +859,7 @@ fn commit_watermark(broker: &Broker, pops: &Pops, key: &QueueKey) {
 /// Sends a message past the group's retry maximum to `%DLQ%<group>` through the
 /// send-back path, then logs its ack; if the copy cannot be stored it is put back in
 /// flight and tried again later.
-async fn dead_letter(broker: &Broker, pops: &Pops, key: &QueueKey, dead: super::pop_state::Dead) {
+async fn dead_letter(broker: &Broker, pops: &Pops, key: &QueueKey, dead: self::state::Dead) {
     let phys = broker
         .store
         .queue_entry(&key.topic, key.queue_id, dead.offset)
