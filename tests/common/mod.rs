@@ -228,7 +228,7 @@ pub fn create_topic(raw: &mut raw::Raw, topic: &str, queues: u32) {
 }
 
 /// Standard base64 with padding, as the Java client encodes batch-ack bitsets (the node
-/// only decodes it, in `broker::pop_wire`).
+/// only decodes it, in `broker::pop::wire`).
 pub fn encode_base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();

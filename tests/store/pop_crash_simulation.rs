@@ -31,8 +31,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common::{as_disk, message, run_local, sim_disk, sim_seeds, Rng};
-use ringmq::broker::pop_log::{self, ReplayMark, POP_LOG_TOPIC};
-use ringmq::broker::pop_state::{Delivery, LogRecord, PopTable, QueueKey};
+use ringmq::broker::pop::log::{self as pop_log, ReplayMark, POP_LOG_TOPIC};
+use ringmq::broker::pop::state::{Delivery, LogRecord, PopTable, QueueKey};
 use ringmq::clock::Clock;
 use ringmq::config::{FlushMode, StoreConfig};
 use ringmq::io::meta::{replace_file, MetaFiles};

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use common::{sim_disk, sim_seeds, Rng};
 use ringmq::broker::consumer_offsets::ConsumerOffsets;
-use ringmq::broker::delay_offsets::DelayOffsets;
+use ringmq::broker::delay::offsets::DelayOffsets;
 use ringmq::broker::subscription_groups::{
     SubscriptionGroupConfig, SubscriptionGroupWrapper, SubscriptionGroups, SYSTEM_GROUPS,
 };

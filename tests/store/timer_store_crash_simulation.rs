@@ -39,7 +39,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{sim_disk, sim_seeds, Rng};
-use ringmq::broker::timer_store::{Lane, TimerKey, TimerLimits, TimerStore};
+use ringmq::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore};
 use ringmq::io::meta::MetaFiles;
 use ringmq::io::sim::SimDisk;
 
