@@ -161,7 +161,10 @@ impl ServeArgs {
             self.auto_create_topics.map(|b| b.to_string()),
         );
         set("shards", self.shards.map(|n| n.to_string()));
-        set("body_send", self.body_send.map(|mode| mode.as_str().to_string()));
+        set(
+            "body_send",
+            self.body_send.map(|mode| mode.as_str().to_string()),
+        );
         overrides
     }
 }

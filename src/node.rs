@@ -551,9 +551,11 @@ async fn run_shard(
         );
         (listener, Rc::new(handler))
     });
-    for level in
-        crate::broker::delay::levels_on_shard(&settings.broker.delay_levels, id, settings.config.shards)
-    {
+    for level in crate::broker::delay::levels_on_shard(
+        &settings.broker.delay_levels,
+        id,
+        settings.config.shards,
+    ) {
         background.push(spawn_watched(
             "delay scheduler",
             Box::pin(crate::broker::delay::run_level(broker.clone(), level)),
