@@ -765,29 +765,23 @@ fn the_channel_expiry_and_client_sweep_interval_reach_the_broker_settings() {
         )
         .unwrap();
     let config = loader.finish().unwrap();
-    let options = ringmq::node::NodeOptions::from_config(&config);
-    assert_eq!(options.broker.client_expiry, Duration::from_secs(30));
-    assert_eq!(
-        options.broker.client_sweep_interval,
-        Duration::from_millis(500)
-    );
+    let broker = ringmq::node_config::broker_config(&config);
+    assert_eq!(broker.client_expiry, Duration::from_secs(30));
+    assert_eq!(broker.client_sweep_interval, Duration::from_millis(500));
 }
 
 #[test]
 fn the_delay_offset_flush_interval_defaults_to_a_second_and_reaches_the_broker_settings() {
-    let options = ringmq::node::NodeOptions::from_config(&base());
-    assert_eq!(
-        options.broker.delay_offset_flush_interval,
-        Duration::from_secs(1)
-    );
+    let broker = ringmq::node_config::broker_config(&base());
+    assert_eq!(broker.delay_offset_flush_interval, Duration::from_secs(1));
     let mut loader = loader();
     loader
         .broker_conf_str("broker.conf", "flushDelayOffsetInterval=250\n")
         .unwrap();
     let config = loader.finish().unwrap();
-    let options = ringmq::node::NodeOptions::from_config(&config);
+    let broker = ringmq::node_config::broker_config(&config);
     assert_eq!(
-        options.broker.delay_offset_flush_interval,
+        broker.delay_offset_flush_interval,
         Duration::from_millis(250)
     );
 }
@@ -811,8 +805,8 @@ fn retention_protected_groups_from_each_source_reach_the_broker_settings() {
         "CG_audit-2".to_string(),
     ];
     assert_eq!(config.retention_protected_groups, groups);
-    let options = ringmq::node::NodeOptions::from_config(&config);
-    assert_eq!(options.broker.retention_protected_groups, groups);
+    let broker = ringmq::node_config::broker_config(&config);
+    assert_eq!(broker.retention_protected_groups, groups);
 
     let mut toml = loader();
     toml.toml_str(
@@ -868,4 +862,43 @@ fn a_bad_protected_group_is_refused_naming_the_key_and_the_group() {
         "retention_protected_groups",
         "listed twice",
     );
+}
+
+/// A node whose segments cannot hold its largest message is refused at start, naming
+/// both keys, whoever built its settings (tests included): nothing lowers
+/// `max_message_size` to fit, and nothing is created or bound before the refusal.
+#[test]
+fn a_node_whose_max_message_size_does_not_fit_its_segment_is_refused_naming_both_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::common::node_config(dir.path());
+    config.maped_file_size_commit_log = 64 * 1024;
+    config.max_message_size = 4 * 1024 * 1024;
+    let error = ringmq::node::start(config.clone()).err().expect("refused");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("max_message_size")
+            && message.contains("maped_file_size_commit_log")
+            && message.contains("4194304"),
+        "{message}"
+    );
+    assert!(
+        !dir.path().join("shard-0").exists(),
+        "a refused start made the store"
+    );
+    // The largest message a 64 KiB segment holds starts.
+    config.max_message_size = ringmq::config::largest_message_for_segment(64 * 1024) as usize;
+    ringmq::node::start(config).unwrap().shutdown().unwrap();
+
+    // The same from a broker.conf that shrinks the segment and keeps the default size.
+    let mut loader = loader();
+    loader
+        .broker_conf_str("broker.conf", "mapedFileSizeCommitLog=65536\n")
+        .unwrap();
+    let error = loader.finish().unwrap_err();
+    assert_eq!(
+        (error.origin.as_str(), error.key.as_str()),
+        ("broker.conf", "mapedFileSizeCommitLog"),
+        "{error}"
+    );
+    assert!(error.message.contains("max_message_size"), "{error}");
 }
