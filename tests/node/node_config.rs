@@ -613,6 +613,33 @@ fn invalid_values_name_their_key() {
             "listen_port",
         ),
         ("namesrvPort=10911", "namesrvPort", "listen_port"),
+        (
+            "metricsExporterType=OTLP_GRPC",
+            "metricsExporterType",
+            "ringmq serves PROM",
+        ),
+        (
+            "metricsExporterType=prom",
+            "metricsExporterType",
+            "PROM, DISABLE",
+        ),
+        ("pinShardThreads=1", "pinShardThreads", "true or false"),
+        ("bodySend=zerocopy", "bodySend", "auto, sendfile or mmap"),
+        (
+            "serverSocketSndBufSize=1073741825",
+            "serverSocketSndBufSize",
+            "too large",
+        ),
+        (
+            "connectionWarnBurst=0",
+            "connectionWarnBurst",
+            "between 1 and",
+        ),
+        (
+            "connectionWarnInterval=0",
+            "connectionWarnInterval",
+            "between 1 and 86400000 ms",
+        ),
     ];
     for (line, key, fragment) in cases {
         let mut loader = loader();
@@ -901,4 +928,28 @@ fn a_node_whose_max_message_size_does_not_fit_its_segment_is_refused_naming_both
         "{error}"
     );
     assert!(error.message.contains("max_message_size"), "{error}");
+}
+
+/// `metricsExporterType=DISABLE` (what the test builder sets) starts a node without a
+/// metrics listener; `PROM` (the default) serves one on `metrics_port`, 0 picking it.
+#[test]
+fn the_metrics_exporter_type_decides_whether_a_metrics_endpoint_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::common::node_config(dir.path());
+    assert_eq!(
+        config.metrics_exporter_type,
+        ringmq::node_config::MetricsExporter::Disable
+    );
+    let node = ringmq::node::start(config.clone()).unwrap();
+    assert_eq!(node.metrics_addr(), None);
+    node.shutdown().unwrap();
+    let node = ringmq::node::start(ringmq::node_config::NodeConfig {
+        metrics_exporter_type: ringmq::node_config::MetricsExporter::Prom,
+        ..config
+    })
+    .unwrap();
+    let metrics = node.metrics_addr().expect("a metrics endpoint");
+    assert_ne!(metrics.port(), 0);
+    node.shutdown().unwrap();
+    assert_eq!(NodeConfig::default().metrics_exporter_type.as_str(), "PROM");
 }
