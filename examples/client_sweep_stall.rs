@@ -38,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringmq::client::Client;
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::{MetricsExporter, NodeConfig};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
@@ -108,15 +109,22 @@ fn group_name(i: usize) -> String {
 }
 
 fn start_node(dir: &std::path::Path, expiry: Duration, sweep: Duration) -> NodeHandle {
-    let mut options = NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.metrics_port = None;
-    options.shards = 1;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
-    options.broker.client_expiry = expiry;
-    options.broker.client_sweep_interval = sweep;
+    let segment = 4 * 1024 * 1024;
+    let options = NodeConfig {
+        store_path_root_dir: dir.into(),
+        listen_port: 0,
+        namesrv_port: 0,
+        bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
+        metrics_exporter_type: MetricsExporter::Disable,
+        pin_shard_threads: false,
+        shards: 1,
+        io_backend: ringmq::io::IoChoice::Portable,
+        maped_file_size_commit_log: segment,
+        max_message_size: ringmq::config::largest_message_for_segment(segment) as usize,
+        channel_expired_timeout: expiry,
+        client_sweep_interval: sweep,
+        ..NodeConfig::default()
+    };
     ringmq::node::start(options).expect("node starts")
 }
 

@@ -25,7 +25,7 @@ use ringmq::bench::wire::{
 use ringmq::broker::delay::DelayLevels;
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
-use ringmq::node::{self, NodeOptions};
+use ringmq::node;
 use ringmq::node_config::NodeConfig;
 use ringmq::quiet_pipe;
 use ringmq::store::inspect;
@@ -102,9 +102,9 @@ struct ServeArgs {
     shards: Option<u8>,
     /// How pulled records are sent: auto (sendfile for large ranges, writev from a mapping
     /// of the segment for small ones), sendfile (every range; mmap where the kernel
-    /// refuses it) or mmap (every range).
-    #[arg(long, default_value = "auto")]
-    body_send: ringmq::remoting::body_send::BodySend,
+    /// refuses it) or mmap (every range): `bodySend`.
+    #[arg(long)]
+    body_send: Option<ringmq::remoting::body_send::BodySend>,
     /// Print the settings the node would run with, and exit.
     #[arg(long)]
     print_config: bool,
@@ -161,6 +161,10 @@ impl ServeArgs {
             self.auto_create_topics.map(|b| b.to_string()),
         );
         set("shards", self.shards.map(|n| n.to_string()));
+        set(
+            "body_send",
+            self.body_send.map(|mode| mode.as_str().to_string()),
+        );
         overrides
     }
 }
@@ -653,8 +657,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut options = NodeOptions::from_config(&config);
-    options.connection.body_send = args.body_send;
     eprintln!(
         "{}",
         banner::starting(&banner::Running {
@@ -665,7 +667,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             role: config.broker_role.as_str(),
         })
     );
-    let mut node = node::start(options)?;
+    let mut node = node::start(config)?;
     for line in banner::serving(&banner::Bound {
         broker: node.bound_addr(),
         advertised: node.addr(),

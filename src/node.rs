@@ -5,8 +5,11 @@
 //! mailboxes between shards). Shard 0 also serves the embedded name server and runs the
 //! node-wide housekeeping (client expiry, the periodic consumer-offset write).
 //!
-//! [`start`] is the one entry: `ringmq serve` calls it and so do the integration tests
-//! (with port 0). It binds every listener first (so a taken port fails the start before
+//! [`start`] is the one entry, and a validated [`NodeConfig`] the one thing it starts
+//! from: `ringmq serve` builds that from broker.conf, TOML and flags, and the integration
+//! tests build it too (`tests/common`, with port 0), so a test node runs with settings a
+//! user could write and the start refuses what `ringmq serve` would. It validates the
+//! config, binds every listener first (so a taken port fails the start before
 //! any store opens), checks that the store root was made for this shard count, loads the
 //! node-wide tables (`config/topics.json`, `config/consumerOffset.json`,
 //! `config/delayOffset.json`, `config/subscriptionGroup.json`; a corrupt one stops the
@@ -36,8 +39,7 @@
 //! ([`crate::shard::exclusive_port`]) and fails with "Address already in use" if one does,
 //! so a second node on the same port is refused whatever either's shard count.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -53,14 +55,14 @@ use crate::broker::subscription_groups::SubscriptionGroups;
 use crate::broker::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
-use crate::config::{largest_message_for_segment, FlushMode, StoreConfig};
-use crate::io::{open_backend, IoChoice};
-use crate::metrics::http::{HttpLimits, MetricsServer};
-use crate::metrics::rates::{ShardSampler, StatsCaps};
+use crate::config::StoreConfig;
+use crate::io::open_backend;
+use crate::metrics::http::MetricsServer;
+use crate::metrics::rates::ShardSampler;
 use crate::metrics::{NodeMetrics, ShardMetrics};
 use crate::namesrv::admin::NamesrvState;
 use crate::namesrv::NameServer;
-use crate::node_config::{self, NodeConfig};
+use crate::node_config::{self, MetricsExporter, NodeConfig};
 use crate::remoting::admission::Admission;
 use crate::remoting::connection::{serve_admitted, ConnectionLimits, RequestHandler};
 use crate::remoting::traffic::{LimitEvent, Traffic};
@@ -68,153 +70,8 @@ use crate::shard::mailbox::{self, MailboxReceiver};
 use crate::shard::{exclusive_port, layout, pin, ShardContext};
 use crate::store::Store;
 
-/// Everything a node is started with.
-#[derive(Clone, Debug)]
-pub struct NodeOptions {
-    /// The store root (`storePathRootDir`): `config/` and one `shard-<n>` per shard.
-    pub dir: PathBuf,
-    /// `listenPort`; 0 picks a free port (tests).
-    pub port: u16,
-    pub flush: FlushMode,
-    pub io: IoChoice,
-    /// The address clients reach this node at: STOREHOST and msgIds carry it.
-    pub broker_ip: IpAddr,
-    /// The address the listeners bind; `None`: every interface of `broker_ip`'s family.
-    pub bind_ip: Option<IpAddr>,
-    pub broker_name: String,
-    pub cluster_name: String,
-    /// CommitLog segment size; `None` keeps the template's (1 GiB by default).
-    pub segment_size: Option<u64>,
-    /// Connection backlog of the listener.
-    pub backlog: i32,
-    pub connection: ConnectionLimits,
-    /// `max_connections`: connections open at once, all shards and both listeners (broker
-    /// and name server) together; more are closed as they are accepted.
-    pub max_connections: usize,
-    /// `max_partial_frame_bytes`: bytes all connections together may hold in read
-    /// buffers beyond their initial size (frames still arriving).
-    pub max_partial_frame_bytes: usize,
-    /// Per-shard broker settings (limits such as `max_parked_pulls` are per shard).
-    pub broker: BrokerConfig,
-    /// Port of the embedded name server (`namesrvPort`); 0 picks a free port (tests).
-    pub namesrv_port: u16,
-    /// `autoCreateTopicEnable`: a send to (or route query for) an unknown topic creates it.
-    pub auto_create_topics: bool,
-    /// `autoCreateSubscriptionGroup`: a heartbeat or pull of an unknown group creates it.
-    pub auto_create_subscription_groups: bool,
-    /// `defaultTopicQueueNums`: queues of an auto-created topic.
-    pub default_topic_queue_nums: u32,
-    /// Shards (threads, stores); a store root keeps the count it was made with.
-    pub shards: u8,
-    /// Pin shard n to the n-th allowed CPU (best effort, logged when refused).
-    pub pin_threads: bool,
-    /// Requests queued for another shard before the sender waits.
-    pub mailbox_capacity: usize,
-    /// Port of the Prometheus endpoint (`metricsPromExporterPort`); 0 picks a free one;
-    /// `None` serves none.
-    pub metrics_port: Option<u16>,
-    /// The metrics endpoint's bounds (`metrics_max_connections`, `metrics_idle_timeout`).
-    pub metrics_limits: HttpLimits,
-    /// Topics and groups each shard keeps figures for (`metrics_max_topics`, `..._groups`).
-    pub stats_caps: StatsCaps,
-    /// Store settings every shard starts from; its `dir`, `shard_id`, `flush_mode`,
-    /// `store_host`, `schedule_delays_ms` (from `broker.delay_levels`) and the segment
-    /// size (when `segment_size` is set) are replaced.
-    /// `None`: the store defaults.
-    pub store_template: Option<StoreConfig>,
-    /// The validated settings the options came from, as GET_BROKER_CONFIG answers them
-    /// (the start writes what the fields above changed over them: ports picked free, the
-    /// store root, names, flags).
-    pub settings: NodeConfig,
-}
-
 /// Connection backlog of every listener.
 pub const LISTEN_BACKLOG: i32 = 1024;
-
-impl NodeOptions {
-    /// The defaults of a one-shard node in `dir` (tests and embedded runs): the node keys'
-    /// defaults (`NodeConfig::default`), unpinned, with no metrics endpoint, binding every
-    /// interface of `broker_ip`'s family.
-    pub fn new(dir: impl Into<PathBuf>) -> NodeOptions {
-        let config = NodeConfig {
-            store_path_root_dir: dir.into(),
-            shards: 1,
-            ..NodeConfig::default()
-        };
-        NodeOptions {
-            bind_ip: None,
-            pin_threads: false,
-            metrics_port: None,
-            ..NodeOptions::from_config(&config)
-        }
-    }
-
-    /// The options `ringmq serve` runs with for a validated [`NodeConfig`]. Node-wide
-    /// limits of the config (parked pulls) are split evenly between the shards.
-    pub fn from_config(config: &NodeConfig) -> NodeOptions {
-        NodeOptions {
-            dir: config.store_path_root_dir.clone(),
-            port: config.listen_port,
-            flush: config.flush_disk_type,
-            io: config.io_backend,
-            broker_ip: config.broker_ip,
-            bind_ip: Some(config.bind_address),
-            broker_name: config.broker_name.clone(),
-            cluster_name: config.broker_cluster_name.clone(),
-            segment_size: Some(config.maped_file_size_commit_log),
-            backlog: LISTEN_BACKLOG,
-            connection: node_config::connection_limits(config),
-            max_connections: config.max_connections,
-            max_partial_frame_bytes: config.max_partial_frame_bytes,
-            broker: node_config::broker_config(config),
-            namesrv_port: config.namesrv_port,
-            auto_create_topics: config.auto_create_topic_enable,
-            auto_create_subscription_groups: config.auto_create_subscription_group,
-            default_topic_queue_nums: config.default_topic_queue_nums,
-            shards: config.shards,
-            pin_threads: true,
-            mailbox_capacity: config.shard_mailbox_capacity,
-            metrics_port: Some(config.metrics_port),
-            metrics_limits: HttpLimits {
-                header_timeout: config.metrics_idle_timeout,
-                max_connections: config.metrics_max_connections,
-                ..HttpLimits::default()
-            },
-            stats_caps: StatsCaps {
-                topics: config.metrics_max_topics,
-                groups: config.metrics_max_groups,
-            },
-            store_template: Some(node_config::store_config(config, 0)),
-            settings: config.clone(),
-        }
-    }
-
-    /// The store settings of shard `shard`, whose clients reach it at `store_host`.
-    fn store_config(&self, shard: u8, store_host: SocketAddr) -> StoreConfig {
-        let dir = layout::shard_dir(&self.dir, shard);
-        let mut config = match &self.store_template {
-            Some(template) => StoreConfig {
-                dir,
-                ..template.clone()
-            },
-            None => StoreConfig::new(dir),
-        };
-        config.shard_id = shard;
-        config.flush_mode = self.flush;
-        config.store_host = store_host;
-        // The delivery times in the schedule queues follow the broker's levels.
-        config.schedule_delays_ms = self.broker.delay_levels.as_millis().to_vec();
-        if let Some(size) = self.segment_size {
-            config.commit_log_segment_size = size;
-            // Keep the largest message within one segment, as `validate` demands.
-            config.max_message_size = config
-                .max_message_size
-                .min(largest_message_for_segment(size) as usize)
-                .max(1);
-        }
-        config
-    }
-}
 
 /// A running node. Dropping it stops the node too (and waits for it).
 pub struct NodeHandle {
@@ -337,63 +194,42 @@ struct ShardStart {
     metrics: Arc<ShardMetrics>,
     /// The node-wide connection bounds, shared by every shard.
     admission: Arc<Admission>,
+    /// This shard's store settings, derived on the starting thread (it reads
+    /// `/proc/meminfo`), not on the shard's reactor.
+    store: StoreConfig,
 }
 
-/// `options.settings` with the values the node runs with written over it: a setting the
-/// options changed after [`NodeOptions::from_config`], or a port picked free.
-fn running_settings(
-    options: &NodeOptions,
-    advertised: SocketAddr,
-    namesrv_addr: SocketAddr,
-    bind_ip: IpAddr,
-) -> NodeConfig {
-    let mut settings = options.settings.clone();
-    settings.store_path_root_dir = options.dir.clone();
-    settings.listen_port = advertised.port();
-    settings.namesrv_port = namesrv_addr.port();
-    settings.broker_ip = options.broker_ip;
-    settings.bind_address = bind_ip;
-    settings.flush_disk_type = options.flush;
-    settings.broker_name = options.broker_name.clone();
-    settings.broker_cluster_name = options.cluster_name.clone();
-    settings.auto_create_topic_enable = options.auto_create_topics;
-    settings.auto_create_subscription_group = options.auto_create_subscription_groups;
-    settings.default_topic_queue_nums = options.default_topic_queue_nums;
-    settings.shards = options.shards;
-    settings.client_call_timeout = options.broker.client_call_timeout;
-    settings
+/// What every shard runs with: the node's settings as they run (the ports picked free
+/// written in) and the settings derived from them once for all shards.
+#[derive(Clone)]
+struct ShardSettings {
+    config: Arc<NodeConfig>,
+    broker: BrokerConfig,
+    connection: ConnectionLimits,
 }
 
-/// Starts the node's shards and returns once all serve (or the start failed).
-pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
-    anyhow::ensure!(
-        (1..=crate::node_config::MAX_SHARDS).contains(&options.shards),
-        "shards: {} must be between 1 and {}",
-        options.shards,
-        crate::node_config::MAX_SHARDS
-    );
-    for group in &options.broker.retention_protected_groups {
-        crate::broker::names::validate_group(group)
-            .map_err(|why| anyhow::anyhow!("retentionProtectedGroups: {why}"))?;
-    }
-    layout::check_shard_count(&options.dir, options.shards)
-        .map_err(|error| anyhow::anyhow!(error))?;
-    for shard in 0..options.shards {
-        let dir = layout::shard_dir(&options.dir, shard);
+/// Starts the node's shards from `config` and returns once all serve (or the start
+/// failed). `config` is validated here whoever built it (a broker.conf, flags, a test),
+/// so a node never runs with settings `ringmq serve` would refuse; listen ports of 0 are
+/// picked free, and the settings GET_BROKER_CONFIG answers carry the picked ones.
+pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
+    config
+        .validate()
+        .map_err(|error| anyhow::anyhow!("bad configuration: {error}"))?;
+    let dir = config.store_path_root_dir.clone();
+    let shard_count = config.shards;
+    layout::check_shard_count(&dir, shard_count).map_err(|error| anyhow::anyhow!(error))?;
+    for shard in 0..shard_count {
+        let dir = layout::shard_dir(&dir, shard);
         std::fs::create_dir_all(&dir)
             .map_err(|error| anyhow::anyhow!("cannot create {}: {error}", dir.display()))?;
     }
-    // Listen on every interface of the broker IP's family, as Java brokers do, unless a
-    // bind address is set; advertise the broker IP.
-    let bind_ip = options.bind_ip.unwrap_or(match options.broker_ip {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    });
-    let reuse_port = options.shards > 1;
-    let mut listeners = Vec::with_capacity(options.shards as usize);
-    let mut port = options.port;
-    for _ in 0..options.shards {
-        let listener = bind_listener(SocketAddr::new(bind_ip, port), options.backlog, reuse_port)
+    let bind_ip = config.bind_address;
+    let reuse_port = shard_count > 1;
+    let mut listeners = Vec::with_capacity(shard_count as usize);
+    let mut port = config.listen_port;
+    for _ in 0..shard_count {
+        let listener = bind_listener(SocketAddr::new(bind_ip, port), LISTEN_BACKLOG, reuse_port)
             .map_err(|error| anyhow::anyhow!("cannot listen on port {port}: {error}"))?;
         // Port 0 picks a free port for the first shard; the others share it.
         port = listener.local_addr()?.port();
@@ -404,24 +240,25 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
         exclusive_port::check_alone(&listeners)
             .map_err(|error| anyhow::anyhow!("cannot listen on port {port}: {error}"))?;
     }
-    let advertised = SocketAddr::new(options.broker_ip, port);
+    let advertised = SocketAddr::new(config.broker_ip, port);
     let namesrv_listener = bind_listener(
-        SocketAddr::new(bind_ip, options.namesrv_port),
-        options.backlog,
+        SocketAddr::new(bind_ip, config.namesrv_port),
+        LISTEN_BACKLOG,
         false,
     )
     .map_err(|error| {
         anyhow::anyhow!(
             "cannot listen on the name server port {}: {error}",
-            options.namesrv_port
+            config.namesrv_port
         )
     })?;
     let namesrv_bound = namesrv_listener.local_addr()?;
-    let namesrv_addr = SocketAddr::new(options.broker_ip, namesrv_bound.port());
+    let namesrv_addr = SocketAddr::new(config.broker_ip, namesrv_bound.port());
     let bound = SocketAddr::new(bind_ip, port);
-    let metrics = NodeMetrics::with_caps(options.shards, options.stats_caps);
-    let metrics_server = match options.metrics_port {
-        Some(port) => {
+    let metrics = NodeMetrics::with_caps(shard_count, node_config::stats_caps(&config));
+    let metrics_server = match config.metrics_exporter_type {
+        MetricsExporter::Prom => {
+            let port = config.metrics_port;
             // The full backlog: a burst of connections must reach the endpoint, which
             // closes what it cannot hold, rather than wait in the kernel's queue.
             let listener = bind_listener(SocketAddr::new(bind_ip, port), LISTEN_BACKLOG, false)
@@ -431,49 +268,51 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             Some(MetricsServer::start_with(
                 listener,
                 metrics.clone(),
-                options.metrics_limits,
+                node_config::http_limits(&config),
             )?)
         }
-        None => None,
+        MetricsExporter::Disable => None,
     };
+    // The settings as they run: what GET_BROKER_CONFIG answers, and STOREHOST's port.
+    let mut running = config;
+    running.listen_port = port;
+    running.namesrv_port = namesrv_bound.port();
+    if let Some(server) = &metrics_server {
+        running.metrics_port = server.addr().port();
+    }
     let mut tables = NodeTables::new(
         TopicTable::load(
-            &options.dir,
-            options.auto_create_topics,
-            options.default_topic_queue_nums,
+            &dir,
+            running.auto_create_topic_enable,
+            running.default_topic_queue_nums,
         )?,
-        ConsumerOffsets::load(&options.dir)?,
-        SubscriptionGroups::load(&options.dir, options.auto_create_subscription_groups)?,
+        ConsumerOffsets::load(&dir)?,
+        SubscriptionGroups::load(&dir, running.auto_create_subscription_group)?,
     );
-    tables.delay_offsets = Arc::new(DelayOffsets::load(&options.dir)?);
-    tables.request_modes = Arc::new(crate::broker::request_modes::RequestModes::load(
-        &options.dir,
-    )?);
-    tables.settings = Arc::new(LiveSettings::new(
-        running_settings(&options, advertised, namesrv_addr, bind_ip),
-        Clock::system().now_ms(),
-    ));
+    tables.delay_offsets = Arc::new(DelayOffsets::load(&dir)?);
+    tables.request_modes = Arc::new(crate::broker::request_modes::RequestModes::load(&dir)?);
+    tables.settings = Arc::new(LiveSettings::new(running.clone(), Clock::system().now_ms()));
     tables.namesrv = Arc::new(NamesrvState::new(namesrv_addr.port(), bind_ip));
-    for shard in 0..options.shards {
-        options
-            .store_config(shard, advertised)
-            .validate()
-            .map_err(|error| anyhow::anyhow!(error))?;
-    }
+    let settings = ShardSettings {
+        broker: node_config::broker_config(&running),
+        connection: node_config::connection_limits(&running),
+        config: Arc::new(running),
+    };
+    let config = &settings.config;
 
     let admission = Admission::new(
-        options.max_connections,
-        options.max_partial_frame_bytes,
-        options.connection.warn_interval,
+        config.max_connections,
+        config.max_partial_frame_bytes,
+        settings.connection.warn_interval,
     );
-    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..options.shards)
-        .map(|_| mailbox::mailbox(options.mailbox_capacity))
+    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..shard_count)
+        .map(|_| mailbox::mailbox(config.shard_mailbox_capacity))
         .unzip();
     let (stop, stop_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u8>();
     let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
     let mut namesrv_listener = Some(namesrv_listener);
-    let mut shards = Vec::with_capacity(options.shards as usize);
+    let mut shards = Vec::with_capacity(shard_count as usize);
     for ((id, listener), inbox) in (0u8..).zip(listeners).zip(inboxes) {
         let start = ShardStart {
             id,
@@ -485,9 +324,10 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
             tables: tables.clone(),
             metrics: metrics.shard(id),
             admission: admission.clone(),
+            store: node_config::store_config(config, id),
         };
-        let (options, stop_rx, ready_tx, ended_tx) = (
-            options.clone(),
+        let (settings, stop_rx, ready_tx, ended_tx) = (
+            settings.clone(),
             stop_rx.clone(),
             ready_tx.clone(),
             ended_tx.clone(),
@@ -503,7 +343,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
                     }
                 }
                 let _ended = Ended(ended_tx);
-                if options.pin_threads {
+                if settings.config.pin_shard_threads {
                     match pin::pin_current_thread(id as usize) {
                         Ok(cpu) => tracing::info!(shard = id, cpu, "shard pinned"),
                         Err(why) => tracing::warn!(shard = id, "shard not pinned: {why}"),
@@ -517,7 +357,7 @@ pub fn start(options: NodeOptions) -> anyhow::Result<NodeHandle> {
                 // polled every time any task on the shard wakes, and the shard's accept
                 // loop would poll its listener and stop signal with it, once per message.
                 local.block_on(&runtime, async move {
-                    tokio::task::spawn_local(run_shard(options, start, stop_rx, ready_tx))
+                    tokio::task::spawn_local(run_shard(settings, start, stop_rx, ready_tx))
                         .await
                         .unwrap_or_else(|error| {
                             Err(anyhow::anyhow!("shard {id} panicked: {error}"))
@@ -605,7 +445,7 @@ pub fn bind_listener(
 }
 
 async fn run_shard(
-    options: NodeOptions,
+    settings: ShardSettings,
     start: ShardStart,
     stop: watch::Receiver<bool>,
     ready: std::sync::mpsc::Sender<u8>,
@@ -620,12 +460,12 @@ async fn run_shard(
         tables,
         metrics,
         admission,
+        store: config,
     } = start;
     let listener = TcpListener::from_std(listener)?;
     let namesrv_listener = namesrv_listener.map(TcpListener::from_std).transpose()?;
     let clock = Clock::system();
-    let config = options.store_config(id, advertised);
-    let disk = open_backend(options.io, config.flush_mode.data_writes())?;
+    let disk = open_backend(settings.config.io_backend, config.flush_mode.data_writes())?;
     let store = Store::open(config, disk, clock)
         .await
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
@@ -634,11 +474,11 @@ async fn run_shard(
     let broker = Rc::new(Broker::new(
         store.clone(),
         BrokerIdentity {
-            broker_name: options.broker_name.clone(),
-            cluster_name: options.cluster_name.clone(),
+            broker_name: settings.config.broker_name.clone(),
+            cluster_name: settings.config.broker_cluster_name.clone(),
             store_host: advertised,
         },
-        options.broker.clone(),
+        settings.broker.clone(),
         tables,
         clock,
         context,
@@ -651,12 +491,12 @@ async fn run_shard(
         crate::broker::timer::scheduler::Timers::open(
             Arc::new(crate::io::meta::RealFiles),
             &store.config().dir,
-            crate::broker::timer::queue_of_shard(id, options.shards),
-            options.broker.timer_limits,
+            crate::broker::timer::queue_of_shard(id, settings.config.shards),
+            settings.broker.timer_limits,
         )
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?,
     );
-    let timer_queue = crate::broker::timer::queue_of_shard(id, options.shards);
+    let timer_queue = crate::broker::timer::queue_of_shard(id, settings.config.shards);
     timers
         .check_against_queue(store.max_offset(crate::broker::timer::TIMER_TOPIC, timer_queue))
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
@@ -669,7 +509,7 @@ async fn run_shard(
             crate::shard::routing::queue_of_shard(
                 crate::broker::pop::log::POP_LOG_TOPIC,
                 id,
-                options.shards,
+                settings.config.shards,
             ),
         )
         .map_err(|error| anyhow::anyhow!("shard {id}: cannot open the POP state: {error}"))?,
@@ -711,15 +551,17 @@ async fn run_shard(
         );
         (listener, Rc::new(handler))
     });
-    for level in
-        crate::broker::delay::levels_on_shard(&options.broker.delay_levels, id, options.shards)
-    {
+    for level in crate::broker::delay::levels_on_shard(
+        &settings.broker.delay_levels,
+        id,
+        settings.config.shards,
+    ) {
         background.push(spawn_watched(
             "delay scheduler",
             Box::pin(crate::broker::delay::run_level(broker.clone(), level)),
         ));
     }
-    if options.broker.timer_enabled {
+    if settings.broker.timer_enabled {
         background.push(spawn_watched(
             "timer scheduler",
             Box::pin(crate::broker::timer::scheduler::run(
@@ -754,7 +596,7 @@ async fn run_shard(
             Box::pin(accept_connections(
                 listener,
                 namesrv,
-                options.connection,
+                settings.connection,
                 stop.clone(),
                 metrics.traffic.clone(),
                 admission.clone(),
@@ -765,7 +607,7 @@ async fn run_shard(
     accept_connections(
         listener,
         broker.clone(),
-        options.connection,
+        settings.connection,
         stop.clone(),
         metrics.traffic.clone(),
         admission,

@@ -610,11 +610,20 @@ pub struct EmbeddedSummary {
 /// messages, and stops the node.
 pub fn run_embedded(options: EmbeddedOptions) -> anyhow::Result<EmbeddedSummary> {
     let dir = tempfile::Builder::new().prefix("ringmq-bench-").tempdir()?;
-    let mut node_options = crate::node::NodeOptions::new(dir.path());
-    node_options.port = 0;
-    node_options.namesrv_port = 0;
-    node_options.flush = options.flush;
-    let node = crate::node::start(node_options)?;
+    // One shard on free loopback ports, unpinned and without a metrics endpoint: an
+    // in-process node beside the load it measures.
+    let config = crate::node_config::NodeConfig {
+        store_path_root_dir: dir.path().into(),
+        shards: 1,
+        pin_shard_threads: false,
+        listen_port: 0,
+        namesrv_port: 0,
+        bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
+        metrics_exporter_type: crate::node_config::MetricsExporter::Disable,
+        flush_disk_type: options.flush,
+        ..crate::node_config::NodeConfig::default()
+    };
+    let node = crate::node::start(config)?;
     let mut produce = ProduceOptions::new(node.addr());
     produce.messages = Some(options.messages);
     produce.size = options.size;

@@ -1,5 +1,6 @@
 //! Settings derived from a [`NodeConfig`] by pure functions: one shard's store settings,
-//! one shard's broker settings, and the limits of one connection. The few settings in
+//! one shard's broker settings, the limits of one connection, and the metrics endpoint's
+//! bounds. The few settings in
 //! them that are not keys are named constants of the module that uses them.
 
 use std::net::SocketAddr;
@@ -7,7 +8,8 @@ use std::net::SocketAddr;
 use super::{NodeConfig, CQ_ENTRY_SIZE};
 use crate::broker::{self, BrokerConfig};
 use crate::config::StoreConfig;
-use crate::remoting::body_send::BodySend;
+use crate::metrics::http::HttpLimits;
+use crate::metrics::rates::StatsCaps;
 use crate::remoting::connection::{self, ConnectionLimits};
 use crate::shard::layout;
 
@@ -98,6 +100,23 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
     }
 }
 
+/// The Prometheus endpoint's bounds.
+pub fn http_limits(config: &NodeConfig) -> HttpLimits {
+    HttpLimits {
+        header_timeout: config.metrics_idle_timeout,
+        max_connections: config.metrics_max_connections,
+        ..HttpLimits::default()
+    }
+}
+
+/// Topics and (group, topic) pairs each shard keeps figures for.
+pub fn stats_caps(config: &NodeConfig) -> StatsCaps {
+    StatsCaps {
+        topics: config.metrics_max_topics,
+        groups: config.metrics_max_groups,
+    }
+}
+
 /// The machine's RAM in bytes (`MemTotal` of `/proc/meminfo`), 0 when it cannot be read,
 /// which makes the in-memory window empty rather than guessed. Read once per store config,
 /// at start, off every reactor.
@@ -130,7 +149,7 @@ pub fn connection_limits(config: &NodeConfig) -> ConnectionLimits {
     ConnectionLimits {
         max_frame_len: config.max_frame_size,
         read_buffer: connection::READ_BUFFER,
-        body_send: BodySend::default(),
+        body_send: config.body_send,
         max_requests_in_flight: config.max_requests_in_flight_per_connection,
         max_parked_requests: config.max_parked_requests_per_connection,
         max_queued_response_bytes: config.max_queued_response_bytes_per_connection,
@@ -138,10 +157,9 @@ pub fn connection_limits(config: &NodeConfig) -> ConnectionLimits {
         shard_max_queued_response_bytes: per_shard(config.max_queued_response_bytes, config.shards),
         frame_timeout: config.frame_timeout,
         idle_timeout: config.server_channel_max_idle_time_seconds,
-        warn_burst: connection::WARN_BURST,
-        warn_interval: connection::WARN_INTERVAL,
-        // The system's (autotuned) size.
-        socket_send_buffer: 0,
+        warn_burst: config.connection_warn_burst,
+        warn_interval: config.connection_warn_interval,
+        socket_send_buffer: config.server_socket_snd_buf_size,
     }
 }
 

@@ -128,6 +128,16 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.metrics_port.to_string(),
     ),
     key!(
+        "metrics_exporter_type", rocketmq ["metricsExporterType"],
+        // RocketMQ's default is DISABLE; ringmq has served its endpoint from the start
+        // (D15), so its default stays PROM.
+        default: Text("PROM"),
+        range: Parsed("`PROM` or `DISABLE` (RocketMQ's `OTLP_GRPC` and `LOG` are refused)"),
+        meaning: "`PROM`: serve the Prometheus endpoint on `metrics_port`; `DISABLE`: serve none (the figures are still kept for the admin requests). RocketMQ's default is `DISABLE`, ringmq's `PROM`",
+        set: |c, v| c.metrics_exporter_type = text(v)?.parse()?,
+        get: |c| c.metrics_exporter_type.as_str().into(),
+    ),
+    key!(
         "metrics_max_connections", ringmq ["metricsMaxConnections"],
         default: Text("256"),
         range: Number(Bounds::between(1, 65536, Unit::Plain)),
@@ -189,6 +199,14 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "shards (pinned threads, each with its own store); fixed once a store root is made",
         set: |c, v| c.shards = uint(v, u8::MAX as u64)? as u8,
         get: |c| c.shards.to_string(),
+    ),
+    key!(
+        "pin_shard_threads", ringmq ["pinShardThreads"],
+        default: Text("true"),
+        range: Parsed("`true` or `false`"),
+        meaning: "pin shard n's thread to the n-th CPU the process may use (best effort: a refusal is logged); `false` leaves placement to the scheduler, for nodes sharing CPUs with others (several nodes on one host, tests)",
+        set: |c, v| c.pin_shard_threads = flag(v)?,
+        get: |c| c.pin_shard_threads.to_string(),
     ),
     key!(
         "io_backend", ringmq ["ioBackend"],
@@ -682,6 +700,39 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "bytes all connections together may hold of frames still arriving",
         set: |c, v| c.max_partial_frame_bytes = uint(v, i64::MAX as u64)? as usize,
         get: |c| c.max_partial_frame_bytes.to_string(),
+    ),
+    key!(
+        "server_socket_snd_buf_size", rocketmq ["serverSocketSndBufSize"],
+        // RocketMQ 5's default (NettySystemConfig's) is 0 too: the system's size.
+        default: Text("0"),
+        range: Number(Bounds::between(0, 1 << 30, Unit::Plain)),
+        meaning: "SO_SNDBUF (bytes) of each accepted connection, which the kernel may clamp; 0 keeps the system's autotuned size",
+        set: |c, v| c.server_socket_snd_buf_size = uint(v, 1 << 30)? as usize,
+        get: |c| c.server_socket_snd_buf_size.to_string(),
+    ),
+    key!(
+        "body_send", ringmq ["bodySend"],
+        default: Text("auto"),
+        range: Parsed("`auto`, `sendfile` or `mmap`"),
+        meaning: "how pulled records leave: `auto` (sendfile for large ranges, writev from a mapping of the segment for small ones), `sendfile` (every range; mmap where the kernel refuses it) or `mmap` (every range)",
+        set: |c, v| c.body_send = text(v)?.parse()?,
+        get: |c| c.body_send.as_str().into(),
+    ),
+    key!(
+        "connection_warn_burst", ringmq ["connectionWarnBurst"],
+        default: Constant(|| crate::remoting::connection::WARN_BURST.to_string()),
+        range: Number(Bounds::between(1, 1_000_000, Unit::Plain)),
+        meaning: "connection warnings (bad frames, closed or paused connections) each shard logs per `connection_warn_interval` before it only counts them, so a flood of bad clients cannot flood the log",
+        set: |c, v| c.connection_warn_burst = uint(v, 1_000_000)? as u32,
+        get: |c| c.connection_warn_burst.to_string(),
+    ),
+    key!(
+        "connection_warn_interval", ringmq ["connectionWarnInterval"],
+        default: Constant(|| crate::remoting::connection::WARN_INTERVAL.as_millis().to_string()),
+        range: Number(Bounds::between(1, 86_400_000, Unit::Millis)),
+        meaning: "ms over which `connection_warn_burst` applies; also how often refused connections (past `max_connections`) are reported",
+        set: |c, v| c.connection_warn_interval = millis(v)?,
+        get: |c| c.connection_warn_interval.as_millis().to_string(),
     ),
 ];
 

@@ -71,7 +71,7 @@ use std::time::Duration;
 use crate::config::{FlushMode, StoreConfig};
 use crate::io::IoChoice;
 
-pub use derive::{broker_config, connection_limits, store_config};
+pub use derive::{broker_config, connection_limits, http_limits, stats_caps, store_config};
 pub use loader::ConfigLoader;
 pub use rocketmq::IGNORED_ROCKETMQ_KEYS;
 
@@ -113,6 +113,39 @@ impl std::str::FromStr for BrokerRole {
             other => Err(format!(
                 "'{other}' is not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"
             )),
+        }
+    }
+}
+
+/// `metricsExporterType`: how the node's metrics leave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsExporter {
+    /// The Prometheus text endpoint on `metrics_port` (ringmq's default, D15).
+    Prom,
+    /// No metrics endpoint; the figures are still kept (GET_BROKER_RUNTIME_INFO, the
+    /// admin tool read them).
+    Disable,
+}
+
+impl MetricsExporter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsExporter::Prom => "PROM",
+            MetricsExporter::Disable => "DISABLE",
+        }
+    }
+}
+
+impl std::str::FromStr for MetricsExporter {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "PROM" => Ok(MetricsExporter::Prom),
+            "DISABLE" => Ok(MetricsExporter::Disable),
+            "OTLP_GRPC" | "LOG" => Err(format!(
+                "{text} is not supported: ringmq serves PROM (its /metrics endpoint) or DISABLE"
+            )),
+            other => Err(format!("'{other}' is not one of PROM, DISABLE")),
         }
     }
 }
@@ -159,6 +192,8 @@ pub struct NodeConfig {
     pub listen_port: u16,
     pub namesrv_port: u16,
     pub metrics_port: u16,
+    /// `metricsExporterType`: serve the Prometheus endpoint or none.
+    pub metrics_exporter_type: MetricsExporter,
     /// Connections the metrics endpoint holds at once.
     pub metrics_max_connections: usize,
     /// Time a metrics connection may take to send its request head.
@@ -170,6 +205,8 @@ pub struct NodeConfig {
     pub namesrv_addr: Option<String>,
     pub store_path_root_dir: PathBuf,
     pub shards: u8,
+    /// Pin shard n to the n-th CPU the process may use (best effort, logged when refused).
+    pub pin_shard_threads: bool,
     pub io_backend: IoChoice,
     pub flush_disk_type: FlushMode,
     pub maped_file_size_commit_log: u64,
@@ -241,6 +278,15 @@ pub struct NodeConfig {
     /// Configured in whole seconds, as RocketMQ's key is.
     pub server_channel_max_idle_time_seconds: Duration,
     pub max_partial_frame_bytes: usize,
+    /// `serverSocketSndBufSize`: SO_SNDBUF of each accepted connection; 0 keeps the
+    /// system's (autotuned) size.
+    pub server_socket_snd_buf_size: usize,
+    /// How pulled records' file bodies are sent (`bodySend`).
+    pub body_send: crate::remoting::body_send::BodySend,
+    /// Connection warnings a shard logs per `connection_warn_interval` before it only
+    /// counts them.
+    pub connection_warn_burst: u32,
+    pub connection_warn_interval: Duration,
 }
 
 impl Default for NodeConfig {
@@ -276,6 +322,7 @@ impl NodeConfig {
             listen_port: 0,
             namesrv_port: 0,
             metrics_port: 0,
+            metrics_exporter_type: MetricsExporter::Prom,
             metrics_max_connections: 0,
             metrics_idle_timeout: Duration::ZERO,
             metrics_max_topics: 0,
@@ -283,6 +330,7 @@ impl NodeConfig {
             namesrv_addr: None,
             store_path_root_dir: PathBuf::new(),
             shards: 0,
+            pin_shard_threads: false,
             io_backend: IoChoice::Auto,
             flush_disk_type: FlushMode::Async,
             maped_file_size_commit_log: 0,
@@ -341,6 +389,10 @@ impl NodeConfig {
             frame_timeout: Duration::ZERO,
             server_channel_max_idle_time_seconds: Duration::ZERO,
             max_partial_frame_bytes: 0,
+            server_socket_snd_buf_size: 0,
+            body_send: crate::remoting::body_send::BodySend::Auto,
+            connection_warn_burst: 0,
+            connection_warn_interval: Duration::ZERO,
         }
     }
 

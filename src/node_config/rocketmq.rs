@@ -26,12 +26,12 @@
 //! |---|---|
 //! | `brokerIP2`, `haListenPort`, `haMasterAddress`, `haSendHeartbeatInterval`, `haHousekeepingInterval`, `haTransferBatchSize`, `haMaxGapNotInSync`, `slaveReadEnable`, `slaveTimeout`, `duplicationEnable` | replication settings; `brokerRole` already refuses every role but `ASYNC_MASTER`, so none of them has anything to act on |
 //! | `enablePropertyFilter`, `filterServerNums`, `filterSupportRetry`, `enableCalcFilterBitMap`, `enableConsumeQueueExt` | SQL92 filtering: ringmq refuses SQL92 subscriptions on every pull, so nothing is delivered unfiltered |
-//! | thread pools and queues (`*ThreadPoolNums`, `*QueueCapacity`, `server*Threads`, `clientWorkerThreads`), `serverSocketSndBufSize`, `serverSocketRcvBufSize`, `useEpollNativeSelector`, `useReentrantLockWhenPutMessage`, `waitTimeMillsInSendQueue`, `osPageCacheBusyTimeOutMills`, `putMessageTimeout` | Java's threading and socket tuning; ringmq is thread-per-core and bounds its queues with its own keys |
+//! | thread pools and queues (`*ThreadPoolNums`, `*QueueCapacity`, `server*Threads`, `clientWorkerThreads`), `serverSocketRcvBufSize`, `useEpollNativeSelector`, `useReentrantLockWhenPutMessage`, `waitTimeMillsInSendQueue`, `osPageCacheBusyTimeOutMills`, `putMessageTimeout` | Java's threading and socket tuning; ringmq is thread-per-core and bounds its queues with its own keys |
 //! | `warmMapedFileEnable`, `flushLeastPagesWhenWarmMapedFile`, `flushCommitLogTimed`, `flushConsumeQueueLeastPages`, `flushConsumeQueueThoroughInterval`, `commitIntervalCommitLog`, `commitCommitLogLeastPages`, `commitCommitLogThoroughInterval` | flush tuning; durability follows `flushDiskType` and the `flushCommitLog*` keys ringmq has; ConsumeQueues are rebuilt from the CommitLog |
 //! | `checkCRCOnRecover` | ringmq always checks every record's CRC32C on recovery, which is stricter than either value |
 //! | `deleteCommitLogFilesInterval`, `deleteConsumeQueueFilesInterval`, `destroyMapedFileIntervalForcibly`, `redeleteHangedFileInterval` | pacing of deletions RocketMQ spreads out; what is deleted follows `fileReservedTime`, `deleteWhen` and the disk ratios |
 //! | `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`, `longPollingEnable`, `shortPollingTimeMills`, `notifyConsumerIdsChangedEnable`, `messageIndexSafe`, `defaultQueryMaxNum` | read-path tuning; ringmq always long-polls and notifies, and bounds pulls with its own keys |
-//! | `enableScheduleMessageStats`, `clusterTopicEnable`, `brokerTopicEnable`, `traceTopicEnable`, `msgTraceTopicName`, `metricsExporterType` | statistics and convenience topics; nothing a client relies on for safety |
+//! | `enableScheduleMessageStats`, `clusterTopicEnable`, `brokerTopicEnable`, `traceTopicEnable`, `msgTraceTopicName` | statistics and convenience topics; nothing a client relies on for safety |
 //! | `fetchNamesrvAddrByAddressServer`, `registerBrokerTimeoutMills`, `registerNameServerPeriod`, `forceRegister` | name-server registration; the name server is embedded (D1) |
 
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
@@ -59,7 +59,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "serverWorkerThreads",
     "serverSelectorThreads",
     "serverCallbackExecutorThreads",
-    "serverSocketSndBufSize",
     "serverSocketRcvBufSize",
     "clientWorkerThreads",
     "useEpollNativeSelector",
@@ -98,7 +97,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "forceRegister",
     "duplicationEnable",
     "enableConsumeQueueExt",
-    "metricsExporterType",
 ];
 
 /// RocketMQ keys whose meaning ringmq cannot honour: `(key, harmless value, why)`. The

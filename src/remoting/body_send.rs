@@ -56,6 +56,17 @@ pub enum BodySend {
 /// In `Auto` mode, the smallest range sent with sendfile.
 pub const AUTO_SENDFILE_MIN: u64 = 32 * 1024;
 
+impl BodySend {
+    /// The mode as the `body_send` key spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodySend::Auto => "auto",
+            BodySend::Sendfile => "sendfile",
+            BodySend::Mmap => "mmap",
+        }
+    }
+}
+
 impl std::str::FromStr for BodySend {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {

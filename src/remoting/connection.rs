@@ -195,20 +195,21 @@ pub struct ConnectionLimits {
     /// How long a connection may go without a request while none is in flight
     /// (`server_channel_max_idle_time_seconds`).
     pub idle_timeout: Duration,
-    /// Connection warnings a shard logs per `warn_interval` before it only counts them.
+    /// Connection warnings a shard logs per `warn_interval` before it only counts them
+    /// (`connection_warn_burst`, `connection_warn_interval`).
     pub warn_burst: u32,
     pub warn_interval: Duration,
-    /// `SO_SNDBUF` of each accepted socket; 0 keeps the system's (autotuned) size. Small
-    /// values make tests reach the backlog bounds without hundreds of MiB of kernel
-    /// buffering; RocketMQ's `serverSocketSndBufSize` means the same.
+    /// `SO_SNDBUF` of each accepted socket (`server_socket_snd_buf_size`, RocketMQ's
+    /// `serverSocketSndBufSize`); 0 keeps the system's (autotuned) size. Small values
+    /// make tests reach the backlog bounds without hundreds of MiB of kernel buffering.
     pub socket_send_buffer: usize,
 }
 
 /// [`ConnectionLimits::read_buffer`].
 pub const READ_BUFFER: usize = 64 * 1024;
-/// [`ConnectionLimits::warn_burst`].
+/// The default of `connection_warn_burst` ([`ConnectionLimits::warn_burst`]).
 pub const WARN_BURST: u32 = 5;
-/// [`ConnectionLimits::warn_interval`].
+/// The default of `connection_warn_interval` ([`ConnectionLimits::warn_interval`]).
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Default for ConnectionLimits {

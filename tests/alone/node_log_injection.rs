@@ -55,9 +55,9 @@ fn send_and_wait_for_close(addr: std::net::SocketAddr, frame: &[u8]) {
 }
 
 fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
-    let mut options = common::node_options(dir);
-    options.connection.warn_burst = WARN_BURST;
-    options.connection.warn_interval = Duration::from_secs(3600);
+    let mut options = common::node_config(dir);
+    options.connection_warn_burst = WARN_BURST;
+    options.connection_warn_interval = Duration::from_secs(3600);
     ringmq::node::start(options).expect("node starts")
 }
 

@@ -132,11 +132,11 @@ impl Peer {
 /// and the length of its answer's body.
 fn node_with_topics(
     dir: &std::path::Path,
-    tune: impl FnOnce(&mut ringmq::node::NodeOptions),
+    tune: impl FnOnce(&mut ringmq::node_config::NodeConfig),
 ) -> (ringmq::node::NodeHandle, SocketAddr, RemotingCommand, usize) {
-    let mut options = common::node_options(dir);
+    let mut options = common::node_config(dir);
     // Keep the kernel's share small, so what piles up is the node's to bound.
-    options.connection.socket_send_buffer = 16 * 1024;
+    options.server_socket_snd_buf_size = 16 * 1024;
     tune(&mut options);
     let node = ringmq::node::start(options).expect("node starts");
     let addr = node.addr();
@@ -234,8 +234,8 @@ fn connections_that_never_read_are_paused_within_the_bound_and_get_every_answer_
     let _alone = crate::alone();
     let dir = tempfile::tempdir().unwrap();
     let (node, addr, get_all, response_len) = node_with_topics(dir.path(), |options| {
-        options.connection.max_requests_in_flight = MAX_IN_FLIGHT;
-        options.connection.max_queued_response_bytes = MAX_QUEUED_BYTES;
+        options.max_requests_in_flight_per_connection = MAX_IN_FLIGHT;
+        options.max_queued_response_bytes_per_connection = MAX_QUEUED_BYTES;
     });
     let requests = pipelined(&get_all);
     let unread_per_connection = REQUESTS_PER_CONNECTION * response_len;
@@ -279,8 +279,8 @@ fn the_shard_bound_holds_all_connections_that_never_read_together_whatever_their
     let dir = tempfile::tempdir().unwrap();
     let (node, addr, get_all, response_len) = node_with_topics(dir.path(), |options| {
         // Each connection alone could hold all its answers (128 of about 6 KiB).
-        options.connection.shard_max_queued_response_bytes = SHARD_BYTES;
-        options.connection.shard_max_requests_in_flight = 64;
+        options.max_queued_response_bytes = SHARD_BYTES;
+        options.max_requests_in_flight = 64;
     });
     let requests = pipelined(&get_all);
     let frame_len = frame(get_all.clone(), 0).len();

@@ -115,20 +115,47 @@ pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
     }
 }
 
-/// The options of a test node storing into `dir`: ephemeral ports, small CommitLog
-/// segments and the portable disk backend; a test changes what it is about.
-pub fn node_options(dir: &std::path::Path) -> ringmq::node::NodeOptions {
-    let mut options = ringmq::node::NodeOptions::new(dir);
-    options.port = 0;
-    options.namesrv_port = 0;
-    options.io = ringmq::io::IoChoice::Portable;
-    options.segment_size = Some(4 * 1024 * 1024);
-    options
+/// CommitLog segment size of a test node: small, so the stores tests make stay small.
+pub const TEST_SEGMENT: u64 = 4 * 1024 * 1024;
+
+/// The settings of a test node storing into `dir`, built as a user's are (a
+/// [`NodeConfig`](ringmq::node_config::NodeConfig) that `node::start` validates): one
+/// unpinned shard on free ports of the loopback interface, no metrics endpoint (set
+/// `metrics_exporter_type` to `Prom` for one, on a free port), the portable disk backend
+/// and [`TEST_SEGMENT`]-byte segments; a test changes what it is about.
+pub fn node_config(dir: &std::path::Path) -> ringmq::node_config::NodeConfig {
+    let config = ringmq::node_config::NodeConfig {
+        store_path_root_dir: dir.into(),
+        shards: 1,
+        pin_shard_threads: false,
+        listen_port: 0,
+        namesrv_port: 0,
+        metrics_port: 0,
+        metrics_exporter_type: ringmq::node_config::MetricsExporter::Disable,
+        bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
+        io_backend: ringmq::io::IoChoice::Portable,
+        ..ringmq::node_config::NodeConfig::default()
+    };
+    with_segment(config, TEST_SEGMENT)
 }
 
-/// A node started in-process with [`node_options`].
+/// `config` with CommitLog segments of `segment` bytes and, since every message must fit
+/// one segment (the start refuses a `max_message_size` that does not), the largest
+/// message such a segment holds as `max_message_size`.
+pub fn with_segment(
+    config: ringmq::node_config::NodeConfig,
+    segment: u64,
+) -> ringmq::node_config::NodeConfig {
+    ringmq::node_config::NodeConfig {
+        maped_file_size_commit_log: segment,
+        max_message_size: ringmq::config::largest_message_for_segment(segment) as usize,
+        ..config
+    }
+}
+
+/// A node started in-process with [`node_config`].
 pub fn start_node(dir: &std::path::Path) -> ringmq::node::NodeHandle {
-    ringmq::node::start(node_options(dir)).expect("node starts")
+    ringmq::node::start(node_config(dir)).expect("node starts")
 }
 
 /// A push consumer's heartbeat: `topic` with `tags`, plus the automatic retry subscription.

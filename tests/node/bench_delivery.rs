@@ -15,9 +15,9 @@ use ringmq::broker::delay::DelayLevels;
 const LEVELS: &str = "100ms 300ms";
 
 fn start(dir: &std::path::Path) -> ringmq::node::NodeHandle {
-    let mut options = common::node_options(dir);
-    options.broker.delay_levels = DelayLevels::parse(LEVELS).unwrap();
-    options.broker.timer_max_delay_sec = 60;
+    let mut options = common::node_config(dir);
+    options.message_delay_level = DelayLevels::parse(LEVELS).unwrap();
+    options.timer_max_delay_sec = 60;
     ringmq::node::start(options).expect("node starts")
 }
 

@@ -54,8 +54,8 @@ fn ten_thousand_unknown_request_codes_keep_the_metrics_page_small_and_are_all_co
         assert_eq!(request::name(code), None, "{code} is a known request code");
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.metrics_port = Some(0);
+    let mut options = common::node_config(dir.path());
+    options.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
     options.shards = 1;
     let node = ringmq::node::start(options).unwrap();
     let metrics = node.metrics_addr().expect("a metrics endpoint");

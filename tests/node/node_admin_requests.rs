@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::raw::Raw;
-use ringmq::node::NodeOptions;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::send_request_v1;
 use ringmq::remoting::RemotingCommand;
@@ -24,8 +24,8 @@ const TOPIC: &str = "Inspected";
 const QUEUES: i32 = 4;
 const GROUP: &str = "inspecting-group";
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = 2;
     options
 }

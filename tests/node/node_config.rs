@@ -613,6 +613,33 @@ fn invalid_values_name_their_key() {
             "listen_port",
         ),
         ("namesrvPort=10911", "namesrvPort", "listen_port"),
+        (
+            "metricsExporterType=OTLP_GRPC",
+            "metricsExporterType",
+            "ringmq serves PROM",
+        ),
+        (
+            "metricsExporterType=prom",
+            "metricsExporterType",
+            "PROM, DISABLE",
+        ),
+        ("pinShardThreads=1", "pinShardThreads", "true or false"),
+        ("bodySend=zerocopy", "bodySend", "auto, sendfile or mmap"),
+        (
+            "serverSocketSndBufSize=1073741825",
+            "serverSocketSndBufSize",
+            "too large",
+        ),
+        (
+            "connectionWarnBurst=0",
+            "connectionWarnBurst",
+            "between 1 and",
+        ),
+        (
+            "connectionWarnInterval=0",
+            "connectionWarnInterval",
+            "between 1 and 86400000 ms",
+        ),
     ];
     for (line, key, fragment) in cases {
         let mut loader = loader();
@@ -765,29 +792,23 @@ fn the_channel_expiry_and_client_sweep_interval_reach_the_broker_settings() {
         )
         .unwrap();
     let config = loader.finish().unwrap();
-    let options = ringmq::node::NodeOptions::from_config(&config);
-    assert_eq!(options.broker.client_expiry, Duration::from_secs(30));
-    assert_eq!(
-        options.broker.client_sweep_interval,
-        Duration::from_millis(500)
-    );
+    let broker = ringmq::node_config::broker_config(&config);
+    assert_eq!(broker.client_expiry, Duration::from_secs(30));
+    assert_eq!(broker.client_sweep_interval, Duration::from_millis(500));
 }
 
 #[test]
 fn the_delay_offset_flush_interval_defaults_to_a_second_and_reaches_the_broker_settings() {
-    let options = ringmq::node::NodeOptions::from_config(&base());
-    assert_eq!(
-        options.broker.delay_offset_flush_interval,
-        Duration::from_secs(1)
-    );
+    let broker = ringmq::node_config::broker_config(&base());
+    assert_eq!(broker.delay_offset_flush_interval, Duration::from_secs(1));
     let mut loader = loader();
     loader
         .broker_conf_str("broker.conf", "flushDelayOffsetInterval=250\n")
         .unwrap();
     let config = loader.finish().unwrap();
-    let options = ringmq::node::NodeOptions::from_config(&config);
+    let broker = ringmq::node_config::broker_config(&config);
     assert_eq!(
-        options.broker.delay_offset_flush_interval,
+        broker.delay_offset_flush_interval,
         Duration::from_millis(250)
     );
 }
@@ -811,8 +832,8 @@ fn retention_protected_groups_from_each_source_reach_the_broker_settings() {
         "CG_audit-2".to_string(),
     ];
     assert_eq!(config.retention_protected_groups, groups);
-    let options = ringmq::node::NodeOptions::from_config(&config);
-    assert_eq!(options.broker.retention_protected_groups, groups);
+    let broker = ringmq::node_config::broker_config(&config);
+    assert_eq!(broker.retention_protected_groups, groups);
 
     let mut toml = loader();
     toml.toml_str(
@@ -868,4 +889,67 @@ fn a_bad_protected_group_is_refused_naming_the_key_and_the_group() {
         "retention_protected_groups",
         "listed twice",
     );
+}
+
+/// A node whose segments cannot hold its largest message is refused at start, naming
+/// both keys, whoever built its settings (tests included): nothing lowers
+/// `max_message_size` to fit, and nothing is created or bound before the refusal.
+#[test]
+fn a_node_whose_max_message_size_does_not_fit_its_segment_is_refused_naming_both_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::common::node_config(dir.path());
+    config.maped_file_size_commit_log = 64 * 1024;
+    config.max_message_size = 4 * 1024 * 1024;
+    let error = ringmq::node::start(config.clone()).err().expect("refused");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("max_message_size")
+            && message.contains("maped_file_size_commit_log")
+            && message.contains("4194304"),
+        "{message}"
+    );
+    assert!(
+        !dir.path().join("shard-0").exists(),
+        "a refused start made the store"
+    );
+    // The largest message a 64 KiB segment holds starts.
+    config.max_message_size = ringmq::config::largest_message_for_segment(64 * 1024) as usize;
+    ringmq::node::start(config).unwrap().shutdown().unwrap();
+
+    // The same from a broker.conf that shrinks the segment and keeps the default size.
+    let mut loader = loader();
+    loader
+        .broker_conf_str("broker.conf", "mapedFileSizeCommitLog=65536\n")
+        .unwrap();
+    let error = loader.finish().unwrap_err();
+    assert_eq!(
+        (error.origin.as_str(), error.key.as_str()),
+        ("broker.conf", "mapedFileSizeCommitLog"),
+        "{error}"
+    );
+    assert!(error.message.contains("max_message_size"), "{error}");
+}
+
+/// `metricsExporterType=DISABLE` (what the test builder sets) starts a node without a
+/// metrics listener; `PROM` (the default) serves one on `metrics_port`, 0 picking it.
+#[test]
+fn the_metrics_exporter_type_decides_whether_a_metrics_endpoint_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::common::node_config(dir.path());
+    assert_eq!(
+        config.metrics_exporter_type,
+        ringmq::node_config::MetricsExporter::Disable
+    );
+    let node = ringmq::node::start(config.clone()).unwrap();
+    assert_eq!(node.metrics_addr(), None);
+    node.shutdown().unwrap();
+    let node = ringmq::node::start(ringmq::node_config::NodeConfig {
+        metrics_exporter_type: ringmq::node_config::MetricsExporter::Prom,
+        ..config
+    })
+    .unwrap();
+    let metrics = node.metrics_addr().expect("a metrics endpoint");
+    assert_ne!(metrics.port(), 0);
+    node.shutdown().unwrap();
+    assert_eq!(NodeConfig::default().metrics_exporter_type.as_str(), "PROM");
 }

@@ -14,12 +14,12 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
 use ringmq::node_config::{ConfigLoader, NodeConfig};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{decode_frame, encode_frame, ExtFields, RemotingCommand};
 
-use common::node_options as options;
+use common::node_config as options;
 
 fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).unwrap();
@@ -132,8 +132,8 @@ fn a_frame_that_does_not_complete_within_the_frame_timeout_closes_its_connection
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
     let timeout = Duration::from_millis(300);
-    options.connection.frame_timeout = timeout;
-    options.connection.idle_timeout = Duration::from_secs(60);
+    options.frame_timeout = timeout;
+    options.server_channel_max_idle_time_seconds = Duration::from_secs(60);
     let node = ringmq::node::start(options).unwrap();
 
     // Most of a large frame, then nothing.
@@ -184,8 +184,8 @@ fn a_large_frame_that_keeps_coming_is_accepted_though_it_takes_longer_than_the_f
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
     let timeout = Duration::from_millis(500);
-    options.connection.frame_timeout = timeout;
-    options.connection.idle_timeout = Duration::from_secs(60);
+    options.frame_timeout = timeout;
+    options.server_channel_max_idle_time_seconds = Duration::from_secs(60);
     let node = ringmq::node::start(options).unwrap();
 
     let mut command = RemotingCommand::request(request::GET_ALL_TOPIC_CONFIG, ExtFields::new());
@@ -225,8 +225,10 @@ fn a_large_frame_that_keeps_coming_is_accepted_though_it_takes_longer_than_the_f
 fn a_connection_without_requests_for_the_idle_timeout_is_closed_and_a_busy_one_stays() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
-    let idle = Duration::from_millis(300);
-    options.connection.idle_timeout = idle;
+    // The shortest idle time the key takes: serverChannelMaxIdleTimeSeconds is in whole
+    // seconds, as RocketMQ's.
+    let idle = Duration::from_secs(1);
+    options.server_channel_max_idle_time_seconds = idle;
     let node = ringmq::node::start(options).unwrap();
 
     let mut quiet = connect(node.addr());
@@ -253,6 +255,10 @@ fn partial_frames_past_the_node_wide_bound_close_only_the_connection_that_would_
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
     options.max_partial_frame_bytes = BOUND;
+    // One whole frame must fit the bound, and the largest message one frame: frames of
+    // at most the bound, messages a header's room below it.
+    options.max_frame_size = BOUND;
+    options.max_message_size = BOUND - ringmq::node_config::FRAME_HEADER_ROOM;
     let node = ringmq::node::start(options).unwrap();
 
     // A holds 700 KiB of a 900 KiB frame: within the bound.
@@ -308,16 +314,14 @@ fn the_connection_settings_reach_the_node_and_bad_values_are_refused_naming_the_
         )
         .unwrap();
     let config = loader.finish().unwrap();
-    let options = NodeOptions::from_config(&config);
-    assert_eq!(options.connection.max_requests_in_flight, 7);
-    assert_eq!(options.connection.max_queued_response_bytes, 9000);
-    assert_eq!(
-        options.connection.frame_timeout,
-        Duration::from_millis(1500)
-    );
-    assert_eq!(options.connection.idle_timeout, Duration::from_secs(45));
-    assert_eq!(options.max_partial_frame_bytes, 32 * 1024 * 1024);
-    assert_eq!(options.max_connections, 12);
+    // What every connection of the node is served with (`node::start` derives it so).
+    let limits = ringmq::node_config::connection_limits(&config);
+    assert_eq!(limits.max_requests_in_flight, 7);
+    assert_eq!(limits.max_queued_response_bytes, 9000);
+    assert_eq!(limits.frame_timeout, Duration::from_millis(1500));
+    assert_eq!(limits.idle_timeout, Duration::from_secs(45));
+    assert_eq!(config.max_partial_frame_bytes, 32 * 1024 * 1024);
+    assert_eq!(config.max_connections, 12);
 
     for (line, key, fragment) in [
         (

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use common::{consumer_heartbeat as heartbeat, pull_bodies, run_local};
 use ringmq::client::{pull_request, Client};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 use ringmq::store::properties;
 
-fn node(dir: &std::path::Path, tune: impl FnOnce(&mut NodeOptions)) -> NodeHandle {
-    let mut options = common::node_options(dir);
+fn node(dir: &std::path::Path, tune: impl FnOnce(&mut NodeConfig)) -> NodeHandle {
+    let mut options = common::node_config(dir);
     tune(&mut options);
     ringmq::node::start(options).expect("node starts")
 }
@@ -88,8 +89,8 @@ fn two_heartbeating_clients_are_listed_sorted_and_unregister_removes_one() {
 fn a_client_silent_past_the_expiry_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path(), |options| {
-        options.broker.client_expiry = Duration::from_millis(400);
-        options.broker.client_sweep_interval = Duration::from_millis(20);
+        options.channel_expired_timeout = Duration::from_millis(400);
+        options.client_sweep_interval = Duration::from_millis(20);
     });
     let addr = node.addr();
     run_local(false, async move {

@@ -8,7 +8,6 @@ use crate::common;
 use std::time::Duration;
 
 use common::raw::Raw;
-use ringmq::node::NodeOptions;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
@@ -72,11 +71,8 @@ fn members(raw: &mut Raw) -> Vec<String> {
 #[test]
 fn members_are_told_when_their_group_gains_or_loses_a_client() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = NodeOptions::new(dir.path());
-    options.port = 0;
-    options.namesrv_port = 0;
+    let mut options = common::node_config(dir.path());
     options.shards = 2;
-    options.io = ringmq::io::IoChoice::Portable;
     let node = ringmq::node::start(options).unwrap();
 
     let mut a = Raw::connect(node.addr());
@@ -130,12 +126,9 @@ fn list(group: &str) -> RemotingCommand {
 #[test]
 fn a_closed_connection_notifies_the_members_of_exactly_the_groups_its_clients_left() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = NodeOptions::new(dir.path());
-    options.port = 0;
-    options.namesrv_port = 0;
+    let mut options = common::node_config(dir.path());
     // One shard: a close is handled, notices and all, before the next request is.
     options.shards = 1;
-    options.io = ringmq::io::IoChoice::Portable;
     let node = ringmq::node::start(options).unwrap();
 
     let mut a = Raw::connect(node.addr());

@@ -13,7 +13,7 @@ use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::FLAG_COMMIT_OFFSET;
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
-use common::node_options as options;
+use common::node_config as options;
 
 fn node(dir: &std::path::Path) -> NodeHandle {
     ringmq::node::start(options(dir)).expect("node starts")
@@ -153,9 +153,7 @@ fn a_new_group_starts_at_zero_on_a_queue_whose_first_message_is_in_memory() {
 fn with_no_memory_window_a_new_group_is_not_found_even_on_a_young_queue() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
-    let mut store = ringmq::config::StoreConfig::new(dir.path());
-    store.in_memory_window_bytes = 0;
-    options.store_template = Some(store);
+    options.access_message_in_memory_max_ratio = 0;
     let node = ringmq::node::start(options).expect("node starts");
     let addr = node.addr();
     run_local(false, async move {

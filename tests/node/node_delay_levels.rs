@@ -11,10 +11,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::raw::Raw;
-use common::{node_options, pull_records, wait_for};
+use common::{node_config, pull_records, wait_for};
 use ringmq::broker::delay::{DelayLevels, DELAY, REAL_QID, REAL_TOPIC};
 use ringmq::broker::ids::decode_offset_msg_id;
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, queue_request, send_request_v1, send_request_v2};
 use ringmq::remoting::RemotingCommand;
@@ -28,10 +29,10 @@ const LEVEL_MS: [i64; 3] = [300, 2000, 3000];
 /// Longest any test waits for a delivery.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-fn options(dir: &std::path::Path, shards: u8) -> NodeOptions {
-    let mut options = node_options(dir);
+fn options(dir: &std::path::Path, shards: u8) -> NodeConfig {
+    let mut options = node_config(dir);
     options.shards = shards;
-    options.broker.delay_levels = DelayLevels::parse(LEVELS).unwrap();
+    options.message_delay_level = DelayLevels::parse(LEVELS).unwrap();
     options
 }
 

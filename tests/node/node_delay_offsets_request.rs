@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::raw::Raw;
-use common::{node_options, wait_for};
+use common::{node_config, wait_for};
 use ringmq::broker::delay::{DelayLevels, DELAY};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{queue_request, send_request_v1};
@@ -24,9 +24,9 @@ const SENT: [u64; 3] = [3, 1, 2];
 const PATIENCE: Duration = Duration::from_secs(20);
 
 fn start(dir: &std::path::Path) -> ringmq::node::NodeHandle {
-    let mut options = node_options(dir);
+    let mut options = node_config(dir);
     options.shards = 2;
-    options.broker.delay_levels = DelayLevels::parse(LEVELS).unwrap();
+    options.message_delay_level = DelayLevels::parse(LEVELS).unwrap();
     ringmq::node::start(options).expect("node starts")
 }
 

@@ -171,9 +171,9 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 #[test]
 fn admin_requests_cannot_create_change_or_delete_system_topics() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.broker.delay_levels = DelayLevels::parse("1s 2s").unwrap();
-    options.broker.timer_max_delay_sec = 60;
+    let mut options = common::node_config(dir.path());
+    options.message_delay_level = DelayLevels::parse("1s 2s").unwrap();
+    options.timer_max_delay_sec = 60;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     // In flight meanwhile: a delayed message, a timed one and an unacknowledged pop.
@@ -316,9 +316,9 @@ fn batch_ack_body(group: &str, pop_time: i64, entries: usize, bits: &[u8]) -> St
 #[test]
 fn batch_acks_past_the_configured_entry_and_bitset_bounds_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.broker.max_batch_ack_entries = 2;
-    options.broker.max_batch_ack_bitset_bytes = 8;
+    let mut options = common::node_config(dir.path());
+    options.max_batch_ack_entries = 2;
+    options.max_batch_ack_bitset_bytes = 8;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     common::create_topic(&mut raw, "T", 1);
@@ -410,10 +410,10 @@ fn parked_pops_beyond_a_connections_bound_are_refused_at_once() {
 #[test]
 fn parked_pops_end_with_their_connection() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
+    let mut options = common::node_config(dir.path());
     // One shard, so both connections count against the same bound.
     options.shards = 1;
-    options.broker.max_parked_pulls = 10;
+    options.max_parked_pulls = 10;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     common::create_topic(&mut raw, "T", 1);
@@ -456,7 +456,7 @@ fn parked(node: &ringmq::node::NodeHandle) -> u64 {
 #[test]
 fn parked_pops_of_any_queue_cost_nothing_and_wake_on_another_shards_arrival() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
+    let mut options = common::node_config(dir.path());
     // Two shards, and two queues: each shard owns one, so every pop of any queue has a
     // queue on the other shard, whichever shard its connection landed on.
     options.shards = 2;
@@ -575,7 +575,7 @@ fn counted(
 #[test]
 fn a_flood_of_heartbeats_with_new_group_names_keeps_pings_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
+    let mut options = common::node_config(dir.path());
     // One shard: the pings share the reactor that creates the groups.
     options.shards = 1;
     let node = ringmq::node::start(options).unwrap();
@@ -598,9 +598,9 @@ fn a_flood_of_heartbeats_with_new_group_names_keeps_pings_fast() {
 #[test]
 fn auto_creation_stops_at_max_subscription_groups_and_is_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
+    let mut options = common::node_config(dir.path());
     // TOOLS_CONSUMER and two more.
-    options.broker.max_subscription_groups = 3;
+    options.max_subscription_groups = 3;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     common::create_topic(&mut raw, "T", 1);
@@ -659,8 +659,8 @@ fn auto_creation_stops_at_max_subscription_groups_and_is_counted() {
 #[test]
 fn heartbeats_past_max_client_registrations_are_refused_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.broker.max_client_registrations = 10;
+    let mut options = common::node_config(dir.path());
+    options.max_client_registrations = 10;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     for n in 0..10 {
@@ -698,7 +698,7 @@ fn heartbeats_past_max_client_registrations_are_refused_and_counted() {
 #[test]
 fn many_clients_heartbeating_at_once_keep_pings_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
+    let mut options = common::node_config(dir.path());
     options.shards = 1;
     let node = ringmq::node::start(options).unwrap();
     let addr = node.addr();

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{node_options, run_local, start_node};
+use common::{node_config, run_local, start_node};
 use ringmq::client::Client;
 use ringmq::remoting::codes::response;
 
@@ -109,8 +109,8 @@ fn parked_pulls_beyond_the_in_flight_bound_do_not_hold_up_a_send_on_their_connec
     const MAX_IN_FLIGHT: usize = 4;
     const PULLS: usize = MAX_IN_FLIGHT + 2;
     let dir = tempfile::tempdir().unwrap();
-    let mut options = node_options(dir.path());
-    options.connection.max_requests_in_flight = MAX_IN_FLIGHT;
+    let mut options = node_config(dir.path());
+    options.max_requests_in_flight_per_connection = MAX_IN_FLIGHT;
     let node = ringmq::node::start(options).unwrap();
     let addr = node.addr();
     let metrics = node.metrics();

@@ -38,10 +38,10 @@ fn total(text: &str, prefix: &str) -> f64 {
 #[test]
 fn the_metrics_endpoint_counts_what_the_node_did_per_shard() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.metrics_port = Some(0);
+    let mut options = common::node_config(dir.path());
+    options.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
     options.shards = 2;
-    options.flush = FlushMode::Sync;
+    options.flush_disk_type = FlushMode::Sync;
     let node = ringmq::node::start(options).unwrap();
     let metrics = node.metrics_addr().expect("a metrics endpoint");
     let addr = node.addr();

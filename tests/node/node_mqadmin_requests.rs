@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use common::command;
 use common::raw::Raw;
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::send_request_v1;
 use ringmq::remoting::RemotingCommand;
@@ -24,8 +25,8 @@ const TOPIC: &str = "AdminTopic";
 const QUEUES: u32 = 4;
 const GROUP: &str = "admin-group";
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = 2;
     options
 }
@@ -334,7 +335,7 @@ fn clone_group_offset_gives_the_destination_the_sources_committed_offsets() {
 fn consumer_running_info_is_relayed_to_the_consumer_and_its_answer_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
-    options.broker.client_call_timeout = Duration::from_millis(500);
+    options.client_call_timeout = Duration::from_millis(500);
     let node = ringmq::node::start(options).expect("node starts");
     let mut consumer = Raw::connect(node.addr());
     let beat = consumer.call(common::consumer_heartbeat("running@1", GROUP, TOPIC, "*"));

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::command;
 use common::raw::Raw;
-use ringmq::node::NodeOptions;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, send_request_v1};
 use ringmq::remoting::RemotingCommand;
@@ -23,8 +23,8 @@ const TOPIC: &str = "Popped";
 const GROUP: &str = "pop-group";
 const QUEUES: i32 = 4;
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = 2;
     options
 }

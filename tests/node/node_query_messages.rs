@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 use common::{pull_records, run_local};
 use ringmq::broker::ids::decode_offset_msg_id;
 use ringmq::client::{send_request_v1, Client};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 use ringmq::store::properties;
@@ -22,8 +23,8 @@ const TOPIC: &str = "Findable";
 const QUEUES: i32 = 8;
 const MESSAGES: usize = 40;
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = 2;
     options
 }

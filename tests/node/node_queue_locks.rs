@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::raw::Raw;
-use ringmq::node::NodeOptions;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;
 use serde_json::{json, Value};
@@ -16,8 +16,8 @@ const TOPIC: &str = "Ordered";
 const GROUP: &str = "orderly-group";
 const QUEUES: i32 = 4;
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = 2;
     options
 }

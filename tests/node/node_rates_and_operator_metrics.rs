@@ -146,9 +146,9 @@ fn number_field(answer: &RemotingCommand, field: &str) -> f64 {
 #[test]
 fn the_node_measures_rates_and_shows_operator_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
+    let mut options = common::node_config(dir.path());
     options.shards = 2;
-    options.metrics_port = Some(0);
+    options.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
     let node = ringmq::node::start(options).unwrap();
     let metrics = node.metrics_addr().expect("a metrics endpoint");
     let health = get(metrics, "/health");

@@ -15,7 +15,6 @@ use common::run_local;
 use ringmq::client::{queue_request, send_request_v1, Client};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
-use ringmq::store::retention::RetentionConfig;
 
 const TOPIC: &str = "Expiring";
 const GROUP: &str = "CG_expiring";
@@ -36,26 +35,22 @@ fn expiring_node(dir: &std::path::Path, protected: &[&str]) -> ringmq::node::Nod
 fn expiring_node_with(
     dir: &std::path::Path,
     protected: &[&str],
-    adjust: impl FnOnce(&mut ringmq::node::NodeOptions),
+    adjust: impl FnOnce(&mut ringmq::node_config::NodeConfig),
 ) -> ringmq::node::NodeHandle {
-    let mut options = common::node_options(dir);
+    let mut options = common::with_segment(common::node_config(dir), 64 * 1024);
     options.shards = 1;
-    options.segment_size = Some(64 * 1024);
-    options.broker.retention_protected_groups = protected.iter().map(|g| g.to_string()).collect();
-    let mut store = ringmq::config::StoreConfig::new(dir);
-    store.retention = RetentionConfig {
-        file_reserved: Duration::ZERO,
-        delete_when: (0..24).collect(),
-        clean_interval: Duration::from_millis(50),
-        // Expiry by time is under test, not disk pressure: the host's own disk use (this
-        // one's reads 80% with its reserved blocks) must not force deletions past holds.
-        max_used_percent: 100,
-        clean_forcibly_percent: 100,
-        warning_percent: 100,
-        ..store.retention
-    };
-    store.checkpoint_interval = Duration::from_millis(50);
-    options.store_template = Some(store);
+    options.retention_protected_groups = protected.iter().map(|g| g.to_string()).collect();
+    options.file_reserved_time = Duration::ZERO;
+    options.delete_when = (0..24).collect();
+    options.clean_resource_interval = Duration::from_millis(50);
+    // Expiry by time is under test, not disk pressure: the host's own disk use (this
+    // one's reads 80% with its reserved blocks) must not force deletions past holds.
+    // (95 is the key's bound; with every hour a deletion hour, the ratio at which
+    // expired segments go at any hour changes nothing.)
+    options.disk_max_used_space_ratio = 95;
+    options.disk_space_clean_forcibly_ratio = 100;
+    options.disk_space_warning_level_ratio = 100;
+    options.flush_interval_consume_queue = Duration::from_millis(50);
     adjust(&mut options);
     ringmq::node::start(options).expect("node starts")
 }
@@ -210,12 +205,12 @@ fn a_protected_group_keeps_the_segments_it_has_not_consumed_until_it_commits_pas
 #[test]
 fn a_bad_protected_group_name_stops_the_start_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.broker.retention_protected_groups = vec!["CG ok".into()];
+    let mut options = common::node_config(dir.path());
+    options.retention_protected_groups = vec!["CG ok".into()];
     let error = ringmq::node::start(options).err().expect("refused");
     let message = format!("{error:#}");
     assert!(
-        message.contains("retentionProtectedGroups") && message.contains("CG ok"),
+        message.contains("retention_protected_groups") && message.contains("CG ok"),
         "{message}"
     );
 }
@@ -227,7 +222,7 @@ fn a_bad_protected_group_name_stops_the_start_naming_the_setting() {
 fn a_waiting_delayed_message_keeps_its_segment_until_it_is_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let node = expiring_node_with(dir.path(), &[], |options| {
-        options.broker.delay_levels = ringmq::broker::delay::DelayLevels::parse("1h").unwrap();
+        options.message_delay_level = ringmq::broker::delay::DelayLevels::parse("1h").unwrap();
     });
     let addr = node.addr();
     run_local(false, async {

@@ -14,7 +14,7 @@ use common::command;
 use common::raw::Raw;
 use ringmq::broker::delay::DelayLevels;
 use ringmq::broker::ids::decode_offset_msg_id;
-use ringmq::node::NodeOptions;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, send_request_v1};
 use ringmq::remoting::RemotingCommand;
@@ -24,10 +24,10 @@ const TOPIC: &str = "Failing";
 const GROUP: &str = "failing-group";
 const QUEUES: i32 = 4;
 
-fn options(dir: &std::path::Path) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = 2;
-    options.broker.delay_levels = DelayLevels::parse("200ms 400ms 600ms 800ms 1s").unwrap();
+    options.message_delay_level = DelayLevels::parse("200ms 400ms 600ms 800ms 1s").unwrap();
     options
 }
 
@@ -213,7 +213,7 @@ fn a_handed_back_message_is_retried_later_then_dead_lettered() {
 fn without_auto_creation_an_unknown_group_cannot_send_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path());
-    options.auto_create_subscription_groups = false;
+    options.auto_create_subscription_group = false;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     let sent = raw.call(send_request_v1(TOPIC, 0, b"m", None, None));

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use common::run_local;
 use ringmq::broker::ids::decode_offset_msg_id;
 use ringmq::client::{queue_request, send_request_v1, Client};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;
 use ringmq::shard::routing::queue_owner;
@@ -22,8 +23,8 @@ const QUEUES: i32 = 8;
 const CONNECTIONS: usize = 4;
 const PER_CONNECTION: usize = 3;
 
-fn options(dir: &std::path::Path, shards: u8) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path, shards: u8) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = shards;
     options
 }
@@ -230,7 +231,7 @@ fn sends_pipelined_past_a_one_slot_mailbox_are_all_stored_and_answered() {
     const PER_QUEUE: usize = 25;
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path(), 2);
-    options.mailbox_capacity = 1;
+    options.shard_mailbox_capacity = 1;
     let node = ringmq::node::start(options).expect("node starts");
     let addr = node.addr();
     run_local(false, async move {

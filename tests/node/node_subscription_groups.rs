@@ -10,7 +10,7 @@ use crate::common;
 
 use common::command;
 use common::raw::Raw;
-use ringmq::node::NodeOptions;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, send_request_v1};
 use ringmq::remoting::RemotingCommand;
@@ -20,8 +20,8 @@ const TOPIC: &str = "Grouped";
 const GROUP: &str = "configured-group";
 
 fn start(dir: &std::path::Path, auto_create: bool) -> ringmq::node::NodeHandle {
-    let mut options: NodeOptions = common::node_options(dir);
-    options.auto_create_subscription_groups = auto_create;
+    let mut options: NodeConfig = common::node_config(dir);
+    options.auto_create_subscription_group = auto_create;
     ringmq::node::start(options).expect("node starts")
 }
 
@@ -195,7 +195,7 @@ fn a_corrupt_subscription_group_file_stops_the_start_naming_it() {
         r#"{"subscriptionGroupTable":{"g":{"groupName":"g","retryMaxTimes":-5}}}"#,
     )
     .unwrap();
-    let error = ringmq::node::start(common::node_options(dir.path()))
+    let error = ringmq::node::start(common::node_config(dir.path()))
         .err()
         .expect("the start is refused")
         .to_string();

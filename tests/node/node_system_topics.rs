@@ -11,13 +11,13 @@ use ringmq::broker::names::NOT_ALLOWED_SEND_TOPICS;
 use ringmq::client::{queue_request, send_request_v1, Client};
 use ringmq::clock::Clock;
 use ringmq::config::StoreConfig;
-use ringmq::node::NodeOptions;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 use ringmq::store::{PutStatus, Store};
 
-fn options(dir: &std::path::Path, shards: u8) -> NodeOptions {
-    let mut options = common::node_options(dir);
+fn options(dir: &std::path::Path, shards: u8) -> NodeConfig {
+    let mut options = common::node_config(dir);
     options.shards = shards;
     options
 }

@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::raw::Raw;
-use common::{node_options, pull_records, wait_for};
+use common::{node_config, pull_records, wait_for};
 use ringmq::broker::delay::{REAL_QID, REAL_TOPIC};
 use ringmq::broker::timer::{
     queue_of_shard, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TIMER_DEL_UNIQKEY,
     TIMER_DEQUEUE_MS, TIMER_OUT_MS, TIMER_TOPIC,
 };
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, queue_request, send_request_v1};
 use ringmq::remoting::RemotingCommand;
@@ -28,14 +29,14 @@ use ringmq::store::properties;
 /// Longest any test waits for a delivery.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-fn options(dir: &std::path::Path, shards: u8) -> NodeOptions {
-    let mut options = node_options(dir);
+fn options(dir: &std::path::Path, shards: u8) -> NodeConfig {
+    let mut options = node_config(dir);
     options.shards = shards;
-    options.broker.timer_max_delay_sec = 60;
+    options.timer_max_delay_sec = 60;
     options
 }
 
-fn start(options: NodeOptions) -> NodeHandle {
+fn start(options: NodeConfig) -> NodeHandle {
     ringmq::node::start(options).expect("node starts")
 }
 
@@ -242,7 +243,7 @@ fn bad_timer_values_are_refused_and_past_ones_are_plain_sends() {
 
     // Off: a timer send is refused; a plain one is not.
     let mut off = options(dir.path(), 1);
-    off.broker.timer_enabled = false;
+    off.timer_wheel_enable = false;
     let node = start(off);
     let mut raw = Raw::connect(node.addr());
     let answer = raw.call(send("Off", 0, "x", &[(TIMER_DELAY_MS, "500")]));
@@ -302,7 +303,7 @@ fn pending_timers_written_out_as_runs_survive_a_restart_and_all_arrive_never_ear
     let dir = tempfile::tempdir().unwrap();
     let mut opts = options(dir.path(), 2);
     // 16 in memory: 200 timers make runs on both shards.
-    opts.broker.timer_limits.buffer_entries = 16;
+    opts.timer_memory_entries = 16;
     let node = start(opts.clone());
     let mut raw = Raw::connect(node.addr());
     let topic = "Resume";
@@ -393,7 +394,7 @@ fn timers_buffered_past_one_index_batch_all_arrive_after_a_restart_when_already_
     let mut opts = options(dir.path(), 1);
     // The first RUN timers fill the buffer and are written out as a run; the next
     // BUFFERED stay in memory until the stop.
-    opts.broker.timer_limits.buffer_entries = RUN as usize;
+    opts.timer_memory_entries = RUN as usize;
     let node = start(opts.clone());
     let mut raw = Raw::connect(node.addr());
     let topic = "Backlog";

@@ -11,14 +11,15 @@ use std::path::Path;
 
 use common::run_local;
 use ringmq::client::{send_request_v2, Client};
-use ringmq::node::{NodeHandle, NodeOptions};
+use ringmq::node::NodeHandle;
+use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;
 use serde_json::Value;
 
-fn options(dir: &Path, auto_create: bool) -> NodeOptions {
-    let mut options = common::node_options(dir);
-    options.auto_create_topics = auto_create;
+fn options(dir: &Path, auto_create: bool) -> NodeConfig {
+    let mut options = common::node_config(dir);
+    options.auto_create_topic_enable = auto_create;
     options
 }
 

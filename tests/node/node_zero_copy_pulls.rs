@@ -30,9 +30,8 @@ const TOPIC: &str = "ZeroCopy";
 const MESSAGES: usize = 240;
 
 fn start(dir: &Path, mode: BodySend) -> NodeHandle {
-    let mut options = common::node_options(dir);
-    options.segment_size = Some(SEGMENT);
-    options.connection.body_send = mode;
+    let mut options = common::with_segment(common::node_config(dir), SEGMENT);
+    options.body_send = mode;
     ringmq::node::start(options).expect("node starts")
 }
 

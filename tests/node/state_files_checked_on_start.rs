@@ -16,7 +16,7 @@ use ringmq::remoting::requests::send_request_v1;
 use ringmq::store::properties;
 
 fn start_error(dir: &Path) -> String {
-    match ringmq::node::start(common::node_options(dir)) {
+    match ringmq::node::start(common::node_config(dir)) {
         Ok(node) => {
             node.shutdown().unwrap();
             panic!("the node started on a tampered state file");
@@ -113,8 +113,8 @@ fn a_pop_replay_mark_moved_forward_does_not_acknowledge_what_is_in_flight() {
 #[test]
 fn a_timer_checkpoint_past_the_end_of_the_timer_queue_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_options(dir.path());
-    options.broker.timer_max_delay_sec = 3600;
+    let mut options = common::node_config(dir.path());
+    options.timer_max_delay_sec = 3600;
     let node = ringmq::node::start(options).unwrap();
     let mut raw = Raw::connect(node.addr());
     let mut send = send_request_v1("T", 0, b"later", None, None);

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::node_options as options;
+use common::node_config as options;
 
 fn topic(name: &str, read: u64, write: u64, perm: i64, filter: &str) -> serde_json::Value {
     serde_json::json!({"topicName": name, "readQueueNums": read, "writeQueueNums": write,
