@@ -112,14 +112,38 @@ impl StoreError {
     }
 }
 
-/// How a stored message was acknowledged.
+/// How a stored message was acknowledged: every status is a stored message; the ones
+/// besides `Ok` say which acknowledgement condition it did not get, and why (RocketMQ's
+/// PutMessageStatus, reference §5.3 and §6.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PutStatus {
-    /// Durable as the flush mode requires.
+    /// Durable as the flush mode and the role require.
     Ok,
     /// Written, but its flush did not finish within `syncFlushTimeout`; it will be visible
     /// once it does (RocketMQ's FLUSH_DISK_TIMEOUT).
     FlushDiskTimeout,
+    /// SYNC_MASTER: durable here, but no replica confirmed it within `slaveTimeout`; it
+    /// will be visible once one does (RocketMQ's FLUSH_SLAVE_TIMEOUT).
+    FlushSlaveTimeout,
+    /// SYNC_MASTER: durable here, but no replica was attached to confirm it, or the one
+    /// attached went away before it did; visible without it (RocketMQ's
+    /// SLAVE_NOT_AVAILABLE, which 4.9's `isSlaveOK` answers).
+    SlaveNotAvailable,
+}
+
+/// The CommitLog positions of a store, in bytes of the shard's offset space (D4).
+/// `flushed <= written <= write`; `replicated <= written`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPositions {
+    /// Durable on this node's disk.
+    pub flushed: u64,
+    /// Written to the files (the page cache).
+    pub written: u64,
+    /// Where the next append goes (encoded, maybe with a write in flight).
+    pub write: u64,
+    /// Confirmed by a replica ([`Store::confirm_replicated`]); the shard's first offset
+    /// until one does.
+    pub replicated: u64,
 }
 
 /// Where a message was stored.
@@ -235,6 +259,12 @@ pub(crate) struct Shared {
     pub poison: RefCell<Option<String>>,
     pub closing: Cell<bool>,
     pub dispatched_pos: Cell<u64>,
+    /// The replication watermark: the CommitLog position up to which a replica confirmed
+    /// the bytes ([`Store::confirm_replicated`]). Only grows; never past `written_pos`.
+    pub replicated_pos: Cell<u64>,
+    /// Whether a replica is attached to wait for ([`Store::set_replica_attached`]). A
+    /// SYNC_MASTER batch written without one does not wait for the replica's condition.
+    pub replica_attached: Cell<bool>,
     pub checkpoint: RefCell<Option<CheckpointFile>>,
     pub stats: Cell<StoreStats>,
     pub tasks: RefCell<Vec<JoinHandle<()>>>,
@@ -245,7 +275,7 @@ pub(crate) struct Shared {
     pub in_flight: RefCell<Vec<Rc<put_slot::PutSlot>>>,
     /// Written batches waiting for the acknowledgement conditions to reach their end
     /// (`waiters.rs`); the appender registers and releases them (`append.rs`).
-    pub waiters: RefCell<waiters::Waiters<Vec<append::Encoded>>>,
+    pub waiters: RefCell<waiters::Waiters<append::Batch>>,
     pub appender_busy: Cell<bool>,
     /// The directory lock ([`crate::io::Disk::lock`]), dropped at a clean close.
     pub lock_file: RefCell<Option<crate::io::FileLock>>,
@@ -726,10 +756,48 @@ impl Store {
         self.shared.arrivals.notified()
     }
 
-    /// Physical offsets: (durable, written, next append).
-    pub fn log_positions(&self) -> (u64, u64, u64) {
+    /// The CommitLog's positions: flushed, written, next append, and replicated.
+    pub fn log_positions(&self) -> LogPositions {
         let log = &self.shared.log;
-        (log.flushed_pos(), log.written_pos(), log.write_pos())
+        LogPositions {
+            flushed: log.flushed_pos(),
+            written: log.written_pos(),
+            write: log.write_pos(),
+            replicated: self.shared.replicated_pos.get(),
+        }
+    }
+
+    /// A replica has the CommitLog bytes up to `position` (the replication watermark,
+    /// D14): puts waiting for a replica whose end it covers are released (visible, then
+    /// answered), in offset order, now. The watermark only moves forward and never past
+    /// what was written; either is a bug in the caller and panics with both values. A
+    /// store that does not wait for replicas (ASYNC_MASTER) keeps the watermark all the
+    /// same.
+    pub fn confirm_replicated(&self, position: u64) {
+        let shared = &self.shared;
+        let (current, written) = (shared.replicated_pos.get(), shared.log.written_pos());
+        assert!(
+            position >= current,
+            "the replication watermark may only move forward: {current} -> {position}"
+        );
+        assert!(
+            position <= written,
+            "a replica cannot confirm {position}: the CommitLog is written only up to {written}"
+        );
+        shared.replicated_pos.set(position);
+        append::replica_reached(shared, position);
+    }
+
+    /// Whether a replica is attached to wait for (the replication service says, D14). A
+    /// SYNC_MASTER put written while none is attached waits only for its flush and is
+    /// answered SlaveNotAvailable; detaching answers every put still waiting for the
+    /// replica the same way, releasing it on its flush alone. Nothing changes for a store
+    /// that does not wait for replicas.
+    pub fn set_replica_attached(&self, attached: bool) {
+        let shared = &self.shared;
+        if shared.replica_attached.replace(attached) && !attached {
+            append::waive_replica(shared, PutStatus::SlaveNotAvailable);
+        }
     }
 
     /// How this store found its directory.

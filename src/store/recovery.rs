@@ -122,6 +122,9 @@ pub(crate) async fn open(
         poison: RefCell::new(None),
         closing: Cell::new(false),
         dispatched_pos: Cell::new(safe),
+        // Nothing is known to be replicated until a replica says so.
+        replicated_pos: Cell::new(config.offset_base()),
+        replica_attached: Cell::new(false),
         checkpoint: RefCell::new(Some(checkpoint)),
         stats: Cell::new(StoreStats::default()),
         tasks: RefCell::new(Vec::new()),
@@ -130,7 +133,7 @@ pub(crate) async fn open(
         watchdog_tick: Cell::new(0),
         in_flight: RefCell::new(Vec::new()),
         waiters: RefCell::new(Waiters::new(
-            AckCondition::for_flush_mode(config.flush_mode),
+            AckCondition::required(config.flush_mode, config.broker_role),
             safe,
         )),
         lock_file: RefCell::new(lock_file),
@@ -180,8 +183,10 @@ pub(crate) async fn open(
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
     trim_to_log_start(&shared)?;
-    *shared.waiters.borrow_mut() =
-        Waiters::new(AckCondition::for_flush_mode(shared.config.flush_mode), end);
+    *shared.waiters.borrow_mut() = Waiters::new(
+        AckCondition::required(shared.config.flush_mode, shared.config.broker_role),
+        end,
+    );
     super::flush::checkpoint(&shared, false).await?;
     let abort = dir.join(ABORT_FILE);
     let marker = shared
