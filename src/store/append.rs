@@ -8,6 +8,9 @@
 //!              batch is one waiter at     segment, then        ConsumeQueue entries in order,
 //!              its end; then Written      Flushed = end        then the answers, then the
 //!              = end                      (ASYNC: nothing)     arrivals wake (visible, D7)
+//!
+//! Stage 3 makes each record findable with the dispatch function recovery shares
+//! (`dispatch.rs`).
 //! ```
 //!
 //! Under SYNC_FLUSH a batch's write also carries zeros past its end once in a while
@@ -48,7 +51,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
+use super::consume_queue::{AppendOutcome, ConsumeQueue};
+use super::dispatch::{dispatch_record, DispatchRecord, Dispatched};
 use super::record::{self, BLANK_RECORD_LEN};
 use super::waiters::{AckCondition, ReplicaWait};
 use super::{PendingPut, Placement, PutStatus, Shared, StoreError, StoreTask};
@@ -564,31 +568,29 @@ pub(crate) fn release(shared: &Shared) {
     });
 }
 
-/// Adds a visible record to the index. The record is stored and acknowledged whatever
-/// happens here: an index that cannot take it (a new file on a full disk) costs lookups
-/// of that record only, so the failure is logged and counted, not a poison.
-fn index_record(shared: &Shared, item: &Encoded) {
-    let Some(index) = &shared.index else {
-        return;
-    };
+/// The index could not take a visible record. The record is stored and acknowledged
+/// whatever happens here: an index that cannot take it (a new file on a full disk) costs
+/// lookups of that record only, so the failure is logged and counted, not a poison.
+fn index_failed(shared: &Shared, item: &Encoded, error: &std::io::Error) {
+    shared.update_stats(|stats| stats.index_errors += 1);
+    tracing::warn!(
+        "record at {} is stored but not indexed: {error}",
+        item.placement.phys_offset
+    );
+}
+
+/// The record `item` placed, for [`dispatch_record`].
+fn dispatch_input(item: &Encoded) -> DispatchRecord<'_> {
     let input = &item.put.input;
-    match index.add_record(
-        &input.topic,
-        &input.properties,
-        input.sys_flag,
-        item.placement.phys_offset,
-        item.placement.store_timestamp,
-        shared.clock.now_ms(),
-    ) {
-        Ok(0) => {}
-        Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
-        Err(error) => {
-            shared.update_stats(|stats| stats.index_errors += 1);
-            tracing::warn!(
-                "record at {} is stored but not indexed: {error}",
-                item.placement.phys_offset
-            );
-        }
+    DispatchRecord {
+        topic: &input.topic,
+        queue_id: input.queue_id,
+        properties: &input.properties,
+        sys_flag: input.sys_flag,
+        phys_offset: item.placement.phys_offset,
+        size: item.placement.size,
+        queue_offset: item.placement.queue_offset,
+        store_timestamp: item.placement.store_timestamp,
     }
 }
 
@@ -624,31 +626,19 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
     let hook = shared.visible_hook.borrow().clone();
     let mut last_topic: Option<&str> = None;
     for item in &batch {
-        let entry = CqEntry {
-            phys_offset: item.placement.phys_offset as i64,
-            size: item.placement.size as i32,
-            tags_code: if item.put.input.topic == super::topic::SCHEDULE_TOPIC {
-                // The delivery time: the store time plus the level's delay (`enqueue`).
-                item.placement
-                    .store_timestamp
-                    .saturating_add(item.put.tags_code)
-            } else if item.put.input.topic == super::topic::TIMER_TOPIC {
-                // The due time, never before the store time (`topic::timer_due`).
-                item.put.tags_code.max(item.placement.store_timestamp)
-            } else {
-                item.put.tags_code
-            },
-        };
-        let outcome = item
-            .queue
-            .append(item.placement.queue_offset, entry)
-            .map_err(StoreError::Corrupt);
         // A put whose entry cannot be taken hears why now; the others after every entry.
-        match outcome {
-            Ok(AppendOutcome::Appended) => {
-                bytes += item.placement.size as u64;
-                item.queue.count_appended(item.placement.size as u64);
-                index_record(shared, item);
+        match dispatch_record(shared, &item.queue, &dispatch_input(item)) {
+            Ok(Dispatched {
+                entry: AppendOutcome::Appended,
+                indexed,
+            }) => {
+                bytes += u64::from(item.placement.size);
+                item.queue.count_appended(u64::from(item.placement.size));
+                match indexed {
+                    Ok(0) => {}
+                    Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
+                    Err(error) => index_failed(shared, item, &error),
+                }
                 let topic = item.put.input.topic.as_str();
                 if let Some(hook) = &hook {
                     if last_topic != Some(topic) {
@@ -657,15 +647,20 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
                     }
                 }
             }
-            Ok(AppendOutcome::Duplicate) => {
+            Ok(Dispatched {
+                entry: AppendOutcome::Duplicate,
+                ..
+            }) => {
+                // The appender hands out each queue offset once: a duplicate is a bug.
                 let cause = format!(
                     "dispatch found a duplicate entry for phys {}",
-                    entry.phys_offset
+                    item.placement.phys_offset
                 );
                 shared.poison(cause.clone());
                 item.put.slot.answer(Err(StoreError::Corrupt(cause)));
             }
-            Err(error) => {
+            Err(why) => {
+                let error = StoreError::Corrupt(why);
                 shared.poison(error.to_string());
                 item.put.slot.answer(Err(error));
             }

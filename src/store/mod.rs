@@ -36,6 +36,7 @@ mod append;
 pub mod checkpoint;
 pub mod commit_log;
 pub mod consume_queue;
+mod dispatch;
 mod flush;
 mod gather;
 pub mod index;
@@ -228,9 +229,6 @@ pub struct StoreStats {
 pub(crate) struct PendingPut {
     pub input: RecordInput,
     pub encoded_len: u32,
-    /// The ConsumeQueue tags code; for [`topic::SCHEDULE_TOPIC`] the delay, which the
-    /// store time is added to when the entry is made ([`topic::tags_code`]).
-    pub tags_code: i64,
     pub slot: Rc<put_slot::PutSlot>,
 }
 
@@ -532,19 +530,10 @@ impl Store {
         if waiting >= shared.config.max_pending_puts {
             return Err(StoreError::Busy(waiting));
         }
-        // Store time 0: for the schedule topic this is the delay, the entry adds the time.
-        let tags_code = topic::tags_code(
-            &input.topic,
-            input.queue_id,
-            &input.properties,
-            0,
-            &shared.config.schedule_delays_ms,
-        );
         let slot = put_slot::PutSlot::new(shared.watchdog_tick.get());
         shared.pending.borrow_mut().push_back(PendingPut {
             input,
             encoded_len: encoded_len as u32,
-            tags_code,
             slot: slot.clone(),
         });
         shared.appender_wake.notify_one();

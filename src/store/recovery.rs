@@ -32,7 +32,8 @@ use tokio::sync::Notify;
 
 use super::checkpoint::CheckpointFile;
 use super::commit_log::CommitLog;
-use super::consume_queue::{ConsumeQueue, CqEntry};
+use super::consume_queue::ConsumeQueue;
+use super::dispatch::{dispatch_record, DispatchRecord};
 use super::index::{Index, INDEX_DIR};
 use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
@@ -307,7 +308,7 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<Recovered, StoreError
     })
 }
 
-/// Appends the ConsumeQueue entry of the valid record at `phys` again. A record whose
+/// Dispatches the valid record at `phys` again (`dispatch.rs`, as the appender did). A record whose
 /// topic or queue id today's rules refuse, or whose queue offset does not continue its
 /// queue, is corruption naming the offset; an I/O error creating its queue stays one.
 fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), StoreError> {
@@ -325,38 +326,18 @@ fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), S
         )),
         other => other,
     })?;
-    let tags_code = topic::tags_code(
-        view.topic,
-        view.queue_id,
-        view.properties,
-        view.store_timestamp,
-        &shared.config.schedule_delays_ms,
-    );
-    let entry = CqEntry {
-        phys_offset: phys as i64,
-        size: view.total_size as i32,
-        tags_code,
-    };
-    queue
-        .append(view.queue_offset as u64, entry)
+    // A duplicate is a record the queue kept from before the crash: dispatch is
+    // idempotent, and the index skips what it holds.
+    let dispatched = dispatch_record(shared, &queue, &DispatchRecord::from_view(phys, view))
         .map_err(|why| {
             StoreError::Corrupt(format!(
                 "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
             ))
         })?;
-    if let Some(index) = &shared.index {
-        index
-            .add_record(
-                view.topic,
-                view.properties,
-                view.sys_flag,
-                phys,
-                view.store_timestamp,
-                shared.clock.now_ms(),
-            )
-            .map_err(|error| StoreError::from_io("indexing a re-dispatched record", &error))?;
-    }
-    Ok(())
+    dispatched
+        .indexed
+        .map(|_| ())
+        .map_err(|error| StoreError::from_io("indexing a re-dispatched record", &error))
 }
 
 /// Loads every `consumequeue/<topic>/<queueId>` directory.
