@@ -346,9 +346,9 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
             put.slot.answer(Err(error.clone()));
             continue;
         }
-        let len = put.encoded_len as u64;
+        let len = put.encoded_len;
         let within = pos - current.segment_start;
-        if within + len + BLANK_RECORD_LEN as u64 > segment_size {
+        if within + u64::from(len) + BLANK_RECORD_LEN as u64 > segment_size {
             // The next segment must exist before the blank that points at it is written.
             let next = current.segment_start + segment_size;
             match log.segment_file(next).await {
@@ -410,7 +410,7 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
         let placement = Placement {
             phys_offset: pos,
             queue_offset,
-            size: len as u32,
+            size: len,
             store_timestamp: now,
         };
         put.slot.set_placed(placement);
@@ -419,7 +419,7 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
             queue,
             placement,
         });
-        pos += len;
+        pos = placement.end();
     }
     if !current.bytes.is_empty() {
         zero_ahead(shared, &mut current, pos);

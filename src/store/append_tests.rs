@@ -281,7 +281,7 @@ fn a_sync_master_put_without_a_replica_answers_slave_not_available_once_flushed(
         assert_eq!(statuses(&heard), [PutStatus::SlaveNotAvailable]);
         // Stored, flushed and visible: only the replica is missing.
         let placement = heard.borrow()[0].as_ref().unwrap().placement.unwrap();
-        let end = placement.phys_offset + u64::from(placement.size);
+        let end = placement.end();
         assert!(store.log_positions().flushed >= end);
         assert_eq!(store.max_offset("Held", 0), 1);
         assert_eq!(store.log_positions().replicated, 0);

@@ -56,17 +56,14 @@ impl<'a> DispatchRecord<'a> {
 
     /// The record's ConsumeQueue entry.
     pub fn entry(&self, schedule_delays_ms: &[u64]) -> CqEntry {
-        CqEntry {
-            phys_offset: self.phys_offset as i64,
-            size: self.size as i32,
-            tags_code: topic::tags_code(
-                self.topic,
-                self.queue_id,
-                self.properties,
-                self.store_timestamp,
-                schedule_delays_ms,
-            ),
-        }
+        let tags_code = topic::tags_code(
+            self.topic,
+            self.queue_id,
+            self.properties,
+            self.store_timestamp,
+            schedule_delays_ms,
+        );
+        CqEntry::for_record(self.phys_offset, self.size, tags_code)
     }
 }
 

@@ -156,6 +156,14 @@ pub struct Placement {
     pub store_timestamp: i64,
 }
 
+impl Placement {
+    /// Where the record ends in the CommitLog: what an acknowledgement condition (written,
+    /// flushed, replicated) must reach for it.
+    pub fn end(&self) -> u64 {
+        self.phys_offset + u64::from(self.size)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PutResult {
     pub status: PutStatus,
@@ -649,7 +657,7 @@ impl Store {
             return Ok(false);
         };
         let end = self.shared.log.write_pos();
-        let behind = end.saturating_sub(first.phys_offset.max(0) as u64);
+        let behind = end.saturating_sub(first.position());
         Ok(behind <= self.shared.config.in_memory_window_bytes)
     }
 
@@ -693,7 +701,7 @@ impl Store {
         let bytes = self
             .shared
             .log
-            .read(entry.phys_offset as u64, entry.size as usize)
+            .read(entry.position(), entry.byte_len())
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
         match record::decode(&bytes, Verify::Structure) {
             Ok(Decoded::Record(view)) => Ok(view.store_timestamp),
