@@ -17,9 +17,11 @@
 //! registers it as one waiter at its end offset in the queue of waiters (`waiters.rs`)
 //! and writes it with one write; under SYNC_FLUSH it makes it durable with one fdatasync
 //! in the same turn (group commit); then it releases every waiter whose end the required
-//! acknowledgement conditions (written under ASYNC_FLUSH, flushed under SYNC_FLUSH, later
-//! also a replica's confirmation, D14) have all reached: ConsumeQueue entries (visible),
-//! then the answers. Under ASYNC_FLUSH the flusher task syncs in the background. The
+//! acknowledgement conditions (written under ASYNC_FLUSH, flushed under SYNC_FLUSH, and
+//! under SYNC_MASTER also the replication watermark, [`Store::confirm_replicated`], D14)
+//! have all reached: ConsumeQueue entries and index keys (visible, `dispatch.rs`, the one
+//! function recovery uses too), then the answers, whose [`PutStatus`] says which condition
+//! a put did not get. Under ASYNC_FLUSH the flusher task syncs in the background. The
 //! checkpointer task periodically writes the ConsumeQueues out, syncs them and records the
 //! safe offset recovery starts from.
 //!
