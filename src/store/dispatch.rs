@@ -48,7 +48,7 @@ impl<'a> DispatchRecord<'a> {
             properties: view.properties,
             sys_flag: view.sys_flag,
             phys_offset,
-            size: view.total_size as u32,
+            size: view.total_size,
             queue_offset: view.queue_offset as u64,
             store_timestamp: view.store_timestamp,
         }
@@ -190,7 +190,7 @@ mod tests {
             input("Tagged", 0, "TAGS\u{1}TagB\u{2}"),
         ];
         let made = run(async {
-            let store = Store::open(config(), Rc::new(sim.clone()), clock.clone())
+            let store = Store::open(config(), Rc::new(sim.clone()), clock)
                 .await
                 .unwrap();
             for outcome in store.put_all(inputs).await {
@@ -204,7 +204,7 @@ mod tests {
         sim.crash_now();
         sim.restart();
         run(async {
-            let store = Store::open(config(), Rc::new(sim.clone()), clock.clone())
+            let store = Store::open(config(), Rc::new(sim.clone()), clock)
                 .await
                 .unwrap();
             assert!(matches!(store.opened(), OpenKind::Recovered { .. }));
