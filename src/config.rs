@@ -55,6 +55,41 @@ impl FlushMode {
     }
 }
 
+/// `brokerRole`: what a node is in a replicated pair, and so what a put waits for (D14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerRole {
+    /// Acknowledge after the local write; replicas catch up later.
+    AsyncMaster,
+    /// Acknowledge after a replica confirms (D7, D14).
+    SyncMaster,
+    /// A replica: follows a master, serves reads.
+    Slave,
+}
+
+impl BrokerRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerRole::AsyncMaster => "ASYNC_MASTER",
+            BrokerRole::SyncMaster => "SYNC_MASTER",
+            BrokerRole::Slave => "SLAVE",
+        }
+    }
+}
+
+impl std::str::FromStr for BrokerRole {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "ASYNC_MASTER" => Ok(BrokerRole::AsyncMaster),
+            "SYNC_MASTER" => Ok(BrokerRole::SyncMaster),
+            "SLAVE" => Ok(BrokerRole::Slave),
+            other => Err(format!(
+                "'{other}' is not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"
+            )),
+        }
+    }
+}
+
 /// One shard's store settings.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -64,6 +99,10 @@ pub struct StoreConfig {
     pub shard_id: u8,
     /// `flushDiskType`.
     pub flush_mode: FlushMode,
+    /// `brokerRole`: with `flush_mode`, what a put waits for before it is visible and
+    /// answered (`store/waiters.rs`): SYNC_MASTER also waits for a replica's confirmation.
+    /// The store does not run as a SLAVE yet ([`StoreConfig::validate`]).
+    pub broker_role: BrokerRole,
     /// `mapedFileSizeCommitLog`: CommitLog segment size in bytes.
     pub commit_log_segment_size: u64,
     /// ConsumeQueue entries per file (`mappedFileSizeConsumeQueue / 20`).
@@ -76,6 +115,9 @@ pub struct StoreConfig {
     pub flush_thorough_interval: Duration,
     /// `syncFlushTimeout`: a put waiting longer for its flush gets FLUSH_DISK_TIMEOUT.
     pub sync_flush_timeout: Duration,
+    /// `slaveTimeout`: a SYNC_MASTER put flushed but waiting longer for a replica's
+    /// confirmation gets FLUSH_SLAVE_TIMEOUT.
+    pub slave_timeout: Duration,
     /// `flushIntervalConsumeQueue`: ConsumeQueue write-out and checkpoint period.
     pub checkpoint_interval: Duration,
     /// `maxMessageSize`: largest body accepted.
@@ -194,6 +236,13 @@ impl StoreConfig {
         if self.sync_flush_timeout.is_zero() {
             return Err("syncFlushTimeout: must be at least 1 ms".into());
         }
+        if self.slave_timeout.is_zero() {
+            return Err("slaveTimeout: must be at least 1 ms".into());
+        }
+        if self.broker_role == BrokerRole::Slave {
+            // A slave's log is written by the replicated bytes, not by puts: not built yet.
+            return Err("brokerRole: the store cannot run as a SLAVE yet".into());
+        }
         if self.max_batch_bytes < MIN_BATCH_BYTES {
             return Err(format!(
                 "maxBatchBytes: {} must be at least {MIN_BATCH_BYTES}",
@@ -248,5 +297,19 @@ mod tests {
             .parse::<FlushMode>()
             .unwrap_err()
             .starts_with("flushDiskType"));
+    }
+
+    #[test]
+    fn a_store_runs_as_either_master_but_not_yet_as_a_slave() {
+        let mut config = StoreConfig::test_min("/tmp/x");
+        for role in [BrokerRole::AsyncMaster, BrokerRole::SyncMaster] {
+            config.broker_role = role;
+            assert_eq!(config.validate(), Ok(()), "{role:?}");
+        }
+        config.broker_role = BrokerRole::Slave;
+        assert!(config.validate().unwrap_err().starts_with("brokerRole"));
+        config.broker_role = BrokerRole::SyncMaster;
+        config.slave_timeout = Duration::ZERO;
+        assert!(config.validate().unwrap_err().starts_with("slaveTimeout"));
     }
 }

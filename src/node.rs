@@ -15,7 +15,7 @@
 //! `config/delayOffset.json`, `config/subscriptionGroup.json`; a corrupt one stops the
 //! start naming the file), then starts the shards and returns once every one serves, with
 //! the bound addresses and a [`NodeHandle`]. Each shard runs the delay scheduler of every
-//! level whose `SCHEDULE_TOPIC_XXXX` queue it owns (`broker/delay.rs`) and registers the
+//! level whose `SCHEDULE_TOPIC_XXXX` queue it owns (`broker/delay/mod.rs`) and registers the
 //! protected consumer groups (`retentionProtectedGroups`) on its store as retention holds
 //! before the store's first retention run (`broker/protected_groups.rs`). If one shard fails to start,
 //! the others are stopped cleanly and the start fails with that shard's error.

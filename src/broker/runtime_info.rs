@@ -56,7 +56,7 @@ pub async fn runtime_info(
     peer: SocketAddr,
 ) -> RemotingCommand {
     let stats = broker.store.stats();
-    let (_, _, log_end) = broker.store.log_positions();
+    let log_end = broker.store.log_positions().write;
     let mut columns = vec![
         broker.store.log_start() as i64,
         log_end as i64,

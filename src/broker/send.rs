@@ -5,8 +5,9 @@
 //! header plus `CLUSTER` (as Java adds) and a generated `UNIQ_KEY` when the producer sent none.
 //!
 //! Invariants:
-//! - Every send response that reports a stored message (SUCCESS, FLUSH_DISK_TIMEOUT) carries
-//!   `msgId`, `queueId`, `queueOffset` and `transactionId`: clients unbox them.
+//! - Every send response that reports a stored message (SUCCESS, FLUSH_DISK_TIMEOUT,
+//!   FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE: the store's [`PutStatus`]) carries `msgId`,
+//!   `queueId`, `queueOffset` and `transactionId`: clients unbox them.
 //! - A send to a topic only the node writes ([`names::is_not_allowed_send_topic`]) is
 //!   refused with NO_PERMISSION and Java's remark, and creates nothing.
 //! - The client's properties are normalised before the node appends its pairs, so each
@@ -165,10 +166,31 @@ fn msg_id(store_host: SocketAddr, result: &PutResult) -> String {
         .unwrap_or_default()
 }
 
+/// The response code of a stored message, as Java's `handlePutMessageResult`: each says
+/// which acknowledgement the message did not get (the store's reason), none is an error.
 fn status_code(status: PutStatus) -> i32 {
     match status {
         PutStatus::Ok => response::SUCCESS,
         PutStatus::FlushDiskTimeout => response::FLUSH_DISK_TIMEOUT,
+        PutStatus::FlushSlaveTimeout => response::FLUSH_SLAVE_TIMEOUT,
+        PutStatus::SlaveNotAvailable => response::SLAVE_NOT_AVAILABLE,
+    }
+}
+
+/// The status a batch answers with, given the worst so far and one message's: any
+/// shortfall beats Ok, and the replica's beat the flush's, as Java applies the replica
+/// status after the flush status (reference §6.2).
+fn worse(worst: PutStatus, status: PutStatus) -> PutStatus {
+    let rank = |status: PutStatus| match status {
+        PutStatus::Ok => 0,
+        PutStatus::FlushDiskTimeout => 1,
+        PutStatus::FlushSlaveTimeout => 2,
+        PutStatus::SlaveNotAvailable => 3,
+    };
+    if rank(status) > rank(worst) {
+        status
+    } else {
+        worst
     }
 }
 
@@ -470,9 +492,7 @@ pub async fn send_batch(
     for (index, outcome) in broker.store.put_all(records).await.into_iter().enumerate() {
         match outcome {
             Ok(result) => {
-                if result.status == PutStatus::FlushDiskTimeout {
-                    worst = PutStatus::FlushDiskTimeout;
-                }
+                worst = worse(worst, result.status);
                 if first_offset.is_none() {
                     first_offset = result.placement.map(|placement| placement.queue_offset);
                 }
@@ -499,4 +519,33 @@ pub async fn send_batch(
     answer.put_ext("transactionId", uniq_keys.join(","));
     add_region(&mut answer);
     answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_a_put_was_not_acknowledged_answers_its_rocketmq_code() {
+        assert_eq!(status_code(PutStatus::Ok), 0);
+        assert_eq!(status_code(PutStatus::FlushDiskTimeout), 10);
+        assert_eq!(status_code(PutStatus::SlaveNotAvailable), 11);
+        assert_eq!(status_code(PutStatus::FlushSlaveTimeout), 12);
+    }
+
+    #[test]
+    fn a_batch_answers_its_worst_status_the_replicas_over_the_flushs() {
+        use PutStatus::*;
+        let batch = |statuses: &[PutStatus]| statuses.iter().copied().fold(Ok, worse);
+        assert_eq!(batch(&[Ok, Ok]), Ok);
+        assert_eq!(batch(&[Ok, FlushDiskTimeout, Ok]), FlushDiskTimeout);
+        assert_eq!(
+            batch(&[FlushSlaveTimeout, FlushDiskTimeout]),
+            FlushSlaveTimeout
+        );
+        assert_eq!(
+            batch(&[FlushDiskTimeout, SlaveNotAvailable]),
+            SlaveNotAvailable
+        );
+    }
 }

@@ -57,7 +57,7 @@ pub fn sample(broker: &Broker, sampler: &mut ShardSampler) {
     );
     metrics.set_rates(rates);
     let base = broker.store.config().offset_base();
-    let (_, written, _) = broker.store.log_positions();
+    let written = broker.store.log_positions().written;
     metrics.set_log(LogFigures {
         file_bytes: broker.store.log_file_bytes(),
         min_offset: broker.store.log_start().saturating_sub(base),

@@ -273,6 +273,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.sync_flush_timeout.as_millis().to_string(),
     ),
     key!(
+        "slave_timeout", rocketmq ["slaveTimeout"],
+        default: Text("3000"),
+        range: Number(AT_LEAST_1_MS),
+        meaning: "a SYNC_MASTER put flushed but waiting longer (ms) for its replica gets FLUSH_SLAVE_TIMEOUT",
+        set: |c, v| c.slave_timeout = millis(v)?,
+        get: |c| c.slave_timeout.as_millis().to_string(),
+    ),
+    key!(
         "flush_interval_consume_queue", rocketmq ["flushIntervalConsumeQueue"],
         default: Text("1000"),
         range: Number(AT_LEAST_1_MS),

@@ -82,40 +82,7 @@ pub const FRAME_HEADER_ROOM: usize = 64 * 1024;
 /// Size of one ConsumeQueue entry.
 pub const CQ_ENTRY_SIZE: u64 = 20;
 
-/// `brokerRole`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BrokerRole {
-    /// Acknowledge after the local write; replicas catch up later.
-    AsyncMaster,
-    /// Acknowledge after a replica confirms (D7, D14).
-    SyncMaster,
-    /// A replica: follows a master, serves reads.
-    Slave,
-}
-
-impl BrokerRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BrokerRole::AsyncMaster => "ASYNC_MASTER",
-            BrokerRole::SyncMaster => "SYNC_MASTER",
-            BrokerRole::Slave => "SLAVE",
-        }
-    }
-}
-
-impl std::str::FromStr for BrokerRole {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "ASYNC_MASTER" => Ok(BrokerRole::AsyncMaster),
-            "SYNC_MASTER" => Ok(BrokerRole::SyncMaster),
-            "SLAVE" => Ok(BrokerRole::Slave),
-            other => Err(format!(
-                "'{other}' is not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"
-            )),
-        }
-    }
-}
+pub use crate::config::BrokerRole;
 
 /// `metricsExporterType`: how the node's metrics leave it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,6 +182,8 @@ pub struct NodeConfig {
     pub flush_commit_log_least_pages: u64,
     pub flush_commit_log_thorough_interval: Duration,
     pub sync_flush_timeout: Duration,
+    /// `slaveTimeout`: how long a SYNC_MASTER put waits for a replica's confirmation.
+    pub slave_timeout: Duration,
     pub flush_interval_consume_queue: Duration,
     pub max_message_size: usize,
     pub max_transfer_count: u32,
@@ -339,6 +308,7 @@ impl NodeConfig {
             flush_commit_log_least_pages: 0,
             flush_commit_log_thorough_interval: Duration::ZERO,
             sync_flush_timeout: Duration::ZERO,
+            slave_timeout: Duration::ZERO,
             flush_interval_consume_queue: Duration::ZERO,
             max_message_size: 0,
             max_transfer_count: 0,

@@ -24,7 +24,7 @@
 //!
 //! | keys | why ignoring them is safe |
 //! |---|---|
-//! | `brokerIP2`, `haListenPort`, `haMasterAddress`, `haSendHeartbeatInterval`, `haHousekeepingInterval`, `haTransferBatchSize`, `haMaxGapNotInSync`, `slaveReadEnable`, `slaveTimeout`, `duplicationEnable` | replication settings; `brokerRole` already refuses every role but `ASYNC_MASTER`, so none of them has anything to act on |
+//! | `brokerIP2`, `haListenPort`, `haMasterAddress`, `haSendHeartbeatInterval`, `haHousekeepingInterval`, `haTransferBatchSize`, `haMaxGapNotInSync`, `slaveReadEnable`, `duplicationEnable` | replication settings; `brokerRole` already refuses every role but `ASYNC_MASTER`, so none of them has anything to act on |
 //! | `enablePropertyFilter`, `filterServerNums`, `filterSupportRetry`, `enableCalcFilterBitMap`, `enableConsumeQueueExt` | SQL92 filtering: ringmq refuses SQL92 subscriptions on every pull, so nothing is delivered unfiltered |
 //! | thread pools and queues (`*ThreadPoolNums`, `*QueueCapacity`, `server*Threads`, `clientWorkerThreads`), `serverSocketRcvBufSize`, `useEpollNativeSelector`, `useReentrantLockWhenPutMessage`, `waitTimeMillsInSendQueue`, `osPageCacheBusyTimeOutMills`, `putMessageTimeout` | Java's threading and socket tuning; ringmq is thread-per-core and bounds its queues with its own keys |
 //! | `warmMapedFileEnable`, `flushLeastPagesWhenWarmMapedFile`, `flushCommitLogTimed`, `flushConsumeQueueLeastPages`, `flushConsumeQueueThoroughInterval`, `commitIntervalCommitLog`, `commitCommitLogLeastPages`, `commitCommitLogThoroughInterval` | flush tuning; durability follows `flushDiskType` and the `flushCommitLog*` keys ringmq has; ConsumeQueues are rebuilt from the CommitLog |
@@ -43,7 +43,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "haTransferBatchSize",
     "haMaxGapNotInSync",
     "slaveReadEnable",
-    "slaveTimeout",
     "enablePropertyFilter",
     "filterServerNums",
     "filterSupportRetry",

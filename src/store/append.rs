@@ -8,6 +8,9 @@
 //!              batch is one waiter at     segment, then        ConsumeQueue entries in order,
 //!              its end; then Written      Flushed = end        then the answers, then the
 //!              = end                      (ASYNC: nothing)     arrivals wake (visible, D7)
+//!
+//! Stage 3 makes each record findable with the dispatch function recovery shares
+//! (`dispatch.rs`).
 //! ```
 //!
 //! Under SYNC_FLUSH a batch's write also carries zeros past its end once in a while
@@ -30,12 +33,15 @@
 //! answers (inside the answer scope, [`super::Store::set_answer_scope`]), then one wake
 //! of the long-polling pulls.
 //!
-//! Where a replica condition plugs in (SYNC_MASTER, D14, not built): the store requires
-//! `AckCondition::Replicated` besides Flushed; the turn's release then finds its batch
-//! still held, and whatever hears a replica's confirmation advances Replicated in
-//! `Shared::waiters` and calls [`release`]. The flush watchdog already times out puts
-//! held in the queue. New sources of CommitLog records (retry, delay) are puts like any
-//! other and need nothing here.
+//! The replica's condition (SYNC_MASTER, D14): the store requires
+//! `AckCondition::Replicated` besides its flush mode's; the turn's release then finds its
+//! batch still held, and [`super::Store::confirm_replicated`] advances Replicated and
+//! releases ([`replica_reached`]). A batch written while no replica is attached waives the
+//! replica and is answered SlaveNotAvailable once flushed; a replica going away, or the
+//! store stopping, waives it for every batch still held ([`waive_replica`]). The flush
+//! watchdog times out puts held in the queue, saying whether the flush or the replica was
+//! missing. New sources of CommitLog records (retry, delay) are puts like any other and
+//! need nothing here.
 //!
 //! A failed write or sync poisons the store (D11): every waiter still queued is answered
 //! with the cause and every later put is refused. A full disk met while creating the next
@@ -45,10 +51,11 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
+use super::consume_queue::{AppendOutcome, ConsumeQueue};
+use super::dispatch::{dispatch_record, DispatchRecord, Dispatched};
 use super::record::{self, BLANK_RECORD_LEN};
-use super::waiters::AckCondition;
-use super::{PendingPut, Placement, Shared, StoreError, StoreTask};
+use super::waiters::{AckCondition, ReplicaWait};
+use super::{PendingPut, Placement, PutStatus, Shared, StoreError, StoreTask};
 use crate::config::FlushMode;
 use crate::io::FileId;
 
@@ -62,12 +69,19 @@ struct Chunk {
     closes_segment: bool,
 }
 
-/// One placed put of a batch: what its release needs (the waiter queue holds a batch's
-/// `Vec<Encoded>` as one entry).
+/// One placed put of a batch: what its release needs.
 pub(crate) struct Encoded {
     pub put: PendingPut,
     queue: Rc<ConsumeQueue>,
     placement: Placement,
+}
+
+/// A written batch, one entry of the waiter queue.
+pub(crate) struct Batch {
+    pub puts: Vec<Encoded>,
+    /// What its puts hear when it is released: Ok, or why it was not replicated when the
+    /// replica's condition was waived for it (SlaveNotAvailable, FlushSlaveTimeout).
+    pub status: PutStatus,
 }
 
 pub(crate) async fn run_appender(shared: Rc<Shared>) {
@@ -164,7 +178,15 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         return;
     };
     shared.log.set_write_pos(end);
-    shared.waiters.borrow_mut().register(end, batch);
+    let (replica, status) = replica_wait(shared);
+    shared.waiters.borrow_mut().register(
+        end,
+        Batch {
+            puts: batch,
+            status,
+        },
+        replica,
+    );
     if let Err(cause) = write_chunks(shared, &mut chunks).await {
         return fail(shared, cause);
     }
@@ -218,6 +240,47 @@ async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(),
 /// when the store does not require it).
 fn reached(shared: &Shared, condition: AckCondition, end: u64) {
     shared.waiters.borrow_mut().advance(condition, end);
+}
+
+/// Whether a batch written now waits for a replica, and what its puts hear when released:
+/// a store that requires a replica but has none attached waives it (SlaveNotAvailable,
+/// as RocketMQ 4.9's `isSlaveOK` check).
+fn replica_wait(shared: &Shared) -> (ReplicaWait, PutStatus) {
+    let requires = shared.waiters.borrow().requires(AckCondition::Replicated);
+    if requires && !shared.replica_attached.get() {
+        (ReplicaWait::Waived, PutStatus::SlaveNotAvailable)
+    } else {
+        (ReplicaWait::Wait, PutStatus::Ok)
+    }
+}
+
+/// A replica confirmed the log up to `position` ([`super::Store::confirm_replicated`]):
+/// releases what that allows. The queue's own mark starts where the store opened, so a
+/// confirmation below it concerns no waiter.
+pub(crate) fn replica_reached(shared: &Shared, position: u64) {
+    {
+        let mut waiters = shared.waiters.borrow_mut();
+        if position
+            <= waiters
+                .position(AckCondition::Replicated)
+                .unwrap_or(u64::MAX)
+        {
+            return;
+        }
+        waiters.advance(AckCondition::Replicated, position);
+    }
+    release(shared);
+}
+
+/// Stops every held batch from waiting for a replica: each releases on its flush alone
+/// and its puts hear `status` (SlaveNotAvailable when the replica went away,
+/// FlushSlaveTimeout when the store stops). Releases what that allows.
+pub(crate) fn waive_replica(shared: &Shared, status: PutStatus) {
+    shared
+        .waiters
+        .borrow_mut()
+        .waive_replica(|batch| batch.status = status);
+    release(shared);
 }
 
 /// Starts preallocating the next segment once a batch from `start` to `end` has used
@@ -283,9 +346,9 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
             put.slot.answer(Err(error.clone()));
             continue;
         }
-        let len = put.encoded_len as u64;
+        let len = put.encoded_len;
         let within = pos - current.segment_start;
-        if within + len + BLANK_RECORD_LEN as u64 > segment_size {
+        if within + u64::from(len) + BLANK_RECORD_LEN as u64 > segment_size {
             // The next segment must exist before the blank that points at it is written.
             let next = current.segment_start + segment_size;
             match log.segment_file(next).await {
@@ -347,7 +410,7 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
         let placement = Placement {
             phys_offset: pos,
             queue_offset,
-            size: len as u32,
+            size: len,
             store_timestamp: now,
         };
         put.slot.set_placed(placement);
@@ -356,7 +419,7 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
             queue,
             placement,
         });
-        pos += len;
+        pos = placement.end();
     }
     if !current.bytes.is_empty() {
         zero_ahead(shared, &mut current, pos);
@@ -467,7 +530,7 @@ fn fail(shared: &Shared, cause: String) {
     // The queue is not borrowed while the answers run: a callback may queue a put.
     let waiting = shared.waiters.borrow_mut().take_all();
     for batch in waiting {
-        for item in batch {
+        for item in batch.puts {
             item.put
                 .slot
                 .answer(Err(StoreError::Poisoned(cause.clone())));
@@ -505,36 +568,34 @@ pub(crate) fn release(shared: &Shared) {
     });
 }
 
-/// Adds a visible record to the index. The record is stored and acknowledged whatever
-/// happens here: an index that cannot take it (a new file on a full disk) costs lookups
-/// of that record only, so the failure is logged and counted, not a poison.
-fn index_record(shared: &Shared, item: &Encoded) {
-    let Some(index) = &shared.index else {
-        return;
-    };
+/// The index could not take a visible record. The record is stored and acknowledged
+/// whatever happens here: an index that cannot take it (a new file on a full disk) costs
+/// lookups of that record only, so the failure is logged and counted, not a poison.
+fn index_failed(shared: &Shared, item: &Encoded, error: &std::io::Error) {
+    shared.update_stats(|stats| stats.index_errors += 1);
+    tracing::warn!(
+        "record at {} is stored but not indexed: {error}",
+        item.placement.phys_offset
+    );
+}
+
+/// The record `item` placed, for [`dispatch_record`].
+fn dispatch_input(item: &Encoded) -> DispatchRecord<'_> {
     let input = &item.put.input;
-    match index.add_record(
-        &input.topic,
-        &input.properties,
-        input.sys_flag,
-        item.placement.phys_offset,
-        item.placement.store_timestamp,
-        shared.clock.now_ms(),
-    ) {
-        Ok(0) => {}
-        Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
-        Err(error) => {
-            shared.update_stats(|stats| stats.index_errors += 1);
-            tracing::warn!(
-                "record at {} is stored but not indexed: {error}",
-                item.placement.phys_offset
-            );
-        }
+    DispatchRecord {
+        topic: &input.topic,
+        queue_id: input.queue_id,
+        properties: &input.properties,
+        sys_flag: input.sys_flag,
+        phys_offset: item.placement.phys_offset,
+        size: item.placement.size,
+        queue_offset: item.placement.queue_offset,
+        store_timestamp: item.placement.store_timestamp,
     }
 }
 
 /// Makes one released batch visible: its ConsumeQueue entries in order, then its answers.
-fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
+fn dispatch(shared: &Shared, batch: Batch, end: u64) {
     // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
     // against the log's own positions, independently of the waiter queue's conditions.
     let log = &shared.log;
@@ -548,35 +609,36 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
         "dispatch to {end} (from {dispatched}) would pass what {:?} flush allows ({durable})",
         shared.config.flush_mode
     );
+    // D7, D14: nor, where the store waits for a replica, before one confirmed it (unless
+    // the batch was told it would not be replicated).
+    if batch.status == PutStatus::Ok && shared.waiters.borrow().requires(AckCondition::Replicated) {
+        let replicated = shared.replicated_pos.get();
+        assert!(
+            end <= replicated,
+            "dispatch to {end} would pass what the replica confirmed ({replicated})"
+        );
+    }
+    let Batch {
+        puts: batch,
+        status,
+    } = batch;
     let mut bytes = 0u64;
     let hook = shared.visible_hook.borrow().clone();
     let mut last_topic: Option<&str> = None;
     for item in &batch {
-        let entry = CqEntry {
-            phys_offset: item.placement.phys_offset as i64,
-            size: item.placement.size as i32,
-            tags_code: if item.put.input.topic == super::topic::SCHEDULE_TOPIC {
-                // The delivery time: the store time plus the level's delay (`enqueue`).
-                item.placement
-                    .store_timestamp
-                    .saturating_add(item.put.tags_code)
-            } else if item.put.input.topic == super::topic::TIMER_TOPIC {
-                // The due time, never before the store time (`topic::timer_due`).
-                item.put.tags_code.max(item.placement.store_timestamp)
-            } else {
-                item.put.tags_code
-            },
-        };
-        let outcome = item
-            .queue
-            .append(item.placement.queue_offset, entry)
-            .map_err(StoreError::Corrupt);
         // A put whose entry cannot be taken hears why now; the others after every entry.
-        match outcome {
-            Ok(AppendOutcome::Appended) => {
-                bytes += item.placement.size as u64;
-                item.queue.count_appended(item.placement.size as u64);
-                index_record(shared, item);
+        match dispatch_record(shared, &item.queue, &dispatch_input(item)) {
+            Ok(Dispatched {
+                entry: AppendOutcome::Appended,
+                indexed,
+            }) => {
+                bytes += u64::from(item.placement.size);
+                item.queue.count_appended(u64::from(item.placement.size));
+                match indexed {
+                    Ok(0) => {}
+                    Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
+                    Err(error) => index_failed(shared, item, &error),
+                }
                 let topic = item.put.input.topic.as_str();
                 if let Some(hook) = &hook {
                     if last_topic != Some(topic) {
@@ -585,15 +647,20 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
                     }
                 }
             }
-            Ok(AppendOutcome::Duplicate) => {
+            Ok(Dispatched {
+                entry: AppendOutcome::Duplicate,
+                ..
+            }) => {
+                // The appender hands out each queue offset once: a duplicate is a bug.
                 let cause = format!(
                     "dispatch found a duplicate entry for phys {}",
-                    entry.phys_offset
+                    item.placement.phys_offset
                 );
                 shared.poison(cause.clone());
                 item.put.slot.answer(Err(StoreError::Corrupt(cause)));
             }
-            Err(error) => {
+            Err(why) => {
+                let error = StoreError::Corrupt(why);
                 shared.poison(error.to_string());
                 item.put.slot.answer(Err(error));
             }
@@ -603,7 +670,7 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
     let count = batch.len() as u64;
     for item in batch {
         // Ignored by a slot already answered above, or timed out by the watchdog.
-        item.put.slot.answer(Ok(item.placement));
+        item.put.slot.answer_with(Ok(item.placement), status);
     }
     shared.update_stats(|stats| {
         stats.puts += count;
@@ -613,219 +680,5 @@ fn dispatch(shared: &Shared, batch: Vec<Encoded>, end: u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The stages with a second acknowledgement condition: a fake replica (D14) that holds
-    //! what SYNC_FLUSH alone would release.
-
-    use std::cell::RefCell;
-    use std::future::Future;
-    use std::net::SocketAddr;
-    use std::rc::Rc;
-
-    use super::*;
-    use crate::clock::Clock;
-    use crate::config::StoreConfig;
-    use crate::io::sim::{SimConfig, SimDisk};
-    use crate::store::record::RecordInput;
-    use crate::store::waiters::Waiters;
-    use crate::store::{PutResult, PutStatus, Store};
-
-    type Heard = Rc<RefCell<Vec<Result<PutResult, StoreError>>>>;
-
-    fn run<F: Future>(future: F) -> F::Output {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        tokio::task::LocalSet::new().block_on(&runtime, future)
-    }
-
-    fn input(body: &[u8]) -> RecordInput {
-        RecordInput {
-            topic: "Held".to_string(),
-            queue_id: 0,
-            flag: 0,
-            sys_flag: 0,
-            born_timestamp: 1_700_000_000_000,
-            born_host: SocketAddr::from(([10, 0, 0, 7], 50000)),
-            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-            body_crc: record::body_crc(body),
-            body: Bytes::copy_from_slice(body),
-            properties: String::new(),
-        }
-    }
-
-    /// A SYNC_FLUSH store that also requires a replica's confirmation.
-    async fn store_held_by_a_replica(sim: &SimDisk) -> Store {
-        let mut config = StoreConfig::test_min("/store");
-        config.flush_mode = FlushMode::Sync;
-        let store = Store::open(config, Rc::new(sim.clone()), Clock::starting_at(0))
-            .await
-            .unwrap();
-        let start = store.shared.log.write_pos();
-        *store.shared.waiters.borrow_mut() =
-            Waiters::new(&[AckCondition::Flushed, AckCondition::Replicated], start);
-        store
-    }
-
-    fn put(store: &Store, body: &[u8], heard: &Heard) {
-        let heard = heard.clone();
-        store.put_with(input(body), move |outcome| heard.borrow_mut().push(outcome));
-    }
-
-    /// Lets the store's tasks run until the log is synced up to `end`.
-    async fn until_flushed(store: &Store, end: u64) {
-        for _ in 0..10_000 {
-            if store.log_positions().0 >= end {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-        panic!(
-            "the log was not flushed to {end}: {:?}",
-            store.log_positions()
-        );
-    }
-
-    fn confirm(store: &Store, position: u64) {
-        store
-            .shared
-            .waiters
-            .borrow_mut()
-            .advance(AckCondition::Replicated, position);
-        release(&store.shared);
-    }
-
-    #[test]
-    fn a_replica_condition_holds_visibility_and_answers_until_it_advances() {
-        run(async {
-            let sim = SimDisk::new(SimConfig::with_seed(3));
-            let store = store_held_by_a_replica(&sim).await;
-            let heard: Heard = Rc::default();
-            put(&store, b"first", &heard);
-            until_flushed(&store, 1).await;
-            let first_end = store.log_positions().0;
-            put(&store, b"second", &heard);
-            until_flushed(&store, first_end + 1).await;
-            let second_end = store.log_positions().0;
-            for _ in 0..10 {
-                tokio::task::yield_now().await;
-            }
-            // Flushed, so SYNC_FLUSH alone would have released both; the replica holds them.
-            assert!(heard.borrow().is_empty());
-            assert_eq!(store.max_offset("Held", 0), 0);
-            assert_eq!(store.shared.waiters.borrow().len(), 2);
-            assert_eq!(store.stats().log_syncs, 2, "one fsync per batch, as before");
-
-            confirm(&store, first_end - 1);
-            assert!(heard.borrow().is_empty(), "released short of the first end");
-            confirm(&store, first_end);
-            assert_eq!(store.max_offset("Held", 0), 1);
-            assert_eq!(heard.borrow().len(), 1);
-            confirm(&store, second_end);
-            assert_eq!(store.max_offset("Held", 0), 2);
-            let offsets: Vec<_> = heard
-                .borrow()
-                .iter()
-                .map(|outcome| {
-                    let result = outcome.as_ref().unwrap();
-                    assert_eq!(result.status, PutStatus::Ok);
-                    result.placement.unwrap().queue_offset
-                })
-                .collect();
-            assert_eq!(offsets, [0, 1]);
-            assert_eq!(store.shared.dispatched_pos.get(), second_end);
-            store.shutdown().await.unwrap();
-        });
-    }
-
-    #[test]
-    fn a_batch_is_visible_before_any_of_its_puts_is_answered() {
-        for flush_mode in [FlushMode::Sync, FlushMode::Async] {
-            run(async {
-                let mut config = StoreConfig::test_min("/store");
-                config.flush_mode = flush_mode;
-                let sim = SimDisk::new(SimConfig::with_seed(6));
-                let store = Store::open(config, Rc::new(sim), Clock::starting_at(0))
-                    .await
-                    .unwrap();
-                let seen = Rc::new(RefCell::new(Vec::new()));
-                for body in [&b"a"[..], b"b", b"c"] {
-                    let (seen, reader) = (seen.clone(), store.clone());
-                    store.put_with(input(body), move |outcome| {
-                        assert!(outcome.is_ok(), "{outcome:?}");
-                        seen.borrow_mut().push(reader.max_offset("Held", 0));
-                    });
-                }
-                for _ in 0..10_000 {
-                    if seen.borrow().len() == 3 {
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                }
-                assert_eq!(*seen.borrow(), [3, 3, 3], "{flush_mode:?}");
-                assert_eq!(store.stats().batches, 1);
-                store.shutdown().await.unwrap();
-            });
-        }
-    }
-
-    #[test]
-    fn a_held_put_times_out_and_is_visible_once_released() {
-        run(async {
-            let sim = SimDisk::new(SimConfig::with_seed(4));
-            let store = store_held_by_a_replica(&sim).await;
-            let heard: Heard = Rc::default();
-            put(&store, b"late", &heard);
-            until_flushed(&store, 1).await;
-            let end = store.log_positions().0;
-            // Paused time: the sleep lets the watchdog's ticks pass.
-            tokio::time::sleep(store.config().sync_flush_timeout * 2).await;
-            assert_eq!(
-                heard.borrow()[0].as_ref().unwrap().status,
-                PutStatus::FlushDiskTimeout
-            );
-            assert_eq!(store.max_offset("Held", 0), 0);
-            confirm(&store, end);
-            assert_eq!(store.max_offset("Held", 0), 1);
-            assert_eq!(
-                heard.borrow().len(),
-                1,
-                "a timed-out put hears nothing more"
-            );
-            store.shutdown().await.unwrap();
-        });
-    }
-
-    #[test]
-    fn a_failed_sync_answers_every_held_batch_with_the_poison() {
-        run(async {
-            let sim = SimDisk::new(SimConfig::with_seed(5));
-            let store = store_held_by_a_replica(&sim).await;
-            let heard: Heard = Rc::default();
-            put(&store, b"held", &heard);
-            until_flushed(&store, 1).await;
-            sim.fail_next_sync(libc::EIO);
-            put(&store, b"failing", &heard);
-            for _ in 0..10_000 {
-                if heard.borrow().len() == 2 {
-                    break;
-                }
-                tokio::task::yield_now().await;
-            }
-            assert_eq!(heard.borrow().len(), 2, "both batches are answered");
-            for outcome in heard.borrow().iter() {
-                match outcome {
-                    Err(StoreError::Poisoned(cause)) => assert!(cause.contains("fdatasync")),
-                    other => panic!("expected the poison, got {other:?}"),
-                }
-            }
-            assert!(store.shared.waiters.borrow().is_empty());
-            assert_eq!(store.max_offset("Held", 0), 0);
-            assert!(store.shutdown().await.is_err());
-        });
-    }
-}
+#[path = "append_tests.rs"]
+mod tests;

@@ -64,8 +64,44 @@ impl CqEntry {
         self.phys_offset >= 0 && self.size > 0
     }
 
+    /// The entry of a record at CommitLog position `position` of `size` bytes. Panics if
+    /// either does not fit the entry's fields (no shard's offsets reach 2^63).
+    pub fn for_record(position: u64, size: u32, tags_code: i64) -> CqEntry {
+        let entry = CqEntry {
+            phys_offset: i64::try_from(position)
+                .unwrap_or_else(|_| panic!("CommitLog position {position} does not fit an entry")),
+            size: i32::try_from(size)
+                .unwrap_or_else(|_| panic!("a record of {size} bytes does not fit an entry")),
+            tags_code,
+        };
+        assert!(
+            entry.is_written(),
+            "an entry for a record must be written: {entry:?}"
+        );
+        entry
+    }
+
+    /// The record's CommitLog position. Only for a written entry ([`CqEntry::is_written`]):
+    /// a queue holds no other, so anything else is a bug and panics with the entry.
+    pub fn position(&self) -> u64 {
+        u64::try_from(self.phys_offset)
+            .unwrap_or_else(|_| panic!("a written entry has no negative position: {self:?}"))
+    }
+
+    /// The record's length in bytes, for a written entry (see [`CqEntry::position`]).
+    pub fn size_bytes(&self) -> u32 {
+        u32::try_from(self.size)
+            .unwrap_or_else(|_| panic!("a written entry has no negative size: {self:?}"))
+    }
+
+    /// The record's length, as a buffer length.
+    pub fn byte_len(&self) -> usize {
+        self.size_bytes() as usize
+    }
+
+    /// Where the record ends, for a written entry.
     pub fn end(&self) -> u64 {
-        self.phys_offset as u64 + self.size as u64
+        self.position() + u64::from(self.size_bytes())
     }
 }
 
@@ -143,9 +179,12 @@ impl ConsumeQueue {
             let mut valid = 0u64;
             for chunk in bytes.chunks_exact(CQ_ENTRY_LEN as usize) {
                 let entry = CqEntry::decode(chunk);
-                let past_cut = cut_at.is_some_and(|cut| entry.phys_offset as u64 >= cut);
-                let out_of_order = valid > 0 && (entry.phys_offset as u64) < last_record_end;
-                if !entry.is_written() || past_cut || out_of_order {
+                if !entry.is_written() {
+                    break;
+                }
+                let past_cut = cut_at.is_some_and(|cut| entry.position() >= cut);
+                let out_of_order = valid > 0 && entry.position() < last_record_end;
+                if past_cut || out_of_order {
                     break;
                 }
                 last_record_end = entry.end();
@@ -291,7 +330,7 @@ impl ConsumeQueue {
         let first = self.read_entries(min, 1)?;
         if first
             .first()
-            .is_none_or(|entry| entry.phys_offset as u64 >= log_start)
+            .is_none_or(|entry| entry.position() >= log_start)
         {
             return Ok(Vec::new());
         }
@@ -303,7 +342,7 @@ impl ConsumeQueue {
             let entry = self.read_entries(mid, 1)?;
             let below = entry
                 .first()
-                .is_some_and(|entry| (entry.phys_offset as u64) < log_start);
+                .is_some_and(|entry| entry.position() < log_start);
             if below {
                 low = mid + 1;
             } else {
@@ -379,5 +418,38 @@ impl ConsumeQueue {
 
     pub fn close(&self) {
         self.files.borrow_mut().close_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CqEntry;
+
+    #[test]
+    fn an_entry_gives_its_record_as_typed_positions() {
+        let entry = CqEntry::for_record(1 << 56, 300, -7);
+        assert_eq!(
+            (entry.phys_offset, entry.size, entry.tags_code),
+            (1_i64 << 56, 300, -7)
+        );
+        assert_eq!(
+            (entry.position(), entry.size_bytes(), entry.byte_len()),
+            (1 << 56, 300, 300)
+        );
+        assert_eq!(entry.end(), (1 << 56) + 300);
+        let mut bytes = Vec::new();
+        entry.encode(&mut bytes);
+        assert_eq!(CqEntry::decode(&bytes), entry);
+    }
+
+    #[test]
+    #[should_panic(expected = "no negative position")]
+    fn an_unwritten_entry_has_no_position() {
+        let unwritten = CqEntry {
+            phys_offset: -1,
+            size: 0,
+            tags_code: 0,
+        };
+        unwritten.position();
     }
 }

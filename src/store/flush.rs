@@ -10,12 +10,14 @@
 //! µs/msg, measured twice); what a power loss can take is one interval of writes either
 //! way, which is what ASYNC_FLUSH promises.
 //!
-//! The flush watchdog answers FLUSH_DISK_TIMEOUT to every put that has waited longer than
-//! `syncFlushTimeout`, queued, in the batch being written or written and waiting in the
-//! queue of waiters for its release: the message stays stored and becomes visible when
-//! its flush completes, but its producer is not left hanging. It counts time in ticks of
-//! a quarter of the timeout, so a put is answered between 1 and 1.25 timeouts after it was
-//! queued, and putting costs no timer at all.
+//! The flush watchdog answers a put that has waited too long with why: FLUSH_DISK_TIMEOUT
+//! after `syncFlushTimeout` when it still waits for its write or flush (queued, in the
+//! batch being written, or written and held in the queue of waiters), FLUSH_SLAVE_TIMEOUT
+//! after `slaveTimeout` when it is durable here and waits only for a replica (SYNC_MASTER,
+//! D14). The message stays stored and becomes visible once what it waited for comes, but
+//! its producer is not left hanging. Both timeouts count from the put's queueing, in ticks
+//! of a quarter of the shorter one, so a put is answered between 1 and 1.25 of that timeout
+//! late at most, and putting costs no timer at all.
 //!
 //! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, does
 //! the same for the index, and records `safe = min(dispatched, flushed)`: below it the
@@ -28,8 +30,9 @@ use tokio::time::Instant;
 
 use super::consume_queue::ConsumeQueue;
 use super::segment::SegmentSet;
+use super::waiters::AckCondition;
 use super::watch::panic_point;
-use super::{Shared, StoreError, StoreTask, ABORT_FILE};
+use super::{PutStatus, Shared, StoreError, StoreTask, ABORT_FILE};
 
 pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
     let config = &shared.config;
@@ -86,39 +89,69 @@ pub(crate) const TIMEOUT_TICKS: u64 = 4;
 // At least one tick, or nothing would ever be overdue.
 const _: () = assert!(TIMEOUT_TICKS >= 1);
 
+/// The watchdog's tick, and the ticks after which a put is overdue for its flush and for
+/// its replica: a quarter of the shorter timeout that applies (`slaveTimeout` only where
+/// the store waits for a replica), so the shorter one is [`TIMEOUT_TICKS`] ticks.
+pub(crate) fn watchdog_ticks(shared: &Shared) -> (std::time::Duration, u64, u64) {
+    let config = &shared.config;
+    let waits_for_replica = shared.waiters.borrow().requires(AckCondition::Replicated);
+    let shortest = if waits_for_replica {
+        config.sync_flush_timeout.min(config.slave_timeout)
+    } else {
+        config.sync_flush_timeout
+    };
+    let period = (shortest / TIMEOUT_TICKS as u32).max(std::time::Duration::from_millis(1));
+    let ticks = |timeout: std::time::Duration| {
+        let ticks = (timeout.as_nanos() * u128::from(TIMEOUT_TICKS)).div_ceil(shortest.as_nanos());
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    };
+    (
+        period,
+        ticks(config.sync_flush_timeout),
+        ticks(config.slave_timeout),
+    )
+}
+
 pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
-    let period = (shared.config.sync_flush_timeout / TIMEOUT_TICKS as u32)
-        .max(std::time::Duration::from_millis(1));
+    let (period, flush_ticks, replica_ticks) = watchdog_ticks(&shared);
     loop {
         tokio::time::sleep(period).await;
         panic_point(&shared, StoreTask::Watchdog);
         let tick = shared.watchdog_tick.get() + 1;
         shared.watchdog_tick.set(tick);
-        let overdue = |enqueued: u64| {
+        let overdue = |enqueued: u64, after: u64| {
             assert!(
                 enqueued <= tick,
                 "a put was queued at watchdog tick {enqueued}, after the current tick {tick}"
             );
-            tick - enqueued >= TIMEOUT_TICKS
+            tick - enqueued >= after
         };
         for slot in shared.in_flight.borrow().iter() {
-            if overdue(slot.enqueued_tick) {
-                slot.time_out();
+            if overdue(slot.enqueued_tick, flush_ticks) {
+                slot.time_out(PutStatus::FlushDiskTimeout);
             }
         }
         // Written batches still held by an acknowledgement condition (empty between the
-        // appender's turns unless a condition is reached outside them, D14).
-        for item in shared.waiters.borrow().iter().flatten() {
-            if overdue(item.put.slot.enqueued_tick) {
-                item.put.slot.time_out();
+        // appender's turns unless a replica's condition holds them, D14): each is overdue
+        // for what it still waits for.
+        for (batch, durable_here) in shared.waiters.borrow().iter() {
+            let (after, reason) = if durable_here {
+                (replica_ticks, PutStatus::FlushSlaveTimeout)
+            } else {
+                (flush_ticks, PutStatus::FlushDiskTimeout)
+            };
+            for item in &batch.puts {
+                if overdue(item.put.slot.enqueued_tick, after) {
+                    item.put.slot.time_out(reason);
+                }
             }
         }
         // The queue is in arrival order, so the overdue puts are at its front.
         for put in shared.pending.borrow().iter() {
-            if !overdue(put.slot.enqueued_tick) {
+            if !overdue(put.slot.enqueued_tick, flush_ticks) {
                 break;
             }
-            put.slot.time_out();
+            put.slot.time_out(PutStatus::FlushDiskTimeout);
         }
     }
 }
@@ -213,6 +246,11 @@ pub(crate) async fn shutdown(shared: &Rc<Shared>) -> Result<(), StoreError> {
     for task in shared.tasks.borrow_mut().drain(..) {
         task.abort();
     }
+    // Batches still held for a replica are durable here: they stop waiting, so they are
+    // visible before the clean checkpoint, and their puts hear FLUSH_SLAVE_TIMEOUT.
+    if shared.poisoned().is_none() {
+        super::append::waive_replica(shared, PutStatus::FlushSlaveTimeout);
+    }
     let result = finish(shared).await;
     shared.log.close();
     for queue in shared.all_queues() {
@@ -232,9 +270,8 @@ async fn finish(shared: &Shared) -> Result<(), StoreError> {
     if let Some(error) = shared.poisoned() {
         return Err(error);
     }
-    // Every condition a store requires today is reached in the appender's turn, so an idle
-    // appender leaves nothing waiting. A condition reached outside it (a replica's, D14)
-    // will need the shutdown to wait for it or time its waiters out.
+    // The local conditions are reached in the appender's turn, and the replica's was
+    // waived above, so an idle appender leaves nothing waiting.
     {
         let waiters = shared.waiters.borrow();
         assert!(

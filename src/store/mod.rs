@@ -17,9 +17,11 @@
 //! registers it as one waiter at its end offset in the queue of waiters (`waiters.rs`)
 //! and writes it with one write; under SYNC_FLUSH it makes it durable with one fdatasync
 //! in the same turn (group commit); then it releases every waiter whose end the required
-//! acknowledgement conditions (written under ASYNC_FLUSH, flushed under SYNC_FLUSH, later
-//! also a replica's confirmation, D14) have all reached: ConsumeQueue entries (visible),
-//! then the answers. Under ASYNC_FLUSH the flusher task syncs in the background. The
+//! acknowledgement conditions (written under ASYNC_FLUSH, flushed under SYNC_FLUSH, and
+//! under SYNC_MASTER also the replication watermark, [`Store::confirm_replicated`], D14)
+//! have all reached: ConsumeQueue entries and index keys (visible, `dispatch.rs`, the one
+//! function recovery uses too), then the answers, whose [`PutStatus`] says which condition
+//! a put did not get. Under ASYNC_FLUSH the flusher task syncs in the background. The
 //! checkpointer task periodically writes the ConsumeQueues out, syncs them and records the
 //! safe offset recovery starts from.
 //!
@@ -36,6 +38,7 @@ mod append;
 pub mod checkpoint;
 pub mod commit_log;
 pub mod consume_queue;
+mod dispatch;
 mod flush;
 mod gather;
 pub mod index;
@@ -112,14 +115,38 @@ impl StoreError {
     }
 }
 
-/// How a stored message was acknowledged.
+/// How a stored message was acknowledged: every status is a stored message; the ones
+/// besides `Ok` say which acknowledgement condition it did not get, and why (RocketMQ's
+/// PutMessageStatus, reference §5.3 and §6.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PutStatus {
-    /// Durable as the flush mode requires.
+    /// Durable as the flush mode and the role require.
     Ok,
     /// Written, but its flush did not finish within `syncFlushTimeout`; it will be visible
     /// once it does (RocketMQ's FLUSH_DISK_TIMEOUT).
     FlushDiskTimeout,
+    /// SYNC_MASTER: durable here, but no replica confirmed it within `slaveTimeout`; it
+    /// will be visible once one does (RocketMQ's FLUSH_SLAVE_TIMEOUT).
+    FlushSlaveTimeout,
+    /// SYNC_MASTER: durable here, but no replica was attached to confirm it, or the one
+    /// attached went away before it did; visible without it (RocketMQ's
+    /// SLAVE_NOT_AVAILABLE, which 4.9's `isSlaveOK` answers).
+    SlaveNotAvailable,
+}
+
+/// The CommitLog positions of a store, in bytes of the shard's offset space (D4).
+/// `flushed <= written <= write`; `replicated <= written`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPositions {
+    /// Durable on this node's disk.
+    pub flushed: u64,
+    /// Written to the files (the page cache).
+    pub written: u64,
+    /// Where the next append goes (encoded, maybe with a write in flight).
+    pub write: u64,
+    /// Confirmed by a replica ([`Store::confirm_replicated`]); the shard's first offset
+    /// until one does.
+    pub replicated: u64,
 }
 
 /// Where a message was stored.
@@ -129,6 +156,14 @@ pub struct Placement {
     pub queue_offset: u64,
     pub size: u32,
     pub store_timestamp: i64,
+}
+
+impl Placement {
+    /// Where the record ends in the CommitLog: what an acknowledgement condition (written,
+    /// flushed, replicated) must reach for it.
+    pub fn end(&self) -> u64 {
+        self.phys_offset + u64::from(self.size)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,9 +239,6 @@ pub struct StoreStats {
 pub(crate) struct PendingPut {
     pub input: RecordInput,
     pub encoded_len: u32,
-    /// The ConsumeQueue tags code; for [`topic::SCHEDULE_TOPIC`] the delay, which the
-    /// store time is added to when the entry is made ([`topic::tags_code`]).
-    pub tags_code: i64,
     pub slot: Rc<put_slot::PutSlot>,
 }
 
@@ -235,6 +267,12 @@ pub(crate) struct Shared {
     pub poison: RefCell<Option<String>>,
     pub closing: Cell<bool>,
     pub dispatched_pos: Cell<u64>,
+    /// The replication watermark: the CommitLog position up to which a replica confirmed
+    /// the bytes ([`Store::confirm_replicated`]). Only grows; never past `written_pos`.
+    pub replicated_pos: Cell<u64>,
+    /// Whether a replica is attached to wait for ([`Store::set_replica_attached`]). A
+    /// SYNC_MASTER batch written without one does not wait for the replica's condition.
+    pub replica_attached: Cell<bool>,
     pub checkpoint: RefCell<Option<CheckpointFile>>,
     pub stats: Cell<StoreStats>,
     pub tasks: RefCell<Vec<JoinHandle<()>>>,
@@ -245,7 +283,7 @@ pub(crate) struct Shared {
     pub in_flight: RefCell<Vec<Rc<put_slot::PutSlot>>>,
     /// Written batches waiting for the acknowledgement conditions to reach their end
     /// (`waiters.rs`); the appender registers and releases them (`append.rs`).
-    pub waiters: RefCell<waiters::Waiters<Vec<append::Encoded>>>,
+    pub waiters: RefCell<waiters::Waiters<append::Batch>>,
     pub appender_busy: Cell<bool>,
     /// The directory lock ([`crate::io::Disk::lock`]), dropped at a clean close.
     pub lock_file: RefCell<Option<crate::io::FileLock>>,
@@ -502,19 +540,10 @@ impl Store {
         if waiting >= shared.config.max_pending_puts {
             return Err(StoreError::Busy(waiting));
         }
-        // Store time 0: for the schedule topic this is the delay, the entry adds the time.
-        let tags_code = topic::tags_code(
-            &input.topic,
-            input.queue_id,
-            &input.properties,
-            0,
-            &shared.config.schedule_delays_ms,
-        );
         let slot = put_slot::PutSlot::new(shared.watchdog_tick.get());
         shared.pending.borrow_mut().push_back(PendingPut {
             input,
             encoded_len: encoded_len as u32,
-            tags_code,
             slot: slot.clone(),
         });
         shared.appender_wake.notify_one();
@@ -630,7 +659,7 @@ impl Store {
             return Ok(false);
         };
         let end = self.shared.log.write_pos();
-        let behind = end.saturating_sub(first.phys_offset.max(0) as u64);
+        let behind = end.saturating_sub(first.position());
         Ok(behind <= self.shared.config.in_memory_window_bytes)
     }
 
@@ -674,7 +703,7 @@ impl Store {
         let bytes = self
             .shared
             .log
-            .read(entry.phys_offset as u64, entry.size as usize)
+            .read(entry.position(), entry.byte_len())
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
         match record::decode(&bytes, Verify::Structure) {
             Ok(Decoded::Record(view)) => Ok(view.store_timestamp),
@@ -726,10 +755,48 @@ impl Store {
         self.shared.arrivals.notified()
     }
 
-    /// Physical offsets: (durable, written, next append).
-    pub fn log_positions(&self) -> (u64, u64, u64) {
+    /// The CommitLog's positions: flushed, written, next append, and replicated.
+    pub fn log_positions(&self) -> LogPositions {
         let log = &self.shared.log;
-        (log.flushed_pos(), log.written_pos(), log.write_pos())
+        LogPositions {
+            flushed: log.flushed_pos(),
+            written: log.written_pos(),
+            write: log.write_pos(),
+            replicated: self.shared.replicated_pos.get(),
+        }
+    }
+
+    /// A replica has the CommitLog bytes up to `position` (the replication watermark,
+    /// D14): puts waiting for a replica whose end it covers are released (visible, then
+    /// answered), in offset order, now. The watermark only moves forward and never past
+    /// what was written; either is a bug in the caller and panics with both values. A
+    /// store that does not wait for replicas (ASYNC_MASTER) keeps the watermark all the
+    /// same.
+    pub fn confirm_replicated(&self, position: u64) {
+        let shared = &self.shared;
+        let (current, written) = (shared.replicated_pos.get(), shared.log.written_pos());
+        assert!(
+            position >= current,
+            "the replication watermark may only move forward: {current} -> {position}"
+        );
+        assert!(
+            position <= written,
+            "a replica cannot confirm {position}: the CommitLog is written only up to {written}"
+        );
+        shared.replicated_pos.set(position);
+        append::replica_reached(shared, position);
+    }
+
+    /// Whether a replica is attached to wait for (the replication service says, D14). A
+    /// SYNC_MASTER put written while none is attached waits only for its flush and is
+    /// answered SlaveNotAvailable; detaching answers every put still waiting for the
+    /// replica the same way, releasing it on its flush alone. Nothing changes for a store
+    /// that does not wait for replicas.
+    pub fn set_replica_attached(&self, attached: bool) {
+        let shared = &self.shared;
+        if shared.replica_attached.replace(attached) && !attached {
+            append::waive_replica(shared, PutStatus::SlaveNotAvailable);
+        }
     }
 
     /// How this store found its directory.

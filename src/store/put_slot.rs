@@ -1,5 +1,5 @@
 //! Where one put's answer waits: filled once by the appender, or marked timed out by the
-//! flush watchdog, and awaited by the producer.
+//! flush watchdog (with the reason: the flush or the replica), and awaited by the producer.
 //!
 //! It lives on the shard's thread only (`Rc`, `Cell`), so answering costs no atomics, and
 //! the timeout is one watchdog task scanning in coarse ticks rather than a timer per put.
@@ -15,7 +15,7 @@
 //!
 //! ```text
 //!   Waiting ──answer──▶ Answered ──poll──▶ Delivered
-//!      │  ╰──time_out─▶ TimedOut ──poll──▶ Delivered
+//!      │  ╰──time_out─▶ TimedOut(reason) ──poll──▶ Delivered
 //!      ╰──answer / time_out, with a callback──▶ Delivered
 //! ```
 //!
@@ -41,9 +41,10 @@ enum SlotState {
     /// Queued or being written: nothing is decided.
     Waiting,
     /// The appender's answer, not yet taken by the waiter.
-    Answered(Result<Placement, StoreError>),
-    /// The watchdog gave up on the flush; the waiter has not heard it yet.
-    TimedOut,
+    Answered(Result<PutResult, StoreError>),
+    /// The watchdog gave up, for the reason the status names (the flush or the replica);
+    /// the waiter has not heard it yet.
+    TimedOut(PutStatus),
     /// The outcome went to the waiter or the callback. Final.
     Delivered,
 }
@@ -53,7 +54,7 @@ impl SlotState {
         match self {
             SlotState::Waiting => "Waiting",
             SlotState::Answered(_) => "Answered",
-            SlotState::TimedOut => "TimedOut",
+            SlotState::TimedOut(_) => "TimedOut",
             SlotState::Delivered => "Delivered",
         }
     }
@@ -108,30 +109,46 @@ impl PutSlot {
         matches!(*self.state.borrow(), SlotState::Waiting)
     }
 
-    /// The final answer; ignored after a timeout or an earlier answer.
+    /// The final answer, as stored with every condition met; ignored after a timeout or an
+    /// earlier answer.
     pub fn answer(&self, result: Result<Placement, StoreError>) {
+        self.answer_with(result, PutStatus::Ok);
+    }
+
+    /// The final answer of a put released with `status`: Ok, or SlaveNotAvailable for one
+    /// that did not wait for a replica. Ignored after a timeout or an earlier answer.
+    pub fn answer_with(&self, result: Result<Placement, StoreError>, status: PutStatus) {
         if !self.is_waiting() {
             return;
         }
+        let outcome = result.map(|placement| PutResult {
+            status,
+            placement: Some(placement),
+        });
         // Taken out before the call: the callback may do anything but touch this slot.
         let done = self.done.borrow_mut().take();
         match done {
             Some(done) => {
                 self.settle(SlotState::Delivered);
-                done(result.map(|placement| PutResult {
-                    status: PutStatus::Ok,
-                    placement: Some(placement),
-                }));
+                done(outcome);
             }
             None => {
-                self.settle(SlotState::Answered(result));
+                self.settle(SlotState::Answered(outcome));
                 self.wake();
             }
         }
     }
 
-    /// Gives up waiting for the flush: the producer hears FLUSH_DISK_TIMEOUT.
-    pub fn time_out(&self) {
+    /// Gives up waiting: the producer hears `reason`, FlushDiskTimeout (the flush) or
+    /// FlushSlaveTimeout (the replica), with wherever the message was placed.
+    pub fn time_out(&self, reason: PutStatus) {
+        assert!(
+            matches!(
+                reason,
+                PutStatus::FlushDiskTimeout | PutStatus::FlushSlaveTimeout
+            ),
+            "a put times out for its flush or its replica, not with {reason:?}"
+        );
         if !self.is_waiting() {
             return;
         }
@@ -140,12 +157,12 @@ impl PutSlot {
             Some(done) => {
                 self.settle(SlotState::Delivered);
                 done(Ok(PutResult {
-                    status: PutStatus::FlushDiskTimeout,
+                    status: reason,
                     placement: self.placed.get(),
                 }))
             }
             None => {
-                self.settle(SlotState::TimedOut);
+                self.settle(SlotState::TimedOut(reason));
                 self.wake();
             }
         }
@@ -172,12 +189,9 @@ impl PutSlot {
                 *state = SlotState::Waiting;
                 return None;
             }
-            SlotState::Answered(answer) => answer.map(|placement| PutResult {
-                status: PutStatus::Ok,
-                placement: Some(placement),
-            }),
-            SlotState::TimedOut => Ok(PutResult {
-                status: PutStatus::FlushDiskTimeout,
+            SlotState::Answered(answer) => answer,
+            SlotState::TimedOut(reason) => Ok(PutResult {
+                status: reason,
                 placement: self.placed.get(),
             }),
             SlotState::Delivered => {
@@ -238,7 +252,7 @@ mod tests {
         let mut wait = PutWait(slot.clone());
         assert!(poll_once(&mut wait).is_pending());
         slot.set_placed(placement());
-        slot.time_out();
+        slot.time_out(PutStatus::FlushDiskTimeout);
         slot.answer(Ok(placement()));
         match poll_once(&mut wait) {
             Poll::Ready(Ok(result)) => {
@@ -249,7 +263,7 @@ mod tests {
         }
         // Late answers after delivery are still ignored.
         slot.answer(Ok(placement()));
-        slot.time_out();
+        slot.time_out(PutStatus::FlushDiskTimeout);
     }
 
     #[test]
@@ -259,10 +273,38 @@ mod tests {
         let sink = heard.clone();
         slot.set_done(Box::new(move |outcome| sink.borrow_mut().push(outcome)));
         slot.answer(Ok(placement()));
-        slot.time_out();
+        slot.time_out(PutStatus::FlushDiskTimeout);
         slot.answer(Err(StoreError::ShuttingDown));
         assert_eq!(heard.borrow().len(), 1);
         assert_eq!(heard.borrow()[0].as_ref().unwrap().status, PutStatus::Ok);
+    }
+
+    #[test]
+    fn a_timeout_and_an_answer_carry_their_reason() {
+        let slot = PutSlot::new(0);
+        let mut wait = PutWait(slot.clone());
+        slot.set_placed(placement());
+        slot.time_out(PutStatus::FlushSlaveTimeout);
+        match poll_once(&mut wait) {
+            Poll::Ready(Ok(result)) => {
+                assert_eq!(result.status, PutStatus::FlushSlaveTimeout);
+                assert_eq!(result.placement, Some(placement()));
+            }
+            other => panic!("expected the replica's timeout, got {other:?}"),
+        }
+        let slot = PutSlot::new(0);
+        let heard = Rc::new(RefCell::new(Vec::new()));
+        let sink = heard.clone();
+        slot.set_done(Box::new(move |outcome| sink.borrow_mut().push(outcome)));
+        slot.answer_with(Ok(placement()), PutStatus::SlaveNotAvailable);
+        let status = heard.borrow()[0].as_ref().unwrap().status;
+        assert_eq!(status, PutStatus::SlaveNotAvailable);
+    }
+
+    #[test]
+    #[should_panic(expected = "not with SlaveNotAvailable")]
+    fn a_timeout_without_a_timeout_reason_is_a_bug() {
+        PutSlot::new(0).time_out(PutStatus::SlaveNotAvailable);
     }
 
     #[test]

@@ -167,6 +167,6 @@ impl Store {
             .map_err(|error| StoreError::from_io("reading a consume queue", &error))?;
         Ok(entries
             .first()
-            .is_some_and(|entry| entry.phys_offset == phys as i64 && entry.size == size as i32))
+            .is_some_and(|entry| entry.position() == phys && entry.size_bytes() == size))
     }
 }

@@ -70,7 +70,7 @@ pub fn select(
         if records.len() >= limits.max_count {
             break;
         }
-        if !records.is_empty() && bytes_total + entry.size as usize > limits.max_bytes {
+        if !records.is_empty() && bytes_total + entry.byte_len() > limits.max_bytes {
             break;
         }
         let queue_offset = first + index as u64;
@@ -79,11 +79,11 @@ pub fn select(
         if tag_codes.is_some_and(|codes| !codes.contains(&(entry.tags_code as i32))) {
             continue;
         }
-        bytes_total += entry.size as usize;
+        bytes_total += entry.byte_len();
         records.push(RecordLoc {
-            phys_offset: entry.phys_offset as u64,
+            phys_offset: entry.position(),
             queue_offset,
-            size: entry.size as u32,
+            size: entry.size_bytes(),
         });
     }
     (records, next)

@@ -32,7 +32,8 @@ use tokio::sync::Notify;
 
 use super::checkpoint::CheckpointFile;
 use super::commit_log::CommitLog;
-use super::consume_queue::{ConsumeQueue, CqEntry};
+use super::consume_queue::ConsumeQueue;
+use super::dispatch::{dispatch_record, DispatchRecord};
 use super::index::{Index, INDEX_DIR};
 use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
@@ -122,6 +123,9 @@ pub(crate) async fn open(
         poison: RefCell::new(None),
         closing: Cell::new(false),
         dispatched_pos: Cell::new(safe),
+        // Nothing is known to be replicated until a replica says so.
+        replicated_pos: Cell::new(config.offset_base()),
+        replica_attached: Cell::new(false),
         checkpoint: RefCell::new(Some(checkpoint)),
         stats: Cell::new(StoreStats::default()),
         tasks: RefCell::new(Vec::new()),
@@ -130,7 +134,7 @@ pub(crate) async fn open(
         watchdog_tick: Cell::new(0),
         in_flight: RefCell::new(Vec::new()),
         waiters: RefCell::new(Waiters::new(
-            AckCondition::for_flush_mode(config.flush_mode),
+            AckCondition::required(config.flush_mode, config.broker_role),
             safe,
         )),
         lock_file: RefCell::new(lock_file),
@@ -180,8 +184,10 @@ pub(crate) async fn open(
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
     trim_to_log_start(&shared)?;
-    *shared.waiters.borrow_mut() =
-        Waiters::new(AckCondition::for_flush_mode(shared.config.flush_mode), end);
+    *shared.waiters.borrow_mut() = Waiters::new(
+        AckCondition::required(shared.config.flush_mode, shared.config.broker_role),
+        end,
+    );
     super::flush::checkpoint(&shared, false).await?;
     let abort = dir.join(ABORT_FILE);
     let marker = shared
@@ -302,7 +308,7 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<Recovered, StoreError
     })
 }
 
-/// Appends the ConsumeQueue entry of the valid record at `phys` again. A record whose
+/// Dispatches the valid record at `phys` again (`dispatch.rs`, as the appender did). A record whose
 /// topic or queue id today's rules refuse, or whose queue offset does not continue its
 /// queue, is corruption naming the offset; an I/O error creating its queue stays one.
 fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), StoreError> {
@@ -320,38 +326,18 @@ fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), S
         )),
         other => other,
     })?;
-    let tags_code = topic::tags_code(
-        view.topic,
-        view.queue_id,
-        view.properties,
-        view.store_timestamp,
-        &shared.config.schedule_delays_ms,
-    );
-    let entry = CqEntry {
-        phys_offset: phys as i64,
-        size: view.total_size as i32,
-        tags_code,
-    };
-    queue
-        .append(view.queue_offset as u64, entry)
+    // A duplicate is a record the queue kept from before the crash: dispatch is
+    // idempotent, and the index skips what it holds.
+    let dispatched = dispatch_record(shared, &queue, &DispatchRecord::from_view(phys, view))
         .map_err(|why| {
             StoreError::Corrupt(format!(
                 "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
             ))
         })?;
-    if let Some(index) = &shared.index {
-        index
-            .add_record(
-                view.topic,
-                view.properties,
-                view.sys_flag,
-                phys,
-                view.store_timestamp,
-                shared.clock.now_ms(),
-            )
-            .map_err(|error| StoreError::from_io("indexing a re-dispatched record", &error))?;
-    }
-    Ok(())
+    dispatched
+        .indexed
+        .map(|_| ())
+        .map_err(|error| StoreError::from_io("indexing a re-dispatched record", &error))
 }
 
 /// Loads every `consumequeue/<topic>/<queueId>` directory.

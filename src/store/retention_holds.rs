@@ -113,7 +113,7 @@ pub(crate) fn resolve(
             });
             resolved.push(Resolved {
                 holds: holds.clone(),
-                phys: entry.phys_offset as u64,
+                phys: entry.position(),
                 from,
                 queue: found,
                 hold,

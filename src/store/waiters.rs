@@ -13,10 +13,16 @@
 //!
 //! Every acknowledgement condition ([`AckCondition`]) is a position in the CommitLog that
 //! only grows: the end of what is written (ASYNC_FLUSH), of what is synced (SYNC_FLUSH), of
-//! what a replica confirmed (SYNC_MASTER, D14, not built yet). A store requires one or more
-//! of them; what is visible (and answered) is everything up to the *minimum* of the
-//! required positions, the [`Watermarks`] limit. A second condition is one more input to
-//! that minimum: nothing else here changes.
+//! what a replica confirmed (SYNC_MASTER, D14). A store requires one or more of them, by
+//! its flush mode and its role ([`AckCondition::required`]); what is visible (and answered)
+//! is everything up to the *minimum* of the required positions, the [`Watermarks`] limit.
+//! A second condition is one more input to that minimum.
+//!
+//! The replica's condition can be waived per waiter ([`ReplicaWait::Waived`]): a batch
+//! written while no replica is attached, or still held when the replica goes away or the
+//! store stops, waits only for the local conditions (its puts hear why they were not
+//! replicated, `append.rs`). Release stays in end order: a waived batch behind a held one
+//! waits for it.
 //!
 //! The queue holds one entry per written batch (its end offset and its payload, the
 //! batch's puts), not one per put, so registering and releasing cost one `VecDeque` push
@@ -33,7 +39,7 @@
 
 use std::collections::VecDeque;
 
-use crate::config::FlushMode;
+use crate::config::{BrokerRole, FlushMode};
 
 /// A position a batch must reach before it is visible and answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +48,7 @@ pub(crate) enum AckCondition {
     Written,
     /// The batch's fdatasync completed: it is durable on this node's disk (SYNC_FLUSH).
     Flushed,
-    /// A replica confirmed it (SYNC_MASTER, D14). Replication is not built yet: only the
-    /// tests require and advance it.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// A replica confirmed it (SYNC_MASTER, D14): [`super::Store::confirm_replicated`].
     Replicated,
 }
 
@@ -68,6 +72,34 @@ impl AckCondition {
             FlushMode::Async => &[AckCondition::Written],
         }
     }
+
+    /// What a store running `flush_mode` as `role` requires before a message is visible
+    /// and answered (D7, D14): the flush mode's condition, and under SYNC_MASTER a
+    /// replica's confirmation as well. Panics for a SLAVE, whose log no put writes (the
+    /// store's config refuses it).
+    pub fn required(flush_mode: FlushMode, role: BrokerRole) -> &'static [AckCondition] {
+        match (role, flush_mode) {
+            (BrokerRole::AsyncMaster, mode) => AckCondition::for_flush_mode(mode),
+            (BrokerRole::SyncMaster, FlushMode::Sync) => {
+                &[AckCondition::Flushed, AckCondition::Replicated]
+            }
+            (BrokerRole::SyncMaster, FlushMode::Async) => {
+                &[AckCondition::Written, AckCondition::Replicated]
+            }
+            (BrokerRole::Slave, mode) => {
+                panic!("a SLAVE store has no put conditions ({mode:?}): its config is refused")
+            }
+        }
+    }
+}
+
+/// Whether a waiter waits for the replica's condition too, where the store requires it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplicaWait {
+    /// Every required condition, the replica's included.
+    Wait,
+    /// Only the local ones (written or flushed): no replica was attached, or it went away.
+    Waived,
 }
 
 /// The position each required condition has reached; the visible limit is their minimum.
@@ -88,6 +120,12 @@ impl Watermarks {
         for condition in conditions {
             positions[condition.index()] = Some(start);
         }
+        assert!(
+            conditions
+                .iter()
+                .any(|condition| *condition != AckCondition::Replicated),
+            "a store needs a local acknowledgement condition besides a replica's: {conditions:?}"
+        );
         Watermarks { positions }
     }
 
@@ -105,18 +143,35 @@ impl Watermarks {
 
     /// Everything below this is acknowledged by every required condition.
     pub fn limit(&self) -> u64 {
+        self.limit_for(ReplicaWait::Wait)
+    }
+
+    /// The limit of a waiter that waits as `replica` says: without the replica's
+    /// condition when it is waived.
+    pub fn limit_for(&self, replica: ReplicaWait) -> u64 {
+        let skip = match replica {
+            ReplicaWait::Wait => None,
+            ReplicaWait::Waived => Some(AckCondition::Replicated.index()),
+        };
         self.positions
             .iter()
-            .flatten()
-            .copied()
+            .enumerate()
+            .filter(|(index, _)| Some(*index) != skip)
+            .filter_map(|(_, position)| *position)
             .min()
-            .expect("a Watermarks has at least one condition (checked at new)")
+            .expect("a Watermarks has a local condition (checked at new)")
+    }
+
+    /// Whether the store requires `condition`.
+    pub fn requires(&self, condition: AckCondition) -> bool {
+        self.positions[condition.index()].is_some()
     }
 }
 
 struct Waiter<T> {
     end: u64,
     payload: T,
+    replica: ReplicaWait,
 }
 
 /// Waiters ordered by end offset, released by [`Watermarks`]. Not shared: the store keeps
@@ -142,15 +197,42 @@ impl<T> Waiters<T> {
         }
     }
 
-    /// Queues `payload`, to be released once every condition has reached `end`.
-    pub fn register(&mut self, end: u64, payload: T) {
+    /// Queues `payload`, to be released once every condition has reached `end` (but the
+    /// replica's, when `replica` waives it).
+    pub fn register(&mut self, end: u64, payload: T, replica: ReplicaWait) {
         assert!(
             end >= self.registered,
             "waiters must be registered in ascending end offsets: {end} after {}",
             self.registered
         );
         self.registered = end;
-        self.queue.push_back(Waiter { end, payload });
+        self.queue.push_back(Waiter {
+            end,
+            payload,
+            replica,
+        });
+    }
+
+    /// Stops every waiter from waiting for the replica's condition, handing each one that
+    /// was waiting for it to `waived` (to record why its puts go unreplicated). Releases
+    /// nothing by itself.
+    pub fn waive_replica(&mut self, mut waived: impl FnMut(&mut T)) {
+        for waiter in &mut self.queue {
+            if waiter.replica == ReplicaWait::Wait {
+                waiter.replica = ReplicaWait::Waived;
+                waived(&mut waiter.payload);
+            }
+        }
+    }
+
+    /// Where `condition` stands, if the store requires it.
+    pub fn position(&self, condition: AckCondition) -> Option<u64> {
+        self.watermarks.positions[condition.index()]
+    }
+
+    /// Whether the store requires `condition` (see [`Watermarks::requires`]).
+    pub fn requires(&self, condition: AckCondition) -> bool {
+        self.watermarks.requires(condition)
     }
 
     /// `condition` has reached `position` (see [`Watermarks::advance`]). Releases
@@ -168,17 +250,17 @@ impl<T> Waiters<T> {
     pub fn ready(&self) -> bool {
         self.queue
             .front()
-            .is_some_and(|front| front.end <= self.watermarks.limit())
+            .is_some_and(|front| front.end <= self.watermarks.limit_for(front.replica))
     }
 
-    /// Releases the lowest waiter when the limit has reached its end: its end and payload.
+    /// Releases the lowest waiter when its limit has reached its end: its end and payload.
     /// Call again until `None`; each call borrows the queue only for the pop.
     pub fn pop_ready(&mut self) -> Option<(u64, T)> {
-        let limit = self.watermarks.limit();
+        let limit = self.watermarks.limit_for(self.queue.front()?.replica);
         if self.queue.front()?.end > limit {
             return None;
         }
-        let Waiter { end, payload } = self.queue.pop_front().expect("front exists");
+        let Waiter { end, payload, .. } = self.queue.pop_front().expect("front exists");
         assert!(
             self.released <= end && end <= limit,
             "waiters are released in ascending end offsets and never past the limit: \
@@ -197,9 +279,14 @@ impl<T> Waiters<T> {
             .map(|waiter| waiter.payload)
     }
 
-    /// The waiting payloads, in end order (the flush watchdog looks for overdue puts).
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.queue.iter().map(|waiter| &waiter.payload)
+    /// The waiting payloads, in end order, each with whether the local conditions (all
+    /// but the replica's) have reached its end: what it still waits for, when the flush
+    /// watchdog finds it overdue.
+    pub fn iter(&self) -> impl Iterator<Item = (&T, bool)> {
+        let local = self.watermarks.limit_for(ReplicaWait::Waived);
+        self.queue
+            .iter()
+            .map(move |waiter| (&waiter.payload, waiter.end <= local))
     }
 
     /// The end of the newest waiter released.
@@ -219,6 +306,7 @@ impl<T> Waiters<T> {
 #[cfg(test)]
 mod tests {
     use super::AckCondition::{Flushed, Replicated, Written};
+    use super::ReplicaWait::{Wait, Waived};
     use super::*;
 
     fn drain(waiters: &mut Waiters<&'static str>) -> Vec<(u64, &'static str)> {
@@ -228,9 +316,9 @@ mod tests {
     #[test]
     fn waiters_release_in_offset_order_up_to_the_limit() {
         let mut waiters = Waiters::new(&[Written], 0);
-        waiters.register(100, "a");
-        waiters.register(250, "b");
-        waiters.register(400, "c");
+        waiters.register(100, "a", Wait);
+        waiters.register(250, "b", Wait);
+        waiters.register(400, "c", Wait);
         waiters.advance(Written, 300);
         assert_eq!(drain(&mut waiters), vec![(100, "a"), (250, "b")]);
         assert_eq!((waiters.released(), waiters.len()), (250, 1));
@@ -242,7 +330,7 @@ mod tests {
     #[test]
     fn a_waiter_whose_end_is_reached_exactly_is_released() {
         let mut waiters = Waiters::new(&[Flushed], 64);
-        waiters.register(128, "a");
+        waiters.register(128, "a", Wait);
         waiters.advance(Flushed, 127);
         assert!(!waiters.ready());
         waiters.advance(Flushed, 128);
@@ -267,8 +355,8 @@ mod tests {
     fn a_second_condition_holds_release_until_it_advances() {
         // Flushed is SYNC_FLUSH's condition; Replicated stands in for a replica (D14).
         let mut waiters = Waiters::new(&[Flushed, Replicated], 0);
-        waiters.register(100, "a");
-        waiters.register(200, "b");
+        waiters.register(100, "a", Wait);
+        waiters.register(200, "b", Wait);
         waiters.advance(Written, 200);
         waiters.advance(Flushed, 200);
         assert!(!waiters.ready());
@@ -283,9 +371,9 @@ mod tests {
     #[test]
     fn a_poison_takes_every_waiter_unreleased() {
         let mut waiters = Waiters::new(&[Flushed, Replicated], 0);
-        waiters.register(100, "a");
-        waiters.register(200, "b");
-        waiters.register(300, "c");
+        waiters.register(100, "a", Wait);
+        waiters.register(200, "b", Wait);
+        waiters.register(300, "c", Wait);
         waiters.advance(Flushed, 300);
         waiters.advance(Replicated, 100);
         assert_eq!(drain(&mut waiters), vec![(100, "a")]);
@@ -310,7 +398,7 @@ mod tests {
         assert!(waiters.pop_ready().is_none());
         assert_eq!((waiters.released(), waiters.limit()), (0, 500));
         // A later waiter below the limit goes at once.
-        waiters.register(300, "a");
+        waiters.register(300, "a", Wait);
         assert_eq!(drain(&mut waiters), vec![(300, "a")]);
     }
 
@@ -327,11 +415,61 @@ mod tests {
     }
 
     #[test]
+    fn the_role_adds_the_replica_to_the_flush_modes_condition() {
+        use crate::config::BrokerRole::{AsyncMaster, SyncMaster};
+        assert_eq!(
+            AckCondition::required(FlushMode::Sync, AsyncMaster),
+            [Flushed]
+        );
+        assert_eq!(
+            AckCondition::required(FlushMode::Async, AsyncMaster),
+            [Written]
+        );
+        assert_eq!(
+            AckCondition::required(FlushMode::Sync, SyncMaster),
+            [Flushed, Replicated]
+        );
+        assert_eq!(
+            AckCondition::required(FlushMode::Async, SyncMaster),
+            [Written, Replicated]
+        );
+    }
+
+    #[test]
+    fn a_waived_waiter_needs_only_the_local_conditions_but_keeps_its_place() {
+        let mut waiters = Waiters::new(&[Flushed, Replicated], 0);
+        waiters.register(100, "held", Wait);
+        waiters.register(200, "waived", Waived);
+        waiters.advance(Flushed, 200);
+        // The waived one is ready by itself, but the held one before it is not.
+        assert!(drain(&mut waiters).is_empty());
+        let locally_reached: Vec<_> = waiters.iter().map(|(_, local)| local).collect();
+        assert_eq!(locally_reached, [true, true]);
+        waiters.advance(Replicated, 100);
+        assert_eq!(drain(&mut waiters), vec![(100, "held"), (200, "waived")]);
+    }
+
+    #[test]
+    fn waiving_the_replica_releases_on_the_local_conditions() {
+        let mut waiters = Waiters::new(&[Flushed, Replicated], 0);
+        waiters.register(100, "a", Wait);
+        waiters.register(200, "b", Waived);
+        waiters.register(300, "c", Wait);
+        waiters.advance(Flushed, 200);
+        let mut marked = Vec::new();
+        waiters.waive_replica(|payload| marked.push(*payload));
+        assert_eq!(marked, ["a", "c"], "only those that waited for the replica");
+        assert_eq!(drain(&mut waiters), vec![(100, "a"), (200, "b")]);
+        waiters.advance(Flushed, 300);
+        assert_eq!(drain(&mut waiters), vec![(300, "c")]);
+    }
+
+    #[test]
     #[should_panic(expected = "ascending end offsets: 50 after 100")]
     fn registering_below_the_last_end_is_a_bug() {
         let mut waiters = Waiters::new(&[Written], 0);
-        waiters.register(100, "a");
-        waiters.register(50, "b");
+        waiters.register(100, "a", Wait);
+        waiters.register(50, "b", Wait);
     }
 
     #[test]

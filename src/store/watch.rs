@@ -144,7 +144,7 @@ fn fail_waiting_puts(shared: &Shared, error: &StoreError) {
         .waiters
         .borrow()
         .iter()
-        .flatten()
+        .flat_map(|(batch, _)| &batch.puts)
         .map(|item| item.put.slot.clone())
         .collect();
     for slot in in_flight

@@ -216,7 +216,7 @@ fn run_life(
             // The workload ended first: cut the power now, mid-flight of nothing.
             sim.crash_now();
         }
-        let (flushed, _, _) = store.log_positions();
+        let flushed = store.log_positions().flushed;
         for (key, acked) in async_acks.borrow_mut().drain(..) {
             if acked.phys_offset + acked.size as u64 <= flushed {
                 shared_model.borrow_mut().insert(key, acked);
@@ -252,7 +252,7 @@ fn read_random(store: &Store, rng: &mut Rng) {
 /// segment (then it is below its queue's minimum and not found by key); every served
 /// entry is valid and at or past the log's start.
 fn check_store(store: &Store, model: &Model, when: &str) {
-    let (_, _, log_end) = store.log_positions();
+    let log_end = store.log_positions().write;
     let log_start = store.log_start();
     for ((topic, queue_id, queue_offset), acked) in model {
         if acked.phys_offset < log_start {
