@@ -194,9 +194,9 @@ impl<T: Clone + Send + Sync + 'static> PersistedTable<T> {
         }
     }
 
-    /// Writes the value now, on the calling thread, if the file is behind it: a clean
-    /// stop, tools and tests; never a shard's reactor.
-    pub fn flush(&self) -> Result<(), WriteFailed> {
+    /// Writes the value now, on the calling thread, if the file is behind it (true if it
+    /// wrote): a clean stop, tools and tests; never a shard's reactor.
+    pub fn flush(&self) -> Result<bool, WriteFailed> {
         self.inner.write()
     }
 
@@ -258,8 +258,9 @@ impl<T: Clone + Send + Sync + 'static> PersistedTable<T> {
 }
 
 impl<T: Clone> Inner<T> {
-    /// Writes the value whole if the file is behind it; one write at a time.
-    fn write(&self) -> Result<(), WriteFailed> {
+    /// Writes the value whole if the file is behind it (true if it wrote); one write at a
+    /// time.
+    fn write(&self) -> Result<bool, WriteFailed> {
         let _writing = self.writing.lock();
         // Changes from here on queue another write.
         self.scheduled.store(false, Ordering::Release);
@@ -268,12 +269,13 @@ impl<T: Clone> Inner<T> {
             (current.version, current.value.clone())
         };
         if version <= self.persisted.borrow().written {
-            return Ok(());
+            return Ok(false);
         }
         let bytes = (self.encode)(&value);
         // Changes made during the fsyncs below are made in place again.
         drop(value);
-        self.store(version, &bytes)
+        self.store(version, &bytes)?;
+        Ok(true)
     }
 
     /// Replaces the file with `bytes`, which hold change `version`, and records it.
@@ -338,6 +340,7 @@ impl<T: Clone> Inner<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::meta::test_files::RecordingFiles;
     use crate::io::meta::RealFiles;
     use std::collections::BTreeMap;
 
@@ -390,7 +393,7 @@ mod tests {
     #[test]
     fn durable_returns_once_the_file_holds_the_change_written_off_the_calling_thread() {
         let dir = tempfile::tempdir().unwrap();
-        let files = Arc::new(CountingFiles::default());
+        let files = Arc::new(RecordingFiles::default());
         let table =
             PersistedTable::new(files.clone(), dir.path().join("t.json"), Map::new(), encode);
         run(async {
@@ -402,7 +405,7 @@ mod tests {
             assert_eq!(on_disk(&table).unwrap()["a"], 7);
         });
         assert!(!table.is_behind());
-        let writers = files.0.lock().clone();
+        let writers = files.writers();
         assert_eq!(writers.len(), 1);
         assert_ne!(
             writers[0],
@@ -459,42 +462,10 @@ mod tests {
         assert_eq!(table.read(|map| map["a"]), 2);
     }
 
-    /// The real filesystem, recording which thread made each table write through it.
-    #[derive(Debug, Default)]
-    struct CountingFiles(Locked<Vec<std::thread::ThreadId>>);
-
-    impl MetaFiles for CountingFiles {
-        fn read_file(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-            RealFiles.read_file(path)
-        }
-        fn write_file_synced(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-            self.0.lock().push(std::thread::current().id());
-            RealFiles.write_file_synced(path, bytes)
-        }
-        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-            RealFiles.rename(from, to)
-        }
-        fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-            RealFiles.create_dir_all(dir)
-        }
-        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-            RealFiles.sync_dir(dir)
-        }
-        fn read_range(&self, path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-            RealFiles.read_range(path, offset, len)
-        }
-        fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-            RealFiles.remove_file(path)
-        }
-        fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-            RealFiles.list_dir(dir)
-        }
-    }
-
     #[test]
     fn changes_made_while_a_write_is_queued_are_taken_by_that_write() {
         let dir = tempfile::tempdir().unwrap();
-        let files = Arc::new(CountingFiles::default());
+        let files = Arc::new(RecordingFiles::default());
         let table =
             PersistedTable::new(files.clone(), dir.path().join("t.json"), Map::new(), encode);
         run(async {
@@ -509,6 +480,6 @@ mod tests {
             table.durable(last).await.unwrap();
         });
         assert_eq!(on_disk(&table).unwrap()["a"], 99);
-        assert_eq!(files.0.lock().len(), 1, "100 changes, one write");
+        assert_eq!(files.writes(), 1, "100 changes, one write");
     }
 }

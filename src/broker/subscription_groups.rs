@@ -401,7 +401,7 @@ impl SubscriptionGroups {
             table.subscription_group_table.insert(name, config);
             true
         });
-        self.table.flush()
+        self.table.flush().map(drop)
     }
 
     /// Removes a group and writes the table before returning (on the calling thread);
@@ -450,7 +450,7 @@ impl SubscriptionGroups {
 
     /// Writes the table now if the file is behind it, on the calling thread (a clean stop).
     pub fn flush(&self) -> Result<(), WriteFailed> {
-        self.table.flush()
+        self.table.flush().map(drop)
     }
 
     /// Applies `edit` to the table in place; if it changed something (`edit` returns
@@ -480,7 +480,7 @@ fn encode(table: &SubscriptionGroupWrapper) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
+    use crate::io::meta::test_files::RecordingFiles;
 
     #[test]
     fn a_change_survives_a_reload_with_the_fields_the_node_does_not_know() {
@@ -561,50 +561,10 @@ mod tests {
         assert_eq!(reloaded.len(), 4);
     }
 
-    /// The real filesystem, with a slow fsync, counting the files written and whether
-    /// any was written on the thread named `reactor`.
-    #[derive(Debug, Default)]
-    struct SlowFiles {
-        writes: std::sync::atomic::AtomicUsize,
-        on_reactor: std::sync::atomic::AtomicBool,
-    }
-
-    impl MetaFiles for SlowFiles {
-        fn read_file(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-            RealFiles.read_file(path)
-        }
-        fn write_file_synced(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            if std::thread::current().name() == Some("reactor") {
-                self.on_reactor.store(true, Ordering::Relaxed);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            RealFiles.write_file_synced(path, bytes)
-        }
-        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-            RealFiles.rename(from, to)
-        }
-        fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-            RealFiles.create_dir_all(dir)
-        }
-        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-            RealFiles.sync_dir(dir)
-        }
-        fn read_range(&self, path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-            RealFiles.read_range(path, offset, len)
-        }
-        fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-            RealFiles.remove_file(path)
-        }
-        fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-            RealFiles.list_dir(dir)
-        }
-    }
-
     #[test]
     fn auto_created_groups_are_written_off_the_reactor_many_to_a_write() {
         let dir = tempfile::tempdir().unwrap();
-        let files = Arc::new(SlowFiles::default());
+        let files = Arc::new(RecordingFiles::slow(std::time::Duration::from_millis(20)));
         let table = SubscriptionGroups::load_from(files.clone(), dir.path(), true).unwrap();
         let path = dir.path().to_owned();
         std::thread::Builder::new()
@@ -640,10 +600,13 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
-        let writes = files.writes.load(Ordering::Relaxed);
+        let writes = files.writes();
         assert!(writes < 50, "{writes} writes for 501 changes");
         assert!(
-            !files.on_reactor.load(Ordering::Relaxed),
+            !files
+                .names()
+                .iter()
+                .any(|name| name.as_deref() == Some("reactor")),
             "a write ran on the reactor"
         );
         let reloaded = SubscriptionGroups::load(&path, true).unwrap();

@@ -163,3 +163,79 @@ mod tests {
         );
     }
 }
+
+/// A [`MetaFiles`] for unit tests: the real filesystem, optionally slow, recording the thread
+/// each file write ran on (whether table writes left the reactor, and how many there were).
+#[cfg(test)]
+pub(crate) mod test_files {
+    use super::{MetaFiles, RealFiles};
+    use crate::sync::Locked;
+    use std::io;
+    use std::path::Path;
+    use std::thread::{Thread, ThreadId};
+    use std::time::Duration;
+
+    #[derive(Debug, Default)]
+    pub(crate) struct RecordingFiles {
+        /// Each `write_file_synced` waits this long first: a slow fsync.
+        delay: Duration,
+        writers: Locked<Vec<Thread>>,
+    }
+
+    impl RecordingFiles {
+        pub(crate) fn slow(delay: Duration) -> RecordingFiles {
+            RecordingFiles {
+                delay,
+                ..RecordingFiles::default()
+            }
+        }
+
+        /// Files written so far.
+        pub(crate) fn writes(&self) -> usize {
+            self.writers.lock().len()
+        }
+
+        /// The threads that wrote them, in order.
+        pub(crate) fn writers(&self) -> Vec<ThreadId> {
+            self.writers.lock().iter().map(Thread::id).collect()
+        }
+
+        /// Those threads' names.
+        pub(crate) fn names(&self) -> Vec<Option<String>> {
+            let writers = self.writers.lock();
+            writers
+                .iter()
+                .map(|t| t.name().map(str::to_owned))
+                .collect()
+        }
+    }
+
+    impl MetaFiles for RecordingFiles {
+        fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+            RealFiles.read_file(path)
+        }
+        fn write_file_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+            self.writers.lock().push(std::thread::current());
+            std::thread::sleep(self.delay);
+            RealFiles.write_file_synced(path, bytes)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            RealFiles.rename(from, to)
+        }
+        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+            RealFiles.create_dir_all(dir)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            RealFiles.sync_dir(dir)
+        }
+        fn read_range(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+            RealFiles.read_range(path, offset, len)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            RealFiles.remove_file(path)
+        }
+        fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+            RealFiles.list_dir(dir)
+        }
+    }
+}

@@ -162,15 +162,13 @@ impl DelayOffsets {
     /// Writes the file on the calling thread if a cursor moved since the last write; true
     /// if it wrote (tools, tests).
     pub fn persist_if_changed(&self) -> Result<bool, WriteFailed> {
-        let behind = self.table.is_behind();
-        self.table.flush()?;
-        Ok(behind)
+        self.table.flush()
     }
 
     /// Writes the whole table on the calling thread unless the file holds it already (a
     /// clean stop, tools, tests; never a shard's reactor).
     pub fn persist(&self) -> Result<(), WriteFailed> {
-        self.table.flush()
+        self.table.flush().map(drop)
     }
 }
 
