@@ -39,13 +39,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::net::tcp::Tcp;
+use crate::net::{Connection, Transport, WriteHalf};
 use crate::remoting::{
     encode_frame, take_frame, RemotingCommand, DEFAULT_MAX_FRAME_LEN, ONEWAY_FLAG,
 };
@@ -151,7 +151,8 @@ impl Slots {
 }
 
 struct Inner {
-    writer: OwnedWriteHalf,
+    /// The connection's write half, from whichever transport it was opened over.
+    writer: Box<dyn WriteHalf>,
     /// Encoded frames not yet taken by the socket; bytes leave only from the front.
     out: RefCell<Vec<u8>>,
     /// The flusher task, parked until `out` has bytes for it.
@@ -354,13 +355,18 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects; must be called inside a `LocalSet`.
+    /// Connects over TCP; must be called inside a `LocalSet`.
     pub async fn connect(addr: SocketAddr) -> io::Result<Client> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        Client::connect_over(&Tcp, addr).await
+    }
+
+    /// Connects through `transport` (TCP, or a host of the simulated network); must be
+    /// called inside a `LocalSet`.
+    pub async fn connect_over<T: Transport>(transport: &T, addr: SocketAddr) -> io::Result<Client> {
+        let stream = transport.connect(addr).await?;
         let (reader, writer) = stream.into_split();
         let inner = Rc::new(Inner {
-            writer,
+            writer: Box::new(writer),
             out: RefCell::new(Vec::with_capacity(4096)),
             flusher: Cell::new(None),
             written: Cell::new(0),
@@ -511,7 +517,7 @@ async fn flush_frames(client: Weak<Inner>) {
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     drop(out);
-                    match inner.writer.as_ref().poll_write_ready(cx) {
+                    match inner.writer.poll_write_ready(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(_)) => return Poll::Ready(false),
@@ -563,7 +569,7 @@ async fn watch_deadlines(client: Weak<Inner>) {
     .await
 }
 
-async fn read_responses(mut reader: OwnedReadHalf, client: Weak<Inner>) {
+async fn read_responses(mut reader: impl AsyncRead + Unpin, client: Weak<Inner>) {
     let mut buffer = BytesMut::with_capacity(64 * 1024);
     'read: loop {
         {

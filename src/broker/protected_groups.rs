@@ -90,3 +90,20 @@ pub fn protect(broker: &Broker) {
             broker.metrics.clone(),
         )));
 }
+
+/// Consumer-aware retention as a shard service ([`crate::shard::service`]): the holds of
+/// [`protect`], no task, nothing to do at stop.
+pub fn open_service(
+    broker: &Rc<Broker>,
+) -> anyhow::Result<Rc<dyn crate::shard::service::ShardService>> {
+    protect(broker);
+    Ok(Rc::new(ProtectedGroupsService))
+}
+
+struct ProtectedGroupsService;
+
+impl crate::shard::service::ShardService for ProtectedGroupsService {
+    fn name(&self) -> &'static str {
+        "consumer-aware retention"
+    }
+}

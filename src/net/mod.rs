@@ -52,6 +52,11 @@ pub trait Listener: 'static {
 
 /// One established connection: a byte stream both ways.
 pub trait Connection: AsyncRead + AsyncWrite + Unpin + 'static {
+    /// The reading end once split.
+    type ReadHalf: AsyncRead + Unpin + 'static;
+    /// The writing end once split.
+    type WriteHalf: WriteHalf;
+
     fn peer_addr(&self) -> io::Result<SocketAddr>;
 
     fn local_addr(&self) -> io::Result<SocketAddr>;
@@ -59,6 +64,40 @@ pub trait Connection: AsyncRead + AsyncWrite + Unpin + 'static {
     /// Writes the bytes of `range` (a CommitLog file range) to the connection, all of them
     /// or an error.
     fn send_file_range(&mut self, range: &FileRange) -> impl Future<Output = io::Result<()>>;
+
+    /// Asks for a send buffer of `bytes` (`SO_SNDBUF`); a backend without one ignores it.
+    fn set_send_buffer(&self, _bytes: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Splits the connection into halves that can be used from different tasks.
+    fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf);
+}
+
+/// The writing end of a split connection, as the node's connection writer drives it: from
+/// its writer task (the `AsyncWrite` side), straight from a reply batch (`try_write`), and
+/// through the kernel's zero-copy calls when the backend has a kernel socket. Object safe:
+/// a connection's writer holds it as `Box<dyn WriteHalf>`, whatever the backend.
+pub trait WriteHalf: AsyncWrite + Unpin + 'static {
+    /// Writes what the connection takes now without waiting; `WouldBlock` when it takes
+    /// nothing.
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize>;
+
+    /// Ready when a write could take bytes (or would fail); otherwise `cx` is woken when
+    /// one could. For a writer that mostly uses [`WriteHalf::try_write`].
+    fn poll_write_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>>;
+
+    /// The kernel socket under this half, for the zero-copy paths (`sendfile`, `MSG_MORE`,
+    /// `TCP_CORK`; D8). `None` for a backend without one: file bodies are then copied.
+    fn kernel_socket(&self) -> Option<&tokio::net::TcpStream> {
+        None
+    }
+
+    /// Lets go of this half without ending the connection's writing where the backend
+    /// allows it: the connection ends when its read half goes too. (A kernel socket's
+    /// write half would otherwise send its FIN in the dropping call; see
+    /// `remoting::reply_batch::WriteHalf`.)
+    fn release(self: Box<Self>) {}
 }
 
 /// Reads `range` into memory: the copy a backend without a zero-copy path makes.

@@ -1,17 +1,19 @@
 //! The real network: tokio's TCP sockets, each connection with `TCP_NODELAY` (the remoting
 //! protocol is request/response; Nagle would hold small answers back).
 //!
-//! `send_file_range` copies the range through user space here; the connection writer's
-//! `sendfile`/`writev` path ([`crate::remoting::body_send`]) stays the production route for
-//! pull bodies until the connection code goes through this seam.
+//! `send_file_range` copies the range through user space here; the node's pulls do not use
+//! it: the connection writer reaches the kernel socket through
+//! [`WriteHalf::kernel_socket`] and sends file bodies with `sendfile`/`writev`
+//! ([`crate::remoting::body_send`], D8).
 
 use std::io;
 use std::net::SocketAddr;
 
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{read_range, Connection, Listener, Transport};
+use super::{read_range, Connection, Listener, Transport, WriteHalf};
 use crate::io::file_body::FileRange;
 
 /// The operating system's TCP.
@@ -48,6 +50,9 @@ impl Listener for TcpListener {
 }
 
 impl Connection for TcpStream {
+    type ReadHalf = OwnedReadHalf;
+    type WriteHalf = OwnedWriteHalf;
+
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         TcpStream::peer_addr(self)
     }
@@ -59,5 +64,32 @@ impl Connection for TcpStream {
     async fn send_file_range(&mut self, range: &FileRange) -> io::Result<()> {
         let bytes = read_range(range)?;
         self.write_all(&bytes).await
+    }
+
+    fn set_send_buffer(&self, bytes: usize) -> io::Result<()> {
+        socket2::SockRef::from(self).set_send_buffer_size(bytes)
+    }
+
+    fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        TcpStream::into_split(self)
+    }
+}
+
+impl WriteHalf for OwnedWriteHalf {
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        OwnedWriteHalf::try_write(self, bytes)
+    }
+
+    fn poll_write_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        self.as_ref().poll_write_ready(cx)
+    }
+
+    fn kernel_socket(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+
+    fn release(self: Box<Self>) {
+        // Closes the socket now only if the read half is already gone.
+        (*self).forget();
     }
 }

@@ -32,10 +32,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncWriteExt, Interest};
-use tokio::net::tcp::OwnedWriteHalf;
 
 use super::traffic::Traffic;
 use crate::io::file_body::{BodyChunk, FileBody, FileRange};
+use crate::net::WriteHalf;
 
 /// How file bodies go out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,7 +91,14 @@ pub struct BodySender {
 }
 
 impl BodySender {
-    pub fn new(mode: BodySend, traffic: Arc<Traffic>) -> BodySender {
+    /// A sender for a connection whose write half is `writer`: with `mode` on a kernel
+    /// socket; on a backend without one (the simulated network) every range is written from
+    /// its mapping, as [`BodySend::Mmap`] does, since there is nothing to `sendfile` to.
+    pub fn new(mode: BodySend, traffic: Arc<Traffic>, writer: &dyn WriteHalf) -> BodySender {
+        let mode = match writer.kernel_socket() {
+            Some(_) => mode,
+            None => BodySend::Mmap,
+        };
         BodySender { mode, traffic }
     }
 
@@ -101,7 +108,7 @@ impl BodySender {
     }
 
     /// Writes all of `bytes` from our buffer.
-    pub async fn write_buffer(&self, writer: &mut OwnedWriteHalf, bytes: &[u8]) -> io::Result<()> {
+    pub async fn write_buffer(&self, writer: &mut dyn WriteHalf, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -116,7 +123,7 @@ impl BodySender {
     /// bytes that follow the body's last file range.
     pub async fn send_body(
         &mut self,
-        writer: &mut OwnedWriteHalf,
+        writer: &mut dyn WriteHalf,
         pending: &mut Vec<u8>,
         body: &FileBody,
     ) -> io::Result<()> {
@@ -150,7 +157,7 @@ impl BodySender {
     /// sendfile, runs of smaller ones with one writev from their mappings.
     async fn send_files(
         &mut self,
-        writer: &mut OwnedWriteHalf,
+        writer: &mut dyn WriteHalf,
         head: &[u8],
         ranges: &[&FileRange],
     ) -> io::Result<()> {
@@ -181,7 +188,7 @@ impl BodySender {
 
     async fn send_ranges(
         &mut self,
-        writer: &mut OwnedWriteHalf,
+        writer: &mut dyn WriteHalf,
         mut head: &[u8],
         ranges: &[&FileRange],
     ) -> io::Result<()> {
@@ -219,8 +226,11 @@ impl BodySender {
     }
 
     /// `send(2)` with `MSG_MORE` until every byte is out.
-    async fn send_more(&self, writer: &mut OwnedWriteHalf, mut bytes: &[u8]) -> io::Result<()> {
-        let stream = writer.as_ref();
+    async fn send_more(&self, writer: &mut dyn WriteHalf, mut bytes: &[u8]) -> io::Result<()> {
+        let Some(stream) = writer.kernel_socket() else {
+            // No kernel socket, so no MSG_MORE: a plain write.
+            return self.write_buffer(writer, bytes).await;
+        };
         let fd = stream.as_raw_fd();
         while !bytes.is_empty() {
             stream.writable().await?;
@@ -257,10 +267,16 @@ impl BodySender {
     /// (`range.len` when all of it went), having switched this sender to `Mmap`.
     async fn sendfile_range(
         &mut self,
-        writer: &mut OwnedWriteHalf,
+        writer: &mut dyn WriteHalf,
         range: &FileRange,
     ) -> io::Result<u64> {
-        let stream = writer.as_ref();
+        let Some(stream) = writer.kernel_socket() else {
+            // BodySender::new chose Mmap for such a writer, and Mmap never sendfiles.
+            return Err(io::Error::other(format!(
+                "sendfile of {range:?} on a connection without a kernel socket (mode {:?})",
+                self.mode
+            )));
+        };
         let socket = stream.as_raw_fd();
         let file = range.file.as_raw_fd();
         let mut sent = 0u64;
@@ -311,7 +327,7 @@ impl BodySender {
     /// vectored writes until all is out.
     async fn write_mapped(
         &mut self,
-        writer: &mut OwnedWriteHalf,
+        writer: &mut dyn WriteHalf,
         head: &[u8],
         ranges: &[&FileRange],
     ) -> io::Result<()> {
@@ -344,12 +360,15 @@ impl BodySender {
 }
 
 /// Sets or clears TCP_CORK on the socket.
-fn set_cork(writer: &OwnedWriteHalf, on: bool) -> io::Result<()> {
+fn set_cork(writer: &dyn WriteHalf, on: bool) -> io::Result<()> {
+    let Some(stream) = writer.kernel_socket() else {
+        return Err(io::ErrorKind::Unsupported.into());
+    };
     let value: libc::c_int = on.into();
     // SAFETY: a valid option pointer and length for an int option on our open socket.
     let result = unsafe {
         libc::setsockopt(
-            writer.as_ref().as_raw_fd(),
+            stream.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_CORK,
             (&value as *const libc::c_int).cast(),

@@ -1,4 +1,6 @@
-//! Serving one TCP connection on its shard: bytes in, frames out, requests dispatched.
+//! Serving one connection on its shard: bytes in, frames out, requests dispatched. The
+//! connection comes through the network seam ([`crate::net`]): a kernel TCP socket in
+//! production, a simulated one in the simulated-network tests.
 //!
 //! ```text
 //!   socket ──read──▶ BytesMut ──take_frame──▶ request ──spawn_local──▶ handler task
@@ -76,7 +78,6 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -90,6 +91,7 @@ use super::log_safe::{log_safe_max, Warn, WarnLimiter};
 use super::outbound::Queued;
 use super::reply_batch::{self, ConnectionWriter};
 use super::traffic::{LimitEvent, Traffic};
+use crate::net::Connection;
 
 pub use super::outbound::{NotQueued, Outbound};
 
@@ -280,8 +282,8 @@ macro_rules! limited_warn {
 /// Serves `stream` until the peer closes it, it breaks, a limit closes it, or `shutdown`
 /// turns true, counting its bytes in `traffic`. Not counted against any node-wide bound:
 /// the node admits its connections with [`serve_admitted`].
-pub async fn serve_connection<H: RequestHandler>(
-    stream: TcpStream,
+pub async fn serve_connection<C: Connection, H: RequestHandler>(
+    stream: C,
     peer: SocketAddr,
     handler: Rc<H>,
     limits: ConnectionLimits,
@@ -295,8 +297,8 @@ pub async fn serve_connection<H: RequestHandler>(
 
 /// [`serve_connection`] for a connection `admitted` by the node: it holds its place until
 /// it ends, and charges its read buffer to the node's partial-frame bound.
-pub async fn serve_admitted<H: RequestHandler>(
-    stream: TcpStream,
+pub async fn serve_admitted<C: Connection, H: RequestHandler>(
+    stream: C,
     peer: SocketAddr,
     handler: Rc<H>,
     limits: ConnectionLimits,
@@ -304,12 +306,13 @@ pub async fn serve_admitted<H: RequestHandler>(
     admitted: Admitted,
     mut shutdown: watch::Receiver<bool>,
 ) -> Ended {
-    // Responses are small and latency-bound; do not let Nagle hold them back.
-    let _ = stream.set_nodelay(true);
+    // (The transport's accept turned Nagle off: responses are small and latency-bound.)
     if limits.socket_send_buffer > 0 {
-        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(limits.socket_send_buffer);
+        let _ = stream.set_send_buffer(limits.socket_send_buffer);
     }
     let (mut reader, writer) = stream.into_split();
+    let writer: Box<dyn crate::net::WriteHalf> = Box::new(writer);
+    let sender = BodySender::new(limits.body_send, traffic.clone(), &*writer);
     let backlog = Backlog::new(
         BacklogBounds {
             connection_requests: limits.max_requests_in_flight,
@@ -323,7 +326,6 @@ pub async fn serve_admitted<H: RequestHandler>(
     let writer = ConnectionWriter::register(writer, traffic.clone(), backlog.clone());
     let connection = writer.number();
     let (responses, queued) = Outbound::new(backlog.clone());
-    let sender = BodySender::new(limits.body_send, traffic.clone());
     let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
     handler.connection_opened(peer, responses.clone());
     let mut requests = JoinSet::new();
@@ -586,7 +588,7 @@ async fn write_responses(
                 charged += cost;
                 if encode_response(&command, &mut out) {
                     sender
-                        .send_body(&mut half, &mut out, &command.file_body)
+                        .send_body(&mut *half, &mut out, &command.file_body)
                         .await?;
                 }
                 next = if out.len() < WRITE_BATCH_BYTES {
@@ -595,7 +597,7 @@ async fn write_responses(
                     None
                 };
             }
-            sender.write_buffer(&mut half, &out).await
+            sender.write_buffer(&mut *half, &out).await
         }
         .await;
         writer.end_write(half);

@@ -38,12 +38,12 @@ use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
 use super::backlog::Backlog;
 use super::command::RemotingCommand;
 use super::traffic::Traffic;
+use crate::net;
 
 /// Node-wide connection numbers, so a number never names two connections on any thread.
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -55,35 +55,35 @@ thread_local! {
     static OPEN_BATCH: RefCell<Option<Vec<Rc<ConnectionWriter>>>> = const { RefCell::new(None) };
 }
 
-/// A connection's write half that does not end the connection when dropped: the socket
-/// shuts down when its read half goes, which the connection hands to the closer
-/// (`closer.rs`). Dropping a plain `OwnedWriteHalf` shuts the socket's writing down on
-/// the spot, and on loopback the kernel then delivers the FIN to the peer in the same
-/// call: with 500 connections ending at once, those calls were a fifth of the shard's
-/// time in the turns that stalled another connection for 10-25 ms (issue 10,
-/// `examples/client_sweep_stall.rs`).
-pub(crate) struct WriteHalf(Option<OwnedWriteHalf>);
+/// A connection's write half that does not end the connection when dropped where the
+/// backend allows it ([`net::WriteHalf::release`]): a kernel socket shuts down when its read
+/// half goes, which the connection hands to the closer (`closer.rs`). Dropping a plain
+/// `OwnedWriteHalf` shuts the socket's writing down on the spot, and on loopback the kernel
+/// then delivers the FIN to the peer in the same call: with 500 connections ending at once,
+/// those calls were a fifth of the shard's time in the turns that stalled another
+/// connection for 10-25 ms (issue 10, `examples/client_sweep_stall.rs`).
+pub(crate) struct WriteHalf(Option<Box<dyn net::WriteHalf>>);
 
 impl WriteHalf {
-    fn new(half: OwnedWriteHalf) -> WriteHalf {
+    fn new(half: Box<dyn net::WriteHalf>) -> WriteHalf {
         WriteHalf(Some(half))
     }
 }
 
 impl std::ops::Deref for WriteHalf {
-    type Target = OwnedWriteHalf;
+    type Target = dyn net::WriteHalf;
 
-    fn deref(&self) -> &OwnedWriteHalf {
+    fn deref(&self) -> &(dyn net::WriteHalf + 'static) {
         self.0
-            .as_ref()
+            .as_deref()
             .expect("a write half is only taken by its drop")
     }
 }
 
 impl std::ops::DerefMut for WriteHalf {
-    fn deref_mut(&mut self) -> &mut OwnedWriteHalf {
+    fn deref_mut(&mut self) -> &mut (dyn net::WriteHalf + 'static) {
         self.0
-            .as_mut()
+            .as_deref_mut()
             .expect("a write half is only taken by its drop")
     }
 }
@@ -91,8 +91,7 @@ impl std::ops::DerefMut for WriteHalf {
 impl Drop for WriteHalf {
     fn drop(&mut self) {
         if let Some(half) = self.0.take() {
-            // Closes the socket now only if the read half is already gone.
-            half.forget();
+            half.release();
         }
     }
 }
@@ -117,7 +116,7 @@ pub(crate) struct ConnectionWriter {
 impl ConnectionWriter {
     /// Registers a connection's write half with this thread.
     pub(crate) fn register(
-        half: OwnedWriteHalf,
+        half: Box<dyn net::WriteHalf>,
         traffic: Arc<Traffic>,
         backlog: Arc<Backlog>,
     ) -> Rc<ConnectionWriter> {
@@ -298,7 +297,7 @@ mod tests {
             crate::remoting::backlog::BacklogBounds::per_connection(1024, 1 << 20),
             traffic.clone(),
         );
-        let writer = ConnectionWriter::register(write, traffic, backlog);
+        let writer = ConnectionWriter::register(Box::new(write), traffic, backlog);
         (writer, peer)
     }
 

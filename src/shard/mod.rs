@@ -19,6 +19,7 @@ pub mod layout;
 pub mod mailbox;
 pub mod pin;
 pub mod routing;
+pub mod service;
 
 use std::net::SocketAddr;
 

@@ -49,6 +49,7 @@
 
 pub mod holds;
 pub mod offsets;
+pub mod service;
 
 use std::fmt;
 use std::rc::Rc;

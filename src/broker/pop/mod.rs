@@ -46,6 +46,7 @@
 pub mod holds;
 pub mod log;
 pub mod reset;
+pub mod service;
 pub mod state;
 pub mod wake;
 pub mod wire;

@@ -37,6 +37,7 @@
 
 pub mod holds;
 pub mod scheduler;
+pub mod service;
 pub mod store;
 
 use crate::store::properties;

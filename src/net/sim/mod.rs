@@ -48,9 +48,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use paths::{Direction, NetConfig, PathState};
-pub use pipe::SimConnection;
+pub use pipe::{SimConnection, SimReadHalf, SimWriteHalf};
 
-use super::{read_range, Connection, Listener, Transport};
+use super::{read_range, Connection, Listener, Transport, WriteHalf};
 use crate::io::file_body::FileRange;
 use paths::Paths;
 use pipe::Pipe;
@@ -339,6 +339,9 @@ impl Drop for SimListener {
 }
 
 impl Connection for SimConnection {
+    type ReadHalf = SimReadHalf;
+    type WriteHalf = SimWriteHalf;
+
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.addrs().1)
     }
@@ -351,5 +354,19 @@ impl Connection for SimConnection {
         use tokio::io::AsyncWriteExt;
         let bytes = read_range(range)?;
         self.write_all(&bytes).await
+    }
+
+    fn into_split(self) -> (SimReadHalf, SimWriteHalf) {
+        self.into_halves()
+    }
+}
+
+impl WriteHalf for SimWriteHalf {
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        self.write_now(bytes, None)
+    }
+
+    fn poll_write_ready(&self, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
+        self.write_ready(cx.waker())
     }
 }

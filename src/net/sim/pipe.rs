@@ -85,12 +85,26 @@ impl Pipe {
     }
 }
 
-/// One end of a simulated connection.
+/// One end of a simulated connection: its two halves, which can also go their own ways
+/// ([`crate::net::Connection::into_split`]).
 pub struct SimConnection {
+    read: SimReadHalf,
+    write: SimWriteHalf,
+}
+
+/// The reading half of a [`SimConnection`]. Dropping it makes the peer's writes fail with
+/// `BrokenPipe`, as writing to a socket nobody reads any more does.
+pub struct SimReadHalf {
     net: Rc<RefCell<NetState>>,
     inbound: Rc<RefCell<Pipe>>,
-    outbound: Rc<RefCell<Pipe>>,
     timer: Option<Pin<Box<Sleep>>>,
+}
+
+/// The writing half of a [`SimConnection`]. Dropping it ends its direction: the peer reads
+/// what was written, then end of stream.
+pub struct SimWriteHalf {
+    net: Rc<RefCell<NetState>>,
+    outbound: Rc<RefCell<Pipe>>,
 }
 
 impl SimConnection {
@@ -100,17 +114,84 @@ impl SimConnection {
         outbound: Rc<RefCell<Pipe>>,
     ) -> SimConnection {
         SimConnection {
-            net,
-            inbound,
-            outbound,
-            timer: None,
+            read: SimReadHalf {
+                net: net.clone(),
+                inbound,
+                timer: None,
+            },
+            write: SimWriteHalf { net, outbound },
         }
     }
 
     /// (local, peer) addresses.
     pub(super) fn addrs(&self) -> (SocketAddr, SocketAddr) {
+        self.write.addrs()
+    }
+
+    pub(super) fn into_halves(self) -> (SimReadHalf, SimWriteHalf) {
+        (self.read, self.write)
+    }
+}
+
+impl SimWriteHalf {
+    /// (local, peer) addresses.
+    pub(super) fn addrs(&self) -> (SocketAddr, SocketAddr) {
         let outbound = self.outbound.borrow();
         (outbound.from, outbound.to)
+    }
+
+    /// Ready when a write would take bytes or fail; otherwise `waker` is woken when a read
+    /// makes room (or a reset or close ends the pipe).
+    pub(super) fn write_ready(&self, waker: &Waker) -> Poll<io::Result<()>> {
+        let mut pipe = self.outbound.borrow_mut();
+        let capacity = self.net.borrow().paths.config().connection_buffer_bytes;
+        if pipe.reset || pipe.reader_gone || pipe.finished || pipe.queued < capacity {
+            return Poll::Ready(Ok(()));
+        }
+        pipe.writer = Some(waker.clone());
+        Poll::Pending
+    }
+
+    /// Queues what the pipe has room for now; `WouldBlock` when it has none (the writer's
+    /// waker is then registered if `waker` is given).
+    pub(super) fn write_now(&self, buf: &[u8], waker: Option<&Waker>) -> io::Result<usize> {
+        let mut pipe = self.outbound.borrow_mut();
+        if pipe.reset {
+            return Err(reset_error());
+        }
+        if pipe.reader_gone || pipe.finished {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the peer closed the connection (simulated)",
+            ));
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut net = self.net.borrow_mut();
+        let capacity = net.paths.config().connection_buffer_bytes;
+        if pipe.queued >= capacity {
+            if let Some(waker) = waker {
+                pipe.writer = Some(waker.clone());
+            }
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = buf.len().min(capacity - pipe.queued);
+        let now = Instant::now();
+        let arrives = net
+            .paths
+            .arrival(pipe.from.ip(), pipe.to.ip(), now, pipe.last_arrival);
+        pipe.last_arrival = arrives;
+        pipe.segments.push_back(Segment {
+            arrives,
+            bytes: buf[..n].to_vec(),
+            read: 0,
+        });
+        pipe.queued += n;
+        if let Some(waker) = pipe.reader.take() {
+            waker.wake();
+        }
+        Ok(n)
     }
 }
 
@@ -128,7 +209,7 @@ fn reset_error() -> io::Error {
     )
 }
 
-impl AsyncRead for SimConnection {
+impl AsyncRead for SimReadHalf {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -194,48 +275,16 @@ impl AsyncRead for SimConnection {
     }
 }
 
-impl AsyncWrite for SimConnection {
+impl AsyncWrite for SimWriteHalf {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let mut pipe = this.outbound.borrow_mut();
-        if pipe.reset {
-            return Poll::Ready(Err(reset_error()));
+        match self.write_now(buf, Some(cx.waker())) {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+            done => Poll::Ready(done),
         }
-        if pipe.reader_gone || pipe.finished {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the peer closed the connection (simulated)",
-            )));
-        }
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        let mut net = this.net.borrow_mut();
-        let capacity = net.paths.config().connection_buffer_bytes;
-        if pipe.queued >= capacity {
-            pipe.writer = Some(cx.waker().clone());
-            return Poll::Pending;
-        }
-        let n = buf.len().min(capacity - pipe.queued);
-        let now = Instant::now();
-        let arrives = net
-            .paths
-            .arrival(pipe.from.ip(), pipe.to.ip(), now, pipe.last_arrival);
-        pipe.last_arrival = arrives;
-        pipe.segments.push_back(Segment {
-            arrives,
-            bytes: buf[..n].to_vec(),
-            read: 0,
-        });
-        pipe.queued += n;
-        if let Some(waker) = pipe.reader.take() {
-            waker.wake();
-        }
-        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -250,14 +299,46 @@ impl AsyncWrite for SimConnection {
     }
 }
 
-impl Drop for SimConnection {
+impl Drop for SimWriteHalf {
     fn drop(&mut self) {
         let mut outbound = self.outbound.borrow_mut();
         outbound.finished = true;
         outbound.wake();
-        drop(outbound);
+    }
+}
+
+impl Drop for SimReadHalf {
+    fn drop(&mut self) {
         let mut inbound = self.inbound.borrow_mut();
         inbound.reader_gone = true;
         inbound.wake();
+    }
+}
+
+impl AsyncRead for SimConnection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().read).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SimConnection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().write).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().write).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().write).poll_shutdown(cx)
     }
 }

@@ -1,0 +1,130 @@
+//! A node served on the calling thread, over any transport of the network seam
+//! ([`crate::net`]): one shard, run as a task of the caller's `LocalSet`. It is how a test
+//! puts a whole node on the simulated network ([`crate::net::sim`], which is
+//! single-threaded), beside its clients and, next, the other nodes of a cluster.
+//!
+//! It is the real node's shard ([`super::shard`]): the same config validation, store,
+//! broker, feature engines, connection code and name server. What it leaves out is what
+//! only a process needs: shard threads and pinning (one shard, the caller's thread), and
+//! the Prometheus endpoint (its figures are in [`LocalNode::metrics`]). A config asking for
+//! more than one shard is refused.
+
+use std::net::SocketAddr;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::shard::run_shard;
+use super::start::{prepare_store_root, NodeParts};
+use super::write_tables;
+use crate::broker::NodeTables;
+use crate::metrics::NodeMetrics;
+use crate::net::{Listener, Transport};
+use crate::node_config::{self, NodeConfig};
+
+/// A node running as a task of the caller's `LocalSet`. Stop it with
+/// [`LocalNode::shutdown`]; dropping it aborts its shard (as a kill would, mid-write).
+pub struct LocalNode {
+    addr: SocketAddr,
+    namesrv_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    shard: Option<JoinHandle<anyhow::Result<()>>>,
+    tables: NodeTables,
+    metrics: NodeMetrics,
+}
+
+impl LocalNode {
+    /// Starts a one-shard node from `config` listening through `transport`, and returns
+    /// once it serves. Ports of 0 are picked free by the transport.
+    pub async fn start<T: Transport>(
+        config: NodeConfig,
+        transport: &T,
+    ) -> anyhow::Result<LocalNode> {
+        if config.shards != 1 {
+            anyhow::bail!(
+                "a node on the calling thread runs one shard; the config asks for {}",
+                config.shards
+            );
+        }
+        prepare_store_root(&config)?;
+        let bind = |port| SocketAddr::new(config.bind_address, port);
+        let listener = transport.bind(bind(config.listen_port)).await?;
+        let namesrv = transport.bind(bind(config.namesrv_port)).await?;
+        let port = listener.local_addr()?.port();
+        let namesrv_port = namesrv.local_addr()?.port();
+        let addr = SocketAddr::new(config.broker_ip, port);
+        let namesrv_addr = SocketAddr::new(config.broker_ip, namesrv_port);
+        let metrics = NodeMetrics::with_caps(1, node_config::stats_caps(&config));
+        let mut running = config;
+        running.listen_port = port;
+        running.namesrv_port = namesrv_port;
+        let parts = NodeParts::load(running, namesrv_port)?;
+        let start = parts
+            .shard_starts(vec![listener], Some(namesrv), addr, &metrics)
+            .pop()
+            .expect("one shard, one start");
+        let (stop, stop_rx) = watch::channel(false);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let ready = move |_id| {
+            let _ = ready_tx.send(());
+        };
+        let mut shard = tokio::task::spawn_local(run_shard(parts.settings, start, stop_rx, ready));
+        tokio::select! {
+            served = ready_rx => if served.is_err() {
+                // The shard ended before it was ready: its error says why.
+                return Err(ended(shard.await));
+            },
+            ended_first = &mut shard => return Err(ended(ended_first)),
+        }
+        Ok(LocalNode {
+            addr,
+            namesrv_addr,
+            stop,
+            shard: Some(shard),
+            tables: parts.tables,
+            metrics,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address of the embedded name server.
+    pub fn namesrv_addr(&self) -> SocketAddr {
+        self.namesrv_addr
+    }
+
+    pub fn metrics(&self) -> &NodeMetrics {
+        &self.metrics
+    }
+
+    /// Stops the node as a clean shutdown does: connections end, the engines and the
+    /// store stop, and the node-wide tables are written.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        let shard = self.shard.take().expect("a node is shut down once");
+        let stopped = shard
+            .await
+            .unwrap_or_else(|error| Err(anyhow::anyhow!("shard 0 panicked: {error}")));
+        stopped.and(write_tables(&self.tables))
+    }
+}
+
+impl Drop for LocalNode {
+    fn drop(&mut self) {
+        if let Some(shard) = self.shard.take() {
+            shard.abort();
+        }
+    }
+}
+
+/// The error of a shard that ended before it served.
+fn ended(result: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Error {
+    match result {
+        Ok(Ok(())) => anyhow::anyhow!("the shard stopped before it was ready"),
+        Ok(Err(error)) => error,
+        Err(error) => anyhow::anyhow!("shard 0 panicked while starting: {error}"),
+    }
+}

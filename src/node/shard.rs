@@ -1,0 +1,382 @@
+//! One shard of a running node: its store, its broker, the feature engines it runs
+//! ([`SERVICES`], each through the shard service seam, [`crate::shard::service`]), its
+//! background tasks, and its accept loops, over any transport of the network seam
+//! ([`crate::net`]): kernel TCP in a real node, the simulated network in tests
+//! ([`super::local`]).
+//!
+//! Order of a shard's life: open the store; make the broker; open every engine in
+//! [`SERVICES`] order (before any await, so their retention holds count from the store's
+//! first retention run); spawn the core tasks and every engine's tasks, each under the
+//! store's watch; say it is ready; accept until the stop signal; then let the connections
+//! end, abort every task, stop the engines in reverse order, and shut the store down.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
+use crate::clock::Clock;
+use crate::config::StoreConfig;
+use crate::io::open_backend;
+use crate::metrics::rates::ShardSampler;
+use crate::metrics::ShardMetrics;
+use crate::namesrv::NameServer;
+use crate::net::Listener;
+use crate::node_config::NodeConfig;
+use crate::remoting::admission::Admission;
+use crate::remoting::connection::{serve_admitted, ConnectionLimits, RequestHandler};
+use crate::remoting::traffic::{LimitEvent, Traffic};
+use crate::shard::mailbox::{self, MailboxReceiver};
+use crate::shard::service::{ShardService, ShardTask};
+use crate::shard::ShardContext;
+use crate::store::Store;
+
+/// Opens one feature engine on a shard (see [`crate::shard::service`]).
+type OpenService = fn(&Rc<Broker>) -> anyhow::Result<Rc<dyn ShardService>>;
+
+/// The feature engines every shard runs, in opening order; they stop in the reverse order.
+/// A new engine is one entry here (and its metrics section in
+/// [`crate::metrics::sections`]).
+const SERVICES: &[OpenService] = &[
+    crate::broker::protected_groups::open_service,
+    crate::broker::delay::service::open,
+    crate::broker::timer::service::open,
+    crate::broker::pop::service::open,
+];
+
+/// What one shard starts with; `L` is its transport's listener.
+pub(super) struct ShardStart<L> {
+    pub id: u8,
+    pub listener: L,
+    /// Shard 0 only.
+    pub namesrv_listener: Option<L>,
+    pub advertised: SocketAddr,
+    pub inbox: MailboxReceiver,
+    pub context: ShardContext,
+    pub tables: NodeTables,
+    pub metrics: Arc<ShardMetrics>,
+    /// The node-wide connection bounds, shared by every shard.
+    pub admission: Arc<Admission>,
+    /// This shard's store settings, derived on the starting thread (it reads
+    /// `/proc/meminfo`), not on the shard's reactor.
+    pub store: StoreConfig,
+}
+
+impl<L> ShardStart<L> {
+    /// The same start with its listeners turned into another type (the real node's
+    /// std listeners become tokio ones on the shard's own runtime).
+    pub fn map_listeners<M>(
+        self,
+        mut change: impl FnMut(L) -> std::io::Result<M>,
+    ) -> std::io::Result<ShardStart<M>> {
+        Ok(ShardStart {
+            id: self.id,
+            listener: change(self.listener)?,
+            namesrv_listener: self.namesrv_listener.map(&mut change).transpose()?,
+            advertised: self.advertised,
+            inbox: self.inbox,
+            context: self.context,
+            tables: self.tables,
+            metrics: self.metrics,
+            admission: self.admission,
+            store: self.store,
+        })
+    }
+}
+
+/// What every shard runs with: the node's settings as they run (the ports picked free
+/// written in) and the settings derived from them once for all shards.
+#[derive(Clone)]
+pub(super) struct ShardSettings {
+    pub config: Arc<NodeConfig>,
+    pub broker: BrokerConfig,
+    pub connection: ConnectionLimits,
+}
+
+/// Runs one shard until `stop`; `ready` is called with its id once it serves.
+pub(super) async fn run_shard<L: Listener>(
+    settings: ShardSettings,
+    start: ShardStart<L>,
+    stop: watch::Receiver<bool>,
+    ready: impl FnOnce(u8),
+) -> anyhow::Result<()> {
+    let id = start.id;
+    let (broker, listeners) = open_shard(&settings, start).await?;
+    let services = open_services(&broker)?;
+    let store = broker.store().clone();
+    // Every shard task runs under the store's watch: a panic poisons the store (D11).
+    let mut background: Vec<_> = core_tasks(&broker, listeners.inbox)
+        .into_iter()
+        .chain(services.iter().flat_map(|service| service.tasks()))
+        .map(|task| tokio::task::spawn_local(store.watch(task.name, task.future)))
+        .collect();
+    tracing::info!(shard = id, advertised = %broker.identity().store_host, backend = store.backend_name(), "shard serving");
+    // `/health` answers 200 once every shard got here: its store open and recovered.
+    broker.metrics().set_ready(true);
+    ready(id);
+    let traffic = broker.metrics().traffic.clone();
+    if let Some(listener) = listeners.namesrv {
+        let handler = Rc::new(NameServer::new(
+            broker.identity().clone(),
+            broker.topics.clone(),
+            broker.clock,
+            broker.namesrv.clone(),
+        ));
+        let accepting = accept_connections(
+            listener,
+            handler,
+            settings.connection,
+            stop.clone(),
+            traffic.clone(),
+            listeners.admission.clone(),
+            None,
+        );
+        background.push(tokio::task::spawn_local(
+            store.watch("name server listener", Box::pin(accepting)),
+        ));
+    }
+    accept_connections(
+        listeners.broker,
+        broker.clone(),
+        settings.connection,
+        stop,
+        traffic,
+        listeners.admission,
+        Some(broker.metrics().clone()),
+    )
+    .await;
+    broker.metrics().set_ready(false);
+    // Let every connection see the stop and abort its requests before the store goes.
+    tokio::task::yield_now().await;
+    for task in background {
+        task.abort();
+    }
+    for service in services.iter().rev() {
+        service.stop().await;
+    }
+    store.shutdown().await?;
+    Ok(())
+}
+
+/// What a shard accepts on, and what it serves with besides its broker.
+struct ShardListeners<L> {
+    broker: L,
+    namesrv: Option<L>,
+    inbox: MailboxReceiver,
+    admission: Arc<Admission>,
+}
+
+/// Opens the shard's store and makes its broker.
+async fn open_shard<L>(
+    settings: &ShardSettings,
+    start: ShardStart<L>,
+) -> anyhow::Result<(Rc<Broker>, ShardListeners<L>)> {
+    let ShardStart {
+        id,
+        listener,
+        namesrv_listener,
+        advertised,
+        inbox,
+        context,
+        tables,
+        metrics,
+        admission,
+        store: config,
+    } = start;
+    let clock = Clock::system();
+    let disk = open_backend(settings.config.io_backend, config.flush_mode.data_writes())?;
+    let store = Store::open(config, disk, clock)
+        .await
+        .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
+    // A turn's send responses leave in one write per connection, from the appender.
+    store.set_answer_scope(Rc::new(crate::remoting::reply_batch::batch_replies));
+    let identity = BrokerIdentity {
+        broker_name: settings.config.broker_name.clone(),
+        cluster_name: settings.config.broker_cluster_name.clone(),
+        store_host: advertised,
+    };
+    let broker = Rc::new(Broker::new(
+        store,
+        identity,
+        settings.broker.clone(),
+        tables,
+        clock,
+        context,
+        metrics,
+    ));
+    let listeners = ShardListeners {
+        broker: listener,
+        namesrv: namesrv_listener,
+        inbox,
+        admission,
+    };
+    Ok((broker, listeners))
+}
+
+/// Opens every engine of [`SERVICES`] on the shard, in order; the first failure fails the
+/// shard, naming it.
+fn open_services(broker: &Rc<Broker>) -> anyhow::Result<Vec<Rc<dyn ShardService>>> {
+    let id = broker.shard().id();
+    SERVICES
+        .iter()
+        .map(|open| open(broker).map_err(|error| anyhow::anyhow!("shard {id}: {error}")))
+        .collect()
+}
+
+/// The tasks every shard runs whatever engines it has: its mailbox, the metrics sampler,
+/// the closed-connection reaper, and on shard 0 the node-wide housekeeping.
+fn core_tasks(broker: &Rc<Broker>, inbox: MailboxReceiver) -> Vec<ShardTask> {
+    let mut tasks = vec![
+        ShardTask::new("mailbox", mailbox::serve_mailbox(inbox, broker.clone())),
+        ShardTask::new("metrics sampler", sample_metrics(broker.clone())),
+        ShardTask::new(
+            "closed connection reaper",
+            crate::broker::consumers::reap_closed_connections(broker.clone()),
+        ),
+    ];
+    if broker.shard().id() == 0 {
+        // Node-wide housekeeping runs once, on shard 0.
+        tasks.extend([
+            ShardTask::new("client sweep", sweep_clients(broker.clone())),
+            ShardTask::new(
+                "consumer offset flush",
+                flush_consumer_offsets(broker.clone()),
+            ),
+            ShardTask::new("delay offset flush", flush_delay_offsets(broker.clone())),
+        ]);
+    }
+    tasks
+}
+
+/// Accepts connections on `listener` and serves each with `handler` until `stop`; the
+/// listener is closed when this returns. A connection beyond `max_connections` is closed
+/// as soon as it is accepted (the kernel would otherwise keep it queued, unanswered),
+/// counted, and reported at most once per interval.
+async fn accept_connections<L: Listener, H: RequestHandler>(
+    listener: L,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+    traffic: Arc<Traffic>,
+    admission: Arc<Admission>,
+    metrics: Option<Arc<ShardMetrics>>,
+) {
+    // Connections get their own receivers; `stop` itself is borrowed by the select.
+    let for_connections = stop.clone();
+    loop {
+        tokio::select! {
+            // Through the seam: its TCP accept also turns Nagle off.
+            accepted = Listener::accept(&listener) => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(admitted) = admission.admit() else {
+                        // Counted before the close: a peer that sees its EOF must also
+                        // see the refusal in the counter.
+                        traffic.count(LimitEvent::ConnectionRefused);
+                        drop(stream);
+                        if let Some(report) = admission.refused() {
+                            tracing::warn!(
+                                %peer,
+                                refused = report.refused,
+                                max_connections = report.max_connections,
+                                "max_connections are open; refusing connections \
+                                 ({} refused since the last report)",
+                                report.refused
+                            );
+                        }
+                        continue;
+                    };
+                    let served = serve_admitted(
+                        stream,
+                        peer,
+                        handler.clone(),
+                        limits,
+                        traffic.clone(),
+                        admitted,
+                        for_connections.clone(),
+                    );
+                    let metrics = metrics.clone();
+                    tokio::task::spawn_local(async move {
+                        if let Some(metrics) = &metrics {
+                            metrics.connections.fetch_add(1, Ordering::Relaxed);
+                            ShardMetrics::add(&metrics.connections_total, 1);
+                        }
+                        served.await;
+                        if let Some(metrics) = &metrics {
+                            metrics.connections.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+                Err(error) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+    }
+}
+
+/// Copies the figures that live in the shard's `Cell`s (store counters, parked pulls)
+/// into its metrics, and samples its rates ([`crate::metrics::rates`]), once a second.
+async fn sample_metrics(broker: Rc<Broker>) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sampler = ShardSampler::new(broker.metrics().caps());
+    loop {
+        ticks.tick().await;
+        let metrics = broker.metrics();
+        metrics.set_store(broker.store().stats());
+        crate::broker::stats_sampler::sample(&broker, &mut sampler);
+        metrics
+            .parked_pulls
+            .store(broker.parked_pulls() as i64, Ordering::Relaxed);
+    }
+}
+
+/// Drops clients whose heartbeats stopped, every `client_sweep_interval`.
+async fn sweep_clients(broker: Rc<Broker>) {
+    let config = broker.config.clone();
+    let mut ticks = tokio::time::interval(config.client_sweep_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        // In batches, yielding between them: O(expired), never a long stall.
+        let removed = broker
+            .groups()
+            .sweep_all(tokio::time::Instant::now(), config.client_expiry)
+            .await;
+        if removed > 0 {
+            tracing::info!(removed, "expired clients dropped");
+        }
+    }
+}
+
+/// Queues a write of the consumer offsets every `consumer_offset_flush_interval` when
+/// commits were made, and of the subscription groups after a failed write. The writes run
+/// on tokio's blocking pool: no connection of this shard waits for their fsyncs (a failed
+/// one is logged there and tried again by the next tick).
+async fn flush_consumer_offsets(broker: Rc<Broker>) {
+    let mut ticks = tokio::time::interval(broker.config.consumer_offset_flush_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        broker.consumer_offsets().write_if_behind();
+        broker.subscription_groups.write_if_behind();
+    }
+}
+
+/// Queues a write of the delay cursors every `delay_offset_flush_interval` when one moved,
+/// as [`flush_consumer_offsets`].
+async fn flush_delay_offsets(broker: Rc<Broker>) {
+    let mut ticks = tokio::time::interval(broker.config.delay_offset_flush_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        broker.delay_offsets().write_if_behind();
+    }
+}
