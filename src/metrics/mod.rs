@@ -96,6 +96,7 @@
 pub mod http;
 pub mod process;
 pub mod rates;
+mod sections;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -684,111 +685,6 @@ pub fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(escaped)
 }
 
-/// The delay level families: one sample per level, from the shard that schedules it.
-fn render_delay(out: &mut String, shards: &[Arc<ShardMetrics>]) {
-    type Pick = fn(&DelayFigures) -> String;
-    let families: [(&str, &str, &str, Pick); 4] = [
-        (
-            "ringmq_delay_pending",
-            "gauge",
-            "Delayed messages of the level waiting in SCHEDULE_TOPIC_XXXX.",
-            |f| f.pending.to_string(),
-        ),
-        (
-            "ringmq_delay_delivered_total",
-            "counter",
-            "Delayed messages of the level delivered.",
-            |f| f.delivered.to_string(),
-        ),
-        (
-            "ringmq_delay_lateness_seconds_total",
-            "counter",
-            "Time from each delivered delayed message's due time to its acknowledged copy, summed.",
-            |f| format!("{}.{:03}", f.lateness_ms / 1000, f.lateness_ms % 1000),
-        ),
-        (
-            "ringmq_delay_skipped_total",
-            "counter",
-            "Scheduled records of the level that could not be delivered and were skipped.",
-            |f| f.skipped.to_string(),
-        ),
-    ];
-    for (name, kind, help, pick) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for shard in shards {
-            for figures in shard.delay.lock().iter() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{shard=\"{}\",level=\"{}\"}} {}",
-                    shard.shard,
-                    figures.level,
-                    pick(figures)
-                );
-            }
-        }
-    }
-}
-
-/// The POP families.
-fn render_pop(out: &mut String, shards: &[Arc<ShardMetrics>]) {
-    let relaxed = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i128;
-    type Pick = fn(&ShardMetrics) -> &AtomicU64;
-    let counters: [(&str, &str, Pick); 7] = [
-        (
-            "ringmq_pop_delivered_total",
-            "Messages handed out by POP_MESSAGE, redeliveries included.",
-            |s| &s.pop_delivered,
-        ),
-        (
-            "ringmq_pop_redelivered_total",
-            "POP deliveries of messages not acknowledged within their invisible time.",
-            |s| &s.pop_redelivered,
-        ),
-        (
-            "ringmq_pop_acks_total",
-            "POP deliveries acknowledged.",
-            |s| &s.pop_acks,
-        ),
-        (
-            "ringmq_pop_stale_acks_total",
-            "POP acks and invisible-time changes naming a delivery not in flight.",
-            |s| &s.pop_stale_acks,
-        ),
-        (
-            "ringmq_pop_dead_letters_total",
-            "Popped messages past their group's retries sent to its DLQ.",
-            |s| &s.pop_dead_letters,
-        ),
-        (
-            "ringmq_subscription_groups_refused_total",
-            "Subscription groups not auto-created: the table held maxSubscriptionGroups.",
-            |s| &s.subscription_groups_refused,
-        ),
-        (
-            "ringmq_heartbeats_refused_total",
-            "Heartbeats refused: the client table held maxClientRegistrations.",
-            |s| &s.heartbeats_refused,
-        ),
-    ];
-    for (name, help, pick) in counters {
-        family(out, shards, name, "counter", help, |s| relaxed(pick(s)));
-    }
-    let name = "ringmq_pop_inflight";
-    let _ = writeln!(
-        out,
-        "# HELP {name} POP deliveries not yet acknowledged, by group.\n# TYPE {name} gauge"
-    );
-    for shard in shards {
-        for (group, count) in shard.pop_inflight.lock().iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{shard=\"{}\",group=\"{}\"}} {count}",
-                shard.shard, group
-            );
-        }
-    }
-}
-
 /// The upper bounds of the latency histogram's buckets, in µs (`+Inf` follows): 100 µs to
 /// a minute, about three to a decade, so `histogram_quantile` over the sum of every
 /// shard and node stays within a bucket's width of the truth.
@@ -989,12 +885,52 @@ fn render_build_info(out: &mut String) {
     );
 }
 
+/// One part of the metrics page: a function of every shard's figures.
+type Section = fn(&mut String, &[Arc<ShardMetrics>]);
+
+/// The sections of the metrics page, in page order. A feature engine's figures are its
+/// own section (a file in `sections/`) and one entry here: the page does not grow in one
+/// function per feature.
+const SECTIONS: &[Section] = &[
+    requests_and_store,
+    index,
+    retention,
+    sections::delay::render,
+    disk,
+    connections,
+    delivery,
+    sections::timer::render,
+    sections::pop::render,
+    render_latency,
+    render_log,
+    render_keys,
+    |out, _| render_build_info(out),
+];
+
 /// The Prometheus text format (version 0.0.4) of `shards`.
 pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
     let mut out = String::with_capacity(4096);
-    let relaxed = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as i128;
+    for section in SECTIONS {
+        section(&mut out, shards);
+    }
+    process::render(&mut out);
+    out
+}
+
+/// A counter's value as a sample.
+fn relaxed(counter: &AtomicU64) -> i128 {
+    counter.load(Ordering::Relaxed) as i128
+}
+
+/// A shard's connection figures.
+fn traffic(s: &ShardMetrics) -> TrafficSnapshot {
+    s.traffic.snapshot()
+}
+
+/// Requests and responses by code, messages and bytes in and out, the CommitLog's writes.
+fn requests_and_store(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     by_code(
-        &mut out,
+        out,
         shards,
         (
             "ringmq_requests_total",
@@ -1004,7 +940,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| &s.requests,
     );
     by_code(
-        &mut out,
+        out,
         shards,
         (
             "ringmq_responses_total",
@@ -1014,7 +950,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| &s.responses,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_messages_in_total",
         "counter",
@@ -1022,14 +958,13 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().puts as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_messages_out_total",
         "counter",
         "Messages returned by pulls.",
         |s| relaxed(&s.messages_out),
     );
-    let traffic = |s: &ShardMetrics| s.traffic.snapshot();
     for (name, help, pick) in [
         (
             "ringmq_bytes_in_total",
@@ -1057,12 +992,12 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             |t| t.bytes_out_copied,
         ),
     ] {
-        family(&mut out, shards, name, "counter", help, |s| {
+        family(out, shards, name, "counter", help, |s| {
             pick(traffic(s)) as i128
         });
     }
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_store_bytes_total",
         "counter",
@@ -1070,7 +1005,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().put_bytes as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_appends_total",
         "counter",
@@ -1078,7 +1013,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().batches as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_fsyncs_total",
         "counter",
@@ -1086,22 +1021,26 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().log_syncs as i128,
     );
     seconds_family(
-        &mut out,
+        out,
         shards,
         "ringmq_fsync_seconds_total",
         "Time spent in CommitLog fdatasyncs (divided by ringmq_fsyncs_total: the mean fsync).",
         |s| s.store.lock().log_sync_micros,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_store_task_panics_total",
         "counter",
         "Store or shard tasks that panicked (each poisons the store).",
         |s| s.store.lock().task_panics as i128,
     );
+}
+
+/// The IndexFile: entries, errors, lookups.
+fn index(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_index_entries_total",
         "counter",
@@ -1109,7 +1048,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().index_entries as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_index_errors_total",
         "counter",
@@ -1117,7 +1056,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().index_errors as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_index_queries_total",
         "counter",
@@ -1125,14 +1064,18 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().index_queries as i128,
     );
     seconds_family(
-        &mut out,
+        out,
         shards,
         "ringmq_index_query_seconds_total",
         "Time spent in index lookups (divided by ringmq_index_queries_total: the mean lookup).",
         |s| s.store.lock().index_query_micros,
     );
+}
+
+/// Retention: what it deleted, what it kept for protected consumer groups, what they lost.
+fn retention(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_retention_segments_deleted_total",
         "counter",
@@ -1140,7 +1083,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().retention.segments_deleted as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_retention_bytes_deleted_total",
         "counter",
@@ -1148,7 +1091,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().retention.bytes_deleted as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_retention_files_deleted_total",
         "counter",
@@ -1159,7 +1102,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         },
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_retention_segments_kept_for_consumers",
         "gauge",
@@ -1181,9 +1124,12 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             );
         }
     }
-    render_delay(&mut out, shards);
+}
+
+/// The store's disk: use, and puts refused for space.
+fn disk(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_puts_refused_for_space_total",
         "counter",
@@ -1191,15 +1137,19 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.store.lock().retention.puts_refused_for_space as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_disk_used_percent",
         "gauge",
         "Use of the store's disk at the cleaner's last run, percent.",
         |s| s.store.lock().retention.used_percent as i128,
     );
+}
+
+/// Client connections and their backlogs.
+fn connections(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_connections",
         "gauge",
@@ -1207,7 +1157,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.connections.load(Ordering::Relaxed) as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_connections_total",
         "counter",
@@ -1270,10 +1220,14 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
             |t| t.parked_requests as i128,
         ),
     ] {
-        family(&mut out, shards, name, kind, help, |s| pick(traffic(s)));
+        family(out, shards, name, kind, help, |s| pick(traffic(s)));
     }
+}
+
+/// Parked pulls, forwarded requests, retries and dead letters.
+fn delivery(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_parked_pulls",
         "gauge",
@@ -1281,7 +1235,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| s.parked_pulls.load(Ordering::Relaxed) as i128,
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_forwarded_total",
         "counter",
@@ -1289,7 +1243,7 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| relaxed(&s.forwarded),
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_retries_total",
         "counter",
@@ -1297,63 +1251,13 @@ pub fn render(shards: &[Arc<ShardMetrics>]) -> String {
         |s| relaxed(&s.retries),
     );
     family(
-        &mut out,
+        out,
         shards,
         "ringmq_dead_letters_total",
         "counter",
         "Messages sent to a dead-letter (%DLQ%) topic.",
         |s| relaxed(&s.dead_letters),
     );
-    family(
-        &mut out,
-        shards,
-        "ringmq_timer_pending",
-        "gauge",
-        "Timer messages waiting in the shard's timer store.",
-        |s| relaxed(&s.timer_pending),
-    );
-    family(
-        &mut out,
-        shards,
-        "ringmq_timer_delivered_total",
-        "counter",
-        "Timer messages delivered.",
-        |s| relaxed(&s.timer_delivered),
-    );
-    seconds_family(
-        &mut out,
-        shards,
-        "ringmq_timer_lateness_seconds_total",
-        "Time from each delivered timer message's due time to its acknowledged copy, summed.",
-        |s| {
-            s.timer_lateness_ms
-                .load(Ordering::Relaxed)
-                .saturating_mul(1000)
-        },
-    );
-    family(
-        &mut out,
-        shards,
-        "ringmq_timer_cancelled_total",
-        "counter",
-        "Timer messages cancelled (TIMER_DEL_UNIQKEY), and the cancellations.",
-        |s| relaxed(&s.timer_cancelled),
-    );
-    family(
-        &mut out,
-        shards,
-        "ringmq_timer_skipped_total",
-        "counter",
-        "Timer records that could not be delivered and were skipped.",
-        |s| relaxed(&s.timer_skipped),
-    );
-    render_pop(&mut out, shards);
-    render_latency(&mut out, shards);
-    render_log(&mut out, shards);
-    render_keys(&mut out, shards);
-    render_build_info(&mut out);
-    process::render(&mut out);
-    out
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use ringmq::io::Disk;
 use ringmq::store::properties;
 use ringmq::store::record::{body_crc, decode, Decoded, RecordInput, RecordView, Verify};
 
+pub mod cluster;
 pub mod log;
 pub mod model;
 pub mod raw;

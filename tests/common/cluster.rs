@@ -1,0 +1,316 @@
+//! The cluster harness: N nodes on one simulated network, each a [`LocalNode`] on a host of
+//! its own with its own store directory, and clients on hosts of their own. A test cuts
+//! and heals paths between any two hosts (one way or both), clogs them, resets their
+//! connections, and restarts a node on its directory; every operation goes into a
+//! [`History`], which [`History::check`] holds against what the nodes hold afterwards.
+//!
+//! Everything runs on the test's thread (the simulated network is single-threaded), in
+//! real time (the stores are real ones in temporary directories). Host addresses:
+//! node `i` is 10.0.1.(i+1), client `c` is 10.0.2.(c+1).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ringmq::client::Client;
+use ringmq::net::sim::{NetConfig, SimNet};
+use ringmq::node::local::LocalNode;
+use ringmq::node_config::NodeConfig;
+use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::requests::queue_request;
+
+use super::{node_config, pull_records};
+
+/// N nodes on one simulated network.
+pub struct SimCluster {
+    pub net: SimNet,
+    nodes: Vec<Option<LocalNode>>,
+    configs: Vec<NodeConfig>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl SimCluster {
+    /// Starts `count` nodes with the test defaults ([`node_config`]), each changed by
+    /// `configure(i, config)`, on a network made from `net`.
+    pub async fn start(
+        count: usize,
+        net: NetConfig,
+        configure: impl Fn(usize, &mut NodeConfig),
+    ) -> SimCluster {
+        let net = SimNet::new(net).expect("a valid network config");
+        let mut cluster = SimCluster {
+            net,
+            nodes: Vec::new(),
+            configs: Vec::new(),
+            _dirs: Vec::new(),
+        };
+        for i in 0..count {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let mut config = node_config(dir.path());
+            config.bind_address = node_ip(i);
+            config.broker_ip = node_ip(i);
+            configure(i, &mut config);
+            let node = LocalNode::start(config.clone(), &cluster.net.host(node_ip(i)))
+                .await
+                .unwrap_or_else(|error| panic!("node {i} starts: {error:#}"));
+            // A restart listens where clients were told to connect.
+            config.listen_port = node.addr().port();
+            config.namesrv_port = node.namesrv_addr().port();
+            cluster.nodes.push(Some(node));
+            cluster.configs.push(config);
+            cluster._dirs.push(dir);
+        }
+        cluster
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Where node `i` serves.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::new(node_ip(i), self.configs[i].listen_port)
+    }
+
+    /// A client on host `client_ip(c)` connected to node `node`.
+    pub async fn client(&self, c: usize, node: usize) -> std::io::Result<Client> {
+        Client::connect_over(&self.net.host(client_ip(c)), self.addr(node)).await
+    }
+
+    /// Stops node `i` cleanly and starts it again on its directory and port.
+    pub async fn restart(&mut self, i: usize) {
+        let node = self.nodes[i].take().expect("node {i} runs");
+        node.shutdown()
+            .await
+            .unwrap_or_else(|error| panic!("node {i} stops cleanly: {error:#}"));
+        let node = LocalNode::start(self.configs[i].clone(), &self.net.host(node_ip(i)))
+            .await
+            .unwrap_or_else(|error| panic!("node {i} restarts: {error:#}"));
+        self.nodes[i] = Some(node);
+    }
+
+    /// Stops every node cleanly.
+    pub async fn shutdown(mut self) {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if let Some(node) = node.take() {
+                node.shutdown()
+                    .await
+                    .unwrap_or_else(|error| panic!("node {i} stops cleanly: {error:#}"));
+            }
+        }
+    }
+
+    /// What node `i` holds in `topic` queue `queue`: (offset, body) of every record, read
+    /// with GET_MAX_OFFSET and pulls over a fresh connection from a reader host.
+    pub async fn read_queue(&self, i: usize, topic: &str, queue: i32) -> Vec<(u64, String)> {
+        let reader = Client::connect_over(&self.net.host(reader_ip()), self.addr(i))
+            .await
+            .expect("the reader connects");
+        let answer = reader
+            .request(queue_request(request::GET_MAX_OFFSET, topic, queue))
+            .await
+            .expect("GET_MAX_OFFSET is answered");
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        let max: u64 = answer.ext_fields["offset"].parse().unwrap();
+        let mut held = Vec::new();
+        while (held.len() as u64) < max {
+            let next = held.len() as u64;
+            let answer = reader.pull(topic, queue, next, 32, None).await.unwrap();
+            assert_eq!(
+                answer.code,
+                response::SUCCESS,
+                "node {i} {topic}/{queue} at {next}"
+            );
+            for record in pull_records(&answer.body) {
+                let body = String::from_utf8(record.body.to_vec()).unwrap();
+                held.push((record.queue_offset as u64, body));
+            }
+        }
+        held
+    }
+}
+
+/// The host of node `i`.
+pub fn node_ip(i: usize) -> IpAddr {
+    IpAddr::from([10, 0, 1, u8::try_from(i + 1).expect("at most 254 nodes")])
+}
+
+/// The host of client `c`.
+pub fn client_ip(c: usize) -> IpAddr {
+    IpAddr::from([10, 0, 2, u8::try_from(c + 1).expect("at most 254 clients")])
+}
+
+/// The host the checker reads from (never partitioned by a test).
+pub fn reader_ip() -> IpAddr {
+    IpAddr::from([10, 0, 3, 1])
+}
+
+/// What became of one send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered SUCCESS at this queue offset.
+    Acked(u64),
+    /// Answered with an error status: not stored.
+    Refused(i32),
+    /// No answer (a timeout, a broken connection): stored or not.
+    Unknown(String),
+}
+
+/// One send: where it went, its unique body, and its outcome.
+#[derive(Clone, Debug)]
+pub struct Send {
+    pub node: usize,
+    pub topic: String,
+    pub queue: i32,
+    pub body: String,
+    pub outcome: Outcome,
+}
+
+/// Every operation of a run, in the order they completed.
+#[derive(Default)]
+pub struct History {
+    sends: RefCell<Vec<Send>>,
+}
+
+/// What the checker found; empty lists mean the history holds.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Acknowledged sends missing from their node, or at another offset than acknowledged.
+    pub lost: Vec<String>,
+    /// Bodies held more than once (every body is sent once, never retried).
+    pub duplicated: Vec<String>,
+    /// Offsets two acknowledged sends both claim.
+    pub shared_offsets: Vec<String>,
+    /// Refused sends that were stored anyway.
+    pub stored_though_refused: Vec<String>,
+    /// Counts of the outcomes, for the log.
+    pub acked: usize,
+    pub refused: usize,
+    pub unknown: usize,
+}
+
+impl Report {
+    pub fn holds(&self) -> bool {
+        self.lost.is_empty()
+            && self.duplicated.is_empty()
+            && self.shared_offsets.is_empty()
+            && self.stored_though_refused.is_empty()
+    }
+}
+
+/// What the nodes hold: (node, topic, queue) to (offset, body) pairs.
+pub type Held = BTreeMap<(usize, String, i32), Vec<(u64, String)>>;
+
+impl History {
+    /// Records the outcome of sending `body` to `topic`/`queue` on `node`: `answer` as the
+    /// client returned it.
+    pub fn send(
+        &self,
+        node: usize,
+        topic: &str,
+        queue: i32,
+        body: String,
+        answer: &std::io::Result<ringmq::remoting::RemotingCommand>,
+    ) -> Outcome {
+        let outcome = match answer {
+            Ok(answer) if answer.code == response::SUCCESS => Outcome::Acked(
+                answer.ext_fields["queueOffset"]
+                    .parse()
+                    .expect("a numeric queueOffset"),
+            ),
+            // Stored, but not as durable or replicated as asked: it may stay.
+            Ok(answer) if STORED_UNCONFIRMED.contains(&answer.code) => {
+                Outcome::Unknown(format!("status {}", answer.code))
+            }
+            Ok(answer) => Outcome::Refused(answer.code),
+            Err(error) => Outcome::Unknown(error.to_string()),
+        };
+        self.sends.borrow_mut().push(Send {
+            node,
+            topic: topic.to_string(),
+            queue,
+            body,
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    /// The queues the history sent to: (node, topic, queue).
+    pub fn queues(&self) -> Vec<(usize, String, i32)> {
+        let mut queues: Vec<_> = self
+            .sends
+            .borrow()
+            .iter()
+            .map(|send| (send.node, send.topic.clone(), send.queue))
+            .collect();
+        queues.sort();
+        queues.dedup();
+        queues
+    }
+
+    /// Holds the history against `held`: no acknowledged send lost or moved, no body held
+    /// twice, no offset claimed by two acknowledged sends, no refused send stored.
+    pub fn check(&self, held: &Held) -> Report {
+        let mut report = Report::default();
+        let mut where_held: HashMap<&str, Vec<(usize, &str, i32, u64)>> = HashMap::new();
+        for ((node, topic, queue), records) in held {
+            for (offset, body) in records {
+                where_held.entry(body.as_str()).or_default().push((
+                    *node,
+                    topic.as_str(),
+                    *queue,
+                    *offset,
+                ));
+            }
+        }
+        for (body, places) in &where_held {
+            if places.len() > 1 {
+                report.duplicated.push(format!("{body} at {places:?}"));
+            }
+        }
+        let mut claimed: HashMap<(usize, &str, i32, u64), &str> = HashMap::new();
+        for send in self.sends.borrow().iter() {
+            let places = where_held.get(send.body.as_str());
+            match &send.outcome {
+                Outcome::Acked(offset) => {
+                    report.acked += 1;
+                    let place = (send.node, send.topic.as_str(), send.queue, *offset);
+                    if !places.is_some_and(|places| places.contains(&place)) {
+                        report.lost.push(format!(
+                            "{} acked at {place:?}, held at {places:?}",
+                            send.body
+                        ));
+                    }
+                    if let Some(other) = claimed.insert(place, &send.body) {
+                        report
+                            .shared_offsets
+                            .push(format!("{place:?} acked to {other} and {}", send.body));
+                    }
+                }
+                Outcome::Refused(code) => {
+                    report.refused += 1;
+                    if places.is_some() {
+                        report.stored_though_refused.push(format!(
+                            "{} refused with {code}, held at {places:?}",
+                            send.body
+                        ));
+                    }
+                }
+                Outcome::Unknown(_) => report.unknown += 1,
+            }
+        }
+        report
+    }
+}
+
+/// Statuses of a send that was stored without the durability or replication asked for.
+const STORED_UNCONFIRMED: [i32; 3] = [
+    response::FLUSH_DISK_TIMEOUT,
+    response::SLAVE_NOT_AVAILABLE,
+    response::FLUSH_SLAVE_TIMEOUT,
+];
+
+/// A bound for a client's request in a faulty network: long enough for a retransmission,
+/// short enough that a partition ends requests instead of the test.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(800);
