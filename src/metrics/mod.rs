@@ -759,28 +759,54 @@ fn render_log(out: &mut String, shards: &[Arc<ShardMetrics>]) {
 /// The per-topic and per-group families, summed over the shards (no shard label: a topic's
 /// queues and a group's pulls spread over them), and what the caps left out.
 fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
-    let mut topics: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
-    let mut groups: std::collections::BTreeMap<(String, String), [u64; 2]> = Default::default();
-    let mut lags: std::collections::BTreeMap<(String, String), u64> = Default::default();
-    for shard in shards {
-        let keys = shard.keys.lock();
-        for figures in &keys.topics {
-            let sums = topics.entry(figures.topic.clone()).or_default();
-            sums[0] += figures.put.messages;
-            sums[1] += figures.put.bytes;
-            sums[2] += figures.got.messages;
-            sums[3] += figures.got.bytes;
-        }
-        for figures in &keys.groups {
-            let pair = (figures.group.clone(), figures.topic.clone());
-            let sums = groups.entry(pair.clone()).or_default();
-            sums[0] += figures.got.messages;
-            sums[1] += figures.got.bytes;
-            if let Some(lag) = figures.lag {
-                *lags.entry(pair).or_default() += lag;
+    let sums = KeySums::of(shards);
+    render_topic_keys(out, &sums.topics);
+    render_group_keys(out, &sums);
+    render_key_caps(out, shards);
+}
+
+/// The per-key figures of every shard, summed: by topic (messages and bytes in, then out),
+/// by group and topic (messages and bytes out), and the lag by group and topic.
+struct KeySums {
+    topics: std::collections::BTreeMap<String, [u64; 4]>,
+    groups: std::collections::BTreeMap<(String, String), [u64; 2]>,
+    lags: std::collections::BTreeMap<(String, String), u64>,
+}
+
+impl KeySums {
+    fn of(shards: &[Arc<ShardMetrics>]) -> KeySums {
+        let mut topics: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
+        let mut groups: std::collections::BTreeMap<(String, String), [u64; 2]> = Default::default();
+        let mut lags: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for shard in shards {
+            let keys = shard.keys.lock();
+            for figures in &keys.topics {
+                let sums = topics.entry(figures.topic.clone()).or_default();
+                sums[0] += figures.put.messages;
+                sums[1] += figures.put.bytes;
+                sums[2] += figures.got.messages;
+                sums[3] += figures.got.bytes;
+            }
+            for figures in &keys.groups {
+                let pair = (figures.group.clone(), figures.topic.clone());
+                let sums = groups.entry(pair.clone()).or_default();
+                sums[0] += figures.got.messages;
+                sums[1] += figures.got.bytes;
+                if let Some(lag) = figures.lag {
+                    *lags.entry(pair).or_default() += lag;
+                }
             }
         }
+        KeySums {
+            topics,
+            groups,
+            lags,
+        }
     }
+}
+
+/// The per-topic series.
+fn render_topic_keys(out: &mut String, topics: &std::collections::BTreeMap<String, [u64; 4]>) {
     let topic_families = [
         (
             "ringmq_topic_messages_in_total",
@@ -801,7 +827,7 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     ];
     for (index, (name, help)) in topic_families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (topic, sums) in &topics {
+        for (topic, sums) in topics {
             let _ = writeln!(
                 out,
                 "{name}{{topic=\"{}\"}} {}",
@@ -810,6 +836,11 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
             );
         }
     }
+}
+
+/// The per-group series: messages and bytes out, and the lag.
+fn render_group_keys(out: &mut String, sums: &KeySums) {
+    let (groups, lags) = (&sums.groups, &sums.lags);
     let group_families = [
         (
             "ringmq_group_messages_out_total",
@@ -822,7 +853,7 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     ];
     for (index, (name, help)) in group_families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for ((group, topic), sums) in &groups {
+        for ((group, topic), sums) in groups {
             let _ = writeln!(
                 out,
                 "{name}{{group=\"{}\",topic=\"{}\"}} {}",
@@ -837,7 +868,7 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
         out,
         "# HELP {name} Messages of the topic the group has not committed: each queue's end minus the group's committed offset (0 without one), summed.\n# TYPE {name} gauge"
     );
-    for ((group, topic), lag) in &lags {
+    for ((group, topic), lag) in lags {
         let _ = writeln!(
             out,
             "{name}{{group=\"{}\",topic=\"{}\"}} {lag}",
@@ -845,6 +876,10 @@ fn render_keys(out: &mut String, shards: &[Arc<ShardMetrics>]) {
             escape_label(topic)
         );
     }
+}
+
+/// What the per-key series left out: keys over the caps, gets not counted by group.
+fn render_key_caps(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     let name = "ringmq_stats_keys_over_cap";
     let _ = writeln!(
         out,
@@ -892,12 +927,14 @@ type Section = fn(&mut String, &[Arc<ShardMetrics>]);
 /// own section (a file in `sections/`) and one entry here: the page does not grow in one
 /// function per feature.
 const SECTIONS: &[Section] = &[
-    requests_and_store,
+    requests_and_traffic,
+    store_writes,
     index,
     retention,
     sections::delay::render,
     disk,
     connections,
+    connection_bounds,
     delivery,
     sections::timer::render,
     sections::pop::render,
@@ -927,8 +964,8 @@ fn traffic(s: &ShardMetrics) -> TrafficSnapshot {
     s.traffic.snapshot()
 }
 
-/// Requests and responses by code, messages and bytes in and out, the CommitLog's writes.
-fn requests_and_store(out: &mut String, shards: &[Arc<ShardMetrics>]) {
+/// Requests and responses by code, messages and bytes in and out.
+fn requests_and_traffic(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     by_code(
         out,
         shards,
@@ -996,6 +1033,10 @@ fn requests_and_store(out: &mut String, shards: &[Arc<ShardMetrics>]) {
             pick(traffic(s)) as i128
         });
     }
+}
+
+/// The CommitLog's writes: record bytes, appends, fsyncs, and store task panics.
+fn store_writes(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     family(
         out,
         shards,
@@ -1164,6 +1205,10 @@ fn connections(out: &mut String, shards: &[Arc<ShardMetrics>]) {
         "Connections accepted.",
         |s| relaxed(&s.connections_total),
     );
+}
+
+/// The connection bounds at work: refusals, pauses, closes, and the backlogs they bound.
+fn connection_bounds(out: &mut String, shards: &[Arc<ShardMetrics>]) {
     for (name, kind, help, pick) in [
         (
             "ringmq_connections_refused_total",
@@ -1334,6 +1379,67 @@ mod tests {
 
     #[test]
     fn every_family_renders_per_shard_with_help_and_type() {
+        let text = figures_of_every_kind().render();
+        for line in [
+            "ringmq_delay_pending{shard=\"1\",level=\"2\"} 4",
+            "ringmq_delay_pending{shard=\"1\",level=\"3\"} 0",
+            "ringmq_delay_delivered_total{shard=\"1\",level=\"2\"} 2",
+            "ringmq_delay_lateness_seconds_total{shard=\"1\",level=\"2\"} 1.525",
+            "ringmq_delay_skipped_total{shard=\"1\",level=\"3\"} 1",
+            "ringmq_retention_segments_kept_for_consumers{shard=\"1\"} 3",
+            "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_a\"} 0",
+            "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_b\"} 17",
+            "ringmq_requests_total{shard=\"1\",code=\"10\",name=\"SEND_MESSAGE\"} 2",
+            "ringmq_responses_total{shard=\"1\",status=\"0\",name=\"SUCCESS\"} 1",
+            "ringmq_responses_total{shard=\"1\",status=\"2\",name=\"SYSTEM_BUSY\"} 1",
+            "ringmq_messages_in_total{shard=\"1\"} 2",
+            "ringmq_messages_in_total{shard=\"0\"} 0",
+            "ringmq_bytes_in_total{shard=\"1\"} 2048",
+            "ringmq_connections_refused_total{shard=\"1\"} 1",
+            "ringmq_queued_response_bytes{shard=\"1\"} 300",
+            "ringmq_fsyncs_total{shard=\"1\"} 1",
+            "ringmq_fsync_seconds_total{shard=\"1\"} 1.250042",
+            "ringmq_fsync_seconds_total{shard=\"0\"} 0.000000",
+            "ringmq_store_task_panics_total{shard=\"1\"} 1",
+            "ringmq_index_entries_total{shard=\"1\"} 6",
+            "ringmq_index_queries_total{shard=\"1\"} 3",
+            "ringmq_index_query_seconds_total{shard=\"1\"} 0.001500",
+            "ringmq_retention_segments_deleted_total{shard=\"1\"} 2",
+            "ringmq_retention_bytes_deleted_total{shard=\"1\"} 2048",
+            "ringmq_puts_refused_for_space_total{shard=\"1\"} 5",
+            "ringmq_disk_used_percent{shard=\"1\"} 42",
+            "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
+            "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        // The histogram: 250 µs and 750 µs, cumulative, summing to the count.
+        for line in [
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.0001\"} 0",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.00025\"} 1",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.0005\"} 1",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.001\"} 2",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"60\"} 2",
+            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"+Inf\"} 2",
+            "ringmq_request_latency_seconds_sum{shard=\"1\",family=\"send\"} 0.001",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("quantile="),
+            "a summary's quantiles do not sum across shards"
+        );
+        every_sample_has_its_type_line(&text);
+    }
+
+    /// Two shards' metrics with figures of every kind on shard 1.
+    fn figures_of_every_kind() -> NodeMetrics {
         let metrics = NodeMetrics::new(2);
         let shard = metrics.shard(1);
         shard.request(request::SEND_MESSAGE);
@@ -1392,63 +1498,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             [2, 3]
         );
-        let text = metrics.render();
-        for line in [
-            "ringmq_delay_pending{shard=\"1\",level=\"2\"} 4",
-            "ringmq_delay_pending{shard=\"1\",level=\"3\"} 0",
-            "ringmq_delay_delivered_total{shard=\"1\",level=\"2\"} 2",
-            "ringmq_delay_lateness_seconds_total{shard=\"1\",level=\"2\"} 1.525",
-            "ringmq_delay_skipped_total{shard=\"1\",level=\"3\"} 1",
-            "ringmq_retention_segments_kept_for_consumers{shard=\"1\"} 3",
-            "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_a\"} 0",
-            "ringmq_retention_unconsumed_lost_total{shard=\"1\",group=\"CG_b\"} 17",
-            "ringmq_requests_total{shard=\"1\",code=\"10\",name=\"SEND_MESSAGE\"} 2",
-            "ringmq_responses_total{shard=\"1\",status=\"0\",name=\"SUCCESS\"} 1",
-            "ringmq_responses_total{shard=\"1\",status=\"2\",name=\"SYSTEM_BUSY\"} 1",
-            "ringmq_messages_in_total{shard=\"1\"} 2",
-            "ringmq_messages_in_total{shard=\"0\"} 0",
-            "ringmq_bytes_in_total{shard=\"1\"} 2048",
-            "ringmq_connections_refused_total{shard=\"1\"} 1",
-            "ringmq_queued_response_bytes{shard=\"1\"} 300",
-            "ringmq_fsyncs_total{shard=\"1\"} 1",
-            "ringmq_fsync_seconds_total{shard=\"1\"} 1.250042",
-            "ringmq_fsync_seconds_total{shard=\"0\"} 0.000000",
-            "ringmq_store_task_panics_total{shard=\"1\"} 1",
-            "ringmq_index_entries_total{shard=\"1\"} 6",
-            "ringmq_index_queries_total{shard=\"1\"} 3",
-            "ringmq_index_query_seconds_total{shard=\"1\"} 0.001500",
-            "ringmq_retention_segments_deleted_total{shard=\"1\"} 2",
-            "ringmq_retention_bytes_deleted_total{shard=\"1\"} 2048",
-            "ringmq_puts_refused_for_space_total{shard=\"1\"} 5",
-            "ringmq_disk_used_percent{shard=\"1\"} 42",
-            "ringmq_request_latency_seconds_count{shard=\"1\",family=\"send\"} 2",
-            "ringmq_request_latency_seconds_count{shard=\"0\",family=\"pull\"} 0",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in\n{text}"
-            );
-        }
-        // The histogram: 250 µs and 750 µs, cumulative, summing to the count.
-        for line in [
-            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.0001\"} 0",
-            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.00025\"} 1",
-            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.0005\"} 1",
-            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"0.001\"} 2",
-            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"60\"} 2",
-            "ringmq_request_latency_seconds_bucket{shard=\"1\",family=\"send\",le=\"+Inf\"} 2",
-            "ringmq_request_latency_seconds_sum{shard=\"1\",family=\"send\"} 0.001",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in\n{text}"
-            );
-        }
-        assert!(
-            !text.contains("quantile="),
-            "a summary's quantiles do not sum across shards"
-        );
-        // Every sample line belongs to a family announced by a TYPE line before it.
+        metrics
+    }
+
+    /// Every sample line of `text` belongs to a family announced by a TYPE line before it.
+    fn every_sample_has_its_type_line(text: &str) {
         let mut announced = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -311,28 +311,8 @@ pub async fn serve_admitted<C: Connection, H: RequestHandler>(
         let _ = stream.set_send_buffer(limits.socket_send_buffer);
     }
     let (mut reader, writer) = stream.into_split();
-    let writer: Box<dyn crate::net::WriteHalf> = Box::new(writer);
-    let sender = BodySender::new(limits.body_send, traffic.clone(), &*writer);
-    let backlog = Backlog::new(
-        BacklogBounds {
-            connection_requests: limits.max_requests_in_flight,
-            connection_bytes: limits.max_queued_response_bytes,
-            connection_parked: limits.max_parked_requests,
-            shard_requests: limits.shard_max_requests_in_flight,
-            shard_bytes: limits.shard_max_queued_response_bytes,
-        },
-        traffic.clone(),
-    );
-    let writer = ConnectionWriter::register(writer, traffic.clone(), backlog.clone());
-    let connection = writer.number();
-    let (responses, queued) = Outbound::new(backlog.clone());
-    let mut writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
-    handler.connection_opened(peer, responses.clone());
-    let mut requests = JoinSet::new();
-    let mut buffer = BytesMut::with_capacity(limits.read_buffer);
+    let (mut session, mut writer_task) = Session::open(peer, handler, limits, traffic, writer);
     let mut partial = admitted.partial_frame(limits.read_buffer);
-    // Pauses are this connection's own repeated event: logged through its own limiter.
-    let mut pause_log = WarnLimiter::new(limits.warn_burst, limits.warn_interval);
     // Made once and kept registered: a fresh wait per read would join and leave the watch's
     // waiter list (a mutex) for every batch of requests.
     let stopping = shutdown.wait_for(|stop| *stop);
@@ -341,125 +321,23 @@ pub async fn serve_admitted<C: Connection, H: RequestHandler>(
     // touch the timer wheel on every batch of requests.
     let mut ticks = tokio::time::interval_at(Instant::now() + limits.tick(), limits.tick());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_request = Instant::now();
-    // When the frame clock of the partial frame now in `buffer` last (re)started, and
-    // `buffer.len()` then; `None` when it holds none. It restarts on progress (see
-    // FRAME_PROGRESS) and when a pause ends, so `frame_timeout` bounds a stall, not a frame.
-    let mut frame_began: Option<(Instant, usize)> = None;
-    let mut paused = false;
-    let ended = 'serve: loop {
-        // Take whole frames while the backlog has room; stopped by a full one, the rest
-        // wait in `buffer` (and the socket) until it drains.
-        let mut took = false;
-        let capacity_before = buffer.capacity();
-        let mut waiting_for_bytes = false;
-        while !backlog.is_full() {
-            let held = buffer.len();
-            match take_frame(&mut buffer, limits.max_frame_len) {
-                Ok(Some(request)) => {
-                    took = true;
-                    let frame_bytes = held - buffer.len();
-                    if request.is_response() {
-                        // The answer to a request the node sent (a relayed admin call).
-                        handler.response_arrived(peer, request);
-                        continue;
-                    }
-                    let in_flight = backlog.start_request(frame_bytes);
-                    let oneway = request.is_oneway();
-                    let reply = Reply {
-                        responses: responses.clone(),
-                        oneway,
-                        connection,
-                        in_flight,
-                    };
-                    let Some(request) = handler.clone().handle_now(request, peer, reply) else {
-                        continue;
-                    };
-                    // Handed back: `handle_now` dropped its reply, so count the request again
-                    // for the task that runs it.
-                    let in_flight = backlog.start_request(frame_bytes);
-                    let handler = handler.clone();
-                    let responses = responses.clone();
-                    let current = in_flight.backlog().cloned();
-                    requests.spawn_local(async move {
-                        let response =
-                            super::backlog::scope(current, handler.handle(request, peer)).await;
-                        if let (Some(response), false) = (response, oneway) {
-                            responses.respond(response, in_flight);
-                        }
-                    });
-                }
-                Ok(None) => {
-                    waiting_for_bytes = !buffer.is_empty();
-                    break;
-                }
-                Err(error) => {
-                    let error = log_safe_max(&error.to_string(), 256).to_string();
-                    limited_warn!(shard_warning(&limits), %peer, %error, "bad frame; closing the connection");
-                    break 'serve Ended::BadFrame(error);
-                }
-            }
+    let ended = loop {
+        if let Err(ended) = session.take_frames() {
+            break ended;
         }
-        if took {
-            shrink_read_buffer(&mut buffer, capacity_before, limits.read_buffer);
+        if let Err(refused) = partial.hold(session.buffer.len()) {
+            break session.refuse_partial_frame(refused);
         }
-        let now = Instant::now();
-        if took {
-            last_request = now;
-            frame_began = None;
-        }
-        if waiting_for_bytes {
-            match &mut frame_began {
-                None => frame_began = Some((now, buffer.len())),
-                Some((began, mark)) if buffer.len() >= *mark + FRAME_PROGRESS => {
-                    (*began, *mark) = (now, buffer.len());
-                }
-                Some(_) => {}
-            }
-        }
-        if let Err(refused) = partial.hold(buffer.len()) {
-            traffic.count(LimitEvent::PartialFrameRefusal);
-            limited_warn!(
-                shard_warning(&limits),
-                %peer,
-                held = refused.held,
-                node_total = refused.node_total,
-                max_partial_frame_bytes = refused.max,
-                "the node holds too many bytes of partial frames; closing the connection"
-            );
-            break Ended::PartialFrameLimit;
-        }
-        // Reap finished request tasks so the set holds only the live ones.
-        while requests.try_join_next().is_some() {}
-        let full = backlog.is_full();
-        if full && !paused {
-            traffic.count(LimitEvent::ReadPause);
-            let decision = pause_log.check(std::time::Instant::now());
-            if decision != Warn::Suppress {
-                tracing::info!(
-                    %peer,
-                    requests_in_flight = backlog.requests(),
-                    queued_response_bytes = backlog.bytes(),
-                    "responses are not being taken; reading paused until they drain"
-                );
-            }
-        }
-        if paused && !full {
-            // Time the node was not reading is not the peer's: the frame clock restarts.
-            if let Some((began, mark)) = &mut frame_began {
-                (*began, *mark) = (now, buffer.len());
-            }
-        }
-        paused = full;
+        session.update_pause();
         tokio::select! {
             // Reads first: they are what this loop is for; the others end it or wake it.
             biased;
-            read = reader.read_buf(&mut buffer), if !paused => match read {
+            read = reader.read_buf(&mut session.buffer), if !session.paused => match read {
                 Ok(0) => break Ended::PeerClosed,
-                Ok(read) => traffic.add_in(read),
+                Ok(read) => session.traffic.add_in(read),
                 Err(error) => break Ended::Io(error.to_string()),
             },
-            () = backlog.wait_for_room(), if paused => {}
+            () = session.backlog.wait_for_room(), if session.paused => {}
             written = &mut writer_task => {
                 break match written {
                     Ok(Err(error)) => Ended::Io(error.to_string()),
@@ -467,58 +345,265 @@ pub async fn serve_admitted<C: Connection, H: RequestHandler>(
                 };
             }
             _ = &mut stopping => break Ended::Shutdown,
-            now = ticks.tick() => {
-                // A paused connection holds whole frames it has not taken, not a late one.
-                if let (Some((began, _)), false) = (frame_began, paused) {
-                    if now.duration_since(began) >= limits.frame_timeout {
-                        traffic.count(LimitEvent::FrameTimeout);
-                        limited_warn!(
-                            shard_warning(&limits),
-                            %peer,
-                            held = buffer.len(),
-                            timeout_ms = limits.frame_timeout.as_millis() as u64,
-                            "a frame did not complete in time; closing the connection"
-                        );
-                        break Ended::FrameTimeout;
-                    }
+            now = ticks.tick() => if let Some(ended) = session.check_timeouts(now) {
+                break ended;
+            },
+        }
+    };
+    session.close(ended, reader, writer_task)
+}
+
+/// What one connection keeps between turns of its read loop ([`serve_admitted`]).
+struct Session<H> {
+    peer: SocketAddr,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    traffic: Arc<Traffic>,
+    backlog: Arc<Backlog>,
+    /// Where responses to this connection's requests go (its writer task).
+    responses: Outbound,
+    /// The connection's number, for [`reply_batch::hold`].
+    connection: u64,
+    requests: JoinSet<()>,
+    buffer: BytesMut,
+    /// When the frame clock of the partial frame now in `buffer` last (re)started, and
+    /// `buffer.len()` then; `None` when it holds none. It restarts on progress (see
+    /// FRAME_PROGRESS) and when a pause ends, so `frame_timeout` bounds a stall, not a frame.
+    frame_began: Option<(Instant, usize)>,
+    last_request: Instant,
+    paused: bool,
+    /// Pauses are this connection's own repeated event: logged through its own limiter.
+    pause_log: WarnLimiter,
+}
+
+/// The writer task of a connection: it ends with an error when the socket breaks.
+type WriterTask = tokio::task::JoinHandle<std::io::Result<()>>;
+
+impl<H: RequestHandler> Session<H> {
+    /// Registers the connection's writer, starts its writer task and tells the handler
+    /// the connection opened.
+    fn open<W: crate::net::WriteHalf>(
+        peer: SocketAddr,
+        handler: Rc<H>,
+        limits: ConnectionLimits,
+        traffic: Arc<Traffic>,
+        writer: W,
+    ) -> (Session<H>, WriterTask) {
+        let writer: Box<dyn crate::net::WriteHalf> = Box::new(writer);
+        let sender = BodySender::new(limits.body_send, traffic.clone(), &*writer);
+        let backlog = Backlog::new(
+            BacklogBounds {
+                connection_requests: limits.max_requests_in_flight,
+                connection_bytes: limits.max_queued_response_bytes,
+                connection_parked: limits.max_parked_requests,
+                shard_requests: limits.shard_max_requests_in_flight,
+                shard_bytes: limits.shard_max_queued_response_bytes,
+            },
+            traffic.clone(),
+        );
+        let writer = ConnectionWriter::register(writer, traffic.clone(), backlog.clone());
+        let connection = writer.number();
+        let (responses, queued) = Outbound::new(backlog.clone());
+        let writer_task = tokio::task::spawn_local(write_responses(writer, queued, sender));
+        handler.connection_opened(peer, responses.clone());
+        let session = Session {
+            peer,
+            handler,
+            limits,
+            traffic,
+            backlog,
+            responses,
+            connection,
+            requests: JoinSet::new(),
+            buffer: BytesMut::with_capacity(limits.read_buffer),
+            frame_began: None,
+            last_request: Instant::now(),
+            paused: false,
+            pause_log: WarnLimiter::new(limits.warn_burst, limits.warn_interval),
+        };
+        (session, writer_task)
+    }
+
+    /// Takes whole frames while the backlog has room (stopped by a full one, the rest
+    /// wait in the buffer, and the socket, until it drains) and starts each request; then
+    /// keeps the read buffer's size and the frame clock. Fails on a framing error.
+    fn take_frames(&mut self) -> Result<(), Ended> {
+        let mut took = false;
+        let capacity_before = self.buffer.capacity();
+        let mut waiting_for_bytes = false;
+        while !self.backlog.is_full() {
+            let held = self.buffer.len();
+            match take_frame(&mut self.buffer, self.limits.max_frame_len) {
+                Ok(Some(request)) => {
+                    took = true;
+                    self.start_request(request, held - self.buffer.len());
                 }
-                if now.duration_since(last_request) >= limits.idle_timeout {
-                    if backlog.requests() > 0 || backlog.bytes() > 0 || paused {
-                        // Waiting for its own answers (a parked pull) is not idle, nor is
-                        // reading a backlog of them slowly (queued bytes, a pause).
-                        last_request = now;
-                    } else {
-                        traffic.count(LimitEvent::IdleClose);
-                        tracing::debug!(%peer, "idle; closing the connection");
-                        break Ended::Idle;
-                    }
+                Ok(None) => {
+                    waiting_for_bytes = !self.buffer.is_empty();
+                    break;
+                }
+                Err(error) => {
+                    let error = log_safe_max(&error.to_string(), 256).to_string();
+                    limited_warn!(shard_warning(&self.limits), peer = %self.peer, %error, "bad frame; closing the connection");
+                    return Err(Ended::BadFrame(error));
                 }
             }
         }
-    };
-    // Parked requests (long polls) end with their connection: nobody is left to answer,
-    // and a parked request kept to its poll time would hold its slot and wake for nothing.
-    backlog.close();
-    if ended == Ended::Shutdown {
-        requests.abort_all();
-    } else {
-        requests.detach_all();
+        if took {
+            shrink_read_buffer(&mut self.buffer, capacity_before, self.limits.read_buffer);
+        }
+        let now = Instant::now();
+        if took {
+            self.last_request = now;
+            self.frame_began = None;
+        }
+        if waiting_for_bytes {
+            match &mut self.frame_began {
+                None => self.frame_began = Some((now, self.buffer.len())),
+                Some((began, mark)) if self.buffer.len() >= *mark + FRAME_PROGRESS => {
+                    (*began, *mark) = (now, self.buffer.len());
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
-    // The socket closes when both halves are gone (the write half does not close it, see
-    // `reply_batch::WriteHalf`), and the writer task's cancellation drops the
-    // connection's write state: the closer does both, with the read buffer, a batch per
-    // turn, so many connections ending at once do not queue all that work in one turn of
-    // the shard ahead of the connections still open (see `closer.rs`).
-    let stop_writer = super::closer::AbortOnDrop(writer_task.abort_handle());
-    if ended == Ended::Shutdown {
-        drop(stop_writer);
-        drop((reader, buffer));
-    } else {
-        super::closer::close_later((reader, stop_writer, buffer));
+
+    /// Starts one request of `frame_bytes`: a response frame goes to the handler as the
+    /// answer to a call the node made; a request the handler can take at once is handed
+    /// over with its [`Reply`]; any other runs in a task of its own.
+    fn start_request(&mut self, request: RemotingCommand, frame_bytes: usize) {
+        if request.is_response() {
+            // The answer to a request the node sent (a relayed admin call).
+            self.handler.response_arrived(self.peer, request);
+            return;
+        }
+        let oneway = request.is_oneway();
+        let reply = Reply {
+            responses: self.responses.clone(),
+            oneway,
+            connection: self.connection,
+            in_flight: self.backlog.start_request(frame_bytes),
+        };
+        let peer = self.peer;
+        let Some(request) = self.handler.clone().handle_now(request, peer, reply) else {
+            return;
+        };
+        // Handed back: `handle_now` dropped its reply, so count the request again for the
+        // task that runs it.
+        let in_flight = self.backlog.start_request(frame_bytes);
+        let handler = self.handler.clone();
+        let responses = self.responses.clone();
+        let current = in_flight.backlog().cloned();
+        self.requests.spawn_local(async move {
+            let response = super::backlog::scope(current, handler.handle(request, peer)).await;
+            if let (Some(response), false) = (response, oneway) {
+                responses.respond(response, in_flight);
+            }
+        });
     }
-    handler.connection_closed(peer);
-    tracing::debug!(%peer, ?ended, "connection ended");
-    ended
+
+    /// The connection's read buffer would take the node past its partial-frame bound.
+    fn refuse_partial_frame(&self, refused: super::admission::PartialFrameRefused) -> Ended {
+        self.traffic.count(LimitEvent::PartialFrameRefusal);
+        limited_warn!(
+            shard_warning(&self.limits),
+            peer = %self.peer,
+            held = refused.held,
+            node_total = refused.node_total,
+            max_partial_frame_bytes = refused.max,
+            "the node holds too many bytes of partial frames; closing the connection"
+        );
+        Ended::PartialFrameLimit
+    }
+
+    /// Reaps finished request tasks, and pauses reading while the backlog is full (counted
+    /// and logged as a pause begins); the frame clock restarts when a pause ends.
+    fn update_pause(&mut self) {
+        // Reap finished request tasks so the set holds only the live ones.
+        while self.requests.try_join_next().is_some() {}
+        let full = self.backlog.is_full();
+        if full && !self.paused {
+            self.traffic.count(LimitEvent::ReadPause);
+            let decision = self.pause_log.check(std::time::Instant::now());
+            if decision != Warn::Suppress {
+                tracing::info!(
+                    peer = %self.peer,
+                    requests_in_flight = self.backlog.requests(),
+                    queued_response_bytes = self.backlog.bytes(),
+                    "responses are not being taken; reading paused until they drain"
+                );
+            }
+        }
+        if self.paused && !full {
+            // Time the node was not reading is not the peer's: the frame clock restarts.
+            if let Some((began, mark)) = &mut self.frame_began {
+                (*began, *mark) = (Instant::now(), self.buffer.len());
+            }
+        }
+        self.paused = full;
+    }
+
+    /// The timeouts at tick `now`: a partial frame stalled past `frame_timeout`, or no
+    /// request for `idle_timeout` with nothing in flight.
+    fn check_timeouts(&mut self, now: Instant) -> Option<Ended> {
+        // A paused connection holds whole frames it has not taken, not a late one.
+        if let (Some((began, _)), false) = (self.frame_began, self.paused) {
+            if now.duration_since(began) >= self.limits.frame_timeout {
+                self.traffic.count(LimitEvent::FrameTimeout);
+                limited_warn!(
+                    shard_warning(&self.limits),
+                    peer = %self.peer,
+                    held = self.buffer.len(),
+                    timeout_ms = self.limits.frame_timeout.as_millis() as u64,
+                    "a frame did not complete in time; closing the connection"
+                );
+                return Some(Ended::FrameTimeout);
+            }
+        }
+        if now.duration_since(self.last_request) < self.limits.idle_timeout {
+            return None;
+        }
+        if self.backlog.requests() > 0 || self.backlog.bytes() > 0 || self.paused {
+            // Waiting for its own answers (a parked pull) is not idle, nor is reading a
+            // backlog of them slowly (queued bytes, a pause).
+            self.last_request = now;
+            return None;
+        }
+        self.traffic.count(LimitEvent::IdleClose);
+        tracing::debug!(peer = %self.peer, "idle; closing the connection");
+        Some(Ended::Idle)
+    }
+
+    /// Ends the connection for `ended`: parked requests end, request tasks are left to
+    /// finish (aborted at a shutdown), and the socket and the writer go to the closer.
+    fn close<R: 'static>(mut self, ended: Ended, reader: R, writer_task: WriterTask) -> Ended {
+        // Parked requests (long polls) end with their connection: nobody is left to answer,
+        // and a parked request kept to its poll time would hold its slot and wake for
+        // nothing.
+        self.backlog.close();
+        if ended == Ended::Shutdown {
+            self.requests.abort_all();
+        } else {
+            self.requests.detach_all();
+        }
+        // The socket closes when both halves are gone (the write half does not close it,
+        // see `reply_batch::WriteHalf`), and the writer task's cancellation drops the
+        // connection's write state: the closer does both, with the read buffer, a batch
+        // per turn, so many connections ending at once do not queue all that work in one
+        // turn of the shard ahead of the connections still open (see `closer.rs`).
+        let stop_writer = super::closer::AbortOnDrop(writer_task.abort_handle());
+        let buffer = std::mem::take(&mut self.buffer);
+        if ended == Ended::Shutdown {
+            drop(stop_writer);
+            drop((reader, buffer));
+        } else {
+            super::closer::close_later((reader, stop_writer, buffer));
+        }
+        self.handler.connection_closed(self.peer);
+        tracing::debug!(peer = %self.peer, ?ended, "connection ended");
+        ended
+    }
 }
 
 /// Bytes of a partial frame that restart its clock when they arrive: a frame that keeps

@@ -246,72 +246,83 @@ pub fn decode_batch(body: &Bytes) -> Result<Vec<BatchItem>, BatchError> {
     let mut items = Vec::new();
     let mut pos = 0;
     while pos < body.len() {
-        let index = items.len();
-        let offset = pos;
-        let truncated = |field, at: usize, needed| BatchError::Truncated {
-            index,
-            offset,
-            field,
-            needed,
-            available: body.len() - at,
-        };
-        let word = |field, at: usize| -> Result<i32, BatchError> {
-            body.get(at..at + 4)
-                .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                .ok_or_else(|| truncated(field, at, 4))
-        };
-        let stored = word("TOTALSIZE", pos)?;
-        // MAGICCODE and BODYCRC are read over, not trusted.
-        word("MAGICCODE", pos + 4)?;
-        word("BODYCRC", pos + 8)?;
-        let flag = word("FLAG", pos + 12)?;
-        let body_len = word("BODY length", pos + 16)?;
-        let body_len = usize::try_from(body_len).map_err(|_| BatchError::NegativeLength {
-            index,
-            offset,
-            field: "BODY",
-            len: body_len,
-        })?;
-        let body_start = pos + 20;
-        if body_len > body.len() - body_start {
-            return Err(truncated("BODY", body_start, body_len));
-        }
-        let props_at = body_start + body_len;
-        let props_len = body
-            .get(props_at..props_at + 2)
-            .map(|b| i16::from_be_bytes([b[0], b[1]]))
-            .ok_or_else(|| truncated("PROPERTIES length", props_at, 2))?;
-        let props_len = usize::try_from(props_len).map_err(|_| BatchError::NegativeLength {
-            index,
-            offset,
-            field: "PROPERTIES",
-            len: props_len.into(),
-        })?;
-        let props_start = props_at + 2;
-        if props_len > body.len() - props_start {
-            return Err(truncated("PROPERTIES", props_start, props_len));
-        }
-        let end = props_start + props_len;
-        let computed = end - pos;
-        if usize::try_from(stored) != Ok(computed) {
-            return Err(BatchError::SizeMismatch {
-                index,
-                offset,
-                stored,
-                computed,
-            });
-        }
-        let properties = std::str::from_utf8(&body[props_start..end])
-            .map_err(|_| BatchError::BadUtf8 { index, offset })?
-            .to_owned();
-        items.push(BatchItem {
-            flag,
-            body: body.slice(body_start..props_at),
-            properties,
-        });
+        let (item, end) = decode_item(body, items.len(), pos)?;
+        items.push(item);
         pos = end;
     }
     Ok(items)
+}
+
+/// Decodes message `index` of a batch body, which starts at byte `offset`; with it, where
+/// the next one starts.
+fn decode_item(
+    body: &Bytes,
+    index: usize,
+    offset: usize,
+) -> Result<(BatchItem, usize), BatchError> {
+    let pos = offset;
+    let truncated = |field, at: usize, needed| BatchError::Truncated {
+        index,
+        offset,
+        field,
+        needed,
+        available: body.len() - at,
+    };
+    let word = |field, at: usize| -> Result<i32, BatchError> {
+        body.get(at..at + 4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| truncated(field, at, 4))
+    };
+    let stored = word("TOTALSIZE", pos)?;
+    // MAGICCODE and BODYCRC are read over, not trusted.
+    word("MAGICCODE", pos + 4)?;
+    word("BODYCRC", pos + 8)?;
+    let flag = word("FLAG", pos + 12)?;
+    let body_len = word("BODY length", pos + 16)?;
+    let body_len = usize::try_from(body_len).map_err(|_| BatchError::NegativeLength {
+        index,
+        offset,
+        field: "BODY",
+        len: body_len,
+    })?;
+    let body_start = pos + 20;
+    if body_len > body.len() - body_start {
+        return Err(truncated("BODY", body_start, body_len));
+    }
+    let props_at = body_start + body_len;
+    let props_len = body
+        .get(props_at..props_at + 2)
+        .map(|b| i16::from_be_bytes([b[0], b[1]]))
+        .ok_or_else(|| truncated("PROPERTIES length", props_at, 2))?;
+    let props_len = usize::try_from(props_len).map_err(|_| BatchError::NegativeLength {
+        index,
+        offset,
+        field: "PROPERTIES",
+        len: props_len.into(),
+    })?;
+    let props_start = props_at + 2;
+    if props_len > body.len() - props_start {
+        return Err(truncated("PROPERTIES", props_start, props_len));
+    }
+    let end = props_start + props_len;
+    let computed = end - pos;
+    if usize::try_from(stored) != Ok(computed) {
+        return Err(BatchError::SizeMismatch {
+            index,
+            offset,
+            stored,
+            computed,
+        });
+    }
+    let properties = std::str::from_utf8(&body[props_start..end])
+        .map_err(|_| BatchError::BadUtf8 { index, offset })?
+        .to_owned();
+    let item = BatchItem {
+        flag,
+        body: body.slice(body_start..props_at),
+        properties,
+    };
+    Ok((item, end))
 }
 
 /// Appends `items` in the batch body format, as a Java client's
