@@ -53,6 +53,7 @@ use bytes::Bytes;
 
 use super::consume_queue::{AppendOutcome, ConsumeQueue};
 use super::dispatch::{dispatch_record, DispatchRecord, Dispatched};
+use super::position::{micros_u64, to_u32, to_u64, to_usize, LogPos, QueueOffset};
 use super::record::{self, BLANK_RECORD_LEN};
 use super::waiters::{AckCondition, ReplicaWait};
 use super::{PendingPut, Placement, PutStatus, Shared, StoreError, StoreTask};
@@ -132,7 +133,7 @@ fn gather_wait(shared: &Shared) -> bool {
     // Only the bytes up to a full batch matter.
     let mut bytes = 0usize;
     for put in pending.iter() {
-        bytes += put.encoded_len as usize;
+        bytes += to_usize(put.encoded_len);
         if bytes >= max_batch {
             break;
         }
@@ -149,10 +150,10 @@ fn take_batch(shared: &Shared) -> Vec<PendingPut> {
     let mut batch = Vec::new();
     let mut bytes = 0usize;
     while let Some(put) = pending.front() {
-        if !batch.is_empty() && bytes + put.encoded_len as usize > shared.config.max_batch_bytes {
+        if !batch.is_empty() && bytes + to_usize(put.encoded_len) > shared.config.max_batch_bytes {
             break;
         }
-        bytes += put.encoded_len as usize;
+        bytes += to_usize(put.encoded_len);
         batch.push(pending.pop_front().expect("front exists"));
     }
     batch
@@ -229,7 +230,7 @@ async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(),
         shared.update_stats(|stats| stats.log_syncs += 1);
     }
     let took = began.elapsed();
-    shared.update_stats(|stats| stats.log_sync_micros += took.as_micros() as u64);
+    shared.update_stats(|stats| stats.log_sync_micros += micros_u64(took));
     shared.gather.synced(took);
     shared.log.set_flushed_pos(end);
     reached(shared, AckCondition::Flushed, end);
@@ -336,7 +337,7 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
             return None;
         }
     };
-    let total_bytes: usize = batch.iter().map(|put| put.encoded_len as usize).sum();
+    let total_bytes: usize = batch.iter().map(|put| to_usize(put.encoded_len)).sum();
     current
         .bytes
         .reserve(total_bytes.min(shared.config.max_batch_bytes));
@@ -348,12 +349,12 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
         }
         let len = put.encoded_len;
         let within = pos - current.segment_start;
-        if within + u64::from(len) + BLANK_RECORD_LEN as u64 > segment_size {
+        if within + u64::from(len) + to_u64(BLANK_RECORD_LEN) > segment_size {
             // The next segment must exist before the blank that points at it is written.
             let next = current.segment_start + segment_size;
             match log.segment_file(next).await {
                 Ok(file) => {
-                    record::encode_blank((segment_size - within) as u32, &mut current.bytes);
+                    record::encode_blank(to_u32(segment_size - within), &mut current.bytes);
                     current.closes_segment = true;
                     let full = std::mem::replace(
                         &mut current,
@@ -390,8 +391,8 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
         let before = current.bytes.len();
         if let Err(error) = record::encode_into(
             &put.input,
-            queue_offset as i64,
-            pos as i64,
+            queue_offset.to_stored(),
+            LogPos::new(pos).to_stored(),
             now,
             &mut current.bytes,
         ) {
@@ -403,13 +404,13 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
         }
         assert_eq!(
             current.bytes.len() - before,
-            len as usize,
+            to_usize(len),
             "the encoder wrote a record of another length than encoded_len said (topic {})",
             put.input.topic
         );
         let placement = Placement {
             phys_offset: pos,
-            queue_offset,
+            queue_offset: queue_offset.get(),
             size: len,
             store_timestamp: now,
         };
@@ -467,7 +468,7 @@ fn zero_ahead(shared: &Shared, chunk: &mut Chunk, end: u64) {
         .saturating_add(ahead)
         .min(segment_end);
     assert_eq!(
-        chunk.segment_start + chunk.position + chunk.bytes.len() as u64,
+        chunk.segment_start + chunk.position + to_u64(chunk.bytes.len()),
         end,
         "the last chunk of a batch ends at the batch's end"
     );
@@ -476,7 +477,7 @@ fn zero_ahead(shared: &Shared, chunk: &mut Chunk, end: u64) {
     }
     chunk
         .bytes
-        .resize(chunk.bytes.len() + (target - end) as usize, 0);
+        .resize(chunk.bytes.len() + to_usize(target - end), 0);
     shared.zeroed_until.set(target);
 }
 
@@ -587,9 +588,9 @@ fn dispatch_input(item: &Encoded) -> DispatchRecord<'_> {
         queue_id: input.queue_id,
         properties: &input.properties,
         sys_flag: input.sys_flag,
-        phys_offset: item.placement.phys_offset,
+        phys_offset: LogPos::new(item.placement.phys_offset),
         size: item.placement.size,
-        queue_offset: item.placement.queue_offset,
+        queue_offset: QueueOffset::new(item.placement.queue_offset),
         store_timestamp: item.placement.store_timestamp,
     }
 }
@@ -636,7 +637,7 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
                 item.queue.count_appended(u64::from(item.placement.size));
                 match indexed {
                     Ok(0) => {}
-                    Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
+                    Ok(added) => shared.update_stats(|stats| stats.index_entries += to_u64(added)),
                     Err(error) => index_failed(shared, item, &error),
                 }
                 let topic = item.put.input.topic.as_str();
@@ -660,14 +661,14 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
                 item.put.slot.answer(Err(StoreError::Corrupt(cause)));
             }
             Err(why) => {
-                let error = StoreError::Corrupt(why);
+                let error = StoreError::Corrupt(why.to_string());
                 shared.poison(error.to_string());
                 item.put.slot.answer(Err(error));
             }
         }
     }
     shared.dispatched_pos.set(end);
-    let count = batch.len() as u64;
+    let count = to_u64(batch.len());
     for item in batch {
         // Ignored by a slot already answered above, or timed out by the watchdog.
         item.put.slot.answer_with(Ok(item.placement), status);

@@ -74,7 +74,7 @@ async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
     SegmentSet::sync_range(&segments, from, to)
         .await
         .map_err(|error| format!("fdatasync of the CommitLog in [{from}, {to}) failed: {error}"))?;
-    let took = began.elapsed().as_micros() as u64;
+    let took = super::position::micros_u64(began.elapsed());
     let synced = (last - first) / shared.log.segment_size() + 1;
     shared.update_stats(|stats| {
         stats.log_syncs += synced;
@@ -100,7 +100,8 @@ pub(crate) fn watchdog_ticks(shared: &Shared) -> (std::time::Duration, u64, u64)
     } else {
         config.sync_flush_timeout
     };
-    let period = (shortest / TIMEOUT_TICKS as u32).max(std::time::Duration::from_millis(1));
+    let period = (shortest / super::position::to_u32(TIMEOUT_TICKS))
+        .max(std::time::Duration::from_millis(1));
     let ticks = |timeout: std::time::Duration| {
         let ticks = (timeout.as_nanos() * u128::from(TIMEOUT_TICKS)).div_ceil(shortest.as_nanos());
         u64::try_from(ticks).unwrap_or(u64::MAX)

@@ -35,6 +35,7 @@ use super::commit_log::CommitLog;
 use super::consume_queue::ConsumeQueue;
 use super::dispatch::{dispatch_record, DispatchRecord};
 use super::index::{Index, INDEX_DIR};
+use super::position::LogPos;
 use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
 use super::segment::segment_name;
@@ -215,7 +216,7 @@ fn trim_to_log_start(shared: &Shared) -> Result<(), StoreError> {
     let io_error = |error: std::io::Error| StoreError::from_io("trimming to the log start", &error);
     let mut doomed = Vec::new();
     for queue in shared.all_queues() {
-        doomed.extend(queue.trim_below(log_start).map_err(io_error)?);
+        doomed.extend(queue.trim_below(LogPos::new(log_start)).map_err(io_error)?);
     }
     if let Some(index) = &shared.index {
         doomed.extend(index.detach_below(log_start));
@@ -326,14 +327,20 @@ fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), S
         )),
         other => other,
     })?;
+    let record = DispatchRecord::from_view(LogPos::new(phys), view).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "CommitLog record at {phys} cannot be dispatched: its queue offset {} is \
+             negative; nothing was deleted",
+            view.queue_offset
+        ))
+    })?;
     // A duplicate is a record the queue kept from before the crash: dispatch is
     // idempotent, and the index skips what it holds.
-    let dispatched = dispatch_record(shared, &queue, &DispatchRecord::from_view(phys, view))
-        .map_err(|why| {
-            StoreError::Corrupt(format!(
-                "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
-            ))
-        })?;
+    let dispatched = dispatch_record(shared, &queue, &record).map_err(|why| {
+        StoreError::Corrupt(format!(
+            "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
+        ))
+    })?;
     dispatched
         .indexed
         .map(|_| ())
@@ -373,7 +380,7 @@ async fn load_queues(
                 &topic_name,
                 queue_id,
                 config.consume_queue_entries_per_file,
-                cut,
+                cut.map(LogPos::new),
             )
             .await
             .map_err(io_error)?;

@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::position::{micros_u64, to_u64, to_u8, LogPos};
 use super::record::{store_timestamp_pos, MAGIC_POS, MAGIC_V1, MAGIC_V2, SYSFLAG_POS};
 use super::retention_holds::{self, Resolved};
 use super::watch::panic_point;
@@ -114,7 +115,7 @@ pub fn decide(config: &RetentionConfig, hour: u8, used_percent: u8) -> Decision 
 
 /// The hour of the day (UTC) at `now_ms`.
 pub fn hour_of(now_ms: i64) -> u8 {
-    (now_ms.rem_euclid(86_400_000) / 3_600_000) as u8
+    to_u8(now_ms.rem_euclid(86_400_000) / 3_600_000)
 }
 
 /// What one run deleted.
@@ -226,7 +227,7 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
     for queue in shared.all_queues() {
         let began = std::time::Instant::now();
         let removed = queue
-            .trim_below(log_start)
+            .trim_below(LogPos::new(log_start))
             .map_err(|error| StoreError::from_io("trimming a consume queue", &error))?;
         longest_step = longest_step.max(began.elapsed());
         report.queue_files += removed.len();
@@ -259,10 +260,10 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
         paths.extend(removed);
     }
     longest_step = longest_step.max(began.elapsed());
-    report.longest_step_micros = longest_step.as_micros() as u64;
+    report.longest_step_micros = micros_u64(longest_step);
     paths.extend(segment_paths.iter().cloned());
     report.segments = segment_paths.len();
-    report.bytes = segment_paths.len() as u64 * size;
+    report.bytes = to_u64(segment_paths.len()) * size;
     report.log_start = log_start;
     tracing::info!(
         "retention: deleting {} CommitLog segments ({} bytes) below {log_start}, {} queue \
@@ -295,10 +296,10 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
             .map_err(|error| StoreError::from_io("syncing a directory after deletion", &error))?;
     }
     shared.update_retention(|stats| {
-        stats.segments_deleted += report.segments as u64;
+        stats.segments_deleted += to_u64(report.segments);
         stats.bytes_deleted += report.bytes;
-        stats.queue_files_deleted += report.queue_files as u64;
-        stats.index_files_deleted += report.index_files as u64;
+        stats.queue_files_deleted += to_u64(report.queue_files);
+        stats.index_files_deleted += to_u64(report.index_files);
         stats.messages_lost_from_holds += report.lost_from_holds;
     });
     Ok(report)
@@ -307,8 +308,9 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
 /// Sets the kept-for-holds gauge, and logs when it changes, naming the lowest hold.
 fn report_kept(shared: &Shared, held: &[Resolved], kept: usize) {
     let before = shared.retention.get().segments_kept_for_holds;
-    shared.update_retention(|stats| stats.segments_kept_for_holds = kept as u64);
-    if kept as u64 == before {
+    let kept = to_u64(kept);
+    shared.update_retention(|stats| stats.segments_kept_for_holds = kept);
+    if kept == before {
         return;
     }
     match held.iter().min_by_key(|held| held.phys) {
@@ -461,7 +463,7 @@ fn pick_segments(
         forced,
         floor,
     };
-    let reserved = config.file_reserved.as_millis() as i64;
+    let reserved = i64::try_from(config.file_reserved.as_millis()).unwrap_or(i64::MAX);
     plan(&segments.starts(), limits, |next| {
         let closed_at = first_store_timestamp(&segments, next)?;
         Ok(closed_at.is_some_and(|closed| closed.saturating_add(reserved) <= now))

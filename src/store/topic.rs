@@ -80,13 +80,13 @@ pub fn tags_code(
             .ok()
             .and_then(|index| schedule_delays_ms.get(index).copied())
             .unwrap_or(1000);
-        return store_timestamp.saturating_add(delay.min(i64::MAX as u64) as i64);
+        return store_timestamp.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX));
     }
     if topic == TIMER_TOPIC {
         return timer_due(properties, store_timestamp);
     }
     super::properties::get(properties, super::properties::TAGS)
-        .map(|tags| super::properties::java_string_hash(tags) as i64)
+        .map(|tags| i64::from(super::properties::java_string_hash(tags)))
         .unwrap_or(0)
 }
 
@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(tags_code(TIMER_TOPIC, 0, "", 10_000, &delays), 10_000);
         assert_eq!(
             tags_code("Orders", 0, props, 10_000, &delays),
-            crate::store::properties::java_string_hash("TagA") as i64
+            i64::from(crate::store::properties::java_string_hash("TagA"))
         );
         assert_eq!(tags_code("Orders", 0, "", 10_000, &delays), 0);
     }
