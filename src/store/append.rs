@@ -51,6 +51,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use super::commit_log::LogIoError;
 use super::consume_queue::{AppendOutcome, ConsumeQueue};
 use super::dispatch::{dispatch_record, DispatchRecord, Dispatched};
 use super::position::{micros_u64, to_u32, to_u64, to_usize, LogPos, QueueOffset};
@@ -215,17 +216,17 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
 /// appender's turn (so the batch's fsync is its only one and the next batch waits for it),
 /// then Flushed reaches `end`. Under ASYNC_FLUSH nothing: the timed flusher syncs on its
 /// own clock (`flush.rs`).
-async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(), String> {
+async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(), LogIoError> {
     if shared.config.flush_mode == FlushMode::Async {
         return Ok(());
     }
     let began = tokio::time::Instant::now();
     for chunk in chunks {
         if let Err(error) = shared.disk.sync_data(chunk.file).await {
-            return Err(format!(
-                "fdatasync of CommitLog segment {} failed: {error}",
-                chunk.segment_start
-            ));
+            return Err(LogIoError::SegmentSync {
+                segment_start: chunk.segment_start,
+                error,
+            });
         }
         shared.update_stats(|stats| stats.log_syncs += 1);
     }
@@ -502,7 +503,7 @@ async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {
     })
 }
 
-async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), String> {
+async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), LogIoError> {
     for chunk in chunks {
         let bytes = Bytes::from(std::mem::take(&mut chunk.bytes));
         let len = bytes.len();
@@ -511,10 +512,12 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
             .write_at(chunk.file, chunk.position, bytes)
             .await
         {
-            return Err(format!(
-                "write of {len} bytes to CommitLog segment {} at {} failed: {error}",
-                chunk.segment_start, chunk.position
-            ));
+            return Err(LogIoError::Write {
+                len,
+                segment_start: chunk.segment_start,
+                at: chunk.position,
+                error,
+            });
         }
         if chunk.closes_segment {
             // A full segment is only read from now on; its mapping need not stay.
@@ -526,7 +529,8 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
 
 /// Poisons the store for a failed write or sync of CommitLog data and answers every
 /// waiter still queued with it: none of them will be released.
-fn fail(shared: &Shared, cause: String) {
+fn fail(shared: &Shared, cause: LogIoError) {
+    let cause = cause.to_string();
     shared.poison(cause.clone());
     // The queue is not borrowed while the answers run: a callback may queue a put.
     let waiting = shared.waiters.borrow_mut().take_all();

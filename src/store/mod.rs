@@ -517,7 +517,8 @@ impl Store {
             shared.update_retention(|stats| stats.puts_refused_for_space += 1);
             return Err(StoreError::DiskFull(why.clone()));
         }
-        topic::validate_topic(&input.topic).map_err(StoreError::MessageIllegal)?;
+        topic::validate_topic(&input.topic)
+            .map_err(|error| StoreError::MessageIllegal(error.to_string()))?;
         if input.queue_id < 0 {
             return Err(StoreError::MessageIllegal(format!(
                 "queue id {} is negative",

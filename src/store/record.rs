@@ -64,6 +64,7 @@
 //! `[TOTALSIZE = rest of segment][MAGIC_BLANK]`: 8 bytes ending the used part of a
 //! segment; readers skip to the next segment.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::Bytes;
@@ -360,16 +361,48 @@ pub fn reconsume_times_at(sys_flag: i32) -> usize {
     at
 }
 
+/// Why [`set_reconsume_times`] refused its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReconsumeTimesError {
+    /// They do not start with a record: what the decoder found, as it prints it.
+    NotARecord(String),
+    /// They start with a record of `record` bytes but hold `bytes`.
+    NotOneRecord { bytes: usize, record: usize },
+}
+
+impl fmt::Display for ReconsumeTimesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReconsumeTimesError::NotARecord(found) => write!(f, "not a record: {found}"),
+            ReconsumeTimesError::NotOneRecord { bytes, record } => {
+                write!(f, "{bytes} bytes hold a record of {record}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReconsumeTimesError {}
+
+/// For the POP path, which reports a delivery's failure as text.
+impl From<ReconsumeTimesError> for String {
+    fn from(error: ReconsumeTimesError) -> String {
+        error.to_string()
+    }
+}
+
 /// Sets RECONSUMETIMES of the one record `rec` holds (a copy handed to a consumer) to
 /// `times` and rewrites its CRC32C property to match, so the copy verifies as any record
 /// does. Refuses bytes that are not exactly one whole record.
-pub fn set_reconsume_times(rec: &mut [u8], times: i32) -> Result<(), String> {
+pub fn set_reconsume_times(rec: &mut [u8], times: i32) -> Result<(), ReconsumeTimesError> {
     let (at, total) = match decode(rec, Verify::Structure) {
         Ok(Decoded::Record(view)) => (reconsume_times_at(view.sys_flag), to_usize(view.total_size)),
-        other => return Err(format!("not a record: {other:?}")),
+        other => return Err(ReconsumeTimesError::NotARecord(format!("{other:?}"))),
     };
     if total != rec.len() {
-        return Err(format!("{} bytes hold a record of {total}", rec.len()));
+        return Err(ReconsumeTimesError::NotOneRecord {
+            bytes: rec.len(),
+            record: total,
+        });
     }
     rec[at..at + 4].copy_from_slice(&times.to_be_bytes());
     let crc = crc32c::crc32c(&rec[..total - RECORD_CRC_PROPERTY_LEN]);

@@ -402,7 +402,8 @@ pub(crate) fn queue_for(
     if let Some(queue) = shared.queue(topic_name, queue_id) {
         return Ok(queue);
     }
-    topic::validate_topic(topic_name).map_err(StoreError::MessageIllegal)?;
+    topic::validate_topic(topic_name)
+        .map_err(|error| StoreError::MessageIllegal(error.to_string()))?;
     if queue_id < 0 {
         return Err(StoreError::MessageIllegal(format!(
             "queue id {queue_id} is negative"

@@ -64,26 +64,62 @@ pub struct RetentionConfig {
     pub clean_interval: Duration,
 }
 
+/// A retention setting out of its range, named by its RocketMQ key (the text operators
+/// see when a start is refused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RetentionConfigError {
+    NoDeleteBatch,
+    NoCleanInterval,
+    BadHour(u8),
+    BadPercent { key: &'static str, percent: u8 },
+}
+
+impl std::fmt::Display for RetentionConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetentionConfigError::NoDeleteBatch => {
+                write!(f, "deleteFileBatchMax: must be at least 1")
+            }
+            RetentionConfigError::NoCleanInterval => {
+                write!(f, "cleanResourceInterval: must be at least 1 ms")
+            }
+            RetentionConfigError::BadHour(hour) => {
+                write!(f, "deleteWhen: hour {hour} is not one of 00 to 23")
+            }
+            RetentionConfigError::BadPercent { key, percent } => {
+                write!(f, "{key}: {percent} is not a percentage from 1 to 100")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RetentionConfigError {}
+
+/// For the store config's validation, which reports every setting as text.
+impl From<RetentionConfigError> for String {
+    fn from(error: RetentionConfigError) -> String {
+        error.to_string()
+    }
+}
+
 impl RetentionConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RetentionConfigError> {
         if self.delete_batch_max == 0 {
-            return Err("deleteFileBatchMax: must be at least 1".into());
+            return Err(RetentionConfigError::NoDeleteBatch);
         }
         if self.clean_interval.is_zero() {
-            return Err("cleanResourceInterval: must be at least 1 ms".into());
+            return Err(RetentionConfigError::NoCleanInterval);
         }
-        if let Some(hour) = self.delete_when.iter().find(|&&hour| hour > 23) {
-            return Err(format!("deleteWhen: hour {hour} is not one of 00 to 23"));
+        if let Some(&hour) = self.delete_when.iter().find(|&&hour| hour > 23) {
+            return Err(RetentionConfigError::BadHour(hour));
         }
-        for (name, percent) in [
+        for (key, percent) in [
             ("diskMaxUsedSpaceRatio", self.max_used_percent),
             ("diskSpaceCleanForciblyRatio", self.clean_forcibly_percent),
             ("diskSpaceWarningLevelRatio", self.warning_percent),
         ] {
             if !(1..=100).contains(&percent) {
-                return Err(format!(
-                    "{name}: {percent} is not a percentage from 1 to 100"
-                ));
+                return Err(RetentionConfigError::BadPercent { key, percent });
             }
         }
         Ok(())
@@ -686,16 +722,25 @@ mod tests {
     fn bad_settings_are_refused_naming_the_key() {
         let mut bad = config();
         bad.delete_batch_max = 0;
-        assert!(bad.validate().unwrap_err().contains("deleteFileBatchMax"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("deleteFileBatchMax"));
         let mut bad = config();
         bad.warning_percent = 0;
         assert!(bad
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("diskSpaceWarningLevelRatio"));
         let mut bad = config();
         bad.delete_when = vec![24];
-        assert!(bad.validate().unwrap_err().contains("deleteWhen"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("deleteWhen"));
         config().validate().unwrap();
     }
 }
