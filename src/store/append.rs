@@ -320,16 +320,8 @@ struct Encoding {
 /// closes a segment the batch does not fit in. Puts that cannot be placed are answered
 /// here. `None` when nothing is left to write.
 async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
-    let log = &shared.log;
-    let segment_size = log.segment_size();
-    let now = shared.clock.now_ms();
-    let start = log.write_pos();
-    let mut pos = start;
-    let mut chunks: Vec<Chunk> = Vec::new();
-    let mut encoded: Vec<Encoded> = Vec::with_capacity(batch.len());
-    let mut refused: Option<StoreError> = None;
-
-    let mut current = match open_chunk(shared, pos).await {
+    let start = shared.log.write_pos();
+    let current = match open_chunk(shared, start).await {
         Ok(chunk) => chunk,
         Err(error) => {
             for put in batch {
@@ -339,103 +331,144 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
         }
     };
     let total_bytes: usize = batch.iter().map(|put| to_usize(put.encoded_len)).sum();
-    current
-        .bytes
-        .reserve(total_bytes.min(shared.config.max_batch_bytes));
-
+    let mut encoder = Encoder {
+        current,
+        chunks: Vec::new(),
+        pos: start,
+        now: shared.clock.now_ms(),
+        chunk_capacity: total_bytes.min(shared.config.max_batch_bytes),
+    };
+    encoder.current.bytes.reserve(encoder.chunk_capacity);
+    let mut encoded: Vec<Encoded> = Vec::with_capacity(batch.len());
+    // Once a segment cannot be created, the rest of the batch cannot be placed either.
+    let mut refused: Option<StoreError> = None;
     for put in batch {
         if let Some(error) = &refused {
             put.slot.answer(Err(error.clone()));
             continue;
         }
-        let len = put.encoded_len;
-        let within = pos - current.segment_start;
-        if within + u64::from(len) + to_u64(BLANK_RECORD_LEN) > segment_size {
-            // The next segment must exist before the blank that points at it is written.
-            let next = current.segment_start + segment_size;
-            match log.segment_file(next).await {
-                Ok(file) => {
-                    record::encode_blank(to_u32(segment_size - within), &mut current.bytes);
-                    current.closes_segment = true;
-                    let full = std::mem::replace(
-                        &mut current,
-                        Chunk {
-                            segment_start: next,
-                            file,
-                            position: 0,
-                            bytes: Vec::with_capacity(
-                                total_bytes.min(shared.config.max_batch_bytes),
-                            ),
-                            closes_segment: false,
-                        },
-                    );
-                    chunks.push(full);
-                    pos = next;
-                }
-                Err(error) => {
-                    let error =
-                        StoreError::from_io(&format!("creating CommitLog segment {next}"), &error);
-                    put.slot.answer(Err(error.clone()));
-                    refused = Some(error);
-                    continue;
-                }
+        if !encoder.fits(shared, put.encoded_len) {
+            if let Err(error) = encoder.roll(shared).await {
+                put.slot.answer(Err(error.clone()));
+                refused = Some(error);
+                continue;
             }
         }
+        encoded.extend(encoder.place(shared, put));
+    }
+    encoder.finish(shared, start, encoded)
+}
+
+/// The state of [`encode`]: the chunk being filled, the full ones before it, and the log
+/// position the next record goes to.
+struct Encoder {
+    current: Chunk,
+    chunks: Vec<Chunk>,
+    pos: u64,
+    /// The store time of every record of the batch.
+    now: i64,
+    /// What a new chunk reserves: the batch's bytes, up to a batch's limit.
+    chunk_capacity: usize,
+}
+
+impl Encoder {
+    /// Whether a record of `len` bytes fits the current segment, leaving room for the
+    /// blank record that closes it.
+    fn fits(&self, shared: &Shared, len: u32) -> bool {
+        let within = self.pos - self.current.segment_start;
+        within + u64::from(len) + to_u64(BLANK_RECORD_LEN) <= shared.log.segment_size()
+    }
+
+    /// Closes the current segment with a blank record and moves to the next one, which
+    /// must exist before the blank that points at it is written.
+    async fn roll(&mut self, shared: &Shared) -> Result<(), StoreError> {
+        let segment_size = shared.log.segment_size();
+        let next = self.current.segment_start + segment_size;
+        let file = shared.log.segment_file(next).await.map_err(|error| {
+            StoreError::from_io(&format!("creating CommitLog segment {next}"), &error)
+        })?;
+        let within = self.pos - self.current.segment_start;
+        record::encode_blank(to_u32(segment_size - within), &mut self.current.bytes);
+        self.current.closes_segment = true;
+        let full = std::mem::replace(
+            &mut self.current,
+            Chunk {
+                segment_start: next,
+                file,
+                position: 0,
+                bytes: Vec::with_capacity(self.chunk_capacity),
+                closes_segment: false,
+            },
+        );
+        self.chunks.push(full);
+        self.pos = next;
+        Ok(())
+    }
+
+    /// Encodes `put` at the current position with the next offset of its queue, or
+    /// answers it with why it cannot be (its queue cannot be made, or a codec bug).
+    fn place(&mut self, shared: &Shared, put: PendingPut) -> Option<Encoded> {
         let queue = match super::recovery::queue_for(shared, &put.input.topic, put.input.queue_id) {
             Ok(queue) => queue,
             Err(error) => {
                 put.slot.answer(Err(error));
-                continue;
+                return None;
             }
         };
         let queue_offset = queue.reserve_offset();
-        let before = current.bytes.len();
+        let bytes = &mut self.current.bytes;
+        let before = bytes.len();
         if let Err(error) = record::encode_into(
             &put.input,
             queue_offset.to_stored(),
-            LogPos::new(pos).to_stored(),
-            now,
-            &mut current.bytes,
+            LogPos::new(self.pos).to_stored(),
+            self.now,
+            bytes,
         ) {
             // encoded_len succeeded at enqueue, so this is a codec bug; refuse, don't write.
-            current.bytes.truncate(before);
+            bytes.truncate(before);
             put.slot
                 .answer(Err(StoreError::MessageIllegal(error.to_string())));
-            continue;
+            return None;
         }
         assert_eq!(
-            current.bytes.len() - before,
-            to_usize(len),
+            bytes.len() - before,
+            to_usize(put.encoded_len),
             "the encoder wrote a record of another length than encoded_len said (topic {})",
             put.input.topic
         );
         let placement = Placement {
-            phys_offset: pos,
+            phys_offset: self.pos,
             queue_offset: queue_offset.get(),
-            size: len,
-            store_timestamp: now,
+            size: put.encoded_len,
+            store_timestamp: self.now,
         };
         put.slot.set_placed(placement);
-        encoded.push(Encoded {
+        self.pos = placement.end();
+        Some(Encoded {
             put,
             queue,
             placement,
-        });
-        pos = placement.end();
+        })
     }
-    if !current.bytes.is_empty() {
-        zero_ahead(shared, &mut current, pos);
-        chunks.push(current);
+
+    /// The batch's chunks, the last one padded ahead ([`zero_ahead`]); `None` when no
+    /// byte is to be written.
+    fn finish(mut self, shared: &Shared, start: u64, batch: Vec<Encoded>) -> Option<Encoding> {
+        if !self.current.bytes.is_empty() {
+            zero_ahead(shared, &mut self.current, self.pos);
+            self.chunks.push(self.current);
+        }
+        if self.chunks.is_empty() {
+            return None;
+        }
+        Some(Encoding {
+            chunks: self.chunks,
+            batch,
+            start,
+            end: self.pos,
+        })
     }
-    if chunks.is_empty() {
-        return None;
-    }
-    Some(Encoding {
-        chunks,
-        batch: encoded,
-        start,
-        end: pos,
-    })
 }
 
 /// SYNC_FLUSH: pads the batch's last chunk with zeros past `end`, the batch's end, when the
@@ -601,8 +634,44 @@ fn dispatch_input(item: &Encoded) -> DispatchRecord<'_> {
 
 /// Makes one released batch visible: its ConsumeQueue entries in order, then its answers.
 fn dispatch(shared: &Shared, batch: Batch, end: u64) {
-    // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
-    // against the log's own positions, independently of the waiter queue's conditions.
+    assert_may_release(shared, &batch, end);
+    let Batch {
+        puts: batch,
+        status,
+    } = batch;
+    let mut bytes = 0u64;
+    let hook = shared.visible_hook.borrow().clone();
+    let mut last_topic: Option<&str> = None;
+    for item in &batch {
+        // A put whose entry cannot be taken hears why now; the others after every entry.
+        if !make_visible(shared, item) {
+            continue;
+        }
+        bytes += u64::from(item.placement.size);
+        let topic = item.put.input.topic.as_str();
+        if let Some(hook) = &hook {
+            if last_topic != Some(topic) {
+                hook(topic);
+                last_topic = Some(topic);
+            }
+        }
+    }
+    shared.dispatched_pos.set(end);
+    let count = to_u64(batch.len());
+    for item in batch {
+        // Ignored by a slot already answered above, or timed out by the watchdog.
+        item.put.slot.answer_with(Ok(item.placement), status);
+    }
+    shared.update_stats(|stats| {
+        stats.puts += count;
+        stats.put_bytes += bytes;
+        stats.batches += 1;
+    });
+}
+
+/// D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
+/// against the log's own positions, independently of the waiter queue's conditions.
+fn assert_may_release(shared: &Shared, batch: &Batch, end: u64) {
     let log = &shared.log;
     let durable = match shared.config.flush_mode {
         FlushMode::Sync => log.flushed_pos(),
@@ -623,65 +692,45 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
             "dispatch to {end} would pass what the replica confirmed ({replicated})"
         );
     }
-    let Batch {
-        puts: batch,
-        status,
-    } = batch;
-    let mut bytes = 0u64;
-    let hook = shared.visible_hook.borrow().clone();
-    let mut last_topic: Option<&str> = None;
-    for item in &batch {
-        // A put whose entry cannot be taken hears why now; the others after every entry.
-        match dispatch_record(shared, &item.queue, &dispatch_input(item)) {
-            Ok(Dispatched {
-                entry: AppendOutcome::Appended,
-                indexed,
-            }) => {
-                bytes += u64::from(item.placement.size);
-                item.queue.count_appended(u64::from(item.placement.size));
-                match indexed {
-                    Ok(0) => {}
-                    Ok(added) => shared.update_stats(|stats| stats.index_entries += to_u64(added)),
-                    Err(error) => index_failed(shared, item, &error),
-                }
-                let topic = item.put.input.topic.as_str();
-                if let Some(hook) = &hook {
-                    if last_topic != Some(topic) {
-                        hook(topic);
-                        last_topic = Some(topic);
-                    }
-                }
+}
+
+/// Appends `item`'s ConsumeQueue entry and index keys, counting them. An entry the queue
+/// does not take is a bug or damage: it poisons the store and answers the put with why,
+/// and the put is not visible (`false`).
+fn make_visible(shared: &Shared, item: &Encoded) -> bool {
+    match dispatch_record(shared, &item.queue, &dispatch_input(item)) {
+        Ok(Dispatched {
+            entry: AppendOutcome::Appended,
+            indexed,
+        }) => {
+            item.queue.count_appended(u64::from(item.placement.size));
+            match indexed {
+                Ok(0) => {}
+                Ok(added) => shared.update_stats(|stats| stats.index_entries += to_u64(added)),
+                Err(error) => index_failed(shared, item, &error),
             }
-            Ok(Dispatched {
-                entry: AppendOutcome::Duplicate,
-                ..
-            }) => {
-                // The appender hands out each queue offset once: a duplicate is a bug.
-                let cause = format!(
-                    "dispatch found a duplicate entry for phys {}",
-                    item.placement.phys_offset
-                );
-                shared.poison(cause.clone());
-                item.put.slot.answer(Err(StoreError::Corrupt(cause)));
-            }
-            Err(why) => {
-                let error = StoreError::Corrupt(why.to_string());
-                shared.poison(error.to_string());
-                item.put.slot.answer(Err(error));
-            }
+            true
+        }
+        Ok(Dispatched {
+            entry: AppendOutcome::Duplicate,
+            ..
+        }) => {
+            // The appender hands out each queue offset once: a duplicate is a bug.
+            let cause = format!(
+                "dispatch found a duplicate entry for phys {}",
+                item.placement.phys_offset
+            );
+            shared.poison(cause.clone());
+            item.put.slot.answer(Err(StoreError::Corrupt(cause)));
+            false
+        }
+        Err(why) => {
+            let error = StoreError::Corrupt(why.to_string());
+            shared.poison(error.to_string());
+            item.put.slot.answer(Err(error));
+            false
         }
     }
-    shared.dispatched_pos.set(end);
-    let count = to_u64(batch.len());
-    for item in batch {
-        // Ignored by a slot already answered above, or timed out by the watchdog.
-        item.put.slot.answer_with(Ok(item.placement), status);
-    }
-    shared.update_stats(|stats| {
-        stats.puts += count;
-        stats.put_bytes += bytes;
-        stats.batches += 1;
-    });
 }
 
 #[cfg(test)]

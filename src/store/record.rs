@@ -609,21 +609,7 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
     // The CRCs come before the UTF-8 checks, so that under Verify::Full a BadUtf8 always
     // means a record written whole (recovery must not discard it as torn; see scan.rs).
     if verify == Verify::Full {
-        let computed = body_crc(view.body);
-        if computed != view.body_crc {
-            return Err(DecodeError::BodyCrc {
-                stored: view.body_crc,
-                computed,
-            });
-        }
-        let stored_crc = trailing_crc(view.properties).ok_or(DecodeError::MissingRecordCrc)?;
-        let computed = crc32c::crc32c(&rec[..total - RECORD_CRC_PROPERTY_LEN]);
-        if computed != stored_crc {
-            return Err(DecodeError::RecordCrc {
-                stored: stored_crc,
-                computed,
-            });
-        }
+        verify_crcs(rec, &view)?;
     }
 
     let topic = std::str::from_utf8(view.topic).map_err(|_| DecodeError::BadUtf8("topic"))?;
@@ -649,6 +635,23 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
         topic,
         properties: props,
     }))
+}
+
+/// Checks the body CRC and the whole-record CRC32C of `rec` (exactly TOTALSIZE bytes).
+fn verify_crcs(rec: &[u8], view: &RawFields<'_>) -> Result<(), DecodeError> {
+    let computed = body_crc(view.body);
+    if computed != view.body_crc {
+        return Err(DecodeError::BodyCrc {
+            stored: view.body_crc,
+            computed,
+        });
+    }
+    let stored = trailing_crc(view.properties).ok_or(DecodeError::MissingRecordCrc)?;
+    let computed = crc32c::crc32c(&rec[..rec.len() - RECORD_CRC_PROPERTY_LEN]);
+    if computed != stored {
+        return Err(DecodeError::RecordCrc { stored, computed });
+    }
+    Ok(())
 }
 
 /// A record's fields before the UTF-8 checks.

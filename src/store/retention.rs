@@ -255,11 +255,46 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
     };
     let size = shared.log.segment_size();
     let log_start = last + size;
-    let mut longest_step = Duration::ZERO;
     let mut paths: Vec<PathBuf> = Vec::new();
-    // First the queues' minimums, one queue per turn of the shard, while the segments are
-    // all still there: a reader meanwhile reads below a minimum not yet moved from a
-    // segment that still exists.
+    let trimming = trim_queues(shared, log_start, &mut report, &mut paths).await?;
+    if decision.forced {
+        report.lost_from_holds = report_losses(&held, used_percent, config);
+    } else {
+        assert_holds_kept(&held, floor, log_start);
+    }
+    let detaching = detach_log_and_index(shared, log_start, &mut report, &mut paths);
+    report.longest_step_micros = micros_u64(trimming.max(detaching));
+    tracing::info!(
+        "retention: deleting {} CommitLog segments ({} bytes) below {log_start}, {} queue \
+         files, {} index files (disk {used_percent}% used{})",
+        report.segments,
+        report.bytes,
+        report.queue_files,
+        report.index_files,
+        if decision.forced { ", forced" } else { "" }
+    );
+    delete_files(shared, &paths).await?;
+    shared.update_retention(|stats| {
+        stats.segments_deleted += to_u64(report.segments);
+        stats.bytes_deleted += report.bytes;
+        stats.queue_files_deleted += to_u64(report.queue_files);
+        stats.index_files_deleted += to_u64(report.index_files);
+        stats.messages_lost_from_holds += report.lost_from_holds;
+    });
+    Ok(report)
+}
+
+/// First the queues' minimums, one queue per turn of the shard, while the segments are
+/// all still there: a reader meanwhile reads below a minimum not yet moved from a
+/// segment that still exists. Adds the queue files now wholly below `log_start` to
+/// `paths`; returns the longest step.
+async fn trim_queues(
+    shared: &Shared,
+    log_start: u64,
+    report: &mut CleanupReport,
+    paths: &mut Vec<PathBuf>,
+) -> Result<Duration, StoreError> {
+    let mut longest_step = Duration::ZERO;
     for queue in shared.all_queues() {
         let began = std::time::Instant::now();
         let removed = queue
@@ -270,24 +305,34 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
         paths.extend(removed);
         tokio::task::yield_now().await;
     }
-    if decision.forced {
-        report.lost_from_holds = report_losses(&held, used_percent, config);
-    } else {
-        for held in &held {
-            let min = held.queue.min_offset();
-            assert!(
-                min <= held.from,
-                "an unforced run trimmed {}/{} to {min}, past {} it holds from {} (floor \
-                 {floor:?}, log start {log_start})",
-                held.hold.topic,
-                held.hold.queue_id,
-                held.hold.holder,
-                held.from
-            );
-        }
+    Ok(longest_step)
+}
+
+/// An unforced run never trims a queue past where a hold keeps it.
+fn assert_holds_kept(held: &[Resolved], floor: Option<u64>, log_start: u64) {
+    for held in held {
+        let min = held.queue.min_offset();
+        assert!(
+            min <= held.from,
+            "an unforced run trimmed {}/{} to {min}, past {} it holds from {} (floor \
+             {floor:?}, log start {log_start})",
+            held.hold.topic,
+            held.hold.queue_id,
+            held.hold.holder,
+            held.from
+        );
     }
-    // Then, with no await in between, the log start and the index: every queue already
-    // starts at or past it.
+}
+
+/// Then, with no await in between, the log start and the index: every queue already
+/// starts at or past it. Adds the segments and index files below `log_start` to `paths`
+/// and the report; returns how long it took.
+fn detach_log_and_index(
+    shared: &Shared,
+    log_start: u64,
+    report: &mut CleanupReport,
+    paths: &mut Vec<PathBuf>,
+) -> Duration {
     let began = std::time::Instant::now();
     let segment_paths = shared.log.segments.borrow_mut().detach_below(log_start);
     if let Some(index) = &shared.index {
@@ -295,23 +340,18 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
         report.index_files += removed.len();
         paths.extend(removed);
     }
-    longest_step = longest_step.max(began.elapsed());
-    report.longest_step_micros = micros_u64(longest_step);
+    let took = began.elapsed();
     paths.extend(segment_paths.iter().cloned());
     report.segments = segment_paths.len();
-    report.bytes = to_u64(segment_paths.len()) * size;
+    report.bytes = to_u64(segment_paths.len()) * shared.log.segment_size();
     report.log_start = log_start;
-    tracing::info!(
-        "retention: deleting {} CommitLog segments ({} bytes) below {log_start}, {} queue \
-         files, {} index files (disk {used_percent}% used{})",
-        report.segments,
-        report.bytes,
-        report.queue_files,
-        report.index_files,
-        if decision.forced { ", forced" } else { "" }
-    );
+    took
+}
+
+/// Unlinks `paths` off the shard's thread, then syncs each directory they were in.
+async fn delete_files(shared: &Shared, paths: &[PathBuf]) -> Result<(), StoreError> {
     let mut dirs: Vec<PathBuf> = Vec::new();
-    for path in &paths {
+    for path in paths {
         shared
             .disk
             .remove_file_off_thread(path)
@@ -331,14 +371,7 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
             .sync_dir(&dir)
             .map_err(|error| StoreError::from_io("syncing a directory after deletion", &error))?;
     }
-    shared.update_retention(|stats| {
-        stats.segments_deleted += to_u64(report.segments);
-        stats.bytes_deleted += report.bytes;
-        stats.queue_files_deleted += to_u64(report.queue_files);
-        stats.index_files_deleted += to_u64(report.index_files);
-        stats.messages_lost_from_holds += report.lost_from_holds;
-    });
-    Ok(report)
+    Ok(())
 }
 
 /// Sets the kept-for-holds gauge, and logs when it changes, naming the lowest hold.
