@@ -98,7 +98,7 @@ pub fn not_allowed_send_remark(topic: &str) -> String {
 
 /// Checks a topic name; the error says what is wrong with it.
 pub fn validate_topic(name: &str) -> Result<(), String> {
-    topic::validate_topic(name)
+    topic::validate_topic(name).map_err(String::from)
 }
 
 /// Checks a group name: the topic characters, 1 to [`GROUP_MAX_LEN`] of them.

@@ -72,7 +72,11 @@ pub async fn query_message(
         Err(error) => return bad_header(request, error),
     };
     if let Err(why) = validate_topic(header.topic) {
-        return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
+        return RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(why.to_string()),
+        );
     }
     let local = match local_lookup(broker, &header) {
         Ok(local) => local,

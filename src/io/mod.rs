@@ -78,16 +78,37 @@ pub enum IoChoice {
     Portable,
 }
 
+/// A backend name [`IoChoice`] does not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownIoChoice(pub String);
+
+impl std::fmt::Display for UnknownIoChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown I/O backend '{}': expected auto, uring or portable",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownIoChoice {}
+
+/// For the config loader, which reports a bad value as text naming its key.
+impl From<UnknownIoChoice> for String {
+    fn from(error: UnknownIoChoice) -> String {
+        error.to_string()
+    }
+}
+
 impl std::str::FromStr for IoChoice {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownIoChoice;
+    fn from_str(text: &str) -> Result<Self, UnknownIoChoice> {
         match text {
             "auto" => Ok(IoChoice::Auto),
             "uring" => Ok(IoChoice::Uring),
             "portable" => Ok(IoChoice::Portable),
-            other => Err(format!(
-                "unknown I/O backend '{other}': expected auto, uring or portable"
-            )),
+            other => Err(UnknownIoChoice(other.to_string())),
         }
     }
 }

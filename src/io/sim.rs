@@ -200,6 +200,32 @@ impl NameChange {
 }
 
 /// Copies `data` into `image` at `offset`, growing it with zeros as needed.
+/// A torn write: each `sector`-aligned piece of `data` at `offset` survives into
+/// `durable` or not, by a coin each. Returns which did, in order.
+fn tear(
+    rng: &mut SplitMix64,
+    durable: &mut Vec<u8>,
+    offset: u64,
+    data: &[u8],
+    sector: u64,
+) -> Vec<bool> {
+    let end = offset + u64::try_from(data.len()).expect("a write's length fits u64");
+    let mut pieces = Vec::new();
+    let mut start = offset;
+    while start < end {
+        let stop = ((start / sector + 1) * sector).min(end);
+        let survives = rng.next_u64() & 1 == 1;
+        if survives {
+            let from = usize::try_from(start - offset).expect("within the write");
+            let to = usize::try_from(stop - offset).expect("within the write");
+            apply(durable, start, &data[from..to]);
+        }
+        pieces.push(survives);
+        start = stop;
+    }
+    pieces
+}
+
 fn apply(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let start = offset as usize;
     let end = start + data.len();
@@ -489,6 +515,47 @@ impl SimState {
         Ok(())
     }
 
+    /// The files a restart settles, each inode once: current names first, then what only
+    /// the durable namespace names (a file a lost rename replaced), then unsynced creates.
+    fn restart_order(&self) -> Vec<(PathBuf, Inode)> {
+        let mut order: Vec<(PathBuf, Inode)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (path, inode) in self.names.iter().chain(self.durable_names.iter()) {
+            if seen.insert(*inode) {
+                order.push((path.clone(), *inode));
+            }
+        }
+        for change in &self.unsynced_names {
+            if let NameChange::Create { path, inode } = change {
+                if seen.insert(*inode) {
+                    order.push((path.clone(), *inode));
+                }
+            }
+        }
+        order
+    }
+
+    /// The namespace at a restart: each unsynced change, in order, reached the disk or did
+    /// not (a journal commits a rename whole). One that depends on a lost one is lost too.
+    fn settle_names(&mut self) {
+        for change in std::mem::take(&mut self.unsynced_names) {
+            if self.rng.next_u64() & 1 == 0 {
+                continue;
+            }
+            match change {
+                NameChange::Create { path, inode } => {
+                    self.durable_names.insert(path, inode);
+                }
+                NameChange::Rename { from, to, inode } => {
+                    if self.durable_names.get(&from) == Some(&inode) {
+                        self.durable_names.remove(&from);
+                        self.durable_names.insert(to, inode);
+                    }
+                }
+            }
+        }
+    }
+
     fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
         if !self.is_dir(dir) {
             return Err(not_found(dir));
@@ -510,27 +577,10 @@ impl SimState {
     }
 
     fn restart(&mut self) {
-        let sector = self.config.sector_size.max(1) as u64;
-        let keep = self.config.keep_probability;
-        let drop = self.config.drop_probability;
+        let sector = u64::try_from(self.config.sector_size.max(1)).expect("a sector size fits u64");
+        let (keep, drop) = (self.config.keep_probability, self.config.drop_probability);
         let mut report = Vec::new();
-        // Current names first, then what only the durable namespace names (a file a lost
-        // rename replaced), each inode once.
-        let mut order: Vec<(PathBuf, Inode)> = Vec::new();
-        let mut seen = BTreeSet::new();
-        for (path, inode) in self.names.iter().chain(self.durable_names.iter()) {
-            if seen.insert(*inode) {
-                order.push((path.clone(), *inode));
-            }
-        }
-        for change in &self.unsynced_names {
-            if let NameChange::Create { path, inode } = change {
-                if seen.insert(*inode) {
-                    order.push((path.clone(), *inode));
-                }
-            }
-        }
-        for (path, inode) in order {
+        for (path, inode) in self.restart_order() {
             let file = self
                 .inodes
                 .get_mut(&inode)
@@ -543,21 +593,13 @@ impl SimState {
                 } else if roll < keep + drop {
                     WriteFate::Dropped
                 } else {
-                    let end = offset + data.len() as u64;
-                    let mut pieces = Vec::new();
-                    let mut start = offset;
-                    while start < end {
-                        let stop = ((start / sector + 1) * sector).min(end);
-                        let survives = self.rng.next_u64() & 1 == 1;
-                        if survives {
-                            let from = (start - offset) as usize;
-                            let to = (stop - offset) as usize;
-                            apply(&mut file.durable, start, &data[from..to]);
-                        }
-                        pieces.push(survives);
-                        start = stop;
-                    }
-                    WriteFate::Torn(pieces)
+                    WriteFate::Torn(tear(
+                        &mut self.rng,
+                        &mut file.durable,
+                        offset,
+                        &data,
+                        sector,
+                    ))
                 };
                 report.push(RestartedWrite {
                     path: path.clone(),
@@ -568,24 +610,7 @@ impl SimState {
             }
             file.current = file.durable.clone();
         }
-        // Then the namespace: each unsynced change, in order, reached the disk or did not
-        // (a journal commits a rename whole). One that depends on a lost one is lost too.
-        for change in std::mem::take(&mut self.unsynced_names) {
-            if self.rng.next_u64() & 1 == 0 {
-                continue;
-            }
-            match change {
-                NameChange::Create { path, inode } => {
-                    self.durable_names.insert(path, inode);
-                }
-                NameChange::Rename { from, to, inode } => {
-                    if self.durable_names.get(&from) == Some(&inode) {
-                        self.durable_names.remove(&from);
-                        self.durable_names.insert(to, inode);
-                    }
-                }
-            }
-        }
+        self.settle_names();
         self.names = self.durable_names.clone();
         self.forget_unnamed();
         self.last_restart = report;

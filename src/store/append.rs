@@ -51,8 +51,10 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use super::commit_log::LogIoError;
 use super::consume_queue::{AppendOutcome, ConsumeQueue};
 use super::dispatch::{dispatch_record, DispatchRecord, Dispatched};
+use super::position::{micros_u64, to_u32, to_u64, to_usize, LogPos, QueueOffset};
 use super::record::{self, BLANK_RECORD_LEN};
 use super::waiters::{AckCondition, ReplicaWait};
 use super::{PendingPut, Placement, PutStatus, Shared, StoreError, StoreTask};
@@ -132,7 +134,7 @@ fn gather_wait(shared: &Shared) -> bool {
     // Only the bytes up to a full batch matter.
     let mut bytes = 0usize;
     for put in pending.iter() {
-        bytes += put.encoded_len as usize;
+        bytes += to_usize(put.encoded_len);
         if bytes >= max_batch {
             break;
         }
@@ -149,10 +151,10 @@ fn take_batch(shared: &Shared) -> Vec<PendingPut> {
     let mut batch = Vec::new();
     let mut bytes = 0usize;
     while let Some(put) = pending.front() {
-        if !batch.is_empty() && bytes + put.encoded_len as usize > shared.config.max_batch_bytes {
+        if !batch.is_empty() && bytes + to_usize(put.encoded_len) > shared.config.max_batch_bytes {
             break;
         }
-        bytes += put.encoded_len as usize;
+        bytes += to_usize(put.encoded_len);
         batch.push(pending.pop_front().expect("front exists"));
     }
     batch
@@ -214,22 +216,22 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
 /// appender's turn (so the batch's fsync is its only one and the next batch waits for it),
 /// then Flushed reaches `end`. Under ASYNC_FLUSH nothing: the timed flusher syncs on its
 /// own clock (`flush.rs`).
-async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(), String> {
+async fn make_durable(shared: &Shared, chunks: &[Chunk], end: u64) -> Result<(), LogIoError> {
     if shared.config.flush_mode == FlushMode::Async {
         return Ok(());
     }
     let began = tokio::time::Instant::now();
     for chunk in chunks {
         if let Err(error) = shared.disk.sync_data(chunk.file).await {
-            return Err(format!(
-                "fdatasync of CommitLog segment {} failed: {error}",
-                chunk.segment_start
-            ));
+            return Err(LogIoError::SegmentSync {
+                segment_start: chunk.segment_start,
+                error,
+            });
         }
         shared.update_stats(|stats| stats.log_syncs += 1);
     }
     let took = began.elapsed();
-    shared.update_stats(|stats| stats.log_sync_micros += took.as_micros() as u64);
+    shared.update_stats(|stats| stats.log_sync_micros += micros_u64(took));
     shared.gather.synced(took);
     shared.log.set_flushed_pos(end);
     reached(shared, AckCondition::Flushed, end);
@@ -318,16 +320,8 @@ struct Encoding {
 /// closes a segment the batch does not fit in. Puts that cannot be placed are answered
 /// here. `None` when nothing is left to write.
 async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
-    let log = &shared.log;
-    let segment_size = log.segment_size();
-    let now = shared.clock.now_ms();
-    let start = log.write_pos();
-    let mut pos = start;
-    let mut chunks: Vec<Chunk> = Vec::new();
-    let mut encoded: Vec<Encoded> = Vec::with_capacity(batch.len());
-    let mut refused: Option<StoreError> = None;
-
-    let mut current = match open_chunk(shared, pos).await {
+    let start = shared.log.write_pos();
+    let current = match open_chunk(shared, start).await {
         Ok(chunk) => chunk,
         Err(error) => {
             for put in batch {
@@ -336,104 +330,145 @@ async fn encode(shared: &Shared, batch: Vec<PendingPut>) -> Option<Encoding> {
             return None;
         }
     };
-    let total_bytes: usize = batch.iter().map(|put| put.encoded_len as usize).sum();
-    current
-        .bytes
-        .reserve(total_bytes.min(shared.config.max_batch_bytes));
-
+    let total_bytes: usize = batch.iter().map(|put| to_usize(put.encoded_len)).sum();
+    let mut encoder = Encoder {
+        current,
+        chunks: Vec::new(),
+        pos: start,
+        now: shared.clock.now_ms(),
+        chunk_capacity: total_bytes.min(shared.config.max_batch_bytes),
+    };
+    encoder.current.bytes.reserve(encoder.chunk_capacity);
+    let mut encoded: Vec<Encoded> = Vec::with_capacity(batch.len());
+    // Once a segment cannot be created, the rest of the batch cannot be placed either.
+    let mut refused: Option<StoreError> = None;
     for put in batch {
         if let Some(error) = &refused {
             put.slot.answer(Err(error.clone()));
             continue;
         }
-        let len = put.encoded_len;
-        let within = pos - current.segment_start;
-        if within + u64::from(len) + BLANK_RECORD_LEN as u64 > segment_size {
-            // The next segment must exist before the blank that points at it is written.
-            let next = current.segment_start + segment_size;
-            match log.segment_file(next).await {
-                Ok(file) => {
-                    record::encode_blank((segment_size - within) as u32, &mut current.bytes);
-                    current.closes_segment = true;
-                    let full = std::mem::replace(
-                        &mut current,
-                        Chunk {
-                            segment_start: next,
-                            file,
-                            position: 0,
-                            bytes: Vec::with_capacity(
-                                total_bytes.min(shared.config.max_batch_bytes),
-                            ),
-                            closes_segment: false,
-                        },
-                    );
-                    chunks.push(full);
-                    pos = next;
-                }
-                Err(error) => {
-                    let error =
-                        StoreError::from_io(&format!("creating CommitLog segment {next}"), &error);
-                    put.slot.answer(Err(error.clone()));
-                    refused = Some(error);
-                    continue;
-                }
+        if !encoder.fits(shared, put.encoded_len) {
+            if let Err(error) = encoder.roll(shared).await {
+                put.slot.answer(Err(error.clone()));
+                refused = Some(error);
+                continue;
             }
         }
+        encoded.extend(encoder.place(shared, put));
+    }
+    encoder.finish(shared, start, encoded)
+}
+
+/// The state of [`encode`]: the chunk being filled, the full ones before it, and the log
+/// position the next record goes to.
+struct Encoder {
+    current: Chunk,
+    chunks: Vec<Chunk>,
+    pos: u64,
+    /// The store time of every record of the batch.
+    now: i64,
+    /// What a new chunk reserves: the batch's bytes, up to a batch's limit.
+    chunk_capacity: usize,
+}
+
+impl Encoder {
+    /// Whether a record of `len` bytes fits the current segment, leaving room for the
+    /// blank record that closes it.
+    fn fits(&self, shared: &Shared, len: u32) -> bool {
+        let within = self.pos - self.current.segment_start;
+        within + u64::from(len) + to_u64(BLANK_RECORD_LEN) <= shared.log.segment_size()
+    }
+
+    /// Closes the current segment with a blank record and moves to the next one, which
+    /// must exist before the blank that points at it is written.
+    async fn roll(&mut self, shared: &Shared) -> Result<(), StoreError> {
+        let segment_size = shared.log.segment_size();
+        let next = self.current.segment_start + segment_size;
+        let file = shared.log.segment_file(next).await.map_err(|error| {
+            StoreError::from_io(&format!("creating CommitLog segment {next}"), &error)
+        })?;
+        let within = self.pos - self.current.segment_start;
+        record::encode_blank(to_u32(segment_size - within), &mut self.current.bytes);
+        self.current.closes_segment = true;
+        let full = std::mem::replace(
+            &mut self.current,
+            Chunk {
+                segment_start: next,
+                file,
+                position: 0,
+                bytes: Vec::with_capacity(self.chunk_capacity),
+                closes_segment: false,
+            },
+        );
+        self.chunks.push(full);
+        self.pos = next;
+        Ok(())
+    }
+
+    /// Encodes `put` at the current position with the next offset of its queue, or
+    /// answers it with why it cannot be (its queue cannot be made, or a codec bug).
+    fn place(&mut self, shared: &Shared, put: PendingPut) -> Option<Encoded> {
         let queue = match super::recovery::queue_for(shared, &put.input.topic, put.input.queue_id) {
             Ok(queue) => queue,
             Err(error) => {
                 put.slot.answer(Err(error));
-                continue;
+                return None;
             }
         };
         let queue_offset = queue.reserve_offset();
-        let before = current.bytes.len();
+        let bytes = &mut self.current.bytes;
+        let before = bytes.len();
         if let Err(error) = record::encode_into(
             &put.input,
-            queue_offset as i64,
-            pos as i64,
-            now,
-            &mut current.bytes,
+            queue_offset.to_stored(),
+            LogPos::new(self.pos).to_stored(),
+            self.now,
+            bytes,
         ) {
             // encoded_len succeeded at enqueue, so this is a codec bug; refuse, don't write.
-            current.bytes.truncate(before);
+            bytes.truncate(before);
             put.slot
                 .answer(Err(StoreError::MessageIllegal(error.to_string())));
-            continue;
+            return None;
         }
         assert_eq!(
-            current.bytes.len() - before,
-            len as usize,
+            bytes.len() - before,
+            to_usize(put.encoded_len),
             "the encoder wrote a record of another length than encoded_len said (topic {})",
             put.input.topic
         );
         let placement = Placement {
-            phys_offset: pos,
-            queue_offset,
-            size: len,
-            store_timestamp: now,
+            phys_offset: self.pos,
+            queue_offset: queue_offset.get(),
+            size: put.encoded_len,
+            store_timestamp: self.now,
         };
         put.slot.set_placed(placement);
-        encoded.push(Encoded {
+        self.pos = placement.end();
+        Some(Encoded {
             put,
             queue,
             placement,
-        });
-        pos = placement.end();
+        })
     }
-    if !current.bytes.is_empty() {
-        zero_ahead(shared, &mut current, pos);
-        chunks.push(current);
+
+    /// The batch's chunks, the last one padded ahead ([`zero_ahead`]); `None` when no
+    /// byte is to be written.
+    fn finish(mut self, shared: &Shared, start: u64, batch: Vec<Encoded>) -> Option<Encoding> {
+        if !self.current.bytes.is_empty() {
+            zero_ahead(shared, &mut self.current, self.pos);
+            self.chunks.push(self.current);
+        }
+        if self.chunks.is_empty() {
+            return None;
+        }
+        Some(Encoding {
+            chunks: self.chunks,
+            batch,
+            start,
+            end: self.pos,
+        })
     }
-    if chunks.is_empty() {
-        return None;
-    }
-    Some(Encoding {
-        chunks,
-        batch: encoded,
-        start,
-        end: pos,
-    })
 }
 
 /// SYNC_FLUSH: pads the batch's last chunk with zeros past `end`, the batch's end, when the
@@ -467,7 +502,7 @@ fn zero_ahead(shared: &Shared, chunk: &mut Chunk, end: u64) {
         .saturating_add(ahead)
         .min(segment_end);
     assert_eq!(
-        chunk.segment_start + chunk.position + chunk.bytes.len() as u64,
+        chunk.segment_start + chunk.position + to_u64(chunk.bytes.len()),
         end,
         "the last chunk of a batch ends at the batch's end"
     );
@@ -476,7 +511,7 @@ fn zero_ahead(shared: &Shared, chunk: &mut Chunk, end: u64) {
     }
     chunk
         .bytes
-        .resize(chunk.bytes.len() + (target - end) as usize, 0);
+        .resize(chunk.bytes.len() + to_usize(target - end), 0);
     shared.zeroed_until.set(target);
 }
 
@@ -501,7 +536,7 @@ async fn open_chunk(shared: &Shared, pos: u64) -> Result<Chunk, StoreError> {
     })
 }
 
-async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), String> {
+async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), LogIoError> {
     for chunk in chunks {
         let bytes = Bytes::from(std::mem::take(&mut chunk.bytes));
         let len = bytes.len();
@@ -510,10 +545,12 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
             .write_at(chunk.file, chunk.position, bytes)
             .await
         {
-            return Err(format!(
-                "write of {len} bytes to CommitLog segment {} at {} failed: {error}",
-                chunk.segment_start, chunk.position
-            ));
+            return Err(LogIoError::Write {
+                len,
+                segment_start: chunk.segment_start,
+                at: chunk.position,
+                error,
+            });
         }
         if chunk.closes_segment {
             // A full segment is only read from now on; its mapping need not stay.
@@ -525,7 +562,8 @@ async fn write_chunks(shared: &Shared, chunks: &mut [Chunk]) -> Result<(), Strin
 
 /// Poisons the store for a failed write or sync of CommitLog data and answers every
 /// waiter still queued with it: none of them will be released.
-fn fail(shared: &Shared, cause: String) {
+fn fail(shared: &Shared, cause: LogIoError) {
+    let cause = cause.to_string();
     shared.poison(cause.clone());
     // The queue is not borrowed while the answers run: a callback may queue a put.
     let waiting = shared.waiters.borrow_mut().take_all();
@@ -587,17 +625,53 @@ fn dispatch_input(item: &Encoded) -> DispatchRecord<'_> {
         queue_id: input.queue_id,
         properties: &input.properties,
         sys_flag: input.sys_flag,
-        phys_offset: item.placement.phys_offset,
+        phys_offset: LogPos::new(item.placement.phys_offset),
         size: item.placement.size,
-        queue_offset: item.placement.queue_offset,
+        queue_offset: QueueOffset::new(item.placement.queue_offset),
         store_timestamp: item.placement.store_timestamp,
     }
 }
 
 /// Makes one released batch visible: its ConsumeQueue entries in order, then its answers.
 fn dispatch(shared: &Shared, batch: Batch, end: u64) {
-    // D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
-    // against the log's own positions, independently of the waiter queue's conditions.
+    assert_may_release(shared, &batch, end);
+    let Batch {
+        puts: batch,
+        status,
+    } = batch;
+    let mut bytes = 0u64;
+    let hook = shared.visible_hook.borrow().clone();
+    let mut last_topic: Option<&str> = None;
+    for item in &batch {
+        // A put whose entry cannot be taken hears why now; the others after every entry.
+        if !make_visible(shared, item) {
+            continue;
+        }
+        bytes += u64::from(item.placement.size);
+        let topic = item.put.input.topic.as_str();
+        if let Some(hook) = &hook {
+            if last_topic != Some(topic) {
+                hook(topic);
+                last_topic = Some(topic);
+            }
+        }
+    }
+    shared.dispatched_pos.set(end);
+    let count = to_u64(batch.len());
+    for item in batch {
+        // Ignored by a slot already answered above, or timed out by the watchdog.
+        item.put.slot.answer_with(Ok(item.placement), status);
+    }
+    shared.update_stats(|stats| {
+        stats.puts += count;
+        stats.put_bytes += bytes;
+        stats.batches += 1;
+    });
+}
+
+/// D7: nothing becomes visible before it is written, and under SYNC_FLUSH synced. Checked
+/// against the log's own positions, independently of the waiter queue's conditions.
+fn assert_may_release(shared: &Shared, batch: &Batch, end: u64) {
     let log = &shared.log;
     let durable = match shared.config.flush_mode {
         FlushMode::Sync => log.flushed_pos(),
@@ -618,65 +692,45 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
             "dispatch to {end} would pass what the replica confirmed ({replicated})"
         );
     }
-    let Batch {
-        puts: batch,
-        status,
-    } = batch;
-    let mut bytes = 0u64;
-    let hook = shared.visible_hook.borrow().clone();
-    let mut last_topic: Option<&str> = None;
-    for item in &batch {
-        // A put whose entry cannot be taken hears why now; the others after every entry.
-        match dispatch_record(shared, &item.queue, &dispatch_input(item)) {
-            Ok(Dispatched {
-                entry: AppendOutcome::Appended,
-                indexed,
-            }) => {
-                bytes += u64::from(item.placement.size);
-                item.queue.count_appended(u64::from(item.placement.size));
-                match indexed {
-                    Ok(0) => {}
-                    Ok(added) => shared.update_stats(|stats| stats.index_entries += added as u64),
-                    Err(error) => index_failed(shared, item, &error),
-                }
-                let topic = item.put.input.topic.as_str();
-                if let Some(hook) = &hook {
-                    if last_topic != Some(topic) {
-                        hook(topic);
-                        last_topic = Some(topic);
-                    }
-                }
+}
+
+/// Appends `item`'s ConsumeQueue entry and index keys, counting them. An entry the queue
+/// does not take is a bug or damage: it poisons the store and answers the put with why,
+/// and the put is not visible (`false`).
+fn make_visible(shared: &Shared, item: &Encoded) -> bool {
+    match dispatch_record(shared, &item.queue, &dispatch_input(item)) {
+        Ok(Dispatched {
+            entry: AppendOutcome::Appended,
+            indexed,
+        }) => {
+            item.queue.count_appended(u64::from(item.placement.size));
+            match indexed {
+                Ok(0) => {}
+                Ok(added) => shared.update_stats(|stats| stats.index_entries += to_u64(added)),
+                Err(error) => index_failed(shared, item, &error),
             }
-            Ok(Dispatched {
-                entry: AppendOutcome::Duplicate,
-                ..
-            }) => {
-                // The appender hands out each queue offset once: a duplicate is a bug.
-                let cause = format!(
-                    "dispatch found a duplicate entry for phys {}",
-                    item.placement.phys_offset
-                );
-                shared.poison(cause.clone());
-                item.put.slot.answer(Err(StoreError::Corrupt(cause)));
-            }
-            Err(why) => {
-                let error = StoreError::Corrupt(why);
-                shared.poison(error.to_string());
-                item.put.slot.answer(Err(error));
-            }
+            true
+        }
+        Ok(Dispatched {
+            entry: AppendOutcome::Duplicate,
+            ..
+        }) => {
+            // The appender hands out each queue offset once: a duplicate is a bug.
+            let cause = format!(
+                "dispatch found a duplicate entry for phys {}",
+                item.placement.phys_offset
+            );
+            shared.poison(cause.clone());
+            item.put.slot.answer(Err(StoreError::Corrupt(cause)));
+            false
+        }
+        Err(why) => {
+            let error = StoreError::Corrupt(why.to_string());
+            shared.poison(error.to_string());
+            item.put.slot.answer(Err(error));
+            false
         }
     }
-    shared.dispatched_pos.set(end);
-    let count = batch.len() as u64;
-    for item in batch {
-        // Ignored by a slot already answered above, or timed out by the watchdog.
-        item.put.slot.answer_with(Ok(item.placement), status);
-    }
-    shared.update_stats(|stats| {
-        stats.puts += count;
-        stats.put_bytes += bytes;
-        stats.batches += 1;
-    });
 }
 
 #[cfg(test)]

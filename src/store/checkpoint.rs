@@ -82,7 +82,8 @@ impl Checkpoint {
             sequence: field(8),
             safe_offset: field(16),
             log_end: field(24),
-            written_at_ms: field(32) as i64,
+            // Written from an i64: the same bits back.
+            written_at_ms: field(32).cast_signed(),
         })
     }
 }

@@ -38,6 +38,67 @@ pub type Preallocation = std::pin::Pin<Box<dyn std::future::Future<Output = io::
 /// A spawned [`Preallocation`]: its segment, or `None` when the task panicked.
 pub type PreallocationTask = JoinHandle<Option<io::Result<FileId>>>;
 
+/// A failed write or fdatasync of CommitLog data: what poisons the store (D11). Its text
+/// is the poison's cause, which every later put hears.
+#[derive(Debug)]
+pub(crate) enum LogIoError {
+    /// The appender's write of a batch's bytes to one segment.
+    Write {
+        len: usize,
+        segment_start: u64,
+        at: u64,
+        error: io::Error,
+    },
+    /// The appender's fdatasync of one segment (SYNC_FLUSH).
+    SegmentSync {
+        segment_start: u64,
+        error: io::Error,
+    },
+    /// The flusher's fdatasync of the segments holding `[from, to)` (ASYNC_FLUSH, stop).
+    RangeSync {
+        from: u64,
+        to: u64,
+        error: io::Error,
+    },
+}
+
+impl std::fmt::Display for LogIoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogIoError::Write {
+                len,
+                segment_start,
+                at,
+                error,
+            } => write!(
+                f,
+                "write of {len} bytes to CommitLog segment {segment_start} at {at} failed: {error}"
+            ),
+            LogIoError::SegmentSync {
+                segment_start,
+                error,
+            } => write!(
+                f,
+                "fdatasync of CommitLog segment {segment_start} failed: {error}"
+            ),
+            LogIoError::RangeSync { from, to, error } => write!(
+                f,
+                "fdatasync of the CommitLog in [{from}, {to}) failed: {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LogIoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LogIoError::Write { error, .. }
+            | LogIoError::SegmentSync { error, .. }
+            | LogIoError::RangeSync { error, .. } => Some(error),
+        }
+    }
+}
+
 pub struct CommitLog {
     pub segments: Rc<RefCell<SegmentSet>>,
     segment_size: u64,

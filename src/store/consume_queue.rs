@@ -27,12 +27,16 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use super::position::{to_u64, to_usize, LogPos, QueueOffset};
 use super::segment::SegmentSet;
 use crate::io::Disk;
 
 pub const CQ_ENTRY_LEN: u64 = 20;
 // phys offset i64, size i32, tags code i64 (RocketMQ's CQ_STORE_UNIT_SIZE).
 const _: () = assert!(CQ_ENTRY_LEN == 8 + 4 + 8);
+/// [`CQ_ENTRY_LEN`] as a buffer length.
+const ENTRY_BYTES: usize = 20;
+const _: () = assert!(ENTRY_BYTES as u64 == CQ_ENTRY_LEN);
 
 /// One 20-byte ConsumeQueue entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,9 +70,9 @@ impl CqEntry {
 
     /// The entry of a record at CommitLog position `position` of `size` bytes. Panics if
     /// either does not fit the entry's fields (no shard's offsets reach 2^63).
-    pub fn for_record(position: u64, size: u32, tags_code: i64) -> CqEntry {
+    pub fn for_record(position: LogPos, size: u32, tags_code: i64) -> CqEntry {
         let entry = CqEntry {
-            phys_offset: i64::try_from(position)
+            phys_offset: i64::try_from(position.get())
                 .unwrap_or_else(|_| panic!("CommitLog position {position} does not fit an entry")),
             size: i32::try_from(size)
                 .unwrap_or_else(|_| panic!("a record of {size} bytes does not fit an entry")),
@@ -83,9 +87,9 @@ impl CqEntry {
 
     /// The record's CommitLog position. Only for a written entry ([`CqEntry::is_written`]):
     /// a queue holds no other, so anything else is a bug and panics with the entry.
-    pub fn position(&self) -> u64 {
-        u64::try_from(self.phys_offset)
-            .unwrap_or_else(|_| panic!("a written entry has no negative position: {self:?}"))
+    pub fn position(&self) -> LogPos {
+        LogPos::from_stored(self.phys_offset)
+            .unwrap_or_else(|| panic!("a written entry has no negative position: {self:?}"))
     }
 
     /// The record's length in bytes, for a written entry (see [`CqEntry::position`]).
@@ -96,14 +100,62 @@ impl CqEntry {
 
     /// The record's length, as a buffer length.
     pub fn byte_len(&self) -> usize {
-        self.size_bytes() as usize
+        to_usize(self.size_bytes())
     }
 
     /// Where the record ends, for a written entry.
-    pub fn end(&self) -> u64 {
-        self.position() + u64::from(self.size_bytes())
+    pub fn end(&self) -> LogPos {
+        self.position().plus(u64::from(self.size_bytes()))
     }
 }
+
+impl QueueState {
+    /// One past the last entry, written or in the tail.
+    fn end(&self) -> u64 {
+        self.written + to_u64(self.tail.len())
+    }
+}
+
+/// Why [`ConsumeQueue::append`] refused an entry: its queue offset does not continue the
+/// queue (it is below the end for a record past the last one, or leaves a gap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueAppendError {
+    pub topic: String,
+    pub queue_id: i32,
+    pub queue_offset: u64,
+    /// The queue's end: the offset the entry had to have.
+    pub max_offset: u64,
+    pub phys_offset: i64,
+}
+
+impl std::fmt::Display for QueueAppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let QueueAppendError {
+            topic,
+            queue_id,
+            queue_offset,
+            max_offset,
+            phys_offset,
+        } = self;
+        if queue_offset < max_offset {
+            write!(
+                f,
+                "consume queue {topic}/{queue_id}: entry for queue offset {queue_offset} (phys \
+                 {phys_offset}) arrives after offset {max_offset} was written for an earlier \
+                 record"
+            )
+        } else {
+            write!(
+                f,
+                "consume queue {topic}/{queue_id}: entries [{max_offset}, {queue_offset}) are \
+                 missing before phys {phys_offset} (delete the store's checkpoint file to \
+                 rebuild every queue from the CommitLog)"
+            )
+        }
+    }
+}
+
+impl std::error::Error for QueueAppendError {}
 
 struct QueueState {
     min_offset: u64,
@@ -114,10 +166,10 @@ struct QueueState {
     /// Segment starts written since the last sync.
     dirty: BTreeSet<u64>,
     /// End (offset + size) of the last entry's record: the idempotence check of re-dispatch.
-    last_record_end: u64,
+    last_record_end: LogPos,
 }
 
-/// Why an entry could not be appended.
+/// What appending an entry did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AppendOutcome {
     Appended,
@@ -151,11 +203,11 @@ impl ConsumeQueue {
     }
 
     /// Hands out the next queue offset for a message being appended.
-    pub fn reserve_offset(&self) -> u64 {
+    pub fn reserve_offset(&self) -> QueueOffset {
         // After recovery re-dispatched records, max_offset has moved past `reserved`.
         let next = self.reserved.get().max(self.max_offset());
         self.reserved.set(next + 1);
-        next
+        QueueOffset::new(next)
     }
 
     /// Opens the queue in `dir`, finding its end: the first entry that is not written, or
@@ -167,17 +219,17 @@ impl ConsumeQueue {
         topic: &str,
         queue_id: i32,
         entries_per_file: u64,
-        cut_at: Option<u64>,
+        cut_at: Option<LogPos>,
     ) -> io::Result<ConsumeQueue> {
         let file_size = entries_per_file * CQ_ENTRY_LEN;
         let files = RefCell::new(SegmentSet::load(disk, dir, file_size, 0)?);
         let starts = files.borrow().starts();
         let mut end_entry = 0;
-        let mut last_record_end = 0;
+        let mut last_record_end = LogPos::default();
         for (index, &start) in starts.iter().enumerate().rev() {
-            let bytes = files.borrow().read_bytes(start, file_size as usize)?;
+            let bytes = files.borrow().read_bytes(start, to_usize(file_size))?;
             let mut valid = 0u64;
-            for chunk in bytes.chunks_exact(CQ_ENTRY_LEN as usize) {
+            for chunk in bytes.chunks_exact(ENTRY_BYTES) {
                 let entry = CqEntry::decode(chunk);
                 if !entry.is_written() {
                     break;
@@ -192,7 +244,7 @@ impl ConsumeQueue {
             }
             if valid == 0 && index > 0 {
                 files.borrow_mut().remove_from(start)?;
-                last_record_end = 0;
+                last_record_end = LogPos::default();
                 continue;
             }
             end_entry = start / CQ_ENTRY_LEN + valid;
@@ -249,7 +301,7 @@ impl ConsumeQueue {
                 written: 0,
                 tail: Vec::new(),
                 dirty: BTreeSet::new(),
-                last_record_end: 0,
+                last_record_end: LogPos::default(),
             }),
             reserved: Cell::new(0),
             appended: Cell::new((0, 0)),
@@ -262,30 +314,33 @@ impl ConsumeQueue {
 
     /// One past the last entry.
     pub fn max_offset(&self) -> u64 {
-        let state = self.state.borrow();
-        state.written + state.tail.len() as u64
+        self.state.borrow().end()
     }
 
     /// Appends the entry for the message at queue offset `queue_offset`.
-    pub fn append(&self, queue_offset: u64, entry: CqEntry) -> Result<AppendOutcome, String> {
+    pub fn append(
+        &self,
+        queue_offset: QueueOffset,
+        entry: CqEntry,
+    ) -> Result<AppendOutcome, QueueAppendError> {
         let mut state = self.state.borrow_mut();
-        let max = state.written + state.tail.len() as u64;
+        let max = state.end();
+        let queue_offset = queue_offset.get();
+        let refused = || QueueAppendError {
+            topic: self.topic.clone(),
+            queue_id: self.queue_id,
+            queue_offset,
+            max_offset: max,
+            phys_offset: entry.phys_offset,
+        };
         if queue_offset < max {
             if entry.end() <= state.last_record_end {
                 return Ok(AppendOutcome::Duplicate);
             }
-            return Err(format!(
-                "consume queue {}/{}: entry for queue offset {queue_offset} (phys {}) arrives \
-                 after offset {max} was written for an earlier record",
-                self.topic, self.queue_id, entry.phys_offset
-            ));
+            return Err(refused());
         }
         if queue_offset > max {
-            return Err(format!(
-                "consume queue {}/{}: entries [{max}, {queue_offset}) are missing before phys {} \
-                 (delete the store's checkpoint file to rebuild every queue from the CommitLog)",
-                self.topic, self.queue_id, entry.phys_offset
-            ));
+            return Err(refused());
         }
         state.last_record_end = entry.end();
         state.tail.push(entry);
@@ -295,27 +350,23 @@ impl ConsumeQueue {
     /// Up to `max` entries starting at `from` (fewer at the end of the queue).
     pub fn read_entries(&self, from: u64, max: usize) -> io::Result<Vec<CqEntry>> {
         let state = self.state.borrow();
-        let end = (state.written + state.tail.len() as u64).min(from.saturating_add(max as u64));
+        let end = state.end().min(from.saturating_add(to_u64(max)));
         if from >= end || from < state.min_offset {
             return Ok(Vec::new());
         }
-        let mut entries = Vec::with_capacity((end - from) as usize);
+        let mut entries = Vec::with_capacity(to_usize(end - from));
         let mut next = from;
         let files = self.files.borrow();
         while next < end.min(state.written) {
             let address = next * CQ_ENTRY_LEN;
             let segment_end_entry = (files.start_of(address) + files.size()) / CQ_ENTRY_LEN;
             let count = end.min(state.written).min(segment_end_entry) - next;
-            let bytes = files.read_bytes(address, (count * CQ_ENTRY_LEN) as usize)?;
-            entries.extend(
-                bytes
-                    .chunks_exact(CQ_ENTRY_LEN as usize)
-                    .map(CqEntry::decode),
-            );
+            let bytes = files.read_bytes(address, to_usize(count * CQ_ENTRY_LEN))?;
+            entries.extend(bytes.chunks_exact(ENTRY_BYTES).map(CqEntry::decode));
             next += count;
         }
         while next < end {
-            entries.push(state.tail[(next - state.written) as usize]);
+            entries.push(state.tail[to_usize(next - state.written)]);
             next += 1;
         }
         Ok(entries)
@@ -325,7 +376,7 @@ impl ConsumeQueue {
     /// deleted it), and forgets the files wholly below the new minimum, never the last
     /// one: the queue's offsets go on from where they were. Returns those files' paths for
     /// the caller to unlink.
-    pub fn trim_below(&self, log_start: u64) -> io::Result<Vec<std::path::PathBuf>> {
+    pub fn trim_below(&self, log_start: LogPos) -> io::Result<Vec<std::path::PathBuf>> {
         let (min, max) = (self.min_offset(), self.max_offset());
         let first = self.read_entries(min, 1)?;
         if first
@@ -363,13 +414,13 @@ impl ConsumeQueue {
             if state.tail.is_empty() {
                 return Ok(());
             }
-            let mut bytes = Vec::with_capacity(state.tail.len() * CQ_ENTRY_LEN as usize);
+            let mut bytes = Vec::with_capacity(state.tail.len() * ENTRY_BYTES);
             for entry in &state.tail {
                 entry.encode(&mut bytes);
             }
             (state.written, Bytes::from(bytes))
         };
-        let count = bytes.len() as u64 / CQ_ENTRY_LEN;
+        let count = to_u64(bytes.len()) / CQ_ENTRY_LEN;
         let (disk, file_size) = {
             let files = self.files.borrow();
             (files.disk_handle(), files.size())
@@ -378,18 +429,18 @@ impl ConsumeQueue {
         let mut done = 0usize;
         while done < bytes.len() {
             let start = address - address % file_size;
-            let len = ((start + file_size - address) as usize).min(bytes.len() - done);
+            let len = to_usize(start + file_size - address).min(bytes.len() - done);
             let file = SegmentSet::ensure(&self.files, start).await?;
             disk.write_at(file, address - start, bytes.slice(done..done + len))
                 .await?;
             self.state.borrow_mut().dirty.insert(start);
             done += len;
-            address += len as u64;
+            address += to_u64(len);
         }
         let mut state = self.state.borrow_mut();
         // One writer (the checkpoint); appends meanwhile only grow the tail.
         assert!(
-            state.written == first && state.tail.len() as u64 >= count,
+            state.written == first && to_u64(state.tail.len()) >= count,
             "consume queue {}/{}: wrote out entries [{first}, {}) but the queue now has {} \
              written and {} in its tail",
             self.topic,
@@ -399,7 +450,7 @@ impl ConsumeQueue {
             state.tail.len()
         );
         state.written += count;
-        state.tail.drain(..count as usize);
+        state.tail.drain(..to_usize(count));
         Ok(())
     }
 
@@ -424,19 +475,20 @@ impl ConsumeQueue {
 #[cfg(test)]
 mod tests {
     use super::CqEntry;
+    use crate::store::position::LogPos;
 
     #[test]
     fn an_entry_gives_its_record_as_typed_positions() {
-        let entry = CqEntry::for_record(1 << 56, 300, -7);
+        let entry = CqEntry::for_record(LogPos::new(1 << 56), 300, -7);
         assert_eq!(
             (entry.phys_offset, entry.size, entry.tags_code),
             (1_i64 << 56, 300, -7)
         );
         assert_eq!(
-            (entry.position(), entry.size_bytes(), entry.byte_len()),
+            (entry.position().get(), entry.size_bytes(), entry.byte_len()),
             (1 << 56, 300, 300)
         );
-        assert_eq!(entry.end(), (1 << 56) + 300);
+        assert_eq!(entry.end().get(), (1 << 56) + 300);
         let mut bytes = Vec::new();
         entry.encode(&mut bytes);
         assert_eq!(CqEntry::decode(&bytes), entry);

@@ -21,7 +21,8 @@
 
 use std::io;
 
-use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry};
+use super::consume_queue::{AppendOutcome, ConsumeQueue, CqEntry, QueueAppendError};
+use super::position::{LogPos, QueueOffset};
 use super::record::RecordView;
 use super::{topic, Shared};
 
@@ -33,25 +34,26 @@ pub(crate) struct DispatchRecord<'a> {
     pub properties: &'a str,
     pub sys_flag: i32,
     /// Where the record starts in the CommitLog, and its length.
-    pub phys_offset: u64,
+    pub phys_offset: LogPos,
     pub size: u32,
-    pub queue_offset: u64,
+    pub queue_offset: QueueOffset,
     pub store_timestamp: i64,
 }
 
 impl<'a> DispatchRecord<'a> {
-    /// The record at `phys_offset` read back from the log (recovery; next, a slave).
-    pub fn from_view(phys_offset: u64, view: &RecordView<'a>) -> DispatchRecord<'a> {
-        DispatchRecord {
+    /// The record at `phys_offset` read back from the log (recovery; next, a slave), or
+    /// `None` if its stored queue offset is negative (no appender writes one).
+    pub fn from_view(phys_offset: LogPos, view: &RecordView<'a>) -> Option<DispatchRecord<'a>> {
+        Some(DispatchRecord {
             topic: view.topic,
             queue_id: view.queue_id,
             properties: view.properties,
             sys_flag: view.sys_flag,
             phys_offset,
             size: view.total_size,
-            queue_offset: view.queue_offset as u64,
+            queue_offset: QueueOffset::from_stored(view.queue_offset)?,
             store_timestamp: view.store_timestamp,
-        }
+        })
     }
 
     /// The record's ConsumeQueue entry.
@@ -85,7 +87,7 @@ pub(crate) fn dispatch_record(
     shared: &Shared,
     queue: &ConsumeQueue,
     record: &DispatchRecord<'_>,
-) -> Result<Dispatched, String> {
+) -> Result<Dispatched, QueueAppendError> {
     assert!(
         queue.topic == record.topic && queue.queue_id == record.queue_id,
         "the record at {} of {}/{} was dispatched to queue {}/{}",

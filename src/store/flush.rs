@@ -28,6 +28,7 @@ use std::rc::Rc;
 
 use tokio::time::Instant;
 
+use super::commit_log::LogIoError;
 use super::consume_queue::ConsumeQueue;
 use super::segment::SegmentSet;
 use super::waiters::AckCondition;
@@ -55,7 +56,7 @@ pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
             continue;
         }
         if let Err(cause) = sync_log(&shared, flushed, written).await {
-            shared.poison(cause);
+            shared.poison(cause.to_string());
             return;
         }
         last_sync = Instant::now();
@@ -63,7 +64,7 @@ pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
 }
 
 /// Syncs the CommitLog segments holding `[from, to)` and advances the flushed position.
-async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
+async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), LogIoError> {
     if from >= to {
         return Ok(());
     }
@@ -73,8 +74,8 @@ async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), String> {
     let began = tokio::time::Instant::now();
     SegmentSet::sync_range(&segments, from, to)
         .await
-        .map_err(|error| format!("fdatasync of the CommitLog in [{from}, {to}) failed: {error}"))?;
-    let took = began.elapsed().as_micros() as u64;
+        .map_err(|error| LogIoError::RangeSync { from, to, error })?;
+    let took = super::position::micros_u64(began.elapsed());
     let synced = (last - first) / shared.log.segment_size() + 1;
     shared.update_stats(|stats| {
         stats.log_syncs += synced;
@@ -100,7 +101,8 @@ pub(crate) fn watchdog_ticks(shared: &Shared) -> (std::time::Duration, u64, u64)
     } else {
         config.sync_flush_timeout
     };
-    let period = (shortest / TIMEOUT_TICKS as u32).max(std::time::Duration::from_millis(1));
+    let period = (shortest / super::position::to_u32(TIMEOUT_TICKS))
+        .max(std::time::Duration::from_millis(1));
     let ticks = |timeout: std::time::Duration| {
         let ticks = (timeout.as_nanos() * u128::from(TIMEOUT_TICKS)).div_ceil(shortest.as_nanos());
         u64::try_from(ticks).unwrap_or(u64::MAX)
@@ -285,7 +287,7 @@ async fn finish(shared: &Shared) -> Result<(), StoreError> {
     let (flushed, written) = (shared.log.flushed_pos(), shared.log.written_pos());
     sync_log(shared, flushed, written)
         .await
-        .map_err(StoreError::Poisoned)?;
+        .map_err(|cause| StoreError::Poisoned(cause.to_string()))?;
     checkpoint(shared, true).await?;
     let abort = shared.config.dir.join(ABORT_FILE);
     shared

@@ -36,8 +36,10 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::index_file::{
-    self, file_name, is_file_name, Geometry, IndexEntry, IndexHeader, ENTRY_LEN, HEADER_LEN,
+    self, file_name, is_file_name, Geometry, IndexEntry, IndexHeader, ENTRY_BYTES, HEADER_BYTES,
+    HEADER_LEN,
 };
+use super::position::{to_i32, to_u32, to_usize, LogPos};
 use crate::io::{read_exact_at, Disk, FileId};
 
 pub const INDEX_DIR: &str = "index";
@@ -128,7 +130,7 @@ impl Index {
                     ),
                 ));
             }
-            let mut bytes = [0u8; HEADER_LEN as usize];
+            let mut bytes = [0u8; HEADER_BYTES];
             read_exact_at(&*disk, file, 0, &mut bytes)?;
             files.push(IndexFile {
                 name,
@@ -160,8 +162,8 @@ impl Index {
         let Some(newest) = files.last_mut() else {
             return Ok(());
         };
-        let mut slots = vec![0i32; self.geometry.slots as usize];
-        let mut bytes = vec![0u8; self.geometry.slots as usize * 4];
+        let mut slots = vec![0i32; to_usize(self.geometry.slots)];
+        let mut bytes = vec![0u8; to_usize(self.geometry.slots) * 4];
         read_exact_at(&*self.disk, newest.file, index_file::HEADER_LEN, &mut bytes)?;
         for (slot, chunk) in slots.iter_mut().zip(bytes.chunks_exact(4)) {
             *slot = i32::from_be_bytes(chunk.try_into().expect("4"));
@@ -198,36 +200,36 @@ impl Index {
         let Some(newest) = files.last_mut() else {
             return Ok(());
         };
-        let mut slots = vec![0i32; self.geometry.slots as usize];
+        let mut slots = vec![0i32; to_usize(self.geometry.slots)];
         let mut used_slots = 0i32;
         let mut last = IndexEntry::default();
         let mut number = 1u32;
         while number <= kept {
             let count = REBUILD_CHUNK_ENTRIES.min(kept + 1 - number);
-            let mut bytes = vec![0u8; (count as u64 * ENTRY_LEN) as usize];
+            let mut bytes = vec![0u8; to_usize(count) * ENTRY_BYTES];
             read_exact_at(
                 &*self.disk,
                 newest.file,
                 self.geometry.entry_pos(number),
                 &mut bytes,
             )?;
-            for chunk in bytes.chunks_exact(ENTRY_LEN as usize) {
+            for chunk in bytes.chunks_exact(ENTRY_BYTES) {
                 let entry = IndexEntry::decode(chunk);
-                let slot = &mut slots[self.geometry.slot_of(entry.key_hash.max(0)) as usize];
+                let slot = &mut slots[to_usize(self.geometry.slot_of(entry.key_hash.max(0)))];
                 if *slot == 0 {
                     used_slots += 1;
                 }
-                *slot = number as i32;
+                *slot = to_i32(number);
                 last = entry;
                 number += 1;
             }
         }
         let header = &mut newest.header;
-        header.index_count = kept as i32 + 1;
+        header.index_count = to_i32(kept) + 1;
         header.hash_slot_count = used_slots;
         header.end_phy_offset = last.phys_offset;
         // The entry keeps whole seconds: the record was stored within that second.
-        header.end_timestamp = header.begin_timestamp + last.time_diff as i64 * 1000 + 999;
+        header.end_timestamp = header.begin_timestamp + i64::from(last.time_diff) * 1000 + 999;
         newest.live = Some(Live {
             slots,
             written: kept,
@@ -254,10 +256,9 @@ impl Index {
             let number = kept + 1;
             let entry = self.read_entry(file, number)?;
             let continues = entry.phys_offset >= last_phys
-                && entry.phys_offset >= 0
-                && (entry.phys_offset as u64) < safe
+                && LogPos::from_stored(entry.phys_offset).is_some_and(|phys| phys.get() < safe)
                 && entry.key_hash >= 0
-                && (0..number as i32).contains(&entry.prev_index);
+                && (0..to_i32(number)).contains(&entry.prev_index);
             if !continues {
                 break;
             }
@@ -270,10 +271,10 @@ impl Index {
     fn read_entry(&self, file: &IndexFile, number: u32) -> io::Result<IndexEntry> {
         if let Some(live) = &file.live {
             if number > live.written {
-                return Ok(live.tail[(number - live.written - 1) as usize]);
+                return Ok(live.tail[to_usize(number - live.written - 1)]);
             }
         }
-        let mut bytes = [0u8; ENTRY_LEN as usize];
+        let mut bytes = [0u8; ENTRY_BYTES];
         read_exact_at(
             &*self.disk,
             file.file,
@@ -285,7 +286,7 @@ impl Index {
 
     fn read_slot(&self, file: &IndexFile, slot: u32) -> io::Result<i32> {
         if let Some(live) = &file.live {
-            return Ok(live.slots[slot as usize]);
+            return Ok(live.slots[to_usize(slot)]);
         }
         let mut bytes = [0u8; 4];
         read_exact_at(
@@ -305,7 +306,7 @@ impl Index {
         topic: &str,
         properties: &str,
         sys_flag: i32,
-        phys_offset: u64,
+        phys_offset: LogPos,
         store_timestamp: i64,
         now_ms: i64,
     ) -> io::Result<usize> {
@@ -318,7 +319,7 @@ impl Index {
         if hashes.is_empty() {
             return Ok(0);
         }
-        let phys = phys_offset as i64;
+        let phys = phys_offset.to_stored();
         if let Some(newest) = self.files.borrow().last() {
             if newest.header.entries() > 0 && phys <= newest.header.end_phy_offset {
                 return Ok(0);
@@ -338,7 +339,9 @@ impl Index {
         now_ms: i64,
     ) -> io::Result<()> {
         let needs_file = self.files.borrow().last().is_none_or(|newest| {
-            newest.sealed || newest.header.index_count as u32 >= self.geometry.entries
+            newest.sealed
+                || u32::try_from(newest.header.index_count)
+                    .map_or(true, |count| count >= self.geometry.entries)
         });
         if needs_file {
             self.roll(now_ms)?;
@@ -351,7 +354,7 @@ impl Index {
             header.begin_phy_offset = phys;
             header.begin_timestamp = store_timestamp;
         }
-        let slot = self.geometry.slot_of(key_hash) as usize;
+        let slot = to_usize(self.geometry.slot_of(key_hash));
         let number = header.index_count;
         let prev = live.slots[slot];
         assert!(
@@ -404,7 +407,7 @@ impl Index {
             file,
             header,
             live: Some(Live {
-                slots: vec![0i32; self.geometry.slots as usize],
+                slots: vec![0i32; to_usize(self.geometry.slots)],
                 written: 0,
                 tail: Vec::new(),
                 slots_dirty: true,
@@ -449,13 +452,13 @@ impl Index {
             new_files |= std::mem::take(&mut index_file.new);
             let live = index_file.live.as_mut().expect("snapshotted live");
             assert!(
-                live.tail.len() >= entries as usize,
+                live.tail.len() >= to_usize(entries),
                 "index {}: wrote {entries} entries out of a tail of {}",
                 index_file.name,
                 live.tail.len()
             );
             live.written += entries;
-            live.tail.drain(..entries as usize);
+            live.tail.drain(..to_usize(entries));
             if slots_written {
                 live.slots_dirty = false;
             }
@@ -494,7 +497,7 @@ impl Index {
         }
         let mut writes = Vec::new();
         if !live.tail.is_empty() {
-            let mut bytes = Vec::with_capacity(live.tail.len() * ENTRY_LEN as usize);
+            let mut bytes = Vec::with_capacity(live.tail.len() * ENTRY_BYTES);
             for entry in &live.tail {
                 entry.encode(&mut bytes);
             }
@@ -514,7 +517,7 @@ impl Index {
         Some((
             file.file,
             writes,
-            live.tail.len() as u32,
+            to_u32(live.tail.len()),
             file.sealed,
             write_slots,
         ))
@@ -551,16 +554,19 @@ impl Index {
             }
             let mut number = self.read_slot(file, slot)?;
             while number > 0 && number < header.index_count && hits.len() < max {
-                let entry = self.read_entry(file, number as u32)?;
-                let stored = header.begin_timestamp + entry.time_diff as i64 * 1000;
+                // `number > 0`, checked by the loop.
+                let entry = self.read_entry(file, number.unsigned_abs())?;
+                let stored = header.begin_timestamp + i64::from(entry.time_diff) * 1000;
                 // The entry keeps whole seconds, so the record was stored within
                 // [stored, stored + 999].
                 if stored + 999 < begin_ms {
                     break;
                 }
-                if entry.key_hash == hash && stored <= end_ms {
+                // A negative position is damage: no record is there to check.
+                let phys = LogPos::from_stored(entry.phys_offset);
+                if let Some(phys) = phys.filter(|_| entry.key_hash == hash && stored <= end_ms) {
                     hits.push(IndexHit {
-                        phys_offset: entry.phys_offset as u64,
+                        phys_offset: phys.get(),
                         store_timestamp: stored,
                     });
                 }
@@ -583,8 +589,9 @@ impl Index {
         let mut doomed = Vec::new();
         while files.len() > 1 {
             let oldest = &files[0];
-            let below =
-                oldest.header.entries() == 0 || (oldest.header.end_phy_offset as u64) < log_start;
+            let below = oldest.header.entries() == 0
+                || LogPos::from_stored(oldest.header.end_phy_offset)
+                    .is_some_and(|end| end.get() < log_start);
             if !below || oldest.live.is_some() {
                 break;
             }
@@ -610,7 +617,7 @@ impl Index {
         self.files
             .borrow()
             .iter()
-            .map(|file| file.header.entries() as u64)
+            .map(|file| u64::from(file.header.entries()))
             .sum()
     }
 

@@ -28,6 +28,10 @@ pub const SLOT_LEN: u64 = 4;
 pub const ENTRY_LEN: u64 = 20;
 const _: () = assert!(HEADER_LEN == 4 * 8 + 2 * 4);
 const _: () = assert!(ENTRY_LEN == 4 + 8 + 4 + 4);
+/// [`HEADER_LEN`] and [`ENTRY_LEN`] as buffer lengths.
+pub const HEADER_BYTES: usize = 40;
+pub const ENTRY_BYTES: usize = 20;
+const _: () = assert!(HEADER_BYTES as u64 == HEADER_LEN && ENTRY_BYTES as u64 == ENTRY_LEN);
 
 /// The separator RocketMQ puts between the topic and the key (`topic#key`).
 pub const KEY_JOIN: char = '#';
@@ -54,8 +58,8 @@ impl IndexHeader {
         }
     }
 
-    pub fn encode(&self) -> [u8; HEADER_LEN as usize] {
-        let mut out = [0u8; HEADER_LEN as usize];
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
         out[0..8].copy_from_slice(&self.begin_timestamp.to_be_bytes());
         out[8..16].copy_from_slice(&self.end_timestamp.to_be_bytes());
         out[16..24].copy_from_slice(&self.begin_phy_offset.to_be_bytes());
@@ -65,7 +69,7 @@ impl IndexHeader {
         out
     }
 
-    pub fn decode(bytes: &[u8; HEADER_LEN as usize]) -> IndexHeader {
+    pub fn decode(bytes: &[u8; HEADER_BYTES]) -> IndexHeader {
         let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8"));
         let i32_at = |at: usize| i32::from_be_bytes(bytes[at..at + 4].try_into().expect("4"));
         IndexHeader {
@@ -80,7 +84,7 @@ impl IndexHeader {
 
     /// Entries in use (entry 0 never is).
     pub fn entries(&self) -> u32 {
-        self.index_count.max(1) as u32 - 1
+        self.index_count.max(1).unsigned_abs() - 1
     }
 }
 
@@ -125,22 +129,22 @@ pub struct Geometry {
 
 impl Geometry {
     pub fn file_len(&self) -> u64 {
-        HEADER_LEN + self.slots as u64 * SLOT_LEN + self.entries as u64 * ENTRY_LEN
+        HEADER_LEN + u64::from(self.slots) * SLOT_LEN + u64::from(self.entries) * ENTRY_LEN
     }
 
     pub fn slot_of(&self, key_hash: i32) -> u32 {
         assert!(key_hash >= 0, "key hash {key_hash} is negative");
-        key_hash as u32 % self.slots
+        key_hash.unsigned_abs() % self.slots
     }
 
     pub fn slot_pos(&self, slot: u32) -> u64 {
         assert!(slot < self.slots, "slot {slot} of {}", self.slots);
-        HEADER_LEN + slot as u64 * SLOT_LEN
+        HEADER_LEN + u64::from(slot) * SLOT_LEN
     }
 
     pub fn entry_pos(&self, number: u32) -> u64 {
         assert!(number < self.entries, "entry {number} of {}", self.entries);
-        HEADER_LEN + self.slots as u64 * SLOT_LEN + number as u64 * ENTRY_LEN
+        HEADER_LEN + u64::from(self.slots) * SLOT_LEN + u64::from(number) * ENTRY_LEN
     }
 }
 
@@ -208,7 +212,8 @@ pub fn time_diff(begin_timestamp: i64, store_timestamp: i64) -> i32 {
     if begin_timestamp <= 0 {
         return 0;
     }
-    ((store_timestamp - begin_timestamp) / 1000).clamp(0, i32::MAX as i64) as i32
+    let seconds = ((store_timestamp - begin_timestamp) / 1000).clamp(0, i64::from(i32::MAX));
+    i32::try_from(seconds).expect("clamped to the i32 range")
 }
 
 /// An index file's name: its creation time as `yyyyMMddHHmmssSSS` (UTC here; RocketMQ uses
@@ -259,7 +264,7 @@ mod tests {
         };
         let mut out = Vec::new();
         entry.encode(&mut out);
-        assert_eq!(out.len() as u64, ENTRY_LEN);
+        assert_eq!(out.len(), ENTRY_BYTES);
         assert_eq!(&out[0..4], &[1, 2, 3, 4]);
         assert_eq!(IndexEntry::decode(&out), entry);
     }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use super::checkpoint::read_checkpoint;
 use super::consume_queue::{CqEntry, CQ_ENTRY_LEN};
 use super::inspect_guard::hold_for_inspection;
+use super::position::{to_u64, to_usize, LogPos, QueueOffset};
 use super::properties;
 use super::record::{self, Decoded, RecordView, Verify};
 use super::scan::{scan, ScanStop};
@@ -133,7 +134,7 @@ pub fn verify(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<VerifyReport> {
     let Some(segments) = open_log(disk.clone(), dir)? else {
         return Ok(report);
     };
-    report.segments = segments.starts().len() as u64;
+    report.segments = to_u64(segments.starts().len());
     let first = segments.first_start().unwrap_or(segments.base());
     report.durable_point = match checkpoint {
         Some(checkpoint) if checkpoint.clean && !report.crashed => checkpoint.log_end,
@@ -142,7 +143,7 @@ pub fn verify(disk: Rc<dyn Disk>, dir: &Path) -> io::Result<VerifyReport> {
     };
     let end = scan(&segments, first, Verify::Full, WINDOW, |_, view| {
         report.records += 1;
-        report.record_bytes += view.total_size as u64;
+        report.record_bytes += u64::from(view.total_size);
         Ok::<(), std::convert::Infallible>(())
     })?;
     let reason = end.reason();
@@ -179,77 +180,113 @@ fn verify_queues(
         return Ok(());
     }
     // Retention moves the log's start; the queues' entries below it went with it.
-    let log_start = segments.first_start().unwrap_or(segments.base());
+    let log_start = LogPos::new(segments.first_start().unwrap_or(segments.base()));
     for topic in disk.list_dir(&root)? {
         for queue in disk.list_dir(&root.join(&topic))? {
             report.queues += 1;
+            let mut walk = QueueWalk {
+                topic: &topic,
+                queue: &queue,
+                queue_id: queue.parse().unwrap_or(-1),
+                log_start,
+                expected_index: None,
+                previous_end: LogPos::default(),
+                retained_seen: false,
+            };
             let queue_dir = root.join(&topic).join(&queue);
-            let queue_id: i32 = queue.parse().unwrap_or(-1);
-            let mut expected_index = None;
-            let mut previous_end = 0u64;
-            let mut retained_seen = false;
             for name in disk.list_dir(&queue_dir)? {
                 let Some(start) = parse_segment_name(&name) else {
                     continue;
                 };
-                let file = disk.open(&queue_dir.join(&name), false)?;
-                let len = disk.file_len(file)?;
-                let mut bytes = vec![0u8; len as usize];
-                crate::io::read_exact_at(disk, file, 0, &mut bytes)?;
-                disk.close(file);
-                for (slot, chunk) in bytes.chunks_exact(CQ_ENTRY_LEN as usize).enumerate() {
-                    let entry = CqEntry::decode(chunk);
-                    if !entry.is_written() {
-                        break;
-                    }
-                    let index = start / CQ_ENTRY_LEN + slot as u64;
-                    if expected_index.is_some_and(|expected| expected != index) {
-                        report
-                            .damage
-                            .push(format!("{topic}/{queue}: entries jump to {index}"));
-                    }
-                    expected_index = Some(index + 1);
-                    report.queue_entries += 1;
-                    if (entry.phys_offset as u64) < log_start {
-                        if retained_seen {
-                            report.damage.push(format!(
-                                "{topic}/{queue} entry {index}: points at {}, below the log's start, after entries the log holds",
-                                entry.phys_offset
-                            ));
-                        } else {
-                            report.expired_queue_entries += 1;
-                        }
-                        previous_end = entry.end();
-                        continue;
-                    }
-                    retained_seen = true;
-                    let problem = check_entry(
-                        segments,
-                        report.log_end,
-                        &topic,
-                        queue_id,
-                        index,
-                        &entry,
-                        previous_end,
-                    );
-                    previous_end = entry.end();
-                    if let Some(problem) = problem {
-                        if (entry.phys_offset as u64) < report.durable_point {
-                            report
-                                .damage
-                                .push(format!("{topic}/{queue} entry {index}: {problem}"));
-                        } else if report.unrecovered_tail.is_none() {
-                            report.unrecovered_tail =
-                                Some(format!("{topic}/{queue} entry {index}: {problem}"));
-                        }
-                    }
-                }
+                let bytes = read_whole_file(disk, &queue_dir.join(&name))?;
+                walk.file(segments, start, &bytes, report);
             }
         }
     }
     Ok(())
 }
 
+fn read_whole_file(disk: &dyn Disk, path: &Path) -> io::Result<Vec<u8>> {
+    let file = disk.open(path, false)?;
+    let len = disk.file_len(file)?;
+    let mut bytes = vec![0u8; to_usize(len)];
+    crate::io::read_exact_at(disk, file, 0, &mut bytes)?;
+    disk.close(file);
+    Ok(bytes)
+}
+
+/// One ConsumeQueue's entries checked in order, file after file.
+struct QueueWalk<'a> {
+    topic: &'a str,
+    queue: &'a str,
+    queue_id: i32,
+    log_start: LogPos,
+    /// The index the next entry must have (none before the first).
+    expected_index: Option<u64>,
+    previous_end: LogPos,
+    /// Whether an entry at or past the log's start was seen: expired entries may only
+    /// come before every retained one.
+    retained_seen: bool,
+}
+
+impl QueueWalk<'_> {
+    /// Checks the written entries of the file starting at byte `start` of the queue.
+    fn file(&mut self, segments: &SegmentSet, start: u64, bytes: &[u8], report: &mut VerifyReport) {
+        let (topic, queue) = (self.topic, self.queue);
+        for (slot, chunk) in bytes.chunks_exact(to_usize(CQ_ENTRY_LEN)).enumerate() {
+            let entry = CqEntry::decode(chunk);
+            if !entry.is_written() {
+                break;
+            }
+            let index = start / CQ_ENTRY_LEN + to_u64(slot);
+            if self
+                .expected_index
+                .is_some_and(|expected| expected != index)
+            {
+                report
+                    .damage
+                    .push(format!("{topic}/{queue}: entries jump to {index}"));
+            }
+            self.expected_index = Some(index + 1);
+            report.queue_entries += 1;
+            if entry.position() < self.log_start {
+                if self.retained_seen {
+                    report.damage.push(format!(
+                        "{topic}/{queue} entry {index}: points at {}, below the log's start, after entries the log holds",
+                        entry.phys_offset
+                    ));
+                } else {
+                    report.expired_queue_entries += 1;
+                }
+                self.previous_end = entry.end();
+                continue;
+            }
+            self.retained_seen = true;
+            let problem = check_entry(
+                segments,
+                report.log_end,
+                topic,
+                self.queue_id,
+                index,
+                &entry,
+                self.previous_end,
+            );
+            self.previous_end = entry.end();
+            if let Some(problem) = problem {
+                if entry.position().get() < report.durable_point {
+                    report
+                        .damage
+                        .push(format!("{topic}/{queue} entry {index}: {problem}"));
+                } else if report.unrecovered_tail.is_none() {
+                    report.unrecovered_tail =
+                        Some(format!("{topic}/{queue} entry {index}: {problem}"));
+                }
+            }
+        }
+    }
+}
+
+/// What is wrong with the written `entry` at `index` of `topic`/`queue_id`, if anything.
 fn check_entry(
     segments: &SegmentSet,
     log_end: u64,
@@ -257,30 +294,32 @@ fn check_entry(
     queue_id: i32,
     index: u64,
     entry: &CqEntry,
-    previous_end: u64,
+    previous_end: LogPos,
 ) -> Option<String> {
-    let phys = entry.phys_offset as u64;
+    let phys = entry.position();
     if phys < previous_end {
         return Some(format!("phys {phys} overlaps the previous entry's record"));
     }
-    if phys + entry.size as u64 > log_end {
+    if entry.end().get() > log_end {
         return Some(format!(
             "points at {phys}, past the log's valid end {log_end}"
         ));
     }
-    let bytes = match segments.read_bytes(phys, entry.size as usize) {
+    let bytes = match segments.read_bytes(phys.get(), entry.byte_len()) {
         Ok(bytes) => bytes,
         Err(error) => return Some(format!("cannot read its record at {phys}: {error}")),
     };
     match record::decode(&bytes, Verify::Structure) {
         Ok(Decoded::Record(view)) => {
-            if view.topic != topic || view.queue_id != queue_id || view.queue_offset as u64 != index
+            if view.topic != topic
+                || view.queue_id != queue_id
+                || QueueOffset::from_stored(view.queue_offset) != Some(QueueOffset::new(index))
             {
                 Some(format!(
                     "points at a record of {}/{} offset {}",
                     view.topic, view.queue_id, view.queue_offset
                 ))
-            } else if view.total_size != entry.size as u32 {
+            } else if view.total_size != entry.size_bytes() {
                 Some(format!(
                     "size {} but the record is {}",
                     entry.size, view.total_size

@@ -45,6 +45,7 @@ pub mod index;
 pub mod index_file;
 pub mod inspect;
 mod inspect_guard;
+pub mod position;
 pub mod properties;
 mod put_slot;
 pub mod query;
@@ -72,6 +73,8 @@ use crate::io::{Disk, IoStats};
 use checkpoint::CheckpointFile;
 use commit_log::CommitLog;
 use consume_queue::{ConsumeQueue, CqEntry};
+use position::{to_u32, to_u64};
+pub use position::{LogPos, QueueOffset};
 pub use put_slot::PutDone;
 pub use read::{PullRead, RecordLoc};
 use record::{Decoded, RecordInput, Verify};
@@ -471,7 +474,7 @@ impl Store {
             outcomes.push(put_slot::PutWait(slot).await);
         }
         outcomes.extend(refusal.map(Err));
-        let errors = outcomes.iter().filter(|outcome| outcome.is_err()).count() as u64;
+        let errors = to_u64(outcomes.iter().filter(|outcome| outcome.is_err()).count());
         if errors > 0 {
             self.shared.update_stats(|stats| stats.put_errors += errors);
         }
@@ -514,7 +517,8 @@ impl Store {
             shared.update_retention(|stats| stats.puts_refused_for_space += 1);
             return Err(StoreError::DiskFull(why.clone()));
         }
-        topic::validate_topic(&input.topic).map_err(StoreError::MessageIllegal)?;
+        topic::validate_topic(&input.topic)
+            .map_err(|error| StoreError::MessageIllegal(error.to_string()))?;
         if input.queue_id < 0 {
             return Err(StoreError::MessageIllegal(format!(
                 "queue id {} is negative",
@@ -530,7 +534,7 @@ impl Store {
         }
         let encoded_len = record::encoded_len(&input)
             .map_err(|error| StoreError::MessageIllegal(error.to_string()))?;
-        if encoded_len as u64 + record::BLANK_RECORD_LEN as u64 > shared.log.segment_size() {
+        if to_u64(encoded_len) + to_u64(record::BLANK_RECORD_LEN) > shared.log.segment_size() {
             return Err(StoreError::MessageIllegal(format!(
                 "record of {encoded_len} bytes does not fit a CommitLog segment of {}",
                 shared.log.segment_size()
@@ -543,7 +547,7 @@ impl Store {
         let slot = put_slot::PutSlot::new(shared.watchdog_tick.get());
         shared.pending.borrow_mut().push_back(PendingPut {
             input,
-            encoded_len: encoded_len as u32,
+            encoded_len: to_u32(encoded_len),
             slot: slot.clone(),
         });
         shared.appender_wake.notify_one();
@@ -659,7 +663,7 @@ impl Store {
             return Ok(false);
         };
         let end = self.shared.log.write_pos();
-        let behind = end.saturating_sub(first.position());
+        let behind = end.saturating_sub(first.position().get());
         Ok(behind <= self.shared.config.in_memory_window_bytes)
     }
 
@@ -703,7 +707,7 @@ impl Store {
         let bytes = self
             .shared
             .log
-            .read(entry.position(), entry.byte_len())
+            .read(entry.position().get(), entry.byte_len())
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
         match record::decode(&bytes, Verify::Structure) {
             Ok(Decoded::Record(view)) => Ok(view.store_timestamp),
@@ -747,7 +751,7 @@ impl Store {
     /// Bytes of CommitLog segment files held (each file is preallocated whole).
     pub fn log_file_bytes(&self) -> u64 {
         let log = &self.shared.log;
-        log.segments.borrow().starts().len() as u64 * log.segment_size()
+        to_u64(log.segments.borrow().starts().len()) * log.segment_size()
     }
 
     /// Resolves when messages become visible after this call (long polling hook).

@@ -12,8 +12,10 @@
 
 use std::collections::HashMap;
 
-pub const NAME_VALUE_SEPARATOR: char = '\u{1}';
-pub const PROPERTY_SEPARATOR: char = '\u{2}';
+pub const NAME_VALUE_SEPARATOR_BYTE: u8 = 0x01;
+pub const PROPERTY_SEPARATOR_BYTE: u8 = 0x02;
+pub const NAME_VALUE_SEPARATOR: char = NAME_VALUE_SEPARATOR_BYTE as char;
+pub const PROPERTY_SEPARATOR: char = PROPERTY_SEPARATOR_BYTE as char;
 
 pub const KEYS: &str = "KEYS";
 pub const TAGS: &str = "TAGS";
@@ -125,7 +127,7 @@ pub fn get<'a>(properties: &'a str, key: &str) -> Option<&'a str> {
     while start < bytes.len() {
         let end = bytes[start..]
             .iter()
-            .position(|&b| b == PROPERTY_SEPARATOR as u8)
+            .position(|&b| b == PROPERTY_SEPARATOR_BYTE)
             .map_or(bytes.len(), |at| start + at);
         let segment = &properties[start..end];
         if let Some(rest) = segment.strip_prefix(key) {

@@ -13,6 +13,7 @@
 //!   several shards can keep any subset of them.
 
 use super::index::IndexHit;
+use super::position::{micros_u64, to_u64, to_usize, LogPos};
 use super::record::{
     self, Decoded, RecordView, Verify, MAGIC_POS, MAGIC_V1, MAGIC_V2, PHYS_OFFSET_POS,
     TOTAL_SIZE_POS,
@@ -58,7 +59,7 @@ impl Store {
         };
         let began = std::time::Instant::now();
         let lookup = self.lookup_in(index, topic, key, max, begin_ms, end_ms);
-        let took = began.elapsed().as_micros() as u64;
+        let took = micros_u64(began.elapsed());
         self.shared.update_stats(|stats| {
             stats.index_queries += 1;
             stats.index_query_micros += took;
@@ -105,13 +106,13 @@ impl Store {
     pub fn record_at(&self, phys: u64) -> Result<Option<(u32, BodyChunk)>, StoreError> {
         let visible_end = self.shared.dispatched_pos.get();
         if phys < self.shared.config.offset_base()
-            || phys.saturating_add(HEAD_LEN as u64) > visible_end
+            || phys.saturating_add(to_u64(HEAD_LEN)) > visible_end
         {
             return Ok(None);
         }
         let segments = self.shared.log.segments.borrow();
         let start = segments.start_of(phys);
-        if phys - start + HEAD_LEN as u64 > segments.size() || segments.file(start).is_none() {
+        if phys - start + to_u64(HEAD_LEN) > segments.size() || segments.file(start).is_none() {
             return Ok(None);
         }
         let mut head = [0u8; HEAD_LEN];
@@ -119,7 +120,8 @@ impl Store {
             .read_exact(phys, &mut head)
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
         let be_i32 = |at: usize| i32::from_be_bytes(head[at..at + 4].try_into().expect("4"));
-        let size = be_i32(TOTAL_SIZE_POS);
+        // A negative size is no record's.
+        let size = u32::try_from(be_i32(TOTAL_SIZE_POS)).unwrap_or(0);
         let magic = be_i32(MAGIC_POS);
         let own_phys = i64::from_be_bytes(
             head[PHYS_OFFSET_POS..PHYS_OFFSET_POS + 8]
@@ -127,26 +129,26 @@ impl Store {
                 .expect("8"),
         );
         let starts_record = (magic == MAGIC_V1 || magic == MAGIC_V2)
-            && own_phys == phys as i64
-            && size >= HEAD_LEN as i32
-            && phys - start + size as u64 <= segments.size()
-            && phys + size as u64 <= visible_end;
+            && LogPos::from_stored(own_phys) == Some(LogPos::new(phys))
+            && to_usize(size) >= HEAD_LEN
+            && phys - start + u64::from(size) <= segments.size()
+            && phys + u64::from(size) <= visible_end;
         if !starts_record {
             return Ok(None);
         }
         let bytes = segments
-            .read_bytes(phys, size as usize)
+            .read_bytes(phys, to_usize(size))
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
         let Ok(Decoded::Record(view)) = record::decode(&bytes, Verify::Structure) else {
             return Ok(None);
         };
-        if !self.indexed_at(&view, phys, size as u32)? {
+        if !self.indexed_at(&view, phys, size)? {
             return Ok(None);
         }
         let chunk = segments
-            .body_chunk(phys, size as u64)
+            .body_chunk(phys, u64::from(size))
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
-        Ok(Some((size as u32, chunk)))
+        Ok(Some((size, chunk)))
     }
 
     /// Whether the ConsumeQueue entry the record `view` names is this record: at `phys`,
@@ -165,8 +167,8 @@ impl Store {
         let entries = queue
             .read_entries(queue_offset, 1)
             .map_err(|error| StoreError::from_io("reading a consume queue", &error))?;
-        Ok(entries
-            .first()
-            .is_some_and(|entry| entry.position() == phys && entry.size_bytes() == size))
+        Ok(entries.first().is_some_and(|entry| {
+            entry.position() == LogPos::new(phys) && entry.size_bytes() == size
+        }))
     }
 }

@@ -22,6 +22,7 @@
 use bytes::Bytes;
 
 use super::consume_queue::CqEntry;
+use super::position::{java_int, to_u64, to_usize};
 use super::{GetResult, GetStatus, Store, StoreError, StoredMessage};
 use crate::io::file_body::FileBody;
 
@@ -73,15 +74,15 @@ pub fn select(
         if !records.is_empty() && bytes_total + entry.byte_len() > limits.max_bytes {
             break;
         }
-        let queue_offset = first + index as u64;
+        let queue_offset = first + to_u64(index);
         next = queue_offset + 1;
         // RocketMQ's `codeSet` filter: the tag hash truncated to an int.
-        if tag_codes.is_some_and(|codes| !codes.contains(&(entry.tags_code as i32))) {
+        if tag_codes.is_some_and(|codes| !codes.contains(&java_int(entry.tags_code))) {
             continue;
         }
         bytes_total += entry.byte_len();
         records.push(RecordLoc {
-            phys_offset: entry.position(),
+            phys_offset: entry.position().get(),
             queue_offset,
             size: entry.size_bytes(),
         });
@@ -101,7 +102,7 @@ pub struct PhysRange {
 pub fn coalesce(records: &[RecordLoc], segment_of: impl Fn(u64) -> u64) -> Vec<PhysRange> {
     let mut ranges: Vec<PhysRange> = Vec::new();
     for record in records {
-        let (start, len) = (record.phys_offset, record.size as u64);
+        let (start, len) = (record.phys_offset, u64::from(record.size));
         match ranges.last_mut() {
             Some(last)
                 if last.start + last.len == start
@@ -149,7 +150,7 @@ impl Store {
             return Ok(empty(GetStatus::OffsetOverflowBadly, max, min, max));
         }
         let limits = ReadLimits {
-            max_count: max_count.clamp(1, config.max_transfer_count) as usize,
+            max_count: to_usize(max_count.clamp(1, config.max_transfer_count)),
             max_bytes: config.max_transfer_bytes,
         };
         let window = if tag_codes.is_some() {
@@ -196,7 +197,7 @@ impl Store {
         tag_codes: Option<&[i32]>,
     ) -> Result<GetResult, StoreError> {
         let read = self.read_messages(topic, queue_id, offset, max_count, tag_codes)?;
-        let mut all = Vec::with_capacity(read.body.len() as usize);
+        let mut all = Vec::with_capacity(to_usize(read.body.len()));
         read.body
             .copy_into(&mut all)
             .map_err(|error| StoreError::from_io("reading the CommitLog", &error))?;
@@ -206,8 +207,8 @@ impl Store {
             .records
             .iter()
             .map(|record| {
-                let bytes = all.slice(at..at + record.size as usize);
-                at += record.size as usize;
+                let bytes = all.slice(at..at + to_usize(record.size));
+                at += to_usize(record.size);
                 StoredMessage {
                     phys_offset: record.phys_offset,
                     queue_offset: record.queue_offset,

@@ -64,15 +64,18 @@
 //! `[TOTALSIZE = rest of segment][MAGIC_BLANK]`: 8 bytes ending the used part of a
 //! segment; readers skip to the next segment.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::Bytes;
 
+use super::position::{to_i16, to_i32, to_i64, to_u32, to_u8, to_usize};
 use super::properties;
+use super::properties::{NAME_VALUE_SEPARATOR_BYTE, PROPERTY_SEPARATOR_BYTE};
 
-pub const MAGIC_V1: i32 = 0xDAA3_20A7_u32 as i32;
-pub const MAGIC_V2: i32 = 0xDAA3_20AB_u32 as i32;
-pub const MAGIC_BLANK: i32 = 0xCBD4_3194_u32 as i32;
+pub const MAGIC_V1: i32 = 0xDAA3_20A7_u32.cast_signed();
+pub const MAGIC_V2: i32 = 0xDAA3_20AB_u32.cast_signed();
+pub const MAGIC_BLANK: i32 = 0xCBD4_3194_u32.cast_signed();
 /// `[TOTALSIZE = rest of segment][MAGIC_BLANK]`, written at the end of a segment.
 pub const BLANK_RECORD_LEN: usize = 8;
 /// Key of the trailing property that carries the whole-record CRC32C.
@@ -297,12 +300,9 @@ fn user_props_len(properties: &str) -> usize {
     }
 }
 
-const PROPERTY_SEPARATOR_BYTE: u8 = properties::PROPERTY_SEPARATOR as u8;
-const NAME_VALUE_SEPARATOR_BYTE: u8 = properties::NAME_VALUE_SEPARATOR as u8;
-
 /// `crc32(body) & 0x7FFFFFFF` (IEEE polynomial, as `java.util.zip.CRC32`).
 pub fn body_crc(body: &[u8]) -> i32 {
-    (crc32fast::hash(body) & 0x7FFF_FFFF) as i32
+    i32::try_from(crc32fast::hash(body) & 0x7FFF_FFFF).expect("masked to 31 bits")
 }
 
 /// The record length `input` will encode to, including the CRC property.
@@ -321,7 +321,7 @@ pub fn encoded_len(input: &RecordInput) -> Result<usize, EncodeError> {
     let sys_flag = host_sys_flag(input);
     let overhead = record_len(needs_v2(&input.topic), sys_flag, 0, topic_len, props_len);
     // TOTALSIZE is an i32 too, so the body gets whatever the other fields leave.
-    let body_max = i32::MAX as usize - overhead;
+    let body_max = to_usize(i32::MAX) - overhead;
     if input.body.len() > body_max {
         return Err(EncodeError::BodyTooLong(input.body.len(), body_max));
     }
@@ -361,16 +361,48 @@ pub fn reconsume_times_at(sys_flag: i32) -> usize {
     at
 }
 
+/// Why [`set_reconsume_times`] refused its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReconsumeTimesError {
+    /// They do not start with a record: what the decoder found, as it prints it.
+    NotARecord(String),
+    /// They start with a record of `record` bytes but hold `bytes`.
+    NotOneRecord { bytes: usize, record: usize },
+}
+
+impl fmt::Display for ReconsumeTimesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReconsumeTimesError::NotARecord(found) => write!(f, "not a record: {found}"),
+            ReconsumeTimesError::NotOneRecord { bytes, record } => {
+                write!(f, "{bytes} bytes hold a record of {record}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReconsumeTimesError {}
+
+/// For the POP path, which reports a delivery's failure as text.
+impl From<ReconsumeTimesError> for String {
+    fn from(error: ReconsumeTimesError) -> String {
+        error.to_string()
+    }
+}
+
 /// Sets RECONSUMETIMES of the one record `rec` holds (a copy handed to a consumer) to
 /// `times` and rewrites its CRC32C property to match, so the copy verifies as any record
 /// does. Refuses bytes that are not exactly one whole record.
-pub fn set_reconsume_times(rec: &mut [u8], times: i32) -> Result<(), String> {
+pub fn set_reconsume_times(rec: &mut [u8], times: i32) -> Result<(), ReconsumeTimesError> {
     let (at, total) = match decode(rec, Verify::Structure) {
-        Ok(Decoded::Record(view)) => (reconsume_times_at(view.sys_flag), view.total_size as usize),
-        other => return Err(format!("not a record: {other:?}")),
+        Ok(Decoded::Record(view)) => (reconsume_times_at(view.sys_flag), to_usize(view.total_size)),
+        other => return Err(ReconsumeTimesError::NotARecord(format!("{other:?}"))),
     };
     if total != rec.len() {
-        return Err(format!("{} bytes hold a record of {total}", rec.len()));
+        return Err(ReconsumeTimesError::NotOneRecord {
+            bytes: rec.len(),
+            record: total,
+        });
     }
     rec[at..at + 4].copy_from_slice(&times.to_be_bytes());
     let crc = crc32c::crc32c(&rec[..total - RECORD_CRC_PROPERTY_LEN]);
@@ -395,7 +427,7 @@ pub fn encode_into(
     let magic = if v2 { MAGIC_V2 } else { MAGIC_V1 };
 
     // The length checks above bound every cast below.
-    out.extend_from_slice(&(total as i32).to_be_bytes());
+    out.extend_from_slice(&to_i32(total).to_be_bytes());
     out.extend_from_slice(&magic.to_be_bytes());
     out.extend_from_slice(&input.body_crc.to_be_bytes());
     out.extend_from_slice(&input.queue_id.to_be_bytes());
@@ -409,17 +441,17 @@ pub fn encode_into(
     put_host(out, input.store_host);
     out.extend_from_slice(&input.reconsume_times.to_be_bytes());
     out.extend_from_slice(&input.prepared_transaction_offset.to_be_bytes());
-    out.extend_from_slice(&(input.body.len() as i32).to_be_bytes());
+    out.extend_from_slice(&to_i32(input.body.len()).to_be_bytes());
     out.extend_from_slice(&input.body);
     let topic = input.topic.as_bytes();
     if v2 {
-        out.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+        out.extend_from_slice(&to_i16(topic.len()).to_be_bytes());
     } else {
-        out.push(topic.len() as u8);
+        out.push(to_u8(topic.len()));
     }
     out.extend_from_slice(topic);
     let props_len = user_props_len(&input.properties) + RECORD_CRC_PROPERTY_LEN;
-    out.extend_from_slice(&(props_len as i16).to_be_bytes());
+    out.extend_from_slice(&to_i16(props_len).to_be_bytes());
     out.extend_from_slice(input.properties.as_bytes());
     if user_props_len(&input.properties) != input.properties.len() {
         out.push(PROPERTY_SEPARATOR_BYTE);
@@ -441,7 +473,7 @@ pub fn encode_into(
 fn crc_digits(mut crc: u32) -> [u8; CRC_DIGITS] {
     let mut digits = [b'0'; CRC_DIGITS];
     for d in digits.iter_mut().rev() {
-        *d = b'0' + (crc % 10) as u8;
+        *d = b'0' + to_u8(crc % 10);
         crc /= 10;
     }
     digits
@@ -484,7 +516,7 @@ fn trailing_crc(props: &[u8]) -> Option<u32> {
 /// Appends a blank record of `len` (>= 8) bytes' worth: only its 8-byte header is written.
 pub fn encode_blank(len: u32, out: &mut Vec<u8>) {
     assert!(
-        len as usize >= BLANK_RECORD_LEN,
+        to_usize(len) >= BLANK_RECORD_LEN,
         "blank record of {len} bytes; at least {BLANK_RECORD_LEN} are needed"
     );
     out.extend_from_slice(&len.to_be_bytes());
@@ -530,7 +562,7 @@ impl<'a> Reader<'a> {
         };
         // The port field is a Java int; only its low 16 bits can be a port. Out-of-range
         // values only come from damage, which Verify::Full reports through the CRC32C.
-        let port = self.i32()? as u16;
+        let port = u16::try_from(self.i32()? & 0xFFFF).expect("masked to 16 bits");
         Some(SocketAddr::new(ip, port))
     }
 }
@@ -547,26 +579,27 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
     let magic = i32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
     let v2 = match magic {
         MAGIC_BLANK => {
-            if stored < BLANK_RECORD_LEN as i32 {
+            let len = u32::try_from(stored).ok();
+            let Some(len) = len.filter(|&len| to_usize(len) >= BLANK_RECORD_LEN) else {
                 return Err(DecodeError::SizeMismatch {
                     stored: i64::from(stored),
-                    computed: BLANK_RECORD_LEN as i64,
+                    computed: to_i64(BLANK_RECORD_LEN),
                 });
-            }
-            return Ok(Decoded::Blank { len: stored as u32 });
+            };
+            return Ok(Decoded::Blank { len });
         }
         MAGIC_V1 => false,
         MAGIC_V2 => true,
-        other => return Err(DecodeError::BadMagic(other as u32)),
+        other => return Err(DecodeError::BadMagic(other.cast_unsigned())),
     };
     let mismatch = |computed: i64| DecodeError::SizeMismatch {
         stored: i64::from(stored),
         computed,
     };
-    if stored < MIN_RECORD_LEN as i32 {
-        return Err(mismatch(MIN_RECORD_LEN as i64));
-    }
-    let total = stored as usize;
+    let total = usize::try_from(stored).ok();
+    let Some(total) = total.filter(|&total| total >= MIN_RECORD_LEN) else {
+        return Err(mismatch(to_i64(MIN_RECORD_LEN)));
+    };
     let rec = buf.get(..total).ok_or(DecodeError::Truncated {
         needed: total,
         available: buf.len(),
@@ -576,21 +609,7 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
     // The CRCs come before the UTF-8 checks, so that under Verify::Full a BadUtf8 always
     // means a record written whole (recovery must not discard it as torn; see scan.rs).
     if verify == Verify::Full {
-        let computed = body_crc(view.body);
-        if computed != view.body_crc {
-            return Err(DecodeError::BodyCrc {
-                stored: view.body_crc,
-                computed,
-            });
-        }
-        let stored_crc = trailing_crc(view.properties).ok_or(DecodeError::MissingRecordCrc)?;
-        let computed = crc32c::crc32c(&rec[..total - RECORD_CRC_PROPERTY_LEN]);
-        if computed != stored_crc {
-            return Err(DecodeError::RecordCrc {
-                stored: stored_crc,
-                computed,
-            });
-        }
+        verify_crcs(rec, &view)?;
     }
 
     let topic = std::str::from_utf8(view.topic).map_err(|_| DecodeError::BadUtf8("topic"))?;
@@ -598,7 +617,7 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
         std::str::from_utf8(view.properties).map_err(|_| DecodeError::BadUtf8("properties"))?;
 
     Ok(Decoded::Record(RecordView {
-        total_size: total as u32,
+        total_size: to_u32(total),
         magic,
         body_crc: view.body_crc,
         queue_id: view.queue_id,
@@ -616,6 +635,23 @@ pub fn decode(buf: &[u8], verify: Verify) -> Result<Decoded<'_>, DecodeError> {
         topic,
         properties: props,
     }))
+}
+
+/// Checks the body CRC and the whole-record CRC32C of `rec` (exactly TOTALSIZE bytes).
+fn verify_crcs(rec: &[u8], view: &RawFields<'_>) -> Result<(), DecodeError> {
+    let computed = body_crc(view.body);
+    if computed != view.body_crc {
+        return Err(DecodeError::BodyCrc {
+            stored: view.body_crc,
+            computed,
+        });
+    }
+    let stored = trailing_crc(view.properties).ok_or(DecodeError::MissingRecordCrc)?;
+    let computed = crc32c::crc32c(&rec[..rec.len() - RECORD_CRC_PROPERTY_LEN]);
+    if computed != stored {
+        return Err(DecodeError::RecordCrc { stored, computed });
+    }
+    Ok(())
 }
 
 /// A record's fields before the UTF-8 checks.
@@ -641,14 +677,14 @@ struct RawFields<'a> {
 /// length fields read so far imply (`calMsgLength` with the unread lengths taken as 0),
 /// for the caller to report against TOTALSIZE.
 fn parse_fields(rec: &[u8], v2: bool) -> Result<RawFields<'_>, i64> {
-    let total = rec.len() as i64;
+    let total = to_i64(rec.len());
     let sys_flag = Reader {
         rec,
         pos: SYSFLAG_POS,
     }
     .i32()
-    .ok_or(MIN_RECORD_LEN as i64)?;
-    let mut need = record_len(v2, sys_flag, 0, 0, 0) as i64;
+    .ok_or(to_i64(MIN_RECORD_LEN))?;
+    let mut need = to_i64(record_len(v2, sys_flag, 0, 0, 0));
     // Past this check the fixed-width reads cannot fail.
     if need > total {
         return Err(need);
@@ -674,7 +710,7 @@ fn parse_fields(rec: &[u8], v2: bool) -> Result<RawFields<'_>, i64> {
     if body_len < 0 || need > total {
         return Err(need);
     }
-    let body = r.take(body_len as usize).ok_or(need)?;
+    let body = r.take(to_usize(body_len)).ok_or(need)?;
     let topic_len = if v2 {
         i64::from(r.i16().ok_or(need)?)
     } else {
@@ -684,13 +720,13 @@ fn parse_fields(rec: &[u8], v2: bool) -> Result<RawFields<'_>, i64> {
     if topic_len < 0 || need > total {
         return Err(need);
     }
-    let topic = r.take(topic_len as usize).ok_or(need)?;
+    let topic = r.take(to_usize(topic_len)).ok_or(need)?;
     let props_len = i64::from(r.i16().ok_or(need)?);
     need += props_len;
     if props_len < 0 || need != total {
         return Err(need);
     }
-    let properties = r.take(props_len as usize).ok_or(need)?;
+    let properties = r.take(to_usize(props_len)).ok_or(need)?;
     // Guaranteed by the `need != total` check above; a plain comparison per record.
     assert_eq!(
         r.pos,
@@ -852,7 +888,7 @@ mod tests {
         assert_eq!(
             decode(&buf, Verify::Structure),
             Err(DecodeError::Truncated {
-                needed: i32::MAX as usize,
+                needed: to_usize(i32::MAX),
                 available: 200
             })
         );

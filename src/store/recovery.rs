@@ -35,6 +35,7 @@ use super::commit_log::CommitLog;
 use super::consume_queue::ConsumeQueue;
 use super::dispatch::{dispatch_record, DispatchRecord};
 use super::index::{Index, INDEX_DIR};
+use super::position::LogPos;
 use super::record::{RecordView, Verify};
 use super::scan::{scan, ScanStop};
 use super::segment::segment_name;
@@ -55,17 +56,63 @@ pub(crate) async fn open(
     clock: Clock,
 ) -> Result<Rc<Shared>, StoreError> {
     config.validate().map_err(StoreError::Config)?;
-    let dir = config.dir.clone();
-    let io_error = |context: &str| {
-        let context = context.to_string();
-        move |error: std::io::Error| StoreError::from_io(&context, &error)
-    };
-    disk.create_dir_all(&dir)
+    let (parts, found) = find_state(&config, &disk)?;
+    let cut = if found.clean { None } else { Some(found.safe) };
+    let queues = load_queues(&disk, &config.dir.join(CONSUME_QUEUE_DIR), &config, cut).await?;
+    let index = open_index(&config, &disk, cut)?;
+    let shared = new_shared(config, disk, clock, parts, found.safe, queues, index);
+    let end = recover_or_resume(&shared, &found).await?;
+    shared.opened.set(match (found.clean, found.fresh) {
+        (true, _) => OpenKind::Clean,
+        (false, true) => OpenKind::Fresh,
+        (false, false) => OpenKind::Recovered {
+            from: found.safe,
+            to: end,
+        },
+    });
+    resume_at(&shared, end, found.clean).await?;
+    Ok(shared)
+}
+
+/// Maps an I/O error to the store's, with what was being done.
+fn io_error(context: &str) -> impl Fn(std::io::Error) -> StoreError + '_ {
+    move |error: std::io::Error| StoreError::from_io(context, &error)
+}
+
+/// How the store stopped (the table in the module doc), read before anything is cut.
+#[derive(Clone, Copy)]
+struct FoundState {
+    /// A clean stop: resume at the checkpointed end without scanning.
+    clean: bool,
+    /// Nothing there yet: no segment, no checkpoint.
+    fresh: bool,
+    /// Where a scan starts: the checkpoint's safe offset, or the log's base without one.
+    safe: u64,
+    /// The checkpointed end of the log (a clean stop's), or the base.
+    log_end: u64,
+}
+
+/// The files an open store holds for its life.
+struct OpenParts {
+    lock_file: FileLock,
+    checkpoint: CheckpointFile,
+    segments: SegmentSet,
+}
+
+/// Creates and locks the directory, reads the checkpoint and the CommitLog's segments,
+/// and refuses a log that a scan would wrongly cut (a missing segment between present
+/// ones, a checkpoint promising data the log does not hold).
+fn find_state(
+    config: &StoreConfig,
+    disk: &Rc<dyn Disk>,
+) -> Result<(OpenParts, FoundState), StoreError> {
+    let dir = &config.dir;
+    disk.create_dir_all(dir)
         .map_err(io_error("creating the store directory"))?;
-    let lock_file = Some(lock_directory(&*disk, &dir)?);
+    let lock_file = lock_directory(&**disk, dir)?;
     let crashed = disk.exists(&dir.join(ABORT_FILE));
     let checkpoint =
-        CheckpointFile::open(disk.clone(), &dir).map_err(io_error("opening the checkpoint"))?;
+        CheckpointFile::open(disk.clone(), dir).map_err(io_error("opening the checkpoint"))?;
     let base = config.offset_base();
     let segments = SegmentSet::load(
         disk.clone(),
@@ -85,7 +132,6 @@ pub(crate) async fn open(
         )));
     }
     let last = checkpoint.last();
-    let clean = !crashed && last.is_some_and(|last| last.clean);
     let safe = last.map(|last| last.safe_offset).unwrap_or(base);
     if safe < base || (safe > base && segments.is_empty()) {
         return Err(StoreError::Corrupt(format!(
@@ -93,27 +139,55 @@ pub(crate) async fn open(
             dir.join(COMMIT_LOG_DIR).display()
         )));
     }
-    let fresh = segments.is_empty() && last.is_none();
-    let cut = if clean { None } else { Some(safe) };
-    let queues = load_queues(&disk, &dir.join(CONSUME_QUEUE_DIR), &config, cut).await?;
-    let index = if config.message_index_enable {
-        let index = Index::open(
-            disk.clone(),
-            &dir.join(INDEX_DIR),
-            config.index_geometry,
-            cut,
-        )
-        .map_err(|error| match error.kind() {
-            std::io::ErrorKind::InvalidData => StoreError::Config(error.to_string()),
-            _ => StoreError::from_io("opening the index", &error),
-        })?;
-        Some(index)
-    } else {
-        None
+    let found = FoundState {
+        clean: !crashed && last.is_some_and(|last| last.clean),
+        fresh: segments.is_empty() && last.is_none(),
+        safe,
+        log_end: last.map(|last| last.log_end).unwrap_or(base),
     };
+    let parts = OpenParts {
+        lock_file,
+        checkpoint,
+        segments,
+    };
+    Ok((parts, found))
+}
 
-    let shared = Rc::new(Shared {
-        log: CommitLog::new(segments, safe),
+/// Opens the index if the store keeps one, cut at `cut` after a crash.
+fn open_index(
+    config: &StoreConfig,
+    disk: &Rc<dyn Disk>,
+    cut: Option<u64>,
+) -> Result<Option<Index>, StoreError> {
+    if !config.message_index_enable {
+        return Ok(None);
+    }
+    let index = Index::open(
+        disk.clone(),
+        &config.dir.join(INDEX_DIR),
+        config.index_geometry,
+        cut,
+    )
+    .map_err(|error| match error.kind() {
+        std::io::ErrorKind::InvalidData => StoreError::Config(error.to_string()),
+        _ => StoreError::from_io("opening the index", &error),
+    })?;
+    Ok(Some(index))
+}
+
+/// The store's shared state over what was found, every position at the safe offset
+/// until recovery or the clean stop's checkpoint says where the log ends.
+fn new_shared(
+    config: StoreConfig,
+    disk: Rc<dyn Disk>,
+    clock: Clock,
+    parts: OpenParts,
+    safe: u64,
+    queues: QueueMap,
+    index: Option<Index>,
+) -> Rc<Shared> {
+    Rc::new(Shared {
+        log: CommitLog::new(parts.segments, safe),
         queues: RefCell::new(queues),
         pending: RefCell::new(VecDeque::new()),
         appender_wake: Notify::new(),
@@ -126,7 +200,7 @@ pub(crate) async fn open(
         // Nothing is known to be replicated until a replica says so.
         replicated_pos: Cell::new(config.offset_base()),
         replica_attached: Cell::new(false),
-        checkpoint: RefCell::new(Some(checkpoint)),
+        checkpoint: RefCell::new(Some(parts.checkpoint)),
         stats: Cell::new(StoreStats::default()),
         tasks: RefCell::new(Vec::new()),
         appender_idle: Notify::new(),
@@ -137,7 +211,7 @@ pub(crate) async fn open(
             AckCondition::required(config.flush_mode, config.broker_role),
             safe,
         )),
-        lock_file: RefCell::new(lock_file),
+        lock_file: RefCell::new(Some(parts.lock_file)),
         opened: Cell::new(OpenKind::Fresh),
         answer_scope: RefCell::new(Rc::new(|answers: &mut dyn FnMut()| answers())),
         injected_panic: Cell::new(None),
@@ -151,53 +225,53 @@ pub(crate) async fn open(
         config,
         disk,
         clock,
-    });
+    })
+}
 
+/// Where the log ends: the clean stop's checkpointed end, else what recovery left.
+async fn recover_or_resume(shared: &Shared, found: &FoundState) -> Result<u64, StoreError> {
+    if found.clean {
+        return Ok(found.log_end);
+    }
+    let safe = found.safe;
     let started_ms = shared.clock.now_ms();
-    let end = if clean {
-        last.map(|last| last.log_end).unwrap_or(base)
-    } else {
-        let recovered = recover_log(&shared, safe).await?;
-        if !fresh {
-            // At WARN, the default level: an operator must see that the last run did not
-            // stop cleanly and what the start did about it, without asking for more logs.
-            tracing::warn!(
-                "store {} recovered after a crash in {} ms: scanned {} bytes of CommitLog from the checkpoint's safe offset {safe} to {}, re-dispatched {} records (ConsumeQueues and index cut back to {safe} first); {}",
-                dir.display(),
-                shared.clock.now_ms().saturating_sub(started_ms),
-                recovered.end - safe,
-                recovered.end,
-                recovered.records,
-                recovered.cut,
-            );
-        }
-        recovered.end
-    };
-    shared.opened.set(match (clean, fresh) {
-        (true, _) => OpenKind::Clean,
-        (false, true) => OpenKind::Fresh,
-        (false, false) => OpenKind::Recovered {
-            from: safe,
-            to: end,
-        },
-    });
+    let recovered = recover_log(shared, safe).await?;
+    if !found.fresh {
+        // At WARN, the default level: an operator must see that the last run did not
+        // stop cleanly and what the start did about it, without asking for more logs.
+        tracing::warn!(
+            "store {} recovered after a crash in {} ms: scanned {} bytes of CommitLog from the checkpoint's safe offset {safe} to {}, re-dispatched {} records (ConsumeQueues and index cut back to {safe} first); {}",
+            shared.config.dir.display(),
+            shared.clock.now_ms().saturating_sub(started_ms),
+            recovered.end - safe,
+            recovered.end,
+            recovered.records,
+            recovered.cut,
+        );
+    }
+    Ok(recovered.end)
+}
+
+/// Resumes at `end`: every position there, the queues and index trimmed to the log's
+/// start, a checkpoint at `end`, then the abort marker (re)created.
+async fn resume_at(shared: &Shared, end: u64, clean: bool) -> Result<(), StoreError> {
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
-    trim_to_log_start(&shared)?;
+    trim_to_log_start(shared)?;
     *shared.waiters.borrow_mut() = Waiters::new(
         AckCondition::required(shared.config.flush_mode, shared.config.broker_role),
         end,
     );
-    super::flush::checkpoint(&shared, false).await?;
-    let abort = dir.join(ABORT_FILE);
+    super::flush::checkpoint(shared, false).await?;
+    let dir = &shared.config.dir;
     let marker = shared
         .disk
-        .open(&abort, true)
+        .open(&dir.join(ABORT_FILE), true)
         .map_err(io_error("creating the abort marker"))?;
     shared.disk.close(marker);
     shared
         .disk
-        .sync_dir(&dir)
+        .sync_dir(dir)
         .map_err(io_error("syncing the store directory"))?;
     tracing::info!(
         "store {} opened after a {} stop: log ends at {end}, {} queues",
@@ -205,7 +279,7 @@ pub(crate) async fn open(
         if clean { "clean" } else { "crash or first" },
         shared.all_queues().len()
     );
-    Ok(shared)
+    Ok(())
 }
 
 /// Trims every queue and the index to the log's first segment: a crash in the middle of a
@@ -215,7 +289,7 @@ fn trim_to_log_start(shared: &Shared) -> Result<(), StoreError> {
     let io_error = |error: std::io::Error| StoreError::from_io("trimming to the log start", &error);
     let mut doomed = Vec::new();
     for queue in shared.all_queues() {
-        doomed.extend(queue.trim_below(log_start).map_err(io_error)?);
+        doomed.extend(queue.trim_below(LogPos::new(log_start)).map_err(io_error)?);
     }
     if let Some(index) = &shared.index {
         doomed.extend(index.detach_below(log_start));
@@ -326,14 +400,20 @@ fn redispatch(shared: &Shared, phys: u64, view: &RecordView<'_>) -> Result<(), S
         )),
         other => other,
     })?;
+    let record = DispatchRecord::from_view(LogPos::new(phys), view).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "CommitLog record at {phys} cannot be dispatched: its queue offset {} is \
+             negative; nothing was deleted",
+            view.queue_offset
+        ))
+    })?;
     // A duplicate is a record the queue kept from before the crash: dispatch is
     // idempotent, and the index skips what it holds.
-    let dispatched = dispatch_record(shared, &queue, &DispatchRecord::from_view(phys, view))
-        .map_err(|why| {
-            StoreError::Corrupt(format!(
-                "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
-            ))
-        })?;
+    let dispatched = dispatch_record(shared, &queue, &record).map_err(|why| {
+        StoreError::Corrupt(format!(
+            "CommitLog record at {phys} cannot be dispatched: {why}; nothing was deleted"
+        ))
+    })?;
     dispatched
         .indexed
         .map(|_| ())
@@ -373,7 +453,7 @@ async fn load_queues(
                 &topic_name,
                 queue_id,
                 config.consume_queue_entries_per_file,
-                cut,
+                cut.map(LogPos::new),
             )
             .await
             .map_err(io_error)?;
@@ -395,7 +475,8 @@ pub(crate) fn queue_for(
     if let Some(queue) = shared.queue(topic_name, queue_id) {
         return Ok(queue);
     }
-    topic::validate_topic(topic_name).map_err(StoreError::MessageIllegal)?;
+    topic::validate_topic(topic_name)
+        .map_err(|error| StoreError::MessageIllegal(error.to_string()))?;
     if queue_id < 0 {
         return Err(StoreError::MessageIllegal(format!(
             "queue id {queue_id} is negative"

@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::position::{micros_u64, to_u64, to_u8, LogPos};
 use super::record::{store_timestamp_pos, MAGIC_POS, MAGIC_V1, MAGIC_V2, SYSFLAG_POS};
 use super::retention_holds::{self, Resolved};
 use super::watch::panic_point;
@@ -63,26 +64,62 @@ pub struct RetentionConfig {
     pub clean_interval: Duration,
 }
 
+/// A retention setting out of its range, named by its RocketMQ key (the text operators
+/// see when a start is refused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RetentionConfigError {
+    NoDeleteBatch,
+    NoCleanInterval,
+    BadHour(u8),
+    BadPercent { key: &'static str, percent: u8 },
+}
+
+impl std::fmt::Display for RetentionConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetentionConfigError::NoDeleteBatch => {
+                write!(f, "deleteFileBatchMax: must be at least 1")
+            }
+            RetentionConfigError::NoCleanInterval => {
+                write!(f, "cleanResourceInterval: must be at least 1 ms")
+            }
+            RetentionConfigError::BadHour(hour) => {
+                write!(f, "deleteWhen: hour {hour} is not one of 00 to 23")
+            }
+            RetentionConfigError::BadPercent { key, percent } => {
+                write!(f, "{key}: {percent} is not a percentage from 1 to 100")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RetentionConfigError {}
+
+/// For the store config's validation, which reports every setting as text.
+impl From<RetentionConfigError> for String {
+    fn from(error: RetentionConfigError) -> String {
+        error.to_string()
+    }
+}
+
 impl RetentionConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RetentionConfigError> {
         if self.delete_batch_max == 0 {
-            return Err("deleteFileBatchMax: must be at least 1".into());
+            return Err(RetentionConfigError::NoDeleteBatch);
         }
         if self.clean_interval.is_zero() {
-            return Err("cleanResourceInterval: must be at least 1 ms".into());
+            return Err(RetentionConfigError::NoCleanInterval);
         }
-        if let Some(hour) = self.delete_when.iter().find(|&&hour| hour > 23) {
-            return Err(format!("deleteWhen: hour {hour} is not one of 00 to 23"));
+        if let Some(&hour) = self.delete_when.iter().find(|&&hour| hour > 23) {
+            return Err(RetentionConfigError::BadHour(hour));
         }
-        for (name, percent) in [
+        for (key, percent) in [
             ("diskMaxUsedSpaceRatio", self.max_used_percent),
             ("diskSpaceCleanForciblyRatio", self.clean_forcibly_percent),
             ("diskSpaceWarningLevelRatio", self.warning_percent),
         ] {
             if !(1..=100).contains(&percent) {
-                return Err(format!(
-                    "{name}: {percent} is not a percentage from 1 to 100"
-                ));
+                return Err(RetentionConfigError::BadPercent { key, percent });
             }
         }
         Ok(())
@@ -114,7 +151,7 @@ pub fn decide(config: &RetentionConfig, hour: u8, used_percent: u8) -> Decision 
 
 /// The hour of the day (UTC) at `now_ms`.
 pub fn hour_of(now_ms: i64) -> u8 {
-    (now_ms.rem_euclid(86_400_000) / 3_600_000) as u8
+    to_u8(now_ms.rem_euclid(86_400_000) / 3_600_000)
 }
 
 /// What one run deleted.
@@ -218,52 +255,15 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
     };
     let size = shared.log.segment_size();
     let log_start = last + size;
-    let mut longest_step = Duration::ZERO;
     let mut paths: Vec<PathBuf> = Vec::new();
-    // First the queues' minimums, one queue per turn of the shard, while the segments are
-    // all still there: a reader meanwhile reads below a minimum not yet moved from a
-    // segment that still exists.
-    for queue in shared.all_queues() {
-        let began = std::time::Instant::now();
-        let removed = queue
-            .trim_below(log_start)
-            .map_err(|error| StoreError::from_io("trimming a consume queue", &error))?;
-        longest_step = longest_step.max(began.elapsed());
-        report.queue_files += removed.len();
-        paths.extend(removed);
-        tokio::task::yield_now().await;
-    }
+    let trimming = trim_queues(shared, log_start, &mut report, &mut paths).await?;
     if decision.forced {
         report.lost_from_holds = report_losses(&held, used_percent, config);
     } else {
-        for held in &held {
-            let min = held.queue.min_offset();
-            assert!(
-                min <= held.from,
-                "an unforced run trimmed {}/{} to {min}, past {} it holds from {} (floor \
-                 {floor:?}, log start {log_start})",
-                held.hold.topic,
-                held.hold.queue_id,
-                held.hold.holder,
-                held.from
-            );
-        }
+        assert_holds_kept(&held, floor, log_start);
     }
-    // Then, with no await in between, the log start and the index: every queue already
-    // starts at or past it.
-    let began = std::time::Instant::now();
-    let segment_paths = shared.log.segments.borrow_mut().detach_below(log_start);
-    if let Some(index) = &shared.index {
-        let removed = index.detach_below(log_start);
-        report.index_files += removed.len();
-        paths.extend(removed);
-    }
-    longest_step = longest_step.max(began.elapsed());
-    report.longest_step_micros = longest_step.as_micros() as u64;
-    paths.extend(segment_paths.iter().cloned());
-    report.segments = segment_paths.len();
-    report.bytes = segment_paths.len() as u64 * size;
-    report.log_start = log_start;
+    let detaching = detach_log_and_index(shared, log_start, &mut report, &mut paths);
+    report.longest_step_micros = micros_u64(trimming.max(detaching));
     tracing::info!(
         "retention: deleting {} CommitLog segments ({} bytes) below {log_start}, {} queue \
          files, {} index files (disk {used_percent}% used{})",
@@ -273,8 +273,85 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
         report.index_files,
         if decision.forced { ", forced" } else { "" }
     );
+    delete_files(shared, &paths).await?;
+    shared.update_retention(|stats| {
+        stats.segments_deleted += to_u64(report.segments);
+        stats.bytes_deleted += report.bytes;
+        stats.queue_files_deleted += to_u64(report.queue_files);
+        stats.index_files_deleted += to_u64(report.index_files);
+        stats.messages_lost_from_holds += report.lost_from_holds;
+    });
+    Ok(report)
+}
+
+/// First the queues' minimums, one queue per turn of the shard, while the segments are
+/// all still there: a reader meanwhile reads below a minimum not yet moved from a
+/// segment that still exists. Adds the queue files now wholly below `log_start` to
+/// `paths`; returns the longest step.
+async fn trim_queues(
+    shared: &Shared,
+    log_start: u64,
+    report: &mut CleanupReport,
+    paths: &mut Vec<PathBuf>,
+) -> Result<Duration, StoreError> {
+    let mut longest_step = Duration::ZERO;
+    for queue in shared.all_queues() {
+        let began = std::time::Instant::now();
+        let removed = queue
+            .trim_below(LogPos::new(log_start))
+            .map_err(|error| StoreError::from_io("trimming a consume queue", &error))?;
+        longest_step = longest_step.max(began.elapsed());
+        report.queue_files += removed.len();
+        paths.extend(removed);
+        tokio::task::yield_now().await;
+    }
+    Ok(longest_step)
+}
+
+/// An unforced run never trims a queue past where a hold keeps it.
+fn assert_holds_kept(held: &[Resolved], floor: Option<u64>, log_start: u64) {
+    for held in held {
+        let min = held.queue.min_offset();
+        assert!(
+            min <= held.from,
+            "an unforced run trimmed {}/{} to {min}, past {} it holds from {} (floor \
+             {floor:?}, log start {log_start})",
+            held.hold.topic,
+            held.hold.queue_id,
+            held.hold.holder,
+            held.from
+        );
+    }
+}
+
+/// Then, with no await in between, the log start and the index: every queue already
+/// starts at or past it. Adds the segments and index files below `log_start` to `paths`
+/// and the report; returns how long it took.
+fn detach_log_and_index(
+    shared: &Shared,
+    log_start: u64,
+    report: &mut CleanupReport,
+    paths: &mut Vec<PathBuf>,
+) -> Duration {
+    let began = std::time::Instant::now();
+    let segment_paths = shared.log.segments.borrow_mut().detach_below(log_start);
+    if let Some(index) = &shared.index {
+        let removed = index.detach_below(log_start);
+        report.index_files += removed.len();
+        paths.extend(removed);
+    }
+    let took = began.elapsed();
+    paths.extend(segment_paths.iter().cloned());
+    report.segments = segment_paths.len();
+    report.bytes = to_u64(segment_paths.len()) * shared.log.segment_size();
+    report.log_start = log_start;
+    took
+}
+
+/// Unlinks `paths` off the shard's thread, then syncs each directory they were in.
+async fn delete_files(shared: &Shared, paths: &[PathBuf]) -> Result<(), StoreError> {
     let mut dirs: Vec<PathBuf> = Vec::new();
-    for path in &paths {
+    for path in paths {
         shared
             .disk
             .remove_file_off_thread(path)
@@ -294,21 +371,15 @@ async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError>
             .sync_dir(&dir)
             .map_err(|error| StoreError::from_io("syncing a directory after deletion", &error))?;
     }
-    shared.update_retention(|stats| {
-        stats.segments_deleted += report.segments as u64;
-        stats.bytes_deleted += report.bytes;
-        stats.queue_files_deleted += report.queue_files as u64;
-        stats.index_files_deleted += report.index_files as u64;
-        stats.messages_lost_from_holds += report.lost_from_holds;
-    });
-    Ok(report)
+    Ok(())
 }
 
 /// Sets the kept-for-holds gauge, and logs when it changes, naming the lowest hold.
 fn report_kept(shared: &Shared, held: &[Resolved], kept: usize) {
     let before = shared.retention.get().segments_kept_for_holds;
-    shared.update_retention(|stats| stats.segments_kept_for_holds = kept as u64);
-    if kept as u64 == before {
+    let kept = to_u64(kept);
+    shared.update_retention(|stats| stats.segments_kept_for_holds = kept);
+    if kept == before {
         return;
     }
     match held.iter().min_by_key(|held| held.phys) {
@@ -461,7 +532,7 @@ fn pick_segments(
         forced,
         floor,
     };
-    let reserved = config.file_reserved.as_millis() as i64;
+    let reserved = i64::try_from(config.file_reserved.as_millis()).unwrap_or(i64::MAX);
     plan(&segments.starts(), limits, |next| {
         let closed_at = first_store_timestamp(&segments, next)?;
         Ok(closed_at.is_some_and(|closed| closed.saturating_add(reserved) <= now))
@@ -684,16 +755,25 @@ mod tests {
     fn bad_settings_are_refused_naming_the_key() {
         let mut bad = config();
         bad.delete_batch_max = 0;
-        assert!(bad.validate().unwrap_err().contains("deleteFileBatchMax"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("deleteFileBatchMax"));
         let mut bad = config();
         bad.warning_percent = 0;
         assert!(bad
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("diskSpaceWarningLevelRatio"));
         let mut bad = config();
         bad.delete_when = vec![24];
-        assert!(bad.validate().unwrap_err().contains("deleteWhen"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("deleteWhen"));
         config().validate().unwrap();
     }
 }

@@ -113,7 +113,7 @@ pub(crate) fn resolve(
             });
             resolved.push(Resolved {
                 holds: holds.clone(),
-                phys: entry.position(),
+                phys: entry.position().get(),
                 from,
                 queue: found,
                 hold,

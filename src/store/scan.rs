@@ -24,6 +24,7 @@
 use std::fmt;
 use std::io;
 
+use super::position::{to_u64, to_usize, LogPos};
 use super::record::{self, DecodeError, Decoded, RecordView, Verify};
 use super::segment::SegmentSet;
 
@@ -127,81 +128,123 @@ pub fn scan<E>(
         verify == Verify::Full,
         "a scan must verify CRCs to tell torn records from whole ones (asked for {verify:?})"
     );
-    let segment_size = segments.size();
     let mut pos = from;
     loop {
         let segment_start = segments.start_of(pos);
         if segments.file(segment_start).is_none() {
-            // A missing segment with later ones present is no end of data: cutting there
-            // would delete the acknowledged records of every later segment.
-            if let Some(last) = segments.last_start().filter(|&last| last > segment_start) {
-                return Ok(stop(
-                    pos,
-                    ScanStop::Inconsistent(format!(
-                        "CommitLog segment {} is missing while segment {} is present",
-                        super::segment::segment_name(segment_start),
-                        super::segment::segment_name(last)
-                    )),
-                ));
-            }
-            return Ok(stop(pos, ScanStop::CleanEnd));
+            return Ok(stop(pos, missing_segment(segments, segment_start)));
         }
-        let segment_end = segment_start + segment_size;
-        let mut window = window_bytes.max(4096) as u64;
-        let mut buf = segments.read_bytes(pos, window.min(segment_end - pos) as usize)?;
+        let mut walk = SegmentWalk {
+            segments,
+            verify,
+            window: to_u64(window_bytes.max(4096)),
+            segment_end: segment_start + segments.size(),
+        };
+        match walk.records(pos, &mut visit)? {
+            Ok(next_segment) => pos = next_segment,
+            Err(end) => return Ok(end),
+        }
+    }
+}
+
+/// The stop at a segment that is not there: the end of the log, unless a later segment
+/// is present. A missing segment with later ones present is no end of data: cutting there
+/// would delete the acknowledged records of every later segment.
+fn missing_segment<E>(segments: &SegmentSet, segment_start: u64) -> ScanStop<E> {
+    match segments.last_start().filter(|&last| last > segment_start) {
+        Some(last) => ScanStop::Inconsistent(format!(
+            "CommitLog segment {} is missing while segment {} is present",
+            super::segment::segment_name(segment_start),
+            super::segment::segment_name(last)
+        )),
+        None => ScanStop::CleanEnd,
+    }
+}
+
+/// The walk through one present segment, reading it a window at a time.
+struct SegmentWalk<'a> {
+    segments: &'a SegmentSet,
+    verify: Verify,
+    /// Bytes read at a time; grows to hold a record longer than it.
+    window: u64,
+    segment_end: u64,
+}
+
+impl SegmentWalk<'_> {
+    /// The bytes from `pos` to the window's or the segment's end, whichever comes first.
+    fn read_from(&self, pos: u64) -> io::Result<bytes::Bytes> {
+        let len = self.window.min(self.segment_end - pos);
+        self.segments.read_bytes(pos, to_usize(len))
+    }
+
+    /// Hands on the records from `pos` to the segment's end: `Ok(next segment's start)`
+    /// when the segment ends (its blank record, or its last byte), else `Err` with where
+    /// and why the scan stops.
+    fn records<E>(
+        &mut self,
+        mut pos: u64,
+        visit: &mut impl FnMut(u64, &RecordView<'_>) -> Result<(), E>,
+    ) -> io::Result<Result<u64, ScanEnd<E>>> {
+        let segment_end = self.segment_end;
+        let mut buf = self.read_from(pos)?;
         let mut at = 0usize;
         loop {
-            let here = pos + at as u64;
+            let here = pos + to_u64(at);
             if here >= segment_end {
-                pos = segment_end;
-                break;
+                return Ok(Ok(segment_end));
             }
             let rest = &buf[at..];
             if rest.len() >= 8 && rest[..8].iter().all(|&byte| byte == 0) {
-                return Ok(stop(here, ScanStop::CleanEnd));
+                return Ok(Err(stop(here, ScanStop::CleanEnd)));
             }
-            match record::decode(rest, verify) {
+            match record::decode(rest, self.verify) {
                 Ok(Decoded::Record(view)) => {
-                    if view.phys_offset as u64 != here {
-                        return Ok(stop(
-                            here,
-                            ScanStop::Inconsistent(format!(
-                                "record with a valid CRC32C claims phys offset {}",
-                                view.phys_offset
-                            )),
-                        ));
+                    if let Err(stopped) = hand_on(here, &view, visit) {
+                        return Ok(Err(stop(here, stopped)));
                     }
-                    if let Err(refusal) = visit(here, &view) {
-                        return Ok(stop(here, ScanStop::Refused(refusal)));
-                    }
-                    at += view.total_size as usize;
+                    at += to_usize(view.total_size);
                 }
                 Ok(Decoded::Blank { len }) => {
-                    if here + len as u64 != segment_end {
-                        return Ok(stop(
+                    if here + u64::from(len) != segment_end {
+                        return Ok(Err(stop(
                             here,
                             ScanStop::Invalid(InvalidRecord::Size(format!(
                                 "blank record of {len} bytes does not reach the segment end"
                             ))),
-                        ));
+                        )));
                     }
-                    pos = segment_end;
-                    break;
+                    return Ok(Ok(segment_end));
                 }
                 Err(DecodeError::Truncated { needed, .. })
-                    if (here + needed as u64) <= segment_end
-                        && (rest.len() as u64) < segment_end - here =>
+                    if (here + to_u64(needed)) <= segment_end
+                        && to_u64(rest.len()) < segment_end - here =>
                 {
                     // The record runs past this window but fits the segment: read further.
                     pos = here;
-                    window = window.max(needed as u64);
-                    buf = segments.read_bytes(pos, window.min(segment_end - pos) as usize)?;
+                    self.window = self.window.max(to_u64(needed));
+                    buf = self.read_from(pos)?;
                     at = 0;
                 }
-                Err(error) => return Ok(stop(here, stop_for(error))),
+                Err(error) => return Ok(Err(stop(here, stop_for(error)))),
             }
         }
     }
+}
+
+/// Hands the whole record at `here` to `visit`, unless it names another position (a
+/// record with a valid CRC32C the appender cannot have written there).
+fn hand_on<E>(
+    here: u64,
+    view: &RecordView<'_>,
+    visit: &mut impl FnMut(u64, &RecordView<'_>) -> Result<(), E>,
+) -> Result<(), ScanStop<E>> {
+    if LogPos::from_stored(view.phys_offset) != Some(LogPos::new(here)) {
+        return Err(ScanStop::Inconsistent(format!(
+            "record with a valid CRC32C claims phys offset {}",
+            view.phys_offset
+        )));
+    }
+    visit(here, view).map_err(ScanStop::Refused)
 }
 
 fn stop<E>(end: u64, stop: ScanStop<E>) -> ScanEnd<E> {
@@ -240,7 +283,7 @@ mod tests {
             let first = SegmentSet::ensure(&set, 0).await.expect("segment 0");
             SegmentSet::ensure(&set, 2 * size).await.expect("segment 2");
             let mut blank = Vec::new();
-            record::encode_blank(size as u32, &mut blank);
+            record::encode_blank(u32::try_from(size).expect("a test segment"), &mut blank);
             disk.write_at(first, 0, blank.into()).await.expect("blank");
             let end = scan(&set.borrow(), 0, Verify::Full, 4096, |_, _| {
                 Ok::<(), String>(())

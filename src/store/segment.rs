@@ -24,6 +24,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use super::position::{to_u64, to_usize};
+
 use crate::io::file_body::{BodyChunk, FileRange};
 use crate::io::{read_exact_at, Disk, FileId};
 
@@ -231,7 +233,7 @@ impl SegmentSet {
 
     /// Reads exactly `buf.len()` bytes at `address`, which must lie within one segment.
     pub fn read_exact(&self, address: u64, buf: &mut [u8]) -> io::Result<()> {
-        let (file, within) = self.locate(address, buf.len() as u64)?;
+        let (file, within) = self.locate(address, to_u64(buf.len()))?;
         read_exact_at(self.disk.as_ref(), file, within, buf)
     }
 
@@ -245,7 +247,9 @@ impl SegmentSet {
                 offset: within,
                 len,
             })),
-            None => self.read_bytes(address, len as usize).map(BodyChunk::Bytes),
+            None => self
+                .read_bytes(address, to_usize(len))
+                .map(BodyChunk::Bytes),
         }
     }
 
@@ -305,16 +309,16 @@ impl SegmentSet {
         };
         let mut position = address - start;
         let mut wrote = false;
-        let mut buf = vec![0u8; CHUNK as usize];
+        let mut buf = vec![0u8; to_usize(CHUNK)];
         while position < size {
-            let len = CHUNK.min(size - position) as usize;
+            let len = to_usize(CHUNK.min(size - position));
             read_exact_at(disk.as_ref(), file, position, &mut buf[..len])?;
             if buf[..len].iter().any(|&byte| byte != 0) {
                 disk.write_at(file, position, Bytes::from(vec![0u8; len]))
                     .await?;
                 wrote = true;
             }
-            position += len as u64;
+            position += to_u64(len);
         }
         if wrote {
             disk.sync_data(file).await?;

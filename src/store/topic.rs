@@ -5,18 +5,51 @@
 pub const TOPIC_MAX_LEN: usize = 127;
 pub const SYSTEM_TOPIC_MAX_LEN: usize = 255;
 
+/// What is wrong with a topic name. The text is what clients see in a refusal's remark.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopicNameError {
+    Empty,
+    BadCharacter { topic: String, bad: char },
+    TooLong { len: usize, limit: usize },
+}
+
+impl std::fmt::Display for TopicNameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TopicNameError::Empty => write!(f, "topic is empty"),
+            TopicNameError::BadCharacter { topic, bad } => write!(
+                f,
+                "topic '{topic}' has the character {bad:?}; allowed are %|a-zA-Z0-9_-"
+            ),
+            TopicNameError::TooLong { len, limit } => {
+                write!(f, "topic is {len} characters; at most {limit} are allowed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TopicNameError {}
+
+/// For callers that report refusals as text (the broker's name checks).
+impl From<TopicNameError> for String {
+    fn from(error: TopicNameError) -> String {
+        error.to_string()
+    }
+}
+
 /// Checks a topic name; the error says what is wrong with it.
-pub fn validate_topic(topic: &str) -> Result<(), String> {
+pub fn validate_topic(topic: &str) -> Result<(), TopicNameError> {
     if topic.is_empty() {
-        return Err("topic is empty".into());
+        return Err(TopicNameError::Empty);
     }
     if let Some(bad) = topic
         .chars()
         .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-')))
     {
-        return Err(format!(
-            "topic '{topic}' has the character {bad:?}; allowed are %|a-zA-Z0-9_-"
-        ));
+        return Err(TopicNameError::BadCharacter {
+            topic: topic.to_string(),
+            bad,
+        });
     }
     let limit = if topic.starts_with("%RETRY%") || topic.starts_with("%DLQ%") {
         SYSTEM_TOPIC_MAX_LEN
@@ -24,10 +57,10 @@ pub fn validate_topic(topic: &str) -> Result<(), String> {
         TOPIC_MAX_LEN
     };
     if topic.len() > limit {
-        return Err(format!(
-            "topic is {} characters; at most {limit} are allowed",
-            topic.len()
-        ));
+        return Err(TopicNameError::TooLong {
+            len: topic.len(),
+            limit,
+        });
     }
     Ok(())
 }
@@ -80,13 +113,13 @@ pub fn tags_code(
             .ok()
             .and_then(|index| schedule_delays_ms.get(index).copied())
             .unwrap_or(1000);
-        return store_timestamp.saturating_add(delay.min(i64::MAX as u64) as i64);
+        return store_timestamp.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX));
     }
     if topic == TIMER_TOPIC {
         return timer_due(properties, store_timestamp);
     }
     super::properties::get(properties, super::properties::TAGS)
-        .map(|tags| super::properties::java_string_hash(tags) as i64)
+        .map(|tags| i64::from(super::properties::java_string_hash(tags)))
         .unwrap_or(0)
 }
 
@@ -101,8 +134,12 @@ mod tests {
         assert!(validate_topic(&format!("%RETRY%{}", "g".repeat(200))).is_ok());
         assert!(validate_topic(&"t".repeat(128))
             .unwrap_err()
+            .to_string()
             .contains("at most 127"));
-        assert!(validate_topic("a/b").unwrap_err().contains("'/'"));
+        assert!(validate_topic("a/b")
+            .unwrap_err()
+            .to_string()
+            .contains("'/'"));
         assert!(validate_topic("..").is_err());
         assert!(validate_topic("").is_err());
     }
@@ -123,7 +160,7 @@ mod tests {
         assert_eq!(tags_code(TIMER_TOPIC, 0, "", 10_000, &delays), 10_000);
         assert_eq!(
             tags_code("Orders", 0, props, 10_000, &delays),
-            crate::store::properties::java_string_hash("TagA") as i64
+            i64::from(crate::store::properties::java_string_hash("TagA"))
         );
         assert_eq!(tags_code("Orders", 0, "", 10_000, &delays), 0);
     }

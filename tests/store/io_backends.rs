@@ -59,11 +59,23 @@ async fn conformance(disk: &dyn Disk, root: &Path) {
     disk.create_dir_all(&dir).unwrap(); // already there: still fine
     assert!(disk.exists(&dir));
     assert!(disk.exists(&dir.join("sub")));
-
     let b_path = dir.join("b.log");
-    assert!(!disk.exists(&b_path));
-    let b = disk.open(&b_path, true).unwrap();
-    assert!(disk.exists(&b_path));
+    let b = allocate_write_and_read_back(disk, &b_path, before).await;
+    let a_path = dir.join("a.log");
+    let a = list_truncate_and_reopen(disk, &dir, &a_path, b).await;
+    missing_removed_and_locked(disk, &dir, a, &a_path);
+}
+
+/// Allocating, writing inside the allocation and reading back, with the I/O counted
+/// since `before`. Returns the open file.
+async fn allocate_write_and_read_back(
+    disk: &dyn Disk,
+    b_path: &Path,
+    before: ringmq::io::IoStats,
+) -> FileId {
+    assert!(!disk.exists(b_path));
+    let b = disk.open(b_path, true).unwrap();
+    assert!(disk.exists(b_path));
     assert_eq!(disk.file_len(b).unwrap(), 0);
 
     disk.allocate(b, 64 * 1024).await.unwrap();
@@ -104,13 +116,17 @@ async fn conformance(disk: &dyn Disk, root: &Path) {
         (2, 11, 1),
         "writes, bytes written and syncs"
     );
+    b
+}
 
-    let a_path = dir.join("a.log");
-    let a = disk.open(&a_path, true).unwrap();
+/// Listing, reads past the end, truncating, a large unaligned write, and reopening `b`
+/// (closed after). Returns `a_path`, open.
+async fn list_truncate_and_reopen(disk: &dyn Disk, dir: &Path, a_path: &Path, b: FileId) -> FileId {
+    let a = disk.open(a_path, true).unwrap();
     let c = disk.open(&dir.join("c.log"), true).unwrap();
     disk.close(c);
     assert_eq!(
-        disk.list_dir(&dir).unwrap(),
+        disk.list_dir(dir).unwrap(),
         vec!["a.log", "b.log", "c.log", "sub"]
     );
 
@@ -139,12 +155,16 @@ async fn conformance(disk: &dyn Disk, root: &Path) {
 
     // Reopening sees the same bytes through a new handle.
     disk.close(b);
-    let b2 = disk.open(&b_path, false).unwrap();
+    let b2 = disk.open(&dir.join("b.log"), false).unwrap();
     assert_eq!(disk.file_len(b2).unwrap(), 100 + (1 << 20));
     read_exact_at(disk, b2, 100, &mut back).unwrap();
     assert!(back == big);
     disk.close(b2);
+    a
+}
 
+/// Missing things, removing `a`, a closed handle, and the lock.
+fn missing_removed_and_locked(disk: &dyn Disk, dir: &Path, a: FileId, a_path: &Path) {
     // Missing things are NotFound.
     let missing = disk.open(&dir.join("missing.log"), false).unwrap_err();
     assert_eq!(missing.kind(), io::ErrorKind::NotFound);
@@ -155,14 +175,14 @@ async fn conformance(disk: &dyn Disk, root: &Path) {
     );
 
     disk.close(a);
-    disk.remove_file(&a_path).unwrap();
-    assert!(!disk.exists(&a_path));
+    disk.remove_file(a_path).unwrap();
+    assert!(!disk.exists(a_path));
     assert_eq!(
-        disk.remove_file(&a_path).unwrap_err().kind(),
+        disk.remove_file(a_path).unwrap_err().kind(),
         io::ErrorKind::NotFound
     );
-    assert_eq!(disk.list_dir(&dir).unwrap(), vec!["b.log", "c.log", "sub"]);
-    disk.sync_dir(&dir).unwrap();
+    assert_eq!(disk.list_dir(dir).unwrap(), vec!["b.log", "c.log", "sub"]);
+    disk.sync_dir(dir).unwrap();
 
     // A closed handle is rejected rather than aliasing another file.
     assert!(disk.file_len(a).is_err());
@@ -267,20 +287,32 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
         .unwrap();
     assert_eq!(mapped(disk), 4, "the mapping follows the file as it grows");
 
-    let maps_of = |path: &Path| {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let name = path.to_str().unwrap().to_owned();
-        maps.lines().filter(|line| line.ends_with(&name)).count()
-    };
     assert_eq!(maps_of(&path), 1, "the file is mapped while written");
+    let other = truncate_while_mapped_then_finish(disk, &path, file).await;
+    check_mapped_image(disk, file);
+    disk.close(other);
+    disk.close(file);
+}
+
+/// How many mappings of `path` the process holds.
+fn maps_of(path: &Path) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let name = path.to_str().unwrap().to_owned();
+    maps.lines().filter(|line| line.ends_with(&name)).count()
+}
+
+/// Truncating `file` through a second handle while it is mapped, writing on, then
+/// finishing with it. Returns the second handle, open.
+async fn truncate_while_mapped_then_finish(disk: &dyn Disk, path: &Path, file: FileId) -> FileId {
+    let mapped = |disk: &dyn Disk| disk.stats().mapped_writes;
 
     // Truncated through a second handle while mapped: the first handle's mapping must
     // not outlive the bytes, or the next store past the new end would fault (SIGBUS)
     // instead of writing.
-    let other = disk.open(&path, false).unwrap();
+    let other = disk.open(path, false).unwrap();
     disk.truncate(other, 6000).unwrap();
     assert_eq!(
-        maps_of(&path),
+        maps_of(path),
         0,
         "truncating drops every mapping of the file"
     );
@@ -292,7 +324,7 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
         5,
         "mapped again, to the new length, for the next write"
     );
-    assert_eq!(maps_of(&path), 1);
+    assert_eq!(maps_of(path), 1);
     disk.write_at(file, 50_000, Bytes::from(pattern(1000, 6)))
         .await
         .unwrap();
@@ -300,14 +332,19 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
 
     // Finished with (a full segment): no longer mapped, and still writable.
     disk.finished_writing(file);
-    assert_eq!(maps_of(&path), 0, "a finished file is unmapped");
+    assert_eq!(maps_of(path), 0, "a finished file is unmapped");
     disk.write_at(file, 4100, Bytes::from(pattern(10, 2)))
         .await
         .unwrap();
     assert_eq!(mapped(disk), 6);
     assert_eq!(disk.file_len(file).unwrap(), 51_000);
     disk.sync_data(file).await.unwrap();
+    other
+}
 
+/// The bytes the mapped-writes test leaves: each write where it went, nothing past the
+/// truncation but what was written after it.
+fn check_mapped_image(disk: &dyn Disk, file: FileId) {
     let image = read_all(disk, file);
     assert_eq!(&image[..4], b"head");
     assert!(image[4..1004] == pattern(1000, 0)[..]);
@@ -319,8 +356,6 @@ async fn mapped_writes_stay_inside_the_reserved_bytes(disk: &dyn Disk, root: &Pa
         "truncated bytes are gone"
     );
     assert!(image[50_000..] == pattern(1000, 6)[..]);
-    disk.close(other);
-    disk.close(file);
 }
 
 #[test]

@@ -31,7 +31,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common::{as_disk, message, run_local, sim_disk, sim_seeds, Rng};
-use ringmq::broker::pop::log::{self as pop_log, ReplayMark, POP_LOG_TOPIC};
+use ringmq::broker::pop::log::{self as pop_log, Mark, ReplayMark, POP_LOG_TOPIC};
 use ringmq::broker::pop::state::{Delivery, LogRecord, PopTable, QueueKey};
 use ringmq::clock::Clock;
 use ringmq::config::{FlushMode, StoreConfig};
@@ -145,123 +145,40 @@ fn run_life(
         .unwrap_or_else(|why| panic!("life {life}: rebuild failed: {why}"));
         settle_uncertain(&table, model);
         check(&table, model, life);
-        if crash_after.is_none() {
+        let Some(crash_after) = crash_after else {
             store.shutdown().await.unwrap();
             return;
-        }
+        };
         // Open every queue at its committed offset, as the first pop would (a replayed
         // queue is open already, at its replayed state).
         for queue in 0..QUEUES {
             table.open(&key(queue), floors.get(&queue).copied().unwrap_or(0));
         }
-        let mut written = written;
+        let mut consumer = Consumer {
+            store: &store,
+            table,
+            model,
+            files,
+            mark,
+            written,
+        };
         let mut rng = Rng::new(seed);
-        sim.crash_after_ops(crash_after.unwrap());
+        sim.crash_after_ops(crash_after);
         let mut now = 1_000_000 + life as i64 * 100_000;
         for _ in 0..300u32 {
             now += rng.range(1, 200) as i64;
             let queue = rng.range(0, QUEUES as u64) as i32;
-            let k = key(queue);
             let ok = match rng.range(0, 10) {
                 // Produce a message to the queue.
                 0..=2 => store
                     .put(message(TOPIC, queue, b"m", None, None))
                     .await
                     .is_ok(),
-                // Pop: due ones first, then new ones up to the queue's end.
-                3..=5 => {
-                    let revived = table.take_due(&k, now, 8, now, INVISIBLE, 1000);
-                    let mut deliveries = revived.deliveries;
-                    let cursor = table.queue(&k).map_or(0, |s| s.cursor);
-                    let end = store.max_offset(TOPIC, queue);
-                    let fresh: Vec<Delivery> = (cursor..end.min(cursor + 4))
-                        .map(|offset| Delivery {
-                            offset,
-                            attempts: 0,
-                        })
-                        .collect();
-                    table.take_new(&k, &fresh, cursor.max(end.min(cursor + 4)), now, INVISIBLE);
-                    deliveries.extend(fresh);
-                    if deliveries.is_empty() {
-                        true
-                    } else {
-                        let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
-                        let record = LogRecord::Checkpoint {
-                            key: k.clone(),
-                            pop_time: now,
-                            invisible_time: INVISIBLE,
-                            deliveries,
-                        };
-                        match pop_log::append(&store, LOG_QUEUE, &record, host(), now).await {
-                            Ok(at) => {
-                                table.set_ck(&k, &offsets, now, at);
-                                for offset in offsets {
-                                    model.held.insert((queue, offset), now);
-                                    let top = model.handed.entry(queue).or_insert(0);
-                                    *top = (*top).max(offset);
-                                }
-                                true
-                            }
-                            Err(_) => {
-                                table.give_back(&k, &offsets, now, now);
-                                model.uncertain_pops.push((queue, now));
-                                false
-                            }
-                        }
-                    }
-                }
-                // Ack some held deliveries of the queue.
-                6..=8 => {
-                    let chosen: Vec<(u64, i64)> = model
-                        .held
-                        .iter()
-                        .filter(|((q, _), _)| *q == queue)
-                        .filter(|_| rng.chance(50))
-                        .map(|((_, offset), pop_time)| (*offset, *pop_time))
-                        .collect();
-                    let mut all_ok = true;
-                    for (offset, pop_time) in chosen {
-                        if !table.is_inflight(&k, offset, pop_time) {
-                            // Handed out again since (it fell due): the old handle is stale.
-                            continue;
-                        }
-                        let record = LogRecord::Ack {
-                            key: k.clone(),
-                            offsets: vec![offset],
-                            pop_time,
-                        };
-                        match pop_log::append(&store, LOG_QUEUE, &record, host(), now).await {
-                            Ok(_) => {
-                                assert!(table.ack(&k, offset, pop_time));
-                                model.held.remove(&(queue, offset));
-                                model.acked.push((queue, offset, pop_time));
-                            }
-                            Err(_) => {
-                                model.uncertain.push((queue, offset, pop_time));
-                                all_ok = false;
-                                break;
-                            }
-                        }
-                    }
-                    all_ok
-                }
-                // Write the replay mark and the committed offsets, as the node does every
-                // second.
-                _ => {
-                    let end = store.max_offset(POP_LOG_TOPIC, LOG_QUEUE);
-                    let next = pop_log::next_mark(&table, end, &written);
-                    let marked = mark.write(&next).is_ok();
-                    if marked {
-                        written = next;
-                    }
-                    let offsets: BTreeMap<i32, u64> = (0..QUEUES)
-                        .filter_map(|q| table.watermark(&key(q)).map(|w| (q, w)))
-                        .collect();
-                    let json = serde_json::to_vec(&offsets).unwrap();
-                    marked && replace_file(&*files, offsets_path(), &json).is_ok()
-                }
+                3..=5 => consumer.pop(queue, now).await,
+                6..=8 => consumer.ack_some(queue, now, &mut rng).await,
+                _ => consumer.write_marks(),
             };
-            table.check();
+            consumer.table.check();
             if !ok || sim.is_crashed() {
                 break;
             }
@@ -271,6 +188,116 @@ fn run_life(
         }
         drop(store);
     });
+}
+
+/// The consumer of one life, doing what `broker::pop` does: each change is appended to
+/// the revive log first, and only once it is stored does the table change and the
+/// "client" (the model) learn of it. Each step says whether it fully succeeded.
+struct Consumer<'a> {
+    store: &'a Store,
+    table: PopTable,
+    model: &'a mut Model,
+    files: std::sync::Arc<dyn MetaFiles>,
+    mark: ReplayMark,
+    /// The replay mark last written.
+    written: Mark,
+}
+
+impl Consumer<'_> {
+    /// Pop: due ones first, then new ones up to the queue's end.
+    async fn pop(&mut self, queue: i32, now: i64) -> bool {
+        let k = key(queue);
+        let table = &mut self.table;
+        let revived = table.take_due(&k, now, 8, now, INVISIBLE, 1000);
+        let mut deliveries = revived.deliveries;
+        let cursor = table.queue(&k).map_or(0, |s| s.cursor);
+        let end = self.store.max_offset(TOPIC, queue);
+        let fresh: Vec<Delivery> = (cursor..end.min(cursor + 4))
+            .map(|offset| Delivery {
+                offset,
+                attempts: 0,
+            })
+            .collect();
+        table.take_new(&k, &fresh, cursor.max(end.min(cursor + 4)), now, INVISIBLE);
+        deliveries.extend(fresh);
+        if deliveries.is_empty() {
+            return true;
+        }
+        let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
+        let record = LogRecord::Checkpoint {
+            key: k.clone(),
+            pop_time: now,
+            invisible_time: INVISIBLE,
+            deliveries,
+        };
+        match pop_log::append(self.store, LOG_QUEUE, &record, host(), now).await {
+            Ok(at) => {
+                self.table.set_ck(&k, &offsets, now, at);
+                for offset in offsets {
+                    self.model.held.insert((queue, offset), now);
+                    let top = self.model.handed.entry(queue).or_insert(0);
+                    *top = (*top).max(offset);
+                }
+                true
+            }
+            Err(_) => {
+                self.table.give_back(&k, &offsets, now, now);
+                self.model.uncertain_pops.push((queue, now));
+                false
+            }
+        }
+    }
+
+    /// Ack some held deliveries of the queue, each chosen by a coin.
+    async fn ack_some(&mut self, queue: i32, now: i64, rng: &mut Rng) -> bool {
+        let k = key(queue);
+        let chosen: Vec<(u64, i64)> = self
+            .model
+            .held
+            .iter()
+            .filter(|((q, _), _)| *q == queue)
+            .filter(|_| rng.chance(50))
+            .map(|((_, offset), pop_time)| (*offset, *pop_time))
+            .collect();
+        for (offset, pop_time) in chosen {
+            if !self.table.is_inflight(&k, offset, pop_time) {
+                // Handed out again since (it fell due): the old handle is stale.
+                continue;
+            }
+            let record = LogRecord::Ack {
+                key: k.clone(),
+                offsets: vec![offset],
+                pop_time,
+            };
+            match pop_log::append(self.store, LOG_QUEUE, &record, host(), now).await {
+                Ok(_) => {
+                    assert!(self.table.ack(&k, offset, pop_time));
+                    self.model.held.remove(&(queue, offset));
+                    self.model.acked.push((queue, offset, pop_time));
+                }
+                Err(_) => {
+                    self.model.uncertain.push((queue, offset, pop_time));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Write the replay mark and the committed offsets, as the node does every second.
+    fn write_marks(&mut self) -> bool {
+        let end = self.store.max_offset(POP_LOG_TOPIC, LOG_QUEUE);
+        let next = pop_log::next_mark(&self.table, end, &self.written);
+        let marked = self.mark.write(&next).is_ok();
+        if marked {
+            self.written = next;
+        }
+        let offsets: BTreeMap<i32, u64> = (0..QUEUES)
+            .filter_map(|q| self.table.watermark(&key(q)).map(|w| (q, w)))
+            .collect();
+        let json = serde_json::to_vec(&offsets).unwrap();
+        marked && replace_file(&*self.files, offsets_path(), &json).is_ok()
+    }
 }
 
 /// An ack whose outcome the crash left open counts as done if its delivery is gone.

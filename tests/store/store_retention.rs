@@ -69,6 +69,27 @@ fn segment_count(sim: &SimDisk) -> usize {
         .len()
 }
 
+/// A queue retention trimmed: its minimum moved past the deleted entries, below it is
+/// too small, and everything from it up reads back from at or past the log start.
+fn check_trimmed_queue(store: &Store, queue: i32) {
+    let min = store.min_offset("Old", queue);
+    let max = store.max_offset("Old", queue);
+    assert!(min > 0 && min <= max, "queue {queue}: [{min}, {max})");
+    let below = store.get_messages("Old", queue, 0, 1, None).unwrap();
+    assert_eq!(below.status, GetStatus::OffsetTooSmall);
+    assert_eq!(below.next_begin_offset, min);
+    // Everything from the minimum up reads back, and lies at or past the log start.
+    let mut offset = min;
+    while offset < max {
+        let got = store.get_messages("Old", queue, offset, 32, None).unwrap();
+        assert_eq!(got.status, GetStatus::Found, "queue {queue} at {offset}");
+        for stored in &got.messages {
+            assert!(stored.phys_offset >= store.log_start());
+        }
+        offset = got.next_begin_offset;
+    }
+}
+
 #[test]
 fn expired_segments_go_oldest_first_with_their_queue_and_index_files_never_the_active_one() {
     let sim = sim_disk(11);
@@ -97,22 +118,7 @@ fn expired_segments_go_oldest_first_with_their_queue_and_index_files_never_the_a
         assert_eq!(store.log_start() % SEGMENT, 0);
 
         for queue in 0..2 {
-            let min = store.min_offset("Old", queue);
-            let max = store.max_offset("Old", queue);
-            assert!(min > 0 && min <= max, "queue {queue}: [{min}, {max})");
-            let below = store.get_messages("Old", queue, 0, 1, None).unwrap();
-            assert_eq!(below.status, GetStatus::OffsetTooSmall);
-            assert_eq!(below.next_begin_offset, min);
-            // Everything from the minimum up reads back, and lies at or past the log start.
-            let mut offset = min;
-            while offset < max {
-                let got = store.get_messages("Old", queue, offset, 32, None).unwrap();
-                assert_eq!(got.status, GetStatus::Found, "queue {queue} at {offset}");
-                for stored in &got.messages {
-                    assert!(stored.phys_offset >= store.log_start());
-                }
-                offset = got.next_begin_offset;
-            }
+            check_trimmed_queue(&store, queue);
         }
         // A deleted message is not found by key; a kept one is.
         let deleted = store.lookup_keys("Old", "m0", 64, 0, i64::MAX).unwrap();

@@ -165,37 +165,12 @@ fn simulate(seed: u64) -> Outcomes {
             &in_flight,
             life,
         );
-        let survived_topics = topic_version(&topics);
-        let survived_offsets = offsets_of(&offsets);
-        let survived_groups = group_version(&groups);
-        let survived_cursors = cursor_version(&cursors);
-        for landed in [
-            in_flight
-                .topics
-                .as_ref()
-                .map(|new| *new == survived_topics && *new != model.topics),
-            in_flight
-                .offsets
-                .as_ref()
-                .map(|new| *new == survived_offsets && *new != model.stored_offsets),
-            in_flight
-                .groups
-                .as_ref()
-                .map(|new| *new == survived_groups && *new != model.groups),
-            in_flight
-                .cursors
-                .as_ref()
-                .map(|new| *new == survived_cursors && *new != model.stored_cursors),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if landed {
-                outcomes.landed += 1;
-            } else {
-                outcomes.lost += 1;
-            }
-        }
+        tally(
+            &in_flight,
+            (&topics, &offsets, &groups, &cursors),
+            &model,
+            &mut outcomes,
+        );
         // What survived is the truth the next life starts from.
         model.topics = topic_version(&topics);
         model.stored_offsets = offsets_of(&offsets);
@@ -203,6 +178,43 @@ fn simulate(seed: u64) -> Outcomes {
         model.stored_cursors = cursor_version(&cursors);
     }
     outcomes
+}
+
+/// Counts each interrupted write of a life by what the crash left of it: its new version
+/// (landed), or the old one.
+fn tally(in_flight: &InFlight, survived: Tables<'_>, model: &Model, outcomes: &mut Outcomes) {
+    let (topics, offsets, groups, cursors) = survived;
+    let survived_topics = topic_version(topics);
+    let survived_offsets = offsets_of(offsets);
+    let survived_groups = group_version(groups);
+    let survived_cursors = cursor_version(cursors);
+    for landed in [
+        in_flight
+            .topics
+            .as_ref()
+            .map(|new| *new == survived_topics && *new != model.topics),
+        in_flight
+            .offsets
+            .as_ref()
+            .map(|new| *new == survived_offsets && *new != model.stored_offsets),
+        in_flight
+            .groups
+            .as_ref()
+            .map(|new| *new == survived_groups && *new != model.groups),
+        in_flight
+            .cursors
+            .as_ref()
+            .map(|new| *new == survived_cursors && *new != model.stored_cursors),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if landed {
+            outcomes.landed += 1;
+        } else {
+            outcomes.lost += 1;
+        }
+    }
 }
 
 /// The four tables as one life holds them.
@@ -241,125 +253,169 @@ fn load(
 /// later write fails before it changes anything).
 fn run_life(
     rng: &mut Rng,
-    (topics, offsets, groups, cursors): Tables<'_>,
+    tables: Tables<'_>,
     model: &mut Model,
     ops: u64,
     clock: &mut i64,
 ) -> InFlight {
-    let mut in_flight = InFlight::default();
+    let mut life = Life {
+        rng,
+        tables,
+        model,
+        in_flight: InFlight::default(),
+        now: *clock,
+    };
     for _ in 0..ops {
-        *clock += 1;
-        let topic = TOPICS[rng.below(TOPICS.len())];
-        match rng.range(0, 15) {
-            0..=2 => {
-                let queues = rng.range(1, 17) as u32;
-                let config = TopicConfig::new(topic, queues);
-                let mut next = model.topics.clone();
-                next.0.insert(topic.to_owned(), config.clone());
-                next.1 = bumped(&next.1, *clock);
-                match topics.put(config, *clock) {
-                    Ok(()) => {
-                        assert_eq!(topic_version(topics), next, "the model follows the table");
-                        model.topics = next;
-                    }
-                    Err(_) => {
-                        in_flight.topics.get_or_insert(next);
-                    }
-                }
+        life.now += 1;
+        let topic = TOPICS[life.rng.below(TOPICS.len())];
+        match life.rng.range(0, 15) {
+            0..=2 => life.put_topic(topic),
+            3 => life.remove_topic(topic),
+            4..=7 => life.commit_offsets(),
+            8 | 9 => life.change_group(),
+            12 | 13 => life.move_cursor(),
+            14 => life.persist_cursors(),
+            _ => life.persist_offsets(),
+        }
+    }
+    *clock = life.now;
+    life.in_flight
+}
+
+/// One life's operations on the tables, each followed in the model once its write
+/// returned, or noted in flight when it failed.
+struct Life<'a, 'r> {
+    rng: &'r mut Rng,
+    tables: Tables<'a>,
+    model: &'r mut Model,
+    in_flight: InFlight,
+    /// The clock of the writes.
+    now: i64,
+}
+
+impl Life<'_, '_> {
+    fn put_topic(&mut self, topic: &str) {
+        let topics = self.tables.0;
+        let queues = self.rng.range(1, 17) as u32;
+        let config = TopicConfig::new(topic, queues);
+        let mut next = self.model.topics.clone();
+        next.0.insert(topic.to_owned(), config.clone());
+        next.1 = bumped(&next.1, self.now);
+        match topics.put(config, self.now) {
+            Ok(()) => {
+                assert_eq!(topic_version(topics), next, "the model follows the table");
+                self.model.topics = next;
             }
-            3 => {
-                if !model.topics.0.contains_key(topic) {
-                    continue;
-                }
-                let mut next = model.topics.clone();
-                next.0.remove(topic);
-                next.1 = bumped(&next.1, *clock);
-                match topics.remove(topic, *clock) {
-                    Ok(removed) => {
-                        assert!(removed);
-                        model.topics = next;
-                    }
-                    Err(_) => {
-                        in_flight.topics.get_or_insert(next);
-                    }
-                }
-            }
-            4..=7 => {
-                for _ in 0..rng.range(1, 4) {
-                    let group = GROUPS[rng.below(GROUPS.len())];
-                    let topic = TOPICS[rng.below(TOPICS.len())];
-                    let queue = rng.range(0, QUEUES as u64) as i32;
-                    let key = (group.to_owned(), topic.to_owned(), queue);
-                    // A consumer only moves forward from what it resumed at.
-                    let from = offsets.query(group, topic, queue).unwrap_or(0);
-                    let offset = from + rng.range(1, 50) as i64;
-                    offsets.commit(group, topic, queue, offset);
-                    model.committed.insert(key, offset);
-                }
-            }
-            8 | 9 => {
-                let group = GROUPS[rng.below(GROUPS.len())];
-                let mut next = model.groups.clone();
-                let result = if rng.chance(70) {
-                    let mut config = SubscriptionGroupConfig::new(group);
-                    config.retry_max_times = rng.range(0, 20) as i32;
-                    next.0.insert(group.to_owned(), config.clone());
-                    groups.put(config, *clock)
-                } else if next.0.remove(group).is_some() {
-                    groups.remove(group, *clock).map(|removed| assert!(removed))
-                } else {
-                    continue;
-                };
-                next.1 = bumped(&next.1, *clock);
-                match result {
-                    Ok(()) => {
-                        assert_eq!(group_version(groups), next, "the model follows the table");
-                        model.groups = next;
-                    }
-                    Err(_) => {
-                        in_flight.groups.get_or_insert(next);
-                    }
-                }
-            }
-            12 | 13 => {
-                // A scheduler delivered some messages of a level: its cursor moves on.
-                let level = rng.range(1, LEVELS + 1) as u32;
-                let from = cursors.get(level).unwrap_or(0);
-                let to = from + rng.range(1, 20);
-                cursors.set(level, to, *clock);
-                model.cursors_set.insert(level, to);
-            }
-            14 => {
-                let snapshot = cursor_version(cursors);
-                let written = if rng.chance(50) {
-                    cursors.persist()
-                } else {
-                    cursors.persist_if_changed().map(|_| ())
-                };
-                match written {
-                    Ok(()) => model.stored_cursors = snapshot,
-                    Err(_) => {
-                        in_flight.cursors.get_or_insert(snapshot);
-                    }
-                }
-            }
-            _ => {
-                let snapshot = offsets_of(offsets);
-                let written = if rng.chance(50) {
-                    offsets.persist()
-                } else {
-                    offsets.persist_if_changed().map(|_| ())
-                };
-                match written {
-                    Ok(()) => model.stored_offsets = snapshot,
-                    Err(_) => {
-                        in_flight.offsets.get_or_insert(snapshot);
-                    }
-                }
+            Err(_) => {
+                self.in_flight.topics.get_or_insert(next);
             }
         }
     }
-    in_flight
+
+    fn remove_topic(&mut self, topic: &str) {
+        if !self.model.topics.0.contains_key(topic) {
+            return;
+        }
+        let mut next = self.model.topics.clone();
+        next.0.remove(topic);
+        next.1 = bumped(&next.1, self.now);
+        match self.tables.0.remove(topic, self.now) {
+            Ok(removed) => {
+                assert!(removed);
+                self.model.topics = next;
+            }
+            Err(_) => {
+                self.in_flight.topics.get_or_insert(next);
+            }
+        }
+    }
+
+    /// Consumers commit offsets (in memory; written by [`Life::persist_offsets`]).
+    fn commit_offsets(&mut self) {
+        let offsets = self.tables.1;
+        for _ in 0..self.rng.range(1, 4) {
+            let group = GROUPS[self.rng.below(GROUPS.len())];
+            let topic = TOPICS[self.rng.below(TOPICS.len())];
+            let queue = self.rng.range(0, QUEUES as u64) as i32;
+            let key = (group.to_owned(), topic.to_owned(), queue);
+            // A consumer only moves forward from what it resumed at.
+            let from = offsets.query(group, topic, queue).unwrap_or(0);
+            let offset = from + self.rng.range(1, 50) as i64;
+            offsets.commit(group, topic, queue, offset);
+            self.model.committed.insert(key, offset);
+        }
+    }
+
+    /// Puts (mostly) or removes a subscription group.
+    fn change_group(&mut self) {
+        let groups = self.tables.2;
+        let group = GROUPS[self.rng.below(GROUPS.len())];
+        let mut next = self.model.groups.clone();
+        let result = if self.rng.chance(70) {
+            let mut config = SubscriptionGroupConfig::new(group);
+            config.retry_max_times = self.rng.range(0, 20) as i32;
+            next.0.insert(group.to_owned(), config.clone());
+            groups.put(config, self.now)
+        } else if next.0.remove(group).is_some() {
+            groups
+                .remove(group, self.now)
+                .map(|removed| assert!(removed))
+        } else {
+            return;
+        };
+        next.1 = bumped(&next.1, self.now);
+        match result {
+            Ok(()) => {
+                assert_eq!(group_version(groups), next, "the model follows the table");
+                self.model.groups = next;
+            }
+            Err(_) => {
+                self.in_flight.groups.get_or_insert(next);
+            }
+        }
+    }
+
+    /// A scheduler delivered some messages of a level: its cursor moves on.
+    fn move_cursor(&mut self) {
+        let cursors = self.tables.3;
+        let level = self.rng.range(1, LEVELS + 1) as u32;
+        let from = cursors.get(level).unwrap_or(0);
+        let to = from + self.rng.range(1, 20);
+        cursors.set(level, to, self.now);
+        self.model.cursors_set.insert(level, to);
+    }
+
+    fn persist_cursors(&mut self) {
+        let cursors = self.tables.3;
+        let snapshot = cursor_version(cursors);
+        let written = if self.rng.chance(50) {
+            cursors.persist()
+        } else {
+            cursors.persist_if_changed().map(|_| ())
+        };
+        match written {
+            Ok(()) => self.model.stored_cursors = snapshot,
+            Err(_) => {
+                self.in_flight.cursors.get_or_insert(snapshot);
+            }
+        }
+    }
+
+    fn persist_offsets(&mut self) {
+        let offsets = self.tables.1;
+        let snapshot = offsets_of(offsets);
+        let written = if self.rng.chance(50) {
+            offsets.persist()
+        } else {
+            offsets.persist_if_changed().map(|_| ())
+        };
+        match written {
+            Ok(()) => self.model.stored_offsets = snapshot,
+            Err(_) => {
+                self.in_flight.offsets.get_or_insert(snapshot);
+            }
+        }
+    }
 }
 
 fn bumped(version: &DataVersion, now_ms: i64) -> DataVersion {

@@ -171,20 +171,32 @@ fn simulate(seed: u64) -> Seen {
         sim.restart();
     }
 
-    // The last start: everything left comes out, in due order, and nothing is lost.
-    let mut store = open(&files, limits, &model, lives);
+    drain_after_the_last_start(&files, limits, &mut model, lives);
+    model.seen.keys = model.queue.len() as u64;
+    model.seen
+}
+
+/// The last start: everything left comes out, in due order, and nothing is lost.
+fn drain_after_the_last_start(
+    files: &Arc<dyn MetaFiles>,
+    limits: TimerLimits,
+    model: &mut Model,
+    lives: u64,
+) {
+    let seed = model.seed;
+    let mut store = open(files, limits, model, lives);
     model.now = i64::MAX / 2;
     let mut in_flight = InFlight::new();
     let mut taken = BTreeSet::new();
     loop {
-        index_some(&mut store, &mut model, &in_flight, usize::MAX, lives)
+        index_some(&mut store, model, &in_flight, usize::MAX, lives)
             .expect("the disk works after the last start");
-        if !take_due(&mut store, &mut model, &mut in_flight, &mut taken, 1, lives)
+        if !take_due(&mut store, model, &mut in_flight, &mut taken, 1, lives)
             .expect("the disk works")
         {
             break;
         }
-        acknowledge_one(&mut store, &mut model, &mut in_flight);
+        acknowledge_one(&mut store, model, &mut in_flight);
     }
     assert!(store.peek().is_none(), "seed {seed}: drained");
     assert_eq!(store.pending(), 0, "seed {seed}: nothing pending");
@@ -205,8 +217,6 @@ fn simulate(seed: u64) -> Seen {
         vec!["checkpoint.json".to_string()],
         "seed {seed}: no run file left behind"
     );
-    model.seen.keys = model.queue.len() as u64;
-    model.seen
 }
 
 /// Opens the store as the scheduler's start does; it must open whatever the crash left.
