@@ -227,8 +227,8 @@ pub const DEFAULT_STORE_HOST: SocketAddr =
 /// are the broker's (`broker::delay::DEFAULT_LEVELS`, which the key table uses); the store
 /// needs only their lengths, and `node_config::derive`'s test holds the two equal.
 pub const DEFAULT_SCHEDULE_DELAYS_MS: &[u64] = &[
-    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
-    420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
 ];
 
 /// `accessMessageInMemoryMaxRatio` percent of the machine's RAM, in bytes: how far behind

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use common::serve::serve_command;
 use common::{consumer_heartbeat, run_local};
-use ringmq::admin::time::format_utc;
 use ringmq::client::{send_request_v1, Client};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
+use ringmq::tools::admin::time::format_utc;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
