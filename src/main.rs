@@ -668,6 +668,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })
     );
     let mut node = node::start(config)?;
+    print_serving_banner(&node);
+    let signalled = wait_for_stop(node.take_exit_signal())?;
+    if signalled {
+        eprintln!("ringmq: stopping");
+    }
+    node.shutdown()?;
+    Ok(if signalled {
+        eprintln!("ringmq: stopped cleanly");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("ringmq: a shard stopped on its own");
+        ExitCode::from(1)
+    })
+}
+
+/// The addresses the node serves on, one line each, once it listens.
+fn print_serving_banner(node: &node::NodeHandle) {
     for line in banner::serving(&banner::Bound {
         broker: node.bound_addr(),
         advertised: node.addr(),
@@ -677,11 +694,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }) {
         eprintln!("{line}");
     }
-    let exited = node.take_exit_signal();
+}
+
+/// Waits for SIGTERM or SIGINT (true) or for a shard to stop on its own (false).
+fn wait_for_stop(exited: Option<impl std::future::Future>) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let signalled = runtime.block_on(async {
+    runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut terminate = signal(SignalKind::terminate())?;
         let mut interrupt = signal(SignalKind::interrupt())?;
@@ -698,17 +718,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             _ = interrupt.recv() => true,
             _ = exited => false,
         })
-    })?;
-    if signalled {
-        eprintln!("ringmq: stopping");
-    }
-    node.shutdown()?;
-    Ok(if signalled {
-        eprintln!("ringmq: stopped cleanly");
-        ExitCode::SUCCESS
-    } else {
-        eprintln!("ringmq: a shard stopped on its own");
-        ExitCode::from(1)
     })
 }
 

@@ -295,17 +295,19 @@ fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
-    if run.options.pop {
-        return pop_queue(run, client, queue_id).await;
-    }
-    let options = &run.options;
-    let counters = &run.counters;
+/// Where a consumer of `queue_id` starts: the queue's min or max offset (`--from`); 0,
+/// counted as an error, when the node does not say.
+async fn first_offset(
+    client: &Client,
+    options: &ConsumeOptions,
+    counters: &Counters,
+    queue_id: i32,
+) -> u64 {
     let start = match options.from {
         FromOffset::Earliest => codes::GET_MIN_OFFSET,
         FromOffset::Latest => codes::GET_MAX_OFFSET,
     };
-    let mut offset = match client
+    match client
         .request(queue_request(start, &options.topic, queue_id))
         .await
     {
@@ -318,26 +320,46 @@ async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
             counters.error(format!("io:{:?}", error.kind()), 0);
             0
         }
-    };
+    }
+}
+
+/// The pull of `queue_id` from `offset`, in the group, committing what was consumed.
+fn bench_pull(
+    options: &ConsumeOptions,
+    queue_id: i32,
+    offset: u64,
+    suspend: Option<Duration>,
+) -> RemotingCommand {
+    let mut cmd = pull_request(
+        &options.topic,
+        queue_id,
+        offset,
+        options.max_per_pull as i32,
+        suspend,
+        // The subscription rides in the pull (FLAG_SUBSCRIPTION), as clients do: without
+        // it a RocketMQ broker wants the group registered by a heartbeat first and
+        // answers SUBSCRIPTION_NOT_EXIST (24) to every pull.
+        Some("*"),
+    );
+    cmd.ext_fields
+        .insert("consumerGroup".into(), options.group.clone());
+    // Commit what was consumed with the next pull, as RocketMQ's push consumer does,
+    // so the group and its progress show in `ringmq admin consumer-progress`.
+    commit_with_pull(&mut cmd, offset);
+    cmd
+}
+
+async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
+    if run.options.pop {
+        return pop_queue(run, client, queue_id).await;
+    }
+    let options = &run.options;
+    let counters = &run.counters;
+    let mut offset = first_offset(&client, options, counters, queue_id).await;
     let suspend = (!options.suspend.is_zero()).then_some(options.suspend);
     let timeout = crate::client::DEFAULT_TIMEOUT + options.suspend;
     loop {
-        let mut cmd = pull_request(
-            &options.topic,
-            queue_id,
-            offset,
-            options.max_per_pull as i32,
-            suspend,
-            // The subscription rides in the pull (FLAG_SUBSCRIPTION), as clients do: without
-            // it a RocketMQ broker wants the group registered by a heartbeat first and
-            // answers SUBSCRIPTION_NOT_EXIST (24) to every pull.
-            Some("*"),
-        );
-        cmd.ext_fields
-            .insert("consumerGroup".into(), options.group.clone());
-        // Commit what was consumed with the next pull, as RocketMQ's push consumer does,
-        // so the group and its progress show in `ringmq admin consumer-progress`.
-        commit_with_pull(&mut cmd, offset);
+        let cmd = bench_pull(options, queue_id, offset, suspend);
         let outcome = client.request_with_timeout(cmd, timeout).await;
         run.pulls.set(run.pulls.get() + 1);
         match outcome {
