@@ -605,12 +605,9 @@ fn popped_messages_in_flight_survive_a_restart() {
     assert_eq!(committed(&mut raw, 0), 3);
 }
 
-#[test]
-fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = ringmq::node::start(options(dir.path())).unwrap();
-    let mut raw = Raw::connect(node.addr());
-    setup(&mut raw);
+/// Pops with one header field wrong: a status and a remark naming it, and every header
+/// field still there.
+fn bad_pops_are_refused(raw: &mut Raw) {
     let base = [
         ("consumerGroup", GROUP),
         ("topic", TOPIC),
@@ -680,6 +677,9 @@ fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
         assert!(remark.contains(says), "{changes:?}: {remark}");
         popped(&answer);
     }
+}
+
+fn bad_acks_are_refused(raw: &mut Raw) {
     // Acks: a malformed handle, a handle never popped, an unknown topic, a queue out of
     // range.
     let ack_with = |extra: &str, topic: &str, queue: &str| {
@@ -723,6 +723,16 @@ fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
         );
         assert!(answer.remark.unwrap().contains(says), "{body}");
     }
+}
+
+#[test]
+fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = ringmq::node::start(options(dir.path())).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    setup(&mut raw);
+    bad_pops_are_refused(&mut raw);
+    bad_acks_are_refused(&mut raw);
     // Request modes: an unknown mode, a retry topic, an unknown topic.
     let bad_mode = set_pop_mode(&mut raw, TOPIC, GROUP, "PUSH");
     assert_eq!(bad_mode.code, response::INVALID_PARAMETER, "{bad_mode:?}");
