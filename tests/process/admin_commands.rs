@@ -503,7 +503,7 @@ fn query_by_offset_msg_id(node: &Node, sent: &[Sent], long: &str) {
         human.stdout.contains(&format!("{}...", &long[..200])),
         "{human:?}"
     );
-    assert!(!human.stdout.contains(&long), "{human:?}");
+    assert!(!human.stdout.contains(long), "{human:?}");
     assert!(human.stdout.contains("body size:"), "{human:?}");
     let binary = node.admin(&["query-id", "--id", &sent[7].msg_id]);
     assert!(binary.stdout.contains("(not UTF-8)"), "{binary:?}");
