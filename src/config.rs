@@ -25,15 +25,34 @@ pub enum FlushMode {
     Async,
 }
 
+/// A value that is none of a setting's names: what was given and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{prefix}'{given}' is not one of {choices}")]
+pub struct UnknownValue {
+    /// `flushDiskType: ` when the message names its key, else empty.
+    prefix: &'static str,
+    pub given: String,
+    pub choices: &'static str,
+}
+
+/// The node's key table parses into `Result<_, String>` setters; the message is the text.
+impl From<UnknownValue> for String {
+    fn from(error: UnknownValue) -> String {
+        error.to_string()
+    }
+}
+
 impl std::str::FromStr for FlushMode {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
         match text {
             "sync" | "SYNC_FLUSH" => Ok(FlushMode::Sync),
             "async" | "ASYNC_FLUSH" => Ok(FlushMode::Async),
-            other => Err(format!(
-                "flushDiskType: '{other}' is not one of SYNC_FLUSH, ASYNC_FLUSH (or sync, async)"
-            )),
+            other => Err(UnknownValue {
+                prefix: "flushDiskType: ",
+                given: other.to_string(),
+                choices: "SYNC_FLUSH, ASYNC_FLUSH (or sync, async)",
+            }),
         }
     }
 }
@@ -78,15 +97,17 @@ impl BrokerRole {
 }
 
 impl std::str::FromStr for BrokerRole {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
         match text {
             "ASYNC_MASTER" => Ok(BrokerRole::AsyncMaster),
             "SYNC_MASTER" => Ok(BrokerRole::SyncMaster),
             "SLAVE" => Ok(BrokerRole::Slave),
-            other => Err(format!(
-                "'{other}' is not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"
-            )),
+            other => Err(UnknownValue {
+                prefix: "",
+                given: other.to_string(),
+                choices: "ASYNC_MASTER, SYNC_MASTER, SLAVE",
+            }),
         }
     }
 }
@@ -422,6 +443,7 @@ mod tests {
         assert!("fast"
             .parse::<FlushMode>()
             .unwrap_err()
+            .to_string()
             .starts_with("flushDiskType"));
     }
 

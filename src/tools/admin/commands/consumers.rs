@@ -177,7 +177,8 @@ pub async fn connections(ctx: &Ctx, group: &str) -> AdminResult<Output> {
 pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Output> {
     check_group(&args.group)?;
     check_topic(&args.topic)?;
-    let timestamp = parse_timestamp(&args.timestamp, now_ms()).map_err(bad_input)?;
+    let timestamp =
+        parse_timestamp(&args.timestamp, now_ms()).map_err(|why| bad_input(why.to_string()))?;
     let broker = ctx.broker().await?;
     ctx.require_topic(broker, &args.topic).await?;
     let offsets = reset_on(ctx, broker, args, timestamp).await?;
