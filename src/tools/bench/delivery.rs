@@ -37,6 +37,7 @@ use serde::Serialize;
 
 use super::latency::{Latencies, LatencySummary};
 use super::lateness::{self, LatenessSummary, NodeProcess};
+use super::PullBodyError;
 use crate::broker::delay::{DelayLevels, DELAY};
 use crate::broker::timer::{TIMER_DELIVER_MS, TIMER_OUT_MS};
 use crate::client::{pull_request, queue_request, send_request_v2, Client, DEFAULT_TIMEOUT};
@@ -379,15 +380,15 @@ struct Collector {
 }
 
 impl Collector {
-    fn take(&self, body: &[u8]) -> Result<(), String> {
+    fn take(&self, body: &[u8]) -> Result<(), PullBodyError> {
         let receipt_ms = now_ms();
         let mut rest = body;
         let mut seen = self.seen.borrow_mut();
         while !rest.is_empty() {
             let view = match decode(rest, Verify::Structure) {
                 Ok(Decoded::Record(view)) => view,
-                Ok(Decoded::Blank { .. }) => return Err("a blank record in a pull body".into()),
-                Err(error) => return Err(error.to_string()),
+                Ok(Decoded::Blank { .. }) => return Err(PullBodyError::Blank),
+                Err(error) => return Err(error.into()),
             };
             rest = &rest[view.total_size as usize..];
             let Some(slot) =

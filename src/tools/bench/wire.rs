@@ -29,6 +29,7 @@ use super::counters::Counters;
 use super::latency::LatencySummary;
 use super::produce_run::{account, check_produce_options, per_second, produce_summary, ProduceRun};
 pub use super::produce_run::{bench_key, ProduceOptions, ProduceSummary, ProducerIo, SendMode};
+use super::PullBodyError;
 use crate::client::{pull_request, queue_request, Client};
 use crate::config::FlushMode;
 use crate::remoting::codes::{request as codes, response};
@@ -277,7 +278,7 @@ fn now_us() -> i64 {
 }
 
 /// Counts the records of a pull body and records their end-to-end latency.
-fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
+fn take_records(counters: &Counters, body: &[u8]) -> Result<(), PullBodyError> {
     let now = now_us();
     let mut rest = body;
     let mut latencies = counters.latencies();
@@ -288,8 +289,8 @@ fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
                 counters.add_done(1, view.body.len() as u64);
                 rest = &rest[view.total_size as usize..];
             }
-            Ok(Decoded::Blank { .. }) => return Err("a blank record in a pull body".into()),
-            Err(error) => return Err(error.to_string()),
+            Ok(Decoded::Blank { .. }) => return Err(PullBodyError::Blank),
+            Err(error) => return Err(error.into()),
         }
     }
     Ok(())
