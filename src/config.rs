@@ -1,13 +1,14 @@
 //! Store settings: one shard's store's fields, their validation and the RocketMQ names of
 //! the keys they come from.
 //!
-//! Every limit the store enforces is a named field here. Its default is the node key's
-//! (`StoreConfig::new` derives from `NodeConfig::default`, see `docs/configuration.md`);
-//! [`StoreConfig::validate`] is the store's own check when it opens, refusing a bad value
-//! with a message that names the key (the node checks the same keys first, with the
-//! source that set them).
+//! Every limit the store enforces is a named field here, and its default is a constant of
+//! [`defaults`]: the store owns its defaults, and the node's key table
+//! (`node_config/keys.rs`) reads them, so each is written once and this module imports
+//! nothing above the store. [`StoreConfig::validate`] is the store's own check when it
+//! opens, refusing a bad value with a message that names the key (the node checks the
+//! same keys first, with the source that set them).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -24,15 +25,34 @@ pub enum FlushMode {
     Async,
 }
 
+/// A value that is none of a setting's names: what was given and what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{prefix}'{given}' is not one of {choices}")]
+pub struct UnknownValue {
+    /// `flushDiskType: ` when the message names its key, else empty.
+    prefix: &'static str,
+    pub given: String,
+    pub choices: &'static str,
+}
+
+/// The node's key table parses into `Result<_, String>` setters; the message is the text.
+impl From<UnknownValue> for String {
+    fn from(error: UnknownValue) -> String {
+        error.to_string()
+    }
+}
+
 impl std::str::FromStr for FlushMode {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
         match text {
             "sync" | "SYNC_FLUSH" => Ok(FlushMode::Sync),
             "async" | "ASYNC_FLUSH" => Ok(FlushMode::Async),
-            other => Err(format!(
-                "flushDiskType: '{other}' is not one of SYNC_FLUSH, ASYNC_FLUSH (or sync, async)"
-            )),
+            other => Err(UnknownValue {
+                prefix: "flushDiskType: ",
+                given: other.to_string(),
+                choices: "SYNC_FLUSH, ASYNC_FLUSH (or sync, async)",
+            }),
         }
     }
 }
@@ -77,15 +97,17 @@ impl BrokerRole {
 }
 
 impl std::str::FromStr for BrokerRole {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
         match text {
             "ASYNC_MASTER" => Ok(BrokerRole::AsyncMaster),
             "SYNC_MASTER" => Ok(BrokerRole::SyncMaster),
             "SLAVE" => Ok(BrokerRole::Slave),
-            other => Err(format!(
-                "'{other}' is not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"
-            )),
+            other => Err(UnknownValue {
+                prefix: "",
+                given: other.to_string(),
+                choices: "ASYNC_MASTER, SYNC_MASTER, SLAVE",
+            }),
         }
     }
 }
@@ -173,16 +195,131 @@ pub fn largest_message_for_segment(segment: u64) -> u64 {
     segment.saturating_sub(RECORD_OVERHEAD_MAX + 8)
 }
 
+/// The store's defaults, RocketMQ's where the key is RocketMQ's. The node's key table
+/// (`node_config/keys.rs`) takes each store key's default from here, and
+/// `node_config::derive`'s test holds [`StoreConfig::new`] equal to the store settings
+/// the node derives from its own defaults.
+pub mod defaults {
+    use std::time::Duration;
+
+    use super::{BrokerRole, FlushMode, GIB, MIB};
+
+    pub const FLUSH_MODE: FlushMode = FlushMode::Async;
+    pub const BROKER_ROLE: BrokerRole = BrokerRole::AsyncMaster;
+    pub const COMMIT_LOG_SEGMENT_SIZE: u64 = GIB;
+    /// `mapedFileSizeConsumeQueue` is 6,000,000 bytes: 300,000 entries of 20.
+    pub const CONSUME_QUEUE_ENTRIES_PER_FILE: u64 = 300_000;
+    pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+    pub const FLUSH_LEAST_PAGES: u64 = 4;
+    pub const FLUSH_THOROUGH_INTERVAL: Duration = Duration::from_millis(10_000);
+    pub const SYNC_FLUSH_TIMEOUT: Duration = Duration::from_millis(5000);
+    pub const SLAVE_TIMEOUT: Duration = Duration::from_millis(3000);
+    pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
+    pub const MAX_MESSAGE_SIZE: usize = 4 * MIB as usize;
+    pub const MAX_BATCH_BYTES: usize = 4 * MIB as usize;
+    pub const GROUP_COMMIT_MAX_WAIT: Duration = Duration::from_micros(1000);
+    pub const SYNC_ZERO_AHEAD_BYTES: u64 = 256 * 1024;
+    pub const MAX_PENDING_PUTS: usize = 65_536;
+    pub const MAX_TRANSFER_COUNT: u32 = 32;
+    pub const MAX_TRANSFER_BYTES: usize = 256 * 1024;
+    /// `accessMessageInMemoryMaxRatio`: percent of RAM ([`super::in_memory_window_bytes`]).
+    pub const IN_MEMORY_RATIO_PERCENT: u8 = 40;
+    pub const MESSAGE_INDEX_ENABLE: bool = true;
+    pub const INDEX_SLOTS: u32 = 5_000_000;
+    pub const INDEX_ENTRIES: u32 = 20_000_000;
+    /// `fileReservedTime`: 72 hours.
+    pub const FILE_RESERVED: Duration = Duration::from_secs(72 * 3600);
+    /// `deleteWhen`: 04.
+    pub const DELETE_WHEN: &[u8] = &[4];
+    pub const MAX_USED_PERCENT: u8 = 75;
+    pub const CLEAN_FORCIBLY_PERCENT: u8 = 85;
+    pub const WARNING_PERCENT: u8 = 90;
+    pub const DELETE_BATCH_MAX: usize = 10;
+    pub const CLEAN_INTERVAL: Duration = Duration::from_millis(10_000);
+}
+
+/// STOREHOST of a store made by [`StoreConfig::new`]: the node's default address
+/// (`brokerIP1` 127.0.0.1, `listenPort` 10911, keys of the node, not of the store; the
+/// node derives its stores' STOREHOST from them).
+pub const DEFAULT_STORE_HOST: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 10911);
+
+/// The delays of RocketMQ's default `messageDelayLevel` in ms, level 1 first. The levels
+/// are the broker's (`broker::delay::DEFAULT_LEVELS`, which the key table uses); the store
+/// needs only their lengths, and `node_config::derive`'s test holds the two equal.
+pub const DEFAULT_SCHEDULE_DELAYS_MS: &[u64] = &[
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
+
+/// `accessMessageInMemoryMaxRatio` percent of the machine's RAM, in bytes: how far behind
+/// the CommitLog's end a record still counts as in memory. Reads `/proc/meminfo` (once per
+/// store config, at start, off every reactor); a machine whose RAM cannot be read gets an
+/// empty window rather than a guessed one.
+pub fn in_memory_window_bytes(ratio_percent: u8) -> u64 {
+    physical_memory_bytes().saturating_mul(u64::from(ratio_percent)) / 100
+}
+
+/// The machine's RAM in bytes (`MemTotal` of `/proc/meminfo`), 0 when it cannot be read.
+fn physical_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| mem_total_bytes(&text))
+        .unwrap_or(0)
+}
+
+/// `MemTotal:  24563380 kB` in bytes.
+fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
+    let mut words = line["MemTotal:".len()..].split_whitespace();
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => value.checked_mul(1024),
+        None => Some(value),
+        Some(_) => None,
+    }
+}
+
 impl StoreConfig {
-    /// The node's defaults (`NodeConfig::default`, one shard) in `dir`.
+    /// The store's defaults ([`defaults`]) for shard 0 in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> StoreConfig {
-        let node = crate::node_config::NodeConfig {
-            shards: 1,
-            ..crate::node_config::NodeConfig::default()
-        };
         StoreConfig {
             dir: dir.into(),
-            ..crate::node_config::store_config(&node, 0)
+            shard_id: 0,
+            flush_mode: defaults::FLUSH_MODE,
+            broker_role: defaults::BROKER_ROLE,
+            commit_log_segment_size: defaults::COMMIT_LOG_SEGMENT_SIZE,
+            consume_queue_entries_per_file: defaults::CONSUME_QUEUE_ENTRIES_PER_FILE,
+            flush_interval: defaults::FLUSH_INTERVAL,
+            flush_least_pages: defaults::FLUSH_LEAST_PAGES,
+            flush_thorough_interval: defaults::FLUSH_THOROUGH_INTERVAL,
+            sync_flush_timeout: defaults::SYNC_FLUSH_TIMEOUT,
+            slave_timeout: defaults::SLAVE_TIMEOUT,
+            checkpoint_interval: defaults::CHECKPOINT_INTERVAL,
+            max_message_size: defaults::MAX_MESSAGE_SIZE,
+            max_batch_bytes: defaults::MAX_BATCH_BYTES,
+            group_commit_max_wait: defaults::GROUP_COMMIT_MAX_WAIT,
+            sync_zero_ahead_bytes: defaults::SYNC_ZERO_AHEAD_BYTES,
+            max_pending_puts: defaults::MAX_PENDING_PUTS,
+            store_host: DEFAULT_STORE_HOST,
+            max_transfer_count: defaults::MAX_TRANSFER_COUNT,
+            max_transfer_bytes: defaults::MAX_TRANSFER_BYTES,
+            in_memory_window_bytes: in_memory_window_bytes(defaults::IN_MEMORY_RATIO_PERCENT),
+            message_index_enable: defaults::MESSAGE_INDEX_ENABLE,
+            index_geometry: crate::store::index_file::Geometry {
+                slots: defaults::INDEX_SLOTS,
+                entries: defaults::INDEX_ENTRIES,
+            },
+            retention: crate::store::retention::RetentionConfig {
+                file_reserved: defaults::FILE_RESERVED,
+                delete_when: defaults::DELETE_WHEN.to_vec(),
+                max_used_percent: defaults::MAX_USED_PERCENT,
+                clean_forcibly_percent: defaults::CLEAN_FORCIBLY_PERCENT,
+                warning_percent: defaults::WARNING_PERCENT,
+                delete_batch_max: defaults::DELETE_BATCH_MAX,
+                clean_interval: defaults::CLEAN_INTERVAL,
+            },
+            schedule_delays_ms: DEFAULT_SCHEDULE_DELAYS_MS.to_vec(),
         }
     }
 
@@ -277,6 +414,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mem_total_is_read_in_bytes() {
+        let text = "MemFree:   100 kB\nMemTotal:       24563380 kB\nBuffers: 1 kB\n";
+        assert_eq!(mem_total_bytes(text), Some(24_563_380 * 1024));
+        assert_eq!(mem_total_bytes("MemTotal: 12\n"), Some(12));
+        assert_eq!(mem_total_bytes("MemTotal: 12 MB\n"), None);
+        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
+    }
+
+    #[test]
     fn defaults_validate() {
         StoreConfig::new("/tmp/x").validate().unwrap();
         StoreConfig::test_min("/tmp/x").validate().unwrap();
@@ -296,6 +443,7 @@ mod tests {
         assert!("fast"
             .parse::<FlushMode>()
             .unwrap_err()
+            .to_string()
             .starts_with("flushDiskType"));
     }
 

@@ -18,8 +18,11 @@
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
 //! - [`node`]: the shard thread that owns the listener, the store and the connections
 //!   (`ringmq serve`), and the [`banner`] it prints; [`client`]: the in-project client.
-//! - [`admin`]: `ringmq admin`, mqadmin's everyday commands against a running node.
-//! - [`mod@bench`]: the load generators (`ringmq bench`, `bench produce|consume`, `bench store`).
+//! - [`tools`]: programs built on the library, which nothing in the library imports:
+//!   [`tools::admin`] (`ringmq admin`, mqadmin's everyday commands against a running node)
+//!   and [`tools::bench`] (the load generators: `ringmq bench`, `bench produce|consume`,
+//!   `bench store`). The floors every module keeps, and the check that holds them, are in
+//!   `tests/alone/module_layering.rs`.
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
 //! - [`node_config`]: the node's settings (one key table; TOML, RocketMQ `broker.conf`,
 //!   overrides) and the per-shard store, broker and connection settings derived from
@@ -28,9 +31,7 @@
 //! Everything in a store belongs to one thread (thread-per-core, D3): handles are `Rc`,
 //! futures are not `Send`, and a store runs inside a tokio current-thread `LocalSet`.
 
-pub mod admin;
 pub mod banner;
-pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod clock;
@@ -47,3 +48,4 @@ pub mod rng;
 pub mod shard;
 pub mod store;
 pub mod sync;
+pub mod tools;

@@ -13,15 +13,6 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ringmq::banner;
-use ringmq::bench::delivery::{
-    print_delivery_summary, print_send_back_summary, run_delivery, run_send_back, DeliveryOptions,
-    SendBackOptions, Waiting,
-};
-use ringmq::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
-use ringmq::bench::wire::{
-    print_consume_summary, print_produce_summary, run_consume, run_embedded, run_produce,
-    ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, ProducerIo, SendMode,
-};
 use ringmq::broker::delay::DelayLevels;
 use ringmq::config::FlushMode;
 use ringmq::io::{portable::PortableDisk, Disk, IoChoice};
@@ -29,6 +20,15 @@ use ringmq::node;
 use ringmq::node_config::NodeConfig;
 use ringmq::quiet_pipe;
 use ringmq::store::inspect;
+use ringmq::tools::bench::delivery::{
+    print_delivery_summary, print_send_back_summary, run_delivery, run_send_back, DeliveryOptions,
+    SendBackOptions, Waiting,
+};
+use ringmq::tools::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
+use ringmq::tools::bench::wire::{
+    print_consume_summary, print_produce_summary, run_consume, run_embedded, run_produce,
+    ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, ProducerIo, SendMode,
+};
 
 #[derive(Parser)]
 #[command(
@@ -53,7 +53,7 @@ enum Command {
     Store(StoreCommand),
     /// mqadmin's everyday commands against a running node, over the remoting protocol.
     /// Exit codes: 0 done, 1 not found, 2 bad input, 3 the node failed or is unreachable.
-    Admin(ringmq::admin::args::AdminArgs),
+    Admin(ringmq::tools::admin::args::AdminArgs),
 }
 
 /// `ringmq serve`: settings come from defaults, then `--config` (TOML), then
@@ -621,7 +621,7 @@ fn main() -> ExitCode {
         }) => bench_embedded(embedded),
         Command::Store(StoreCommand::Verify { dir, json }) => verify(&dir, json),
         Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
-        Command::Admin(args) => Ok(ringmq::admin::run(args)),
+        Command::Admin(args) => Ok(ringmq::tools::admin::run(args)),
     };
     match outcome {
         Ok(code) => code,
@@ -668,6 +668,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })
     );
     let mut node = node::start(config)?;
+    print_serving_banner(&node);
+    let signalled = wait_for_stop(node.take_exit_signal())?;
+    if signalled {
+        eprintln!("ringmq: stopping");
+    }
+    node.shutdown()?;
+    Ok(if signalled {
+        eprintln!("ringmq: stopped cleanly");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("ringmq: a shard stopped on its own");
+        ExitCode::from(1)
+    })
+}
+
+/// The addresses the node serves on, one line each, once it listens.
+fn print_serving_banner(node: &node::NodeHandle) {
     for line in banner::serving(&banner::Bound {
         broker: node.bound_addr(),
         advertised: node.addr(),
@@ -677,11 +694,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }) {
         eprintln!("{line}");
     }
-    let exited = node.take_exit_signal();
+}
+
+/// Waits for SIGTERM or SIGINT (true) or for a shard to stop on its own (false).
+fn wait_for_stop(exited: Option<impl std::future::Future>) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let signalled = runtime.block_on(async {
+    runtime.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut terminate = signal(SignalKind::terminate())?;
         let mut interrupt = signal(SignalKind::interrupt())?;
@@ -698,17 +718,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             _ = interrupt.recv() => true,
             _ = exited => false,
         })
-    })?;
-    if signalled {
-        eprintln!("ringmq: stopping");
-    }
-    node.shutdown()?;
-    Ok(if signalled {
-        eprintln!("ringmq: stopped cleanly");
-        ExitCode::SUCCESS
-    } else {
-        eprintln!("ringmq: a shard stopped on its own");
-        ExitCode::from(1)
     })
 }
 

@@ -44,9 +44,9 @@ pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
         store_host: store_host(config),
         max_transfer_count: config.max_transfer_count,
         max_transfer_bytes: config.max_transfer_bytes,
-        in_memory_window_bytes: physical_memory_bytes()
-            .saturating_mul(u64::from(config.access_message_in_memory_max_ratio))
-            / 100,
+        in_memory_window_bytes: crate::config::in_memory_window_bytes(
+            config.access_message_in_memory_max_ratio,
+        ),
         message_index_enable: config.message_index_enable,
         index_geometry: crate::store::index_file::Geometry {
             slots: config.max_hash_slot_num,
@@ -119,28 +119,6 @@ pub fn stats_caps(config: &NodeConfig) -> StatsCaps {
     }
 }
 
-/// The machine's RAM in bytes (`MemTotal` of `/proc/meminfo`), 0 when it cannot be read,
-/// which makes the in-memory window empty rather than guessed. Read once per store config,
-/// at start, off every reactor.
-fn physical_memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| mem_total_bytes(&text))
-        .unwrap_or(0)
-}
-
-/// `MemTotal:  24563380 kB` in bytes.
-fn mem_total_bytes(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
-    let mut words = line["MemTotal:".len()..].split_whitespace();
-    let value: u64 = words.next()?.parse().ok()?;
-    match words.next() {
-        Some("kB") => value.checked_mul(1024),
-        None => Some(value),
-        Some(_) => None,
-    }
-}
-
 /// A node-wide bound's share for each of `shards` shards (at least 1).
 fn per_shard(node_wide: usize, shards: u8) -> usize {
     (node_wide / shards.max(1) as usize).max(1)
@@ -170,16 +148,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    #[test]
-    fn mem_total_is_read_in_bytes() {
-        let text = "MemFree:   100 kB\nMemTotal:       24563380 kB\nBuffers: 1 kB\n";
-        assert_eq!(mem_total_bytes(text), Some(24_563_380 * 1024));
-        assert_eq!(mem_total_bytes("MemTotal: 12\n"), Some(12));
-        assert_eq!(mem_total_bytes("MemTotal: 12 MB\n"), None);
-        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
-        assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
-    }
 
     #[test]
     fn connection_limits_carry_the_connection_keys() {

@@ -1,6 +1,9 @@
 //! The key table: every setting with its broker.conf spellings, its default, its range,
-//! its doc line, and how its value is parsed and printed. This is the one place a default
-//! or a single-key range is written; [`NodeConfig::default`], [`NodeConfig::validate`]
+//! its doc line, and how its value is parsed and printed. This is the one place a
+//! single-key range is written, and the one place a default is written or (for the keys
+//! of a lower layer, the store's, the wire's and the connections') named: the store's
+//! defaults are `crate::config::defaults`, owned by the store so that it imports nothing
+//! of the node; [`NodeConfig::default`], [`NodeConfig::validate`]
 //! and `docs/configuration.md` are all read off it.
 
 use std::time::Duration;
@@ -14,7 +17,7 @@ use super::parse::{
 };
 use super::{default_shards, BrokerRole, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
 use crate::broker::names::MAX_QUEUE_NUMS;
-use crate::config::{MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
+use crate::config::{defaults, MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
 use crate::remoting::frame::DEFAULT_MAX_FRAME_LEN;
 
 macro_rules! key {
@@ -52,6 +55,8 @@ const MAX_INDEX_SLOTS: u64 = 50_000_000;
 /// A 4 GB file at the bound.
 const MAX_INDEX_ENTRIES: u64 = 200_000_000;
 const PORT: Bounds = Bounds::between(0, 65535, Unit::Plain);
+// `file_reserved_time`'s default is printed in whole hours.
+const _: () = assert!(defaults::FILE_RESERVED.as_secs().is_multiple_of(3600));
 
 /// Every key, in the order `--print-config` and the docs list them.
 pub(super) static KEYS: &[Key] = &[
@@ -218,7 +223,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "flush_disk_type", rocketmq ["flushDiskType"],
-        default: Text("ASYNC_FLUSH"),
+        default: Constant(|| defaults::FLUSH_MODE.as_str().into()),
         range: Parsed("`SYNC_FLUSH` or `ASYNC_FLUSH`"),
         meaning: "`SYNC_FLUSH`: acknowledge after fdatasync; `ASYNC_FLUSH`: after the write",
         set: |c, v| c.flush_disk_type = flush_mode(v)?,
@@ -226,7 +231,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "maped_file_size_commit_log", rocketmq ["mapedFileSizeCommitLog", "mappedFileSizeCommitLog"],
-        default: Text("1073741824"),
+        default: Constant(|| defaults::COMMIT_LOG_SEGMENT_SIZE.to_string()),
         range: Number(Bounds::between(PAGE_SIZE, MAX_SEGMENT_SIZE, Unit::Plain).multiple_of(PAGE_SIZE)),
         meaning: "CommitLog segment bytes",
         set: |c, v| c.maped_file_size_commit_log = uint(v, u64::MAX)?,
@@ -234,7 +239,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "maped_file_size_consume_queue", rocketmq ["mapedFileSizeConsumeQueue", "mappedFileSizeConsumeQueue"],
-        default: Text("6000000"),
+        default: Constant(|| (defaults::CONSUME_QUEUE_ENTRIES_PER_FILE * CQ_ENTRY_SIZE).to_string()),
         range: Number(Bounds::at_least(CQ_ENTRY_SIZE, Unit::Plain).multiple_of(CQ_ENTRY_SIZE)),
         meaning: "ConsumeQueue file bytes, whole 20-byte entries",
         set: |c, v| c.maped_file_size_consume_queue = uint(v, u64::MAX)?,
@@ -242,7 +247,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "flush_interval_commit_log", rocketmq ["flushIntervalCommitLog"],
-        default: Text("500"),
+        default: Constant(|| defaults::FLUSH_INTERVAL.as_millis().to_string()),
         range: Number(AT_LEAST_1_MS),
         meaning: "async flush period, ms",
         set: |c, v| c.flush_interval_commit_log = millis(v)?,
@@ -250,7 +255,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "flush_commit_log_least_pages", rocketmq ["flushCommitLogLeastPages"],
-        default: Text("4"),
+        default: Constant(|| defaults::FLUSH_LEAST_PAGES.to_string()),
         range: Parsed("a whole number"),
         meaning: "async flush only once this many 4 KiB pages are dirty...",
         set: |c, v| c.flush_commit_log_least_pages = uint(v, u64::MAX)?,
@@ -258,7 +263,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "flush_commit_log_thorough_interval", rocketmq ["flushCommitLogThoroughInterval"],
-        default: Text("10000"),
+        default: Constant(|| defaults::FLUSH_THOROUGH_INTERVAL.as_millis().to_string()),
         range: Parsed("a whole number (ms)"),
         meaning: "...or once this many ms passed since the last flush",
         set: |c, v| c.flush_commit_log_thorough_interval = millis(v)?,
@@ -266,7 +271,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "sync_flush_timeout", rocketmq ["syncFlushTimeout"],
-        default: Text("5000"),
+        default: Constant(|| defaults::SYNC_FLUSH_TIMEOUT.as_millis().to_string()),
         range: Number(AT_LEAST_1_MS),
         meaning: "a SYNC_FLUSH put waiting longer (ms) gets FLUSH_DISK_TIMEOUT",
         set: |c, v| c.sync_flush_timeout = millis(v)?,
@@ -274,7 +279,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "slave_timeout", rocketmq ["slaveTimeout"],
-        default: Text("3000"),
+        default: Constant(|| defaults::SLAVE_TIMEOUT.as_millis().to_string()),
         range: Number(AT_LEAST_1_MS),
         meaning: "a SYNC_MASTER put flushed but waiting longer (ms) for its replica gets FLUSH_SLAVE_TIMEOUT",
         set: |c, v| c.slave_timeout = millis(v)?,
@@ -282,7 +287,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "flush_interval_consume_queue", rocketmq ["flushIntervalConsumeQueue"],
-        default: Text("1000"),
+        default: Constant(|| defaults::CHECKPOINT_INTERVAL.as_millis().to_string()),
         range: Number(AT_LEAST_1_MS),
         meaning: "ConsumeQueue write-out and checkpoint period, ms",
         set: |c, v| c.flush_interval_consume_queue = millis(v)?,
@@ -290,7 +295,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_message_size", rocketmq ["maxMessageSize"],
-        default: Text("4194304"),
+        default: Constant(|| defaults::MAX_MESSAGE_SIZE.to_string()),
         range: Number(AT_LEAST_1),
         meaning: "largest message body accepted, bytes",
         set: |c, v| c.max_message_size = uint(v, u32::MAX as u64)? as usize,
@@ -298,7 +303,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_transfer_count", rocketmq ["maxTransferCountOnMessageInDisk"],
-        default: Text("32"),
+        default: Constant(|| defaults::MAX_TRANSFER_COUNT.to_string()),
         range: Number(AT_LEAST_1),
         meaning: "most messages one pull returns",
         set: |c, v| c.max_transfer_count = uint(v, u32::MAX as u64)? as u32,
@@ -306,7 +311,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_transfer_bytes", rocketmq ["maxTransferBytesOnMessageInDisk"],
-        default: Text("262144"),
+        default: Constant(|| defaults::MAX_TRANSFER_BYTES.to_string()),
         range: Number(AT_LEAST_1),
         meaning: "most bytes one pull returns",
         set: |c, v| c.max_transfer_bytes = uint(v, u32::MAX as u64)? as usize,
@@ -314,7 +319,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "access_message_in_memory_max_ratio", rocketmq ["accessMessageInMemoryMaxRatio"],
-        default: Text("40"),
+        default: Constant(|| defaults::IN_MEMORY_RATIO_PERCENT.to_string()),
         range: Number(Bounds::between(0, 100, Unit::Percent)),
         meaning: "percent of RAM behind the CommitLog's end counted as in memory: a new group's \
                   offset query answers 0 on a queue whose first message is that recent",
@@ -323,7 +328,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_batch_bytes", ringmq ["maxBatchBytes"],
-        default: Text("4194304"),
+        default: Constant(|| defaults::MAX_BATCH_BYTES.to_string()),
         range: Number(Bounds::at_least(MIN_BATCH_BYTES as u64, Unit::Plain)),
         meaning: "most bytes in one CommitLog write (one group commit)",
         set: |c, v| c.max_batch_bytes = uint(v, u32::MAX as u64)? as usize,
@@ -331,7 +336,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "group_commit_max_wait", ringmq ["groupCommitMaxWait"],
-        default: Text("1000"),
+        default: Constant(|| defaults::GROUP_COMMIT_MAX_WAIT.as_micros().to_string()),
         range: Parsed("a whole number of µs, at most 1000000; 0 never waits"),
         meaning: "SYNC_FLUSH: longest a batch waits (µs, and never more than half the measured fsync time) for the producers the last fsync answered, so they share the next one",
         set: |c, v| c.group_commit_max_wait = Duration::from_micros(uint(v, 1_000_000)?),
@@ -339,7 +344,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "sync_zero_ahead_bytes", ringmq ["syncZeroAheadBytes"],
-        default: Text("262144"),
+        default: Constant(|| defaults::SYNC_ZERO_AHEAD_BYTES.to_string()),
         range: Parsed("a whole number of bytes, at most 1073741824; 0 turns it off"),
         meaning: "SYNC_FLUSH: zeros a batch write adds past its end, so later fsyncs overwrite written blocks instead of converting fallocated ones (about half the fsync time on ext4)",
         set: |c, v| c.sync_zero_ahead_bytes = uint(v, 1 << 30)?,
@@ -347,7 +352,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_pending_puts", ringmq ["maxPendingPuts"],
-        default: Text("65536"),
+        default: Constant(|| defaults::MAX_PENDING_PUTS.to_string()),
         range: Number(AT_LEAST_1),
         meaning: "puts waiting per shard before a send is refused as busy",
         set: |c, v| c.max_pending_puts = uint(v, u32::MAX as u64)? as usize,
@@ -355,7 +360,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "message_index_enable", rocketmq ["messageIndexEnable"],
-        default: Text("true"),
+        default: Constant(|| defaults::MESSAGE_INDEX_ENABLE.to_string()),
         range: Parsed("`true` or `false`"),
         meaning: "index messages by key and unique key (IndexFile) for QUERY_MESSAGE; turning it on does not index what was stored before",
         set: |c, v| c.message_index_enable = flag(v)?,
@@ -363,7 +368,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_hash_slot_num", rocketmq ["maxHashSlotNum"],
-        default: Text("5000000"),
+        default: Constant(|| defaults::INDEX_SLOTS.to_string()),
         range: Number(Bounds::between(1, MAX_INDEX_SLOTS, Unit::Plain)),
         meaning: "hash slots per IndexFile (4 bytes each, held in memory for each shard's active file); existing files must keep the value they were built with",
         set: |c, v| c.max_hash_slot_num = uint(v, u32::MAX as u64)? as u32,
@@ -371,7 +376,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "max_index_num", rocketmq ["maxIndexNum"],
-        default: Text("20000000"),
+        default: Constant(|| defaults::INDEX_ENTRIES.to_string()),
         range: Number(Bounds::between(2, MAX_INDEX_ENTRIES, Unit::Plain)),
         meaning: "entries per IndexFile (20 bytes each) before a new file starts; existing files must keep the value they were built with",
         set: |c, v| c.max_index_num = uint(v, u32::MAX as u64)? as u32,
@@ -412,7 +417,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "file_reserved_time", rocketmq ["fileReservedTime"],
-        default: Text("72"),
+        default: Constant(|| (defaults::FILE_RESERVED.as_secs() / 3600).to_string()),
         range: Parsed("whole hours (0: a closed segment expires at once), or a number with `s`, `m` or `h` (ringmq's finer unit, e.g. `90s`); at most ten years"),
         meaning: "how long a closed CommitLog segment is kept after its last write",
         set: |c, v| c.file_reserved_time = reserved_time(v)?,
@@ -427,21 +432,15 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "delete_when", rocketmq ["deleteWhen"],
-        default: Text("04"),
+        default: Constant(|| hours_text(defaults::DELETE_WHEN)),
         range: Rule { doc: "hours `00` to `23`, `;`-separated, at least one", check: |c| hours(&c.delete_when) },
         meaning: "hours of the day (UTC, e.g. `03;04`) when expired files are deleted",
         set: |c, v| c.delete_when = hours_of_day(v)?,
-        get: |c| {
-            c.delete_when
-                .iter()
-                .map(|h| format!("{h:02}"))
-                .collect::<Vec<_>>()
-                .join(";")
-        },
+        get: |c| hours_text(&c.delete_when),
     ),
     key!(
         "disk_max_used_space_ratio", rocketmq ["diskMaxUsedSpaceRatio"],
-        default: Text("75"),
+        default: Constant(|| defaults::MAX_USED_PERCENT.to_string()),
         range: Number(Bounds::between(10, 95, Unit::Percent)),
         meaning: "disk use (%) at which expired files go at any hour",
         set: |c, v| c.disk_max_used_space_ratio =
@@ -450,7 +449,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "disk_space_clean_forcibly_ratio", rocketmq ["diskSpaceCleanForciblyRatio"],
-        default: Text("85"),
+        default: Constant(|| defaults::CLEAN_FORCIBLY_PERCENT.to_string()),
         range: Number(Bounds::between(10, 100, Unit::Percent)),
         meaning: "disk use (%) at which the oldest segments go even before they expire",
         set: |c, v| c.disk_space_clean_forcibly_ratio =
@@ -459,7 +458,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "disk_space_warning_level_ratio", rocketmq ["diskSpaceWarningLevelRatio"],
-        default: Text("90"),
+        default: Constant(|| defaults::WARNING_PERCENT.to_string()),
         range: Number(Bounds::between(10, 100, Unit::Percent)),
         meaning: "disk use (%) at which sends are refused (SERVICE_NOT_AVAILABLE) until cleanup brings it below",
         set: |c, v| c.disk_space_warning_level_ratio =
@@ -468,7 +467,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "delete_file_batch_max", rocketmq ["deleteFileBatchMax"],
-        default: Text("10"),
+        default: Constant(|| defaults::DELETE_BATCH_MAX.to_string()),
         range: Number(Bounds::between(1, 10_000, Unit::Plain)),
         meaning: "most CommitLog segments one cleanup run deletes",
         set: |c, v| c.delete_file_batch_max = uint(v, u32::MAX as u64)? as usize,
@@ -476,7 +475,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "clean_resource_interval", rocketmq ["cleanResourceInterval"],
-        default: Text("10000"),
+        default: Constant(|| defaults::CLEAN_INTERVAL.as_millis().to_string()),
         range: Number(AT_LEAST_1_MS),
         meaning: "how often (ms) the retention cleaner runs",
         set: |c, v| c.clean_resource_interval = millis(v)?,
@@ -824,6 +823,15 @@ fn protected_groups(groups: &[String]) -> Result<(), String> {
         return Err(format!("group '{repeated}' is listed twice"));
     }
     Ok(())
+}
+
+/// `deleteWhen` as a source writes it: `03;04`.
+fn hours_text(hours: &[u8]) -> String {
+    hours
+        .iter()
+        .map(|h| format!("{h:02}"))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 fn hours(hours: &[u8]) -> Result<(), String> {

@@ -21,14 +21,49 @@ pub fn shard_dir(root: &Path, shard: u8) -> PathBuf {
     root.join(format!("shard-{shard}"))
 }
 
+/// Why a store root cannot be opened with the shard count asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardLayoutError {
+    #[error("cannot read {}: {error}", root.display())]
+    Unreadable {
+        root: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{} holds {name}, which is not a shard directory of ringmq", root.display())]
+    Foreign { root: PathBuf, name: String },
+    #[error(
+        "{} holds shard directories {found:?}, which are not shard-0 to shard-{}: \
+         the store is damaged or was copied in part",
+        root.display(),
+        found.len() - 1
+    )]
+    Gap { root: PathBuf, found: Vec<u8> },
+    #[error(
+        "shards: {} was made with {made_for} shards and cannot be opened with {shards}: \
+         queues are assigned to shards by their hash, so changing the count would hide \
+         stored messages; start with shards = {made_for}",
+        root.display()
+    )]
+    OtherCount {
+        root: PathBuf,
+        made_for: u8,
+        shards: u8,
+    },
+}
+
 /// Checks that `root` holds no store made for another shard count: no `shard-<n>`
 /// directory with `n >= shards`, and (when `shards > 1`) not only some of them. An empty
 /// or new root passes.
-pub fn check_shard_count(root: &Path, shards: u8) -> Result<(), String> {
+pub fn check_shard_count(root: &Path, shards: u8) -> Result<(), ShardLayoutError> {
     let entries = match std::fs::read_dir(root) {
         Ok(entries) => entries,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(format!("cannot read {}: {error}", root.display())),
+        Err(error) => {
+            return Err(ShardLayoutError::Unreadable {
+                root: root.to_path_buf(),
+                error,
+            })
+        }
     };
     let mut found: Vec<u8> = Vec::new();
     for entry in entries.flatten() {
@@ -41,10 +76,10 @@ pub fn check_shard_count(root: &Path, shards: u8) -> Result<(), String> {
                 Ok(_) if is_empty_dir(&entry.path()) => {}
                 Ok(n) => found.push(n),
                 Err(_) => {
-                    return Err(format!(
-                        "{} holds {name}, which is not a shard directory of ringmq",
-                        root.display()
-                    ))
+                    return Err(ShardLayoutError::Foreign {
+                        root: root.to_path_buf(),
+                        name: name.to_string(),
+                    })
                 }
             }
         }
@@ -56,20 +91,17 @@ pub fn check_shard_count(root: &Path, shards: u8) -> Result<(), String> {
     let made_for = found.len() as u8;
     let contiguous = found.iter().enumerate().all(|(i, &n)| i as u8 == n);
     if !contiguous {
-        return Err(format!(
-            "{} holds shard directories {found:?}, which are not shard-0 to shard-{}: \
-             the store is damaged or was copied in part",
-            root.display(),
-            made_for - 1
-        ));
+        return Err(ShardLayoutError::Gap {
+            root: root.to_path_buf(),
+            found,
+        });
     }
     if made_for != shards {
-        return Err(format!(
-            "shards: {} was made with {made_for} shards and cannot be opened with {shards}: \
-             queues are assigned to shards by their hash, so changing the count would hide \
-             stored messages; start with shards = {made_for}",
-            root.display()
-        ));
+        return Err(ShardLayoutError::OtherCount {
+            root: root.to_path_buf(),
+            made_for,
+            shards,
+        });
     }
     Ok(())
 }
@@ -105,9 +137,9 @@ mod tests {
         for n in 0..2 {
             std::fs::create_dir_all(shard_dir(dir.path(), n).join("commitlog")).unwrap();
         }
-        let error = check_shard_count(dir.path(), 1).unwrap_err();
+        let error = check_shard_count(dir.path(), 1).unwrap_err().to_string();
         assert!(error.contains("made with 2 shards"), "{error}");
-        let error = check_shard_count(dir.path(), 3).unwrap_err();
+        let error = check_shard_count(dir.path(), 3).unwrap_err().to_string();
         assert!(error.contains("shards = 2"), "{error}");
     }
 
@@ -116,7 +148,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(shard_dir(dir.path(), 0).join("commitlog")).unwrap();
         std::fs::create_dir_all(shard_dir(dir.path(), 2).join("commitlog")).unwrap();
-        let error = check_shard_count(dir.path(), 3).unwrap_err();
+        let error = check_shard_count(dir.path(), 3).unwrap_err().to_string();
         assert!(error.contains("not shard-0 to shard-1"), "{error}");
     }
 }

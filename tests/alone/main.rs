@@ -8,6 +8,11 @@
 //!
 //! Every test here takes [`alone`] first, so they run one after another even though the
 //! harness starts them on parallel threads.
+//!
+//! `module_layering` is the one exception: it reads `src/` as text (no node, no log, no
+//! figure of the process), checking that the crate's modules form no import cycle and
+//! keep their floors. It lives here because this binary is the one `cargo test` runs
+//! that owns no other concern, and it does not take [`alone`].
 
 /// Held for the whole of each test in this binary: the tests here run one at a time.
 pub fn alone() -> std::sync::MutexGuard<'static, ()> {
@@ -21,6 +26,7 @@ pub fn alone() -> std::sync::MutexGuard<'static, ()> {
 #[path = "../common/mod.rs"]
 mod common;
 
+mod module_layering;
 mod node_log_injection;
 mod node_unread_responses;
 mod retention_keeps_what_protected_groups_have_not_consumed;

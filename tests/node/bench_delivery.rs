@@ -7,10 +7,10 @@ use crate::common;
 
 use std::time::Duration;
 
-use ringmq::bench::delivery::{
+use ringmq::broker::delay::DelayLevels;
+use ringmq::tools::bench::delivery::{
     run_delivery, run_send_back, DeliveryOptions, DeliverySummary, SendBackOptions, Waiting,
 };
-use ringmq::broker::delay::DelayLevels;
 
 const LEVELS: &str = "100ms 300ms";
 

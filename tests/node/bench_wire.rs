@@ -11,11 +11,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{run_local, start_node, wait_for};
-use ringmq::bench::wire::{
-    self, consume, produce, ConsumeOptions, ProduceOptions, ProduceSummary, ProducerIo, SendMode,
-};
 use ringmq::client::{queue_request, Client};
 use ringmq::remoting::codes::{request, response};
+use ringmq::tools::bench::wire::{
+    self, consume, produce, ConsumeOptions, ProduceOptions, ProduceSummary, ProducerIo, SendMode,
+};
 
 /// The sum of GET_MAX_OFFSET over queues 0..queues of `topic`.
 fn stored(addr: SocketAddr, topic: &str, queues: i32) -> u64 {

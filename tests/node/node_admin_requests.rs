@@ -127,33 +127,8 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-#[test]
-fn admin_requests_answer_for_the_whole_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = ringmq::node::start(options(dir.path())).unwrap();
-    let mut raw = Raw::connect(node.addr());
-    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
-
-    // Queue q gets q + 1 messages before `middle`, and 2 more after it.
-    for queue in 0..QUEUES {
-        for i in 0..=queue {
-            send(&mut raw, queue, &format!("early {queue}/{i}"));
-        }
-    }
-    let first_batch_done = now_ms();
-    common::wait_for(Duration::from_secs(5), "the clock to move on", || {
-        now_ms() > first_batch_done + 2
-    });
-    let middle = now_ms();
-    common::wait_for(Duration::from_secs(5), "the clock to move on", || {
-        now_ms() > middle + 2
-    });
-    for queue in 0..QUEUES {
-        for i in 0..2 {
-            send(&mut raw, queue, &format!("late {queue}/{i}"));
-        }
-    }
-
+/// 202: every queue, wherever its shard, last updated after `middle`.
+fn topic_stats_cover_every_queue(raw: &mut Raw, middle: i64) {
     // 202: every queue, wherever its shard.
     let stats =
         offset_table(&raw.call(command(request::GET_TOPIC_STATS_INFO, &[("topic", TOPIC)])));
@@ -175,10 +150,13 @@ fn admin_requests_answer_for_the_whole_node() {
         &[("topic", "NoSuchTopic")],
     ));
     assert_eq!(unknown.code, response::TOPIC_NOT_EXIST, "{unknown:?}");
+}
 
+/// 208: the lag a commit leaves, with and without the topic named.
+fn consume_stats_show_the_lag_of_a_commit(raw: &mut Raw, first_batch_done: i64) {
     // 208: the lag a commit leaves, with and without the topic named.
-    commit(&mut raw, 0, 1);
-    commit(&mut raw, 3, 4);
+    commit(raw, 0, 1);
+    commit(raw, 3, 4);
     for pairs in [
         vec![("consumerGroup", GROUP), ("topic", TOPIC)],
         vec![("consumerGroup", GROUP)],
@@ -206,7 +184,10 @@ fn admin_requests_answer_for_the_whole_node() {
         offset_table(&nobody).is_empty(),
         "an unknown group has no progress"
     );
+}
 
+/// 203 and 201: a heartbeat makes the group visible with its subscription.
+fn a_heartbeat_makes_the_group_visible(raw: &mut Raw) {
     // 203 and 201: a heartbeat makes the group visible with its subscription.
     let connections = [("consumerGroup", GROUP)];
     let offline = raw.call(command(request::GET_CONSUMER_CONNECTION_LIST, &connections));
@@ -235,6 +216,96 @@ fn admin_requests_answer_for_the_whole_node() {
         groups["subscriptionGroupTable"][GROUP]["groupName"], GROUP,
         "{groups}"
     );
+}
+
+/// Without force a queue only moves back: to the end (-1) changes nothing, and a time
+/// before every message moves each queue to its minimum; an unknown topic or group is
+/// refused.
+fn resets_without_force_only_move_back(raw: &mut Raw, expected: &BTreeMap<i32, Value>) {
+    // Without force a queue only moves back: to the end (-1) changes nothing, and a time
+    // before every message moves each queue to its minimum.
+    assert_eq!(offset_table(&reset(raw, -1, false)), *expected);
+    let to_start = offset_table(&reset(raw, 1_000, false));
+    assert!(to_start.values().all(|offset| offset == 0), "{to_start:?}");
+    let to_end = offset_table(&reset(raw, -1, true));
+    let ends: BTreeMap<i32, Value> = (0..QUEUES).map(|q| (q, Value::from(q + 3))).collect();
+    assert_eq!(to_end, ends);
+
+    let unknown_topic = raw.call(reset_request("NoSuchTopic", GROUP, 0, true));
+    assert_eq!(
+        unknown_topic.code,
+        response::TOPIC_NOT_EXIST,
+        "{unknown_topic:?}"
+    );
+    let unknown_group = raw.call(reset_request(TOPIC, "nobody", 0, true));
+    assert_eq!(
+        unknown_group.code,
+        response::SUBSCRIPTION_GROUP_NOT_EXIST,
+        "{unknown_group:?}"
+    );
+}
+
+/// 28: the node's figures; 206 on the name server.
+fn runtime_info_and_the_namesrv_topic_list(raw: &mut Raw, node: &ringmq::node::NodeHandle) {
+    // 28: the node's figures.
+    let info = ok(&raw.call(command(request::GET_BROKER_RUNTIME_INFO, &[])));
+    let table = &info["table"];
+    let sent: i64 = (0..QUEUES).map(|q| q as i64 + 3).sum();
+    assert_eq!(table["msgPutTotalSinceBoot"], sent.to_string(), "{info}");
+    assert_eq!(table["shardCount"], "2", "{info}");
+    assert!(table["brokerVersionDesc"]
+        .as_str()
+        .unwrap()
+        .starts_with("ringmq "));
+    assert!(
+        table["runtime"].as_str().unwrap().starts_with("[ 0 days"),
+        "{info}"
+    );
+
+    // 206 on the name server.
+    let mut namesrv = Raw::connect(node.namesrv_addr());
+    let topics = ok(&namesrv.call(command(request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER, &[])));
+    let names: Vec<&str> = topics["topicList"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&TOPIC), "{topics}");
+}
+
+#[test]
+fn admin_requests_answer_for_the_whole_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = ringmq::node::start(options(dir.path())).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
+
+    // Queue q gets q + 1 messages before `middle`, and 2 more after it.
+    for queue in 0..QUEUES {
+        for i in 0..=queue {
+            send(&mut raw, queue, &format!("early {queue}/{i}"));
+        }
+    }
+    let first_batch_done = now_ms();
+    common::wait_for(Duration::from_secs(5), "the clock to move on", || {
+        now_ms() > first_batch_done + 2
+    });
+    let middle = now_ms();
+    common::wait_for(Duration::from_secs(5), "the clock to move on", || {
+        now_ms() > middle + 2
+    });
+    for queue in 0..QUEUES {
+        for i in 0..2 {
+            send(&mut raw, queue, &format!("late {queue}/{i}"));
+        }
+    }
+
+    topic_stats_cover_every_queue(&mut raw, middle);
+
+    consume_stats_show_the_lag_of_a_commit(&mut raw, first_batch_done);
+
+    a_heartbeat_makes_the_group_visible(&mut raw);
 
     // 222: back to `middle` (each queue to its first late message), and the client is told.
     let opaque = raw.send(reset_request(TOPIC, GROUP, middle, true));
@@ -273,52 +344,8 @@ fn admin_requests_answer_for_the_whole_node() {
         "the notice carries the same table"
     );
 
-    // Without force a queue only moves back: to the end (-1) changes nothing, and a time
-    // before every message moves each queue to its minimum.
-    assert_eq!(offset_table(&reset(&mut raw, -1, false)), expected);
-    let to_start = offset_table(&reset(&mut raw, 1_000, false));
-    assert!(to_start.values().all(|offset| offset == 0), "{to_start:?}");
-    let to_end = offset_table(&reset(&mut raw, -1, true));
-    let ends: BTreeMap<i32, Value> = (0..QUEUES).map(|q| (q, Value::from(q + 3))).collect();
-    assert_eq!(to_end, ends);
+    resets_without_force_only_move_back(&mut raw, &expected);
 
-    let unknown_topic = raw.call(reset_request("NoSuchTopic", GROUP, 0, true));
-    assert_eq!(
-        unknown_topic.code,
-        response::TOPIC_NOT_EXIST,
-        "{unknown_topic:?}"
-    );
-    let unknown_group = raw.call(reset_request(TOPIC, "nobody", 0, true));
-    assert_eq!(
-        unknown_group.code,
-        response::SUBSCRIPTION_GROUP_NOT_EXIST,
-        "{unknown_group:?}"
-    );
-
-    // 28: the node's figures.
-    let info = ok(&raw.call(command(request::GET_BROKER_RUNTIME_INFO, &[])));
-    let table = &info["table"];
-    let sent: i64 = (0..QUEUES).map(|q| q as i64 + 3).sum();
-    assert_eq!(table["msgPutTotalSinceBoot"], sent.to_string(), "{info}");
-    assert_eq!(table["shardCount"], "2", "{info}");
-    assert!(table["brokerVersionDesc"]
-        .as_str()
-        .unwrap()
-        .starts_with("ringmq "));
-    assert!(
-        table["runtime"].as_str().unwrap().starts_with("[ 0 days"),
-        "{info}"
-    );
-
-    // 206 on the name server.
-    let mut namesrv = Raw::connect(node.namesrv_addr());
-    let topics = ok(&namesrv.call(command(request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER, &[])));
-    let names: Vec<&str> = topics["topicList"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|name| name.as_str().unwrap())
-        .collect();
-    assert!(names.contains(&TOPIC), "{topics}");
+    runtime_info_and_the_namesrv_topic_list(&mut raw, &node);
     node.shutdown().unwrap();
 }

@@ -416,232 +416,233 @@ fn an_oversized_max_message_size_names_max_frame_size_to_raise() {
     expect_error(error, "b.conf", "maxMessageSize", "raise maxFrameSize");
 }
 
+/// Bad values: (broker.conf line, key as named in the error, message fragment).
+const INVALID_VALUES: &[(&str, &str, &str)] = &[
+    ("listenPort=abc", "listenPort", "not a whole number"),
+    ("listenPort=65536", "listenPort", "between 0 and 65535"),
+    ("listenPort=-1", "listenPort", "negative"),
+    ("namesrvPort=99999", "namesrvPort", "between 0 and 65535"),
+    (
+        "metricsPromExporterPort=70000",
+        "metricsPromExporterPort",
+        "65535",
+    ),
+    ("brokerId=-3", "brokerId", "negative"),
+    ("brokerId=1", "brokerId", "master"),
+    ("brokerRole=SYNC_MASTER", "brokerRole", "not supported yet"),
+    ("brokerRole=SLAVE", "brokerRole", "not supported yet"),
+    ("brokerRole=MASTER", "brokerRole", "ASYNC_MASTER"),
+    ("brokerIP1=broker.example.com", "brokerIP1", "not an IP"),
+    ("brokerIP1=0.0.0.0", "brokerIP1", "cannot be advertised"),
+    ("brokerName=", "brokerName", "empty"),
+    ("brokerName=a b", "brokerName", "spaces"),
+    ("storePathRootDir=", "storePathRootDir", "empty"),
+    ("shards=0", "shards", "between 1 and 64"),
+    ("shards=65", "shards", "between 1 and 64"),
+    ("shards=1000", "shards", "too large"),
+    (
+        "syncZeroAheadBytes=1073741825",
+        "syncZeroAheadBytes",
+        "too large",
+    ),
+    ("ioBackend=epoll", "ioBackend", "auto, uring or portable"),
+    (
+        "flushDiskType=SYNC",
+        "flushDiskType",
+        "SYNC_FLUSH, ASYNC_FLUSH",
+    ),
+    (
+        "mapedFileSizeCommitLog=1000",
+        "mapedFileSizeCommitLog",
+        "multiple of 4096",
+    ),
+    (
+        "mapedFileSizeCommitLog=-4096",
+        "mapedFileSizeCommitLog",
+        "negative",
+    ),
+    (
+        "mappedFileSizeCommitLog=0",
+        "mappedFileSizeCommitLog",
+        "multiple of 4096",
+    ),
+    (
+        "mapedFileSizeConsumeQueue=30",
+        "mapedFileSizeConsumeQueue",
+        "multiple of 20",
+    ),
+    (
+        "mapedFileSizeConsumeQueue=0",
+        "mapedFileSizeConsumeQueue",
+        "multiple of 20",
+    ),
+    (
+        "flushIntervalCommitLog=0",
+        "flushIntervalCommitLog",
+        "at least 1 ms",
+    ),
+    (
+        "flushIntervalCommitLog=1s",
+        "flushIntervalCommitLog",
+        "not a whole number",
+    ),
+    ("syncFlushTimeout=0", "syncFlushTimeout", "at least 1 ms"),
+    (
+        "flushIntervalConsumeQueue=0",
+        "flushIntervalConsumeQueue",
+        "at least 1 ms",
+    ),
+    ("maxMessageSize=0", "maxMessageSize", "at least 1"),
+    ("maxMessageSize=2147483648", "maxMessageSize", "must fit"),
+    (
+        "maxTransferCountOnMessageInDisk=0",
+        "maxTransferCountOnMessageInDisk",
+        "at least 1",
+    ),
+    ("maxBatchBytes=100", "maxBatchBytes", "at least 4096"),
+    ("maxConnections=0", "maxConnections", "at least 1"),
+    ("maxParkedPulls=0", "maxParkedPulls", "at least 1"),
+    (
+        "channelExpiredTimeout=0",
+        "channelExpiredTimeout",
+        "at least 1 ms",
+    ),
+    (
+        "clientSweepInterval=0",
+        "clientSweepInterval",
+        "at least 1 ms",
+    ),
+    (
+        "flushDelayOffsetInterval=9",
+        "flushDelayOffsetInterval",
+        "between 10 and 3600000 ms",
+    ),
+    (
+        "flushDelayOffsetInterval=3600001",
+        "flushDelayOffsetInterval",
+        "between 10 and 3600000 ms",
+    ),
+    (
+        "flushDelayOffsetInterval=1s",
+        "flushDelayOffsetInterval",
+        "not a whole number",
+    ),
+    ("maxFrameSize=1048576", "maxFrameSize", "max_message_size"),
+    (
+        "shardMailboxCapacity=0",
+        "shardMailboxCapacity",
+        "at least 1",
+    ),
+    (
+        "autoCreateTopicEnable=yes",
+        "autoCreateTopicEnable",
+        "true or false",
+    ),
+    (
+        "defaultTopicQueueNums=0",
+        "defaultTopicQueueNums",
+        "between 1 and 1024",
+    ),
+    (
+        "fileReservedTime=abc",
+        "fileReservedTime",
+        "whole number of hours",
+    ),
+    ("fileReservedTime=90x", "fileReservedTime", "with s, m or h"),
+    (
+        "diskSpaceWarningLevelRatio=5",
+        "diskSpaceWarningLevelRatio",
+        "between 10 and 100",
+    ),
+    (
+        "deleteFileBatchMax=0",
+        "deleteFileBatchMax",
+        "between 1 and 10000",
+    ),
+    (
+        "cleanResourceInterval=0",
+        "cleanResourceInterval",
+        "at least 1 ms",
+    ),
+    (
+        "maxHashSlotNum=0",
+        "maxHashSlotNum",
+        "between 1 and 50000000",
+    ),
+    (
+        "maxHashSlotNum=50000001",
+        "maxHashSlotNum",
+        "between 1 and 50000000",
+    ),
+    ("maxIndexNum=1", "maxIndexNum", "between 2 and 200000000"),
+    (
+        "messageIndexEnable=maybe",
+        "messageIndexEnable",
+        "true or false",
+    ),
+    ("deleteWhen=25", "deleteWhen", "hour of the day"),
+    ("deleteWhen=04;x", "deleteWhen", "hour of the day"),
+    (
+        "diskMaxUsedSpaceRatio=101",
+        "diskMaxUsedSpaceRatio",
+        "at most 100",
+    ),
+    (
+        "diskMaxUsedSpaceRatio=5",
+        "diskMaxUsedSpaceRatio",
+        "between 10 and 95",
+    ),
+    (
+        "timerMemoryEntries=15",
+        "timerMemoryEntries",
+        "between 16 and 16777216",
+    ),
+    (
+        "timerMemoryEntries=16777217",
+        "timerMemoryEntries",
+        "at most 16777216",
+    ),
+    ("timerMaxPending=0", "timerMaxPending", "between 1 and"),
+    ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
+    (
+        "metricsPromExporterPort=10911",
+        "metricsPromExporterPort",
+        "listen_port",
+    ),
+    ("namesrvPort=10911", "namesrvPort", "listen_port"),
+    (
+        "metricsExporterType=OTLP_GRPC",
+        "metricsExporterType",
+        "ringmq serves PROM",
+    ),
+    (
+        "metricsExporterType=prom",
+        "metricsExporterType",
+        "PROM, DISABLE",
+    ),
+    ("pinShardThreads=1", "pinShardThreads", "true or false"),
+    ("bodySend=zerocopy", "bodySend", "auto, sendfile or mmap"),
+    (
+        "serverSocketSndBufSize=1073741825",
+        "serverSocketSndBufSize",
+        "too large",
+    ),
+    (
+        "connectionWarnBurst=0",
+        "connectionWarnBurst",
+        "between 1 and",
+    ),
+    (
+        "connectionWarnInterval=0",
+        "connectionWarnInterval",
+        "between 1 and 86400000 ms",
+    ),
+];
+
 /// Each bad value, given through `source`, names `source` and the key as written there.
 #[test]
 fn invalid_values_name_their_key() {
-    let cases: &[(&str, &str, &str)] = &[
-        // (broker.conf line, key as named in the error, message fragment)
-        ("listenPort=abc", "listenPort", "not a whole number"),
-        ("listenPort=65536", "listenPort", "between 0 and 65535"),
-        ("listenPort=-1", "listenPort", "negative"),
-        ("namesrvPort=99999", "namesrvPort", "between 0 and 65535"),
-        (
-            "metricsPromExporterPort=70000",
-            "metricsPromExporterPort",
-            "65535",
-        ),
-        ("brokerId=-3", "brokerId", "negative"),
-        ("brokerId=1", "brokerId", "master"),
-        ("brokerRole=SYNC_MASTER", "brokerRole", "not supported yet"),
-        ("brokerRole=SLAVE", "brokerRole", "not supported yet"),
-        ("brokerRole=MASTER", "brokerRole", "ASYNC_MASTER"),
-        ("brokerIP1=broker.example.com", "brokerIP1", "not an IP"),
-        ("brokerIP1=0.0.0.0", "brokerIP1", "cannot be advertised"),
-        ("brokerName=", "brokerName", "empty"),
-        ("brokerName=a b", "brokerName", "spaces"),
-        ("storePathRootDir=", "storePathRootDir", "empty"),
-        ("shards=0", "shards", "between 1 and 64"),
-        ("shards=65", "shards", "between 1 and 64"),
-        ("shards=1000", "shards", "too large"),
-        (
-            "syncZeroAheadBytes=1073741825",
-            "syncZeroAheadBytes",
-            "too large",
-        ),
-        ("ioBackend=epoll", "ioBackend", "auto, uring or portable"),
-        (
-            "flushDiskType=SYNC",
-            "flushDiskType",
-            "SYNC_FLUSH, ASYNC_FLUSH",
-        ),
-        (
-            "mapedFileSizeCommitLog=1000",
-            "mapedFileSizeCommitLog",
-            "multiple of 4096",
-        ),
-        (
-            "mapedFileSizeCommitLog=-4096",
-            "mapedFileSizeCommitLog",
-            "negative",
-        ),
-        (
-            "mappedFileSizeCommitLog=0",
-            "mappedFileSizeCommitLog",
-            "multiple of 4096",
-        ),
-        (
-            "mapedFileSizeConsumeQueue=30",
-            "mapedFileSizeConsumeQueue",
-            "multiple of 20",
-        ),
-        (
-            "mapedFileSizeConsumeQueue=0",
-            "mapedFileSizeConsumeQueue",
-            "multiple of 20",
-        ),
-        (
-            "flushIntervalCommitLog=0",
-            "flushIntervalCommitLog",
-            "at least 1 ms",
-        ),
-        (
-            "flushIntervalCommitLog=1s",
-            "flushIntervalCommitLog",
-            "not a whole number",
-        ),
-        ("syncFlushTimeout=0", "syncFlushTimeout", "at least 1 ms"),
-        (
-            "flushIntervalConsumeQueue=0",
-            "flushIntervalConsumeQueue",
-            "at least 1 ms",
-        ),
-        ("maxMessageSize=0", "maxMessageSize", "at least 1"),
-        ("maxMessageSize=2147483648", "maxMessageSize", "must fit"),
-        (
-            "maxTransferCountOnMessageInDisk=0",
-            "maxTransferCountOnMessageInDisk",
-            "at least 1",
-        ),
-        ("maxBatchBytes=100", "maxBatchBytes", "at least 4096"),
-        ("maxConnections=0", "maxConnections", "at least 1"),
-        ("maxParkedPulls=0", "maxParkedPulls", "at least 1"),
-        (
-            "channelExpiredTimeout=0",
-            "channelExpiredTimeout",
-            "at least 1 ms",
-        ),
-        (
-            "clientSweepInterval=0",
-            "clientSweepInterval",
-            "at least 1 ms",
-        ),
-        (
-            "flushDelayOffsetInterval=9",
-            "flushDelayOffsetInterval",
-            "between 10 and 3600000 ms",
-        ),
-        (
-            "flushDelayOffsetInterval=3600001",
-            "flushDelayOffsetInterval",
-            "between 10 and 3600000 ms",
-        ),
-        (
-            "flushDelayOffsetInterval=1s",
-            "flushDelayOffsetInterval",
-            "not a whole number",
-        ),
-        ("maxFrameSize=1048576", "maxFrameSize", "max_message_size"),
-        (
-            "shardMailboxCapacity=0",
-            "shardMailboxCapacity",
-            "at least 1",
-        ),
-        (
-            "autoCreateTopicEnable=yes",
-            "autoCreateTopicEnable",
-            "true or false",
-        ),
-        (
-            "defaultTopicQueueNums=0",
-            "defaultTopicQueueNums",
-            "between 1 and 1024",
-        ),
-        (
-            "fileReservedTime=abc",
-            "fileReservedTime",
-            "whole number of hours",
-        ),
-        ("fileReservedTime=90x", "fileReservedTime", "with s, m or h"),
-        (
-            "diskSpaceWarningLevelRatio=5",
-            "diskSpaceWarningLevelRatio",
-            "between 10 and 100",
-        ),
-        (
-            "deleteFileBatchMax=0",
-            "deleteFileBatchMax",
-            "between 1 and 10000",
-        ),
-        (
-            "cleanResourceInterval=0",
-            "cleanResourceInterval",
-            "at least 1 ms",
-        ),
-        (
-            "maxHashSlotNum=0",
-            "maxHashSlotNum",
-            "between 1 and 50000000",
-        ),
-        (
-            "maxHashSlotNum=50000001",
-            "maxHashSlotNum",
-            "between 1 and 50000000",
-        ),
-        ("maxIndexNum=1", "maxIndexNum", "between 2 and 200000000"),
-        (
-            "messageIndexEnable=maybe",
-            "messageIndexEnable",
-            "true or false",
-        ),
-        ("deleteWhen=25", "deleteWhen", "hour of the day"),
-        ("deleteWhen=04;x", "deleteWhen", "hour of the day"),
-        (
-            "diskMaxUsedSpaceRatio=101",
-            "diskMaxUsedSpaceRatio",
-            "at most 100",
-        ),
-        (
-            "diskMaxUsedSpaceRatio=5",
-            "diskMaxUsedSpaceRatio",
-            "between 10 and 95",
-        ),
-        (
-            "timerMemoryEntries=15",
-            "timerMemoryEntries",
-            "between 16 and 16777216",
-        ),
-        (
-            "timerMemoryEntries=16777217",
-            "timerMemoryEntries",
-            "at most 16777216",
-        ),
-        ("timerMaxPending=0", "timerMaxPending", "between 1 and"),
-        ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
-        (
-            "metricsPromExporterPort=10911",
-            "metricsPromExporterPort",
-            "listen_port",
-        ),
-        ("namesrvPort=10911", "namesrvPort", "listen_port"),
-        (
-            "metricsExporterType=OTLP_GRPC",
-            "metricsExporterType",
-            "ringmq serves PROM",
-        ),
-        (
-            "metricsExporterType=prom",
-            "metricsExporterType",
-            "PROM, DISABLE",
-        ),
-        ("pinShardThreads=1", "pinShardThreads", "true or false"),
-        ("bodySend=zerocopy", "bodySend", "auto, sendfile or mmap"),
-        (
-            "serverSocketSndBufSize=1073741825",
-            "serverSocketSndBufSize",
-            "too large",
-        ),
-        (
-            "connectionWarnBurst=0",
-            "connectionWarnBurst",
-            "between 1 and",
-        ),
-        (
-            "connectionWarnInterval=0",
-            "connectionWarnInterval",
-            "between 1 and 86400000 ms",
-        ),
-    ];
-    for (line, key, fragment) in cases {
+    for (line, key, fragment) in INVALID_VALUES {
         let mut loader = loader();
         let error = match loader.broker_conf_str("broker.conf", line) {
             Err(error) => error,

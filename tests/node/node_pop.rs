@@ -263,6 +263,66 @@ fn a_group_switched_to_pop_is_assigned_every_queue_in_pop_mode() {
     assert!(assignment(&mut raw).is_empty());
 }
 
+/// The first pop of each queue: its four messages, none consumed before.
+fn pop_every_queue_once(raw: &mut Raw, invisible_ms: i64) -> Vec<Popped> {
+    let mut first: Vec<Popped> = Vec::new();
+    for queue in 0..QUEUES {
+        let answer = pop(raw, queue, 32, invisible_ms, 0);
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        let got = popped(&answer);
+        assert_eq!(
+            got.iter().map(|m| m.body.clone()).collect::<Vec<_>>(),
+            (0..4).map(|i| format!("q{queue}-m{i}")).collect::<Vec<_>>()
+        );
+        assert!(got.iter().all(|m| m.reconsume_times == 0));
+        first.extend(got);
+    }
+    first
+}
+
+/// Queue 0: single acks of all but offset 1. Queue 1: a byte-array batch ack of 0 and 2.
+/// Queue 2: a base64 batch ack of everything. Queue 3: nothing acknowledged.
+fn acknowledge_some(raw: &mut Raw, first: &[Popped]) {
+    for message in first.iter().filter(|m| m.queue == 0 && m.offset != 1) {
+        let answer = ack(raw, message);
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    }
+    let q1: Vec<&Popped> = first
+        .iter()
+        .filter(|m| m.queue == 1 && m.offset % 2 == 0)
+        .collect();
+    assert_eq!(batch_ack(raw, &q1, false).code, response::SUCCESS);
+    let q2: Vec<&Popped> = first.iter().filter(|m| m.queue == 2).collect();
+    assert_eq!(batch_ack(raw, &q2, true).code, response::SUCCESS);
+    // Acked twice: NO_MESSAGE naming why.
+    let twice = ack(raw, first.iter().find(|m| m.queue == 0).unwrap());
+    assert_eq!(twice.code, response::NO_MESSAGE, "{twice:?}");
+    assert!(
+        twice.remark.as_deref().unwrap_or("").contains("in flight"),
+        "{twice:?}"
+    );
+    // The committed offset is the lowest offset still in flight.
+    assert_eq!(committed(raw, 0), 1);
+    assert_eq!(committed(raw, 1), 1);
+    assert_eq!(committed(raw, 2), 4);
+    assert_eq!(committed(raw, 3), 0);
+}
+
+fn pop_counters_count_deliveries_and_acks(node: &ringmq::node::NodeHandle) {
+    let metrics = ringmq::metrics::render(node.metrics().shards());
+    let sum = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|line| line.starts_with(&format!("{name}{{")))
+            .map(|line| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("ringmq_pop_delivered_total"), 16 + 7);
+    assert_eq!(sum("ringmq_pop_redelivered_total"), 7);
+    assert_eq!(sum("ringmq_pop_acks_total"), 16);
+    assert_eq!(sum("ringmq_pop_stale_acks_total"), 2);
+}
+
 #[test]
 fn unacknowledged_messages_come_back_after_their_invisible_time_and_acks_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -277,47 +337,12 @@ fn unacknowledged_messages_come_back_after_their_invisible_time_and_acks_commit(
     const INVISIBLE: i64 = 800;
     // Taken before the first pop is sent: every pop time is at or after it.
     let popped_at = Instant::now();
-    let mut first: Vec<Popped> = Vec::new();
-    for queue in 0..QUEUES {
-        let answer = pop(&mut raw, queue, 32, INVISIBLE, 0);
-        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-        let got = popped(&answer);
-        assert_eq!(
-            got.iter().map(|m| m.body.clone()).collect::<Vec<_>>(),
-            (0..4).map(|i| format!("q{queue}-m{i}")).collect::<Vec<_>>()
-        );
-        assert!(got.iter().all(|m| m.reconsume_times == 0));
-        first.extend(got);
-    }
+    let first = pop_every_queue_once(&mut raw, INVISIBLE);
     // Nothing more to pop now: POLLING_TIMEOUT with every header field.
     let empty = pop(&mut raw, 0, 32, INVISIBLE, 0);
     assert_eq!(empty.code, response::POLLING_TIMEOUT, "{empty:?}");
     popped(&empty);
-    // Queue 0: single acks of all but offset 1. Queue 1: a byte-array batch ack of 0 and 2.
-    // Queue 2: a base64 batch ack of everything. Queue 3: nothing acknowledged.
-    for message in first.iter().filter(|m| m.queue == 0 && m.offset != 1) {
-        let answer = ack(&mut raw, message);
-        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-    }
-    let q1: Vec<&Popped> = first
-        .iter()
-        .filter(|m| m.queue == 1 && m.offset % 2 == 0)
-        .collect();
-    assert_eq!(batch_ack(&mut raw, &q1, false).code, response::SUCCESS);
-    let q2: Vec<&Popped> = first.iter().filter(|m| m.queue == 2).collect();
-    assert_eq!(batch_ack(&mut raw, &q2, true).code, response::SUCCESS);
-    // Acked twice: NO_MESSAGE naming why.
-    let twice = ack(&mut raw, first.iter().find(|m| m.queue == 0).unwrap());
-    assert_eq!(twice.code, response::NO_MESSAGE, "{twice:?}");
-    assert!(
-        twice.remark.as_deref().unwrap_or("").contains("in flight"),
-        "{twice:?}"
-    );
-    // The committed offset is the lowest offset still in flight.
-    assert_eq!(committed(&mut raw, 0), 1);
-    assert_eq!(committed(&mut raw, 1), 1);
-    assert_eq!(committed(&mut raw, 2), 4);
-    assert_eq!(committed(&mut raw, 3), 0);
+    acknowledge_some(&mut raw, &first);
 
     // After the invisible time, what was not acknowledged comes back, reconsumeTimes 1,
     // to another connection (any member).
@@ -365,18 +390,7 @@ fn unacknowledged_messages_come_back_after_their_invisible_time_and_acks_commit(
     for queue in 0..QUEUES {
         assert_eq!(committed(&mut raw, queue), 4, "queue {queue}");
     }
-    let metrics = ringmq::metrics::render(node.metrics().shards());
-    let sum = |name: &str| -> u64 {
-        metrics
-            .lines()
-            .filter(|line| line.starts_with(&format!("{name}{{")))
-            .map(|line| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-            .sum()
-    };
-    assert_eq!(sum("ringmq_pop_delivered_total"), 16 + 7);
-    assert_eq!(sum("ringmq_pop_redelivered_total"), 7);
-    assert_eq!(sum("ringmq_pop_acks_total"), 16);
-    assert_eq!(sum("ringmq_pop_stale_acks_total"), 2);
+    pop_counters_count_deliveries_and_acks(&node);
     // Pops count as the group's gets, as pulls do (the per-key series are sampled every
     // 10 s on each shard).
     let series =
@@ -591,12 +605,9 @@ fn popped_messages_in_flight_survive_a_restart() {
     assert_eq!(committed(&mut raw, 0), 3);
 }
 
-#[test]
-fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = ringmq::node::start(options(dir.path())).unwrap();
-    let mut raw = Raw::connect(node.addr());
-    setup(&mut raw);
+/// Pops with one header field wrong: a status and a remark naming it, and every header
+/// field still there.
+fn bad_pops_are_refused(raw: &mut Raw) {
     let base = [
         ("consumerGroup", GROUP),
         ("topic", TOPIC),
@@ -666,6 +677,9 @@ fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
         assert!(remark.contains(says), "{changes:?}: {remark}");
         popped(&answer);
     }
+}
+
+fn bad_acks_are_refused(raw: &mut Raw) {
     // Acks: a malformed handle, a handle never popped, an unknown topic, a queue out of
     // range.
     let ack_with = |extra: &str, topic: &str, queue: &str| {
@@ -709,6 +723,16 @@ fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
         );
         assert!(answer.remark.unwrap().contains(says), "{body}");
     }
+}
+
+#[test]
+fn bad_pop_requests_get_a_clear_status_with_the_header_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = ringmq::node::start(options(dir.path())).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    setup(&mut raw);
+    bad_pops_are_refused(&mut raw);
+    bad_acks_are_refused(&mut raw);
     // Request modes: an unknown mode, a retry topic, an unknown topic.
     let bad_mode = set_pop_mode(&mut raw, TOPIC, GROUP, "PUSH");
     assert_eq!(bad_mode.code, response::INVALID_PARAMETER, "{bad_mode:?}");

@@ -50,6 +50,16 @@ fn queues(answer: &RemotingCommand) -> Vec<u32> {
     ids
 }
 
+/// The queues QUERY_ASSIGNMENT gives `client_id` under `strategy` and `model`.
+async fn assigned(client: &Client, client_id: &str, strategy: &str, model: &str) -> Vec<u32> {
+    queues(
+        &client
+            .request(query(client_id, strategy, model))
+            .await
+            .unwrap(),
+    )
+}
+
 #[test]
 fn the_broker_splits_a_topics_queues_between_the_groups_clients() {
     let dir = tempfile::tempdir().unwrap();
@@ -76,43 +86,18 @@ fn the_broker_splits_a_topics_queues_between_the_groups_clients() {
         }
 
         // AVG: client ids sorted, contiguous halves.
-        let a = queues(
-            &client
-                .request(query("client-a", "AVG", "CLUSTERING"))
-                .await
-                .unwrap(),
-        );
-        let b = queues(
-            &client
-                .request(query("client-b", "", "CLUSTERING"))
-                .await
-                .unwrap(),
-        );
+        let a = assigned(&client, "client-a", "AVG", "CLUSTERING").await;
+        let b = assigned(&client, "client-b", "", "CLUSTERING").await;
         assert_eq!(a, vec![0, 1, 2, 3]);
         assert_eq!(b, vec![4, 5, 6, 7]);
         // AVG_BY_CIRCLE: dealt round-robin.
-        let a = queues(
-            &client
-                .request(query("client-a", "AVG_BY_CIRCLE", "CLUSTERING"))
-                .await
-                .unwrap(),
-        );
+        let a = assigned(&client, "client-a", "AVG_BY_CIRCLE", "CLUSTERING").await;
         assert_eq!(a, vec![0, 2, 4, 6]);
 
         // A client without a heartbeat gets none; broadcasting gets every queue.
-        let stranger = queues(
-            &client
-                .request(query("client-z", "AVG", "CLUSTERING"))
-                .await
-                .unwrap(),
-        );
+        let stranger = assigned(&client, "client-z", "AVG", "CLUSTERING").await;
         assert!(stranger.is_empty(), "{stranger:?}");
-        let all = queues(
-            &client
-                .request(query("client-a", "AVG", "BROADCASTING"))
-                .await
-                .unwrap(),
-        );
+        let all = assigned(&client, "client-a", "AVG", "BROADCASTING").await;
         assert_eq!(all, (0..8).collect::<Vec<u32>>());
 
         // Bad input answers with an error naming it.

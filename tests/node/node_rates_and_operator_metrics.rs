@@ -143,24 +143,10 @@ fn number_field(answer: &RemotingCommand, field: &str) -> f64 {
     rest[..end].parse().unwrap()
 }
 
-#[test]
-fn the_node_measures_rates_and_shows_operator_metrics() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut options = common::node_config(dir.path());
-    options.shards = 2;
-    options.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
-    let node = ringmq::node::start(options).unwrap();
-    let metrics = node.metrics_addr().expect("a metrics endpoint");
-    let health = get(metrics, "/health");
-    assert!(health.starts_with("HTTP/1.1 200 OK"), "{health}");
-    assert!(
-        health.ends_with("ready: 2 of 2 shards serving\n"),
-        "{health}"
-    );
-
-    let messages = QUEUES as i64 * PER_QUEUE;
-    let mut raw = Raw::connect(node.addr());
-    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
+/// The topic with `PER_QUEUE` 100-byte messages in each queue, each queue pulled once
+/// by the group, and `COMMITTED` committed on queue 0.
+fn send_pull_and_commit(raw: &mut Raw) {
+    common::create_topic(raw, TOPIC, QUEUES as u32);
     for queue in 0..QUEUES {
         for i in 0..PER_QUEUE {
             let body = format!("{queue}/{i:0>98}");
@@ -182,6 +168,96 @@ fn the_node_measures_rates_and_shows_operator_metrics() {
         ],
     ));
     assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+}
+
+/// The per-key series, the store and process gauges, and the latency histogram hold
+/// what the node did: `messages` sent and pulled.
+fn operator_metrics_hold_what_was_done(text: &str, messages: i64) {
+    let pair = format!("group=\"{GROUP}\",topic=\"{TOPIC}\"");
+    let topic = format!("topic=\"{TOPIC}\"");
+    let expect = [
+        (
+            format!("ringmq_topic_messages_in_total{{{topic}}}"),
+            messages as f64,
+        ),
+        (
+            format!("ringmq_topic_messages_out_total{{{topic}}}"),
+            messages as f64,
+        ),
+        (
+            format!("ringmq_group_messages_out_total{{{pair}}}"),
+            messages as f64,
+        ),
+        (
+            format!("ringmq_consumer_lag_messages{{{pair}}}"),
+            (messages - COMMITTED) as f64,
+        ),
+    ];
+    for (series, value) in &expect {
+        assert_eq!(sample(text, series), Some(*value), "{series} in\n{text}");
+    }
+    // Every record holds its 100-byte body and its headers.
+    for family in [
+        "ringmq_topic_bytes_in_total",
+        "ringmq_topic_bytes_out_total",
+    ] {
+        let bytes = sample(text, &format!("{family}{{{topic}}}")).unwrap();
+        assert!(bytes > (messages * 100) as f64, "{family} {bytes}");
+    }
+    assert!(total(text, "ringmq_store_size_bytes{") > 0.0, "{text}");
+    assert!(total(text, "ringmq_commitlog_max_offset{") > (messages * 100) as f64);
+    assert_eq!(total(text, "ringmq_stats_keys_over_cap{"), 0.0);
+    assert!(text.contains("ringmq_build_info{version=\""), "{text}");
+    assert!(sample(text, "process_resident_memory_bytes").unwrap() > 0.0);
+    assert!(sample(text, "process_open_fds").unwrap() > 0.0);
+    // The latency histogram: every send in the +Inf bucket, summed over the shards.
+    assert_eq!(
+        total(text, "ringmq_request_latency_seconds_count{")
+            - text
+                .lines()
+                .filter(|l| {
+                    l.starts_with("ringmq_request_latency_seconds_count{")
+                        && !l.contains("family=\"send\"")
+                })
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+                .sum::<f64>(),
+        messages as f64
+    );
+    let sends_in_inf: f64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("ringmq_request_latency_seconds_bucket{")
+                && l.contains("family=\"send\"")
+                && l.contains("le=\"+Inf\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(sends_in_inf, messages as f64);
+    // Codes by name as well as number.
+    assert!(
+        text.contains("code=\"10\",name=\"SEND_MESSAGE\"}"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_node_measures_rates_and_shows_operator_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = common::node_config(dir.path());
+    options.shards = 2;
+    options.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
+    let node = ringmq::node::start(options).unwrap();
+    let metrics = node.metrics_addr().expect("a metrics endpoint");
+    let health = get(metrics, "/health");
+    assert!(health.starts_with("HTTP/1.1 200 OK"), "{health}");
+    assert!(
+        health.ends_with("ready: 2 of 2 shards serving\n"),
+        "{health}"
+    );
+
+    let messages = QUEUES as i64 * PER_QUEUE;
+    let mut raw = Raw::connect(node.addr());
+    send_pull_and_commit(&mut raw);
     // The broker's rates: sampled every second.
     common::wait_for(Duration::from_secs(10), "putTps above 0", || {
         let answer = raw.call(command(request::GET_BROKER_RUNTIME_INFO, &[]));
@@ -221,70 +297,6 @@ fn the_node_measures_rates_and_shows_operator_metrics() {
         },
     );
     check_exposition(&text);
-    let pair = format!("group=\"{GROUP}\",topic=\"{TOPIC}\"");
-    let topic = format!("topic=\"{TOPIC}\"");
-    let expect = [
-        (
-            format!("ringmq_topic_messages_in_total{{{topic}}}"),
-            messages as f64,
-        ),
-        (
-            format!("ringmq_topic_messages_out_total{{{topic}}}"),
-            messages as f64,
-        ),
-        (
-            format!("ringmq_group_messages_out_total{{{pair}}}"),
-            messages as f64,
-        ),
-        (
-            format!("ringmq_consumer_lag_messages{{{pair}}}"),
-            (messages - COMMITTED) as f64,
-        ),
-    ];
-    for (series, value) in &expect {
-        assert_eq!(sample(&text, series), Some(*value), "{series} in\n{text}");
-    }
-    // Every record holds its 100-byte body and its headers.
-    for family in [
-        "ringmq_topic_bytes_in_total",
-        "ringmq_topic_bytes_out_total",
-    ] {
-        let bytes = sample(&text, &format!("{family}{{{topic}}}")).unwrap();
-        assert!(bytes > (messages * 100) as f64, "{family} {bytes}");
-    }
-    assert!(total(&text, "ringmq_store_size_bytes{") > 0.0, "{text}");
-    assert!(total(&text, "ringmq_commitlog_max_offset{") > (messages * 100) as f64);
-    assert_eq!(total(&text, "ringmq_stats_keys_over_cap{"), 0.0);
-    assert!(text.contains("ringmq_build_info{version=\""), "{text}");
-    assert!(sample(&text, "process_resident_memory_bytes").unwrap() > 0.0);
-    assert!(sample(&text, "process_open_fds").unwrap() > 0.0);
-    // The latency histogram: every send in the +Inf bucket, summed over the shards.
-    assert_eq!(
-        total(&text, "ringmq_request_latency_seconds_count{")
-            - text
-                .lines()
-                .filter(|l| {
-                    l.starts_with("ringmq_request_latency_seconds_count{")
-                        && !l.contains("family=\"send\"")
-                })
-                .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-                .sum::<f64>(),
-        messages as f64
-    );
-    let sends_in_inf: f64 = text
-        .lines()
-        .filter(|l| {
-            l.starts_with("ringmq_request_latency_seconds_bucket{")
-                && l.contains("family=\"send\"")
-                && l.contains("le=\"+Inf\"")
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum();
-    assert_eq!(sends_in_inf, messages as f64);
-    // Codes by name as well as number.
-    assert!(
-        text.contains("code=\"10\",name=\"SEND_MESSAGE\"}"),
-        "{text}"
-    );
+    operator_metrics_hold_what_was_done(&text, messages);
     node.shutdown().unwrap();
 }

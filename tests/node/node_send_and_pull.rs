@@ -26,167 +26,190 @@ fn sent_messages_come_back_from_pull_with_their_ids_and_offsets() {
     let addr = node.addr();
     run_local(false, async move {
         let client = Client::connect(addr).await.unwrap();
-        let mut sent = Vec::new();
-        for i in 0..6 {
-            let body = format!("message {i}");
-            let tags = if i % 2 == 0 { "TagA" } else { "TagB" };
-            let cmd = if i < 3 {
-                send_request_v1("TopicTest", 1, body.as_bytes(), Some(tags), Some("k1 k2"))
-            } else {
-                send_request_v2("TopicTest", 1, body.as_bytes(), Some(tags), None)
-            };
-            assert_eq!(
-                cmd.code,
-                if i < 3 {
-                    request::SEND_MESSAGE
-                } else {
-                    request::SEND_MESSAGE_V2
-                }
-            );
-            let answer = client.request(cmd).await.unwrap();
-            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-            assert!(answer.is_response());
-            assert_eq!(ext(&answer, "queueId"), "1");
-            assert_eq!(ext(&answer, "queueOffset"), i.to_string());
-            assert!(!ext(&answer, "transactionId").is_empty());
-            let msg_id = ext(&answer, "msgId").to_string();
-            assert_eq!(msg_id.len(), 32);
-            assert!(msg_id
-                .chars()
-                .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
-            sent.push((body, msg_id, ext(&answer, "transactionId").to_string()));
-        }
-
-        let answer = client.pull("TopicTest", 1, 0, 32, None).await.unwrap();
-        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-        assert_eq!(ext(&answer, "nextBeginOffset"), "6");
-        assert_eq!(ext(&answer, "minOffset"), "0");
-        assert_eq!(ext(&answer, "maxOffset"), "6");
-        assert_eq!(ext(&answer, "suggestWhichBrokerId"), "0");
-        let pulled = records(&answer.body);
-        assert_eq!(pulled.len(), 6);
-        for (i, (record, (body, msg_id, uniq_key))) in pulled.iter().zip(&sent).enumerate() {
-            assert_eq!(record.body, body.as_bytes());
-            assert_eq!(record.queue_offset, i as i64);
-            assert_eq!(record.topic, "TopicTest");
-            assert_eq!(record.store_host, addr);
-            let (host, phys) = decode_offset_msg_id(msg_id).expect("an offsetMsgId");
-            assert_eq!(host, addr);
-            assert_eq!(phys, record.phys_offset as u64);
-            assert_eq!(
-                properties::get(record.properties, properties::UNIQ_KEY),
-                Some(uniq_key.as_str())
-            );
-            assert_eq!(record.born_host.ip(), addr.ip());
-        }
-
-        // From the middle, a limited count.
-        let answer = client.pull("TopicTest", 1, 2, 3, None).await.unwrap();
-        let offsets: Vec<i64> = records(&answer.body)
-            .iter()
-            .map(|r| r.queue_offset)
-            .collect();
-        assert_eq!(offsets, [2, 3, 4]);
-        assert_eq!(ext(&answer, "nextBeginOffset"), "5");
-
-        // A tag subscription keeps only the matching messages.
-        let answer = client
-            .request(pull_request("TopicTest", 1, 0, 32, None, Some("TagB")))
-            .await
-            .unwrap();
-        assert_eq!(answer.code, response::SUCCESS);
-        let bodies: Vec<&[u8]> = records(&answer.body).iter().map(|r| r.body).collect();
-        assert_eq!(bodies, [&b"message 1"[..], b"message 3", b"message 5"]);
-        let answer = client
-            .request(pull_request(
-                "TopicTest",
-                1,
-                0,
-                32,
-                None,
-                Some("TagA || TagB"),
-            ))
-            .await
-            .unwrap();
-        assert_eq!(records(&answer.body).len(), 6);
-        let answer = client
-            .request(pull_request("TopicTest", 1, 0, 32, None, Some("TagC")))
-            .await
-            .unwrap();
-        assert_eq!(answer.code, response::PULL_RETRY_IMMEDIATELY, "{answer:?}");
-        assert_eq!(ext(&answer, "nextBeginOffset"), "6");
-
-        // Past the end, before the start of an empty queue, too far.
-        let answer = client.pull("TopicTest", 1, 6, 32, None).await.unwrap();
-        assert_eq!(answer.code, response::PULL_NOT_FOUND);
-        assert_eq!(ext(&answer, "nextBeginOffset"), "6");
-        let answer = client.pull("TopicTest", 1, 9, 32, None).await.unwrap();
-        assert_eq!(answer.code, response::PULL_OFFSET_MOVED);
-        assert_eq!(ext(&answer, "nextBeginOffset"), "6");
-        let answer = client.pull("TopicTest", 2, 0, 32, None).await.unwrap();
-        assert_eq!(answer.code, response::PULL_NOT_FOUND);
-        assert_eq!(ext(&answer, "maxOffset"), "0");
-
-        // Offset queries.
-        let answer = client
-            .request(queue_request(request::GET_MAX_OFFSET, "TopicTest", 1))
-            .await
-            .unwrap();
-        assert_eq!(
-            (answer.code, ext(&answer, "offset")),
-            (response::SUCCESS, "6")
-        );
-        let answer = client
-            .request(queue_request(request::GET_MIN_OFFSET, "TopicTest", 1))
-            .await
-            .unwrap();
-        assert_eq!(
-            (answer.code, ext(&answer, "offset")),
-            (response::SUCCESS, "0")
-        );
-        let answer = client
-            .request(queue_request(
-                request::GET_EARLIEST_MSG_STORETIME,
-                "TopicTest",
-                1,
-            ))
-            .await
-            .unwrap();
-        assert_eq!(answer.code, response::SUCCESS);
-        let earliest: i64 = ext(&answer, "timestamp").parse().unwrap();
-        assert_eq!(earliest, pulled[0].store_timestamp);
-        let answer = client
-            .request(queue_request(
-                request::GET_EARLIEST_MSG_STORETIME,
-                "TopicTest",
-                3,
-            ))
-            .await
-            .unwrap();
-        assert_eq!(ext(&answer, "timestamp"), "-1");
-
-        let search = |timestamp: i64| {
-            let mut cmd = queue_request(request::SEARCH_OFFSET_BY_TIMESTAMP, "TopicTest", 1);
-            cmd.put_ext("timestamp", timestamp);
-            cmd
-        };
-        let answer = client.request(search(0)).await.unwrap();
-        assert_eq!(
-            (answer.code, ext(&answer, "offset")),
-            (response::SUCCESS, "0")
-        );
-        let answer = client
-            .request(search(pulled[4].store_timestamp))
-            .await
-            .unwrap();
-        let found: u64 = ext(&answer, "offset").parse().unwrap();
-        // The first message stored at or after that time: offset 4, or earlier ones that
-        // share its millisecond.
-        assert!(found <= 4 && pulled[found as usize].store_timestamp == pulled[4].store_timestamp);
-        let answer = client.request(search(i64::MAX)).await.unwrap();
-        assert_eq!(ext(&answer, "offset"), "6");
+        let sent = send_six_with_both_headers(&client).await;
+        let store_timestamps = pull_all_six(&client, addr, &sent).await;
+        pull_from_the_middle_and_by_tag(&client).await;
+        pull_outside_the_queue(&client).await;
+        query_offsets(&client, &store_timestamps).await;
     });
     node.shutdown().unwrap();
+}
+
+/// Six sends to TopicTest queue 1, three with V1 headers and three with V2; each send's
+/// (body, msgId, transactionId).
+async fn send_six_with_both_headers(client: &Client) -> Vec<(String, String, String)> {
+    let mut sent = Vec::new();
+    for i in 0..6 {
+        let body = format!("message {i}");
+        let tags = if i % 2 == 0 { "TagA" } else { "TagB" };
+        let cmd = if i < 3 {
+            send_request_v1("TopicTest", 1, body.as_bytes(), Some(tags), Some("k1 k2"))
+        } else {
+            send_request_v2("TopicTest", 1, body.as_bytes(), Some(tags), None)
+        };
+        assert_eq!(
+            cmd.code,
+            if i < 3 {
+                request::SEND_MESSAGE
+            } else {
+                request::SEND_MESSAGE_V2
+            }
+        );
+        let answer = client.request(cmd).await.unwrap();
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        assert!(answer.is_response());
+        assert_eq!(ext(&answer, "queueId"), "1");
+        assert_eq!(ext(&answer, "queueOffset"), i.to_string());
+        assert!(!ext(&answer, "transactionId").is_empty());
+        let msg_id = ext(&answer, "msgId").to_string();
+        assert_eq!(msg_id.len(), 32);
+        assert!(msg_id
+            .chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
+        sent.push((body, msg_id, ext(&answer, "transactionId").to_string()));
+    }
+    sent
+}
+
+/// The six come back whole from one pull; their store timestamps, in offset order.
+async fn pull_all_six(
+    client: &Client,
+    addr: std::net::SocketAddr,
+    sent: &[(String, String, String)],
+) -> Vec<i64> {
+    let answer = client.pull("TopicTest", 1, 0, 32, None).await.unwrap();
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    assert_eq!(ext(&answer, "nextBeginOffset"), "6");
+    assert_eq!(ext(&answer, "minOffset"), "0");
+    assert_eq!(ext(&answer, "maxOffset"), "6");
+    assert_eq!(ext(&answer, "suggestWhichBrokerId"), "0");
+    let pulled = records(&answer.body);
+    assert_eq!(pulled.len(), 6);
+    for (i, (record, (body, msg_id, uniq_key))) in pulled.iter().zip(sent).enumerate() {
+        assert_eq!(record.body, body.as_bytes());
+        assert_eq!(record.queue_offset, i as i64);
+        assert_eq!(record.topic, "TopicTest");
+        assert_eq!(record.store_host, addr);
+        let (host, phys) = decode_offset_msg_id(msg_id).expect("an offsetMsgId");
+        assert_eq!(host, addr);
+        assert_eq!(phys, record.phys_offset as u64);
+        assert_eq!(
+            properties::get(record.properties, properties::UNIQ_KEY),
+            Some(uniq_key.as_str())
+        );
+        assert_eq!(record.born_host.ip(), addr.ip());
+    }
+    pulled.iter().map(|r| r.store_timestamp).collect()
+}
+
+async fn pull_from_the_middle_and_by_tag(client: &Client) {
+    // From the middle, a limited count.
+    let answer = client.pull("TopicTest", 1, 2, 3, None).await.unwrap();
+    let offsets: Vec<i64> = records(&answer.body)
+        .iter()
+        .map(|r| r.queue_offset)
+        .collect();
+    assert_eq!(offsets, [2, 3, 4]);
+    assert_eq!(ext(&answer, "nextBeginOffset"), "5");
+
+    // A tag subscription keeps only the matching messages.
+    let answer = client
+        .request(pull_request("TopicTest", 1, 0, 32, None, Some("TagB")))
+        .await
+        .unwrap();
+    assert_eq!(answer.code, response::SUCCESS);
+    let bodies: Vec<&[u8]> = records(&answer.body).iter().map(|r| r.body).collect();
+    assert_eq!(bodies, [&b"message 1"[..], b"message 3", b"message 5"]);
+    let answer = client
+        .request(pull_request(
+            "TopicTest",
+            1,
+            0,
+            32,
+            None,
+            Some("TagA || TagB"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(records(&answer.body).len(), 6);
+    let answer = client
+        .request(pull_request("TopicTest", 1, 0, 32, None, Some("TagC")))
+        .await
+        .unwrap();
+    assert_eq!(answer.code, response::PULL_RETRY_IMMEDIATELY, "{answer:?}");
+    assert_eq!(ext(&answer, "nextBeginOffset"), "6");
+}
+
+async fn pull_outside_the_queue(client: &Client) {
+    // Past the end, before the start of an empty queue, too far.
+    let answer = client.pull("TopicTest", 1, 6, 32, None).await.unwrap();
+    assert_eq!(answer.code, response::PULL_NOT_FOUND);
+    assert_eq!(ext(&answer, "nextBeginOffset"), "6");
+    let answer = client.pull("TopicTest", 1, 9, 32, None).await.unwrap();
+    assert_eq!(answer.code, response::PULL_OFFSET_MOVED);
+    assert_eq!(ext(&answer, "nextBeginOffset"), "6");
+    let answer = client.pull("TopicTest", 2, 0, 32, None).await.unwrap();
+    assert_eq!(answer.code, response::PULL_NOT_FOUND);
+    assert_eq!(ext(&answer, "maxOffset"), "0");
+}
+
+/// GET_MAX/MIN_OFFSET, GET_EARLIEST_MSG_STORETIME and SEARCH_OFFSET_BY_TIMESTAMP.
+async fn query_offsets(client: &Client, store_timestamps: &[i64]) {
+    // Offset queries.
+    let answer = client
+        .request(queue_request(request::GET_MAX_OFFSET, "TopicTest", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer.code, ext(&answer, "offset")),
+        (response::SUCCESS, "6")
+    );
+    let answer = client
+        .request(queue_request(request::GET_MIN_OFFSET, "TopicTest", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer.code, ext(&answer, "offset")),
+        (response::SUCCESS, "0")
+    );
+    let answer = client
+        .request(queue_request(
+            request::GET_EARLIEST_MSG_STORETIME,
+            "TopicTest",
+            1,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(answer.code, response::SUCCESS);
+    let earliest: i64 = ext(&answer, "timestamp").parse().unwrap();
+    assert_eq!(earliest, store_timestamps[0]);
+    let answer = client
+        .request(queue_request(
+            request::GET_EARLIEST_MSG_STORETIME,
+            "TopicTest",
+            3,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ext(&answer, "timestamp"), "-1");
+
+    let search = |timestamp: i64| {
+        let mut cmd = queue_request(request::SEARCH_OFFSET_BY_TIMESTAMP, "TopicTest", 1);
+        cmd.put_ext("timestamp", timestamp);
+        cmd
+    };
+    let answer = client.request(search(0)).await.unwrap();
+    assert_eq!(
+        (answer.code, ext(&answer, "offset")),
+        (response::SUCCESS, "0")
+    );
+    let answer = client.request(search(store_timestamps[4])).await.unwrap();
+    let found: u64 = ext(&answer, "offset").parse().unwrap();
+    // The first message stored at or after that time: offset 4, or earlier ones that
+    // share its millisecond.
+    assert!(found <= 4 && store_timestamps[found as usize] == store_timestamps[4]);
+    let answer = client.request(search(i64::MAX)).await.unwrap();
+    assert_eq!(ext(&answer, "offset"), "6");
 }
 
 #[test]

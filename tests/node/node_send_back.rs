@@ -94,12 +94,9 @@ fn wait_for_messages(raw: &mut Raw, topic: &str, count: usize) -> Vec<Pulled> {
     }
 }
 
-#[test]
-fn a_handed_back_message_is_retried_later_then_dead_lettered() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = ringmq::node::start(options(dir.path())).unwrap();
-    let mut raw = Raw::connect(node.addr());
-    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
+/// One message per queue, so some live on each shard: each one's (physical offset,
+/// UNIQ_KEY, msgId).
+fn send_one_per_queue(raw: &mut Raw) -> Vec<(i64, String, String)> {
     // One message per queue, so some live on each shard.
     let mut originals = Vec::new();
     for queue in 0..QUEUES {
@@ -115,24 +112,17 @@ fn a_handed_back_message_is_retried_later_then_dead_lettered() {
         let uniq = sent.ext_fields["transactionId"].to_string();
         originals.push((phys as i64, uniq, sent.ext_fields["msgId"].to_string()));
     }
-    let shards: std::collections::BTreeSet<i64> =
-        originals.iter().map(|(phys, _, _)| phys >> 56).collect();
-    assert_eq!(shards.len(), 2, "the originals live on both shards");
+    originals
+}
 
-    // First send-back of each: level 0 means 3 + reconsumeTimes 0 = level 3 (600 ms).
-    let handed_back = Instant::now();
-    for (phys, _, _) in &originals {
-        let answer = send_back(&mut raw, *phys, 0, None);
-        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-    }
-    let retry_topic = format!("%RETRY%{GROUP}");
-    let retries = wait_for_messages(&mut raw, &retry_topic, originals.len());
-    assert!(
-        handed_back.elapsed() >= Duration::from_millis(600),
-        "retries arrived after {:?}, before their 600 ms level",
-        handed_back.elapsed()
-    );
-    for retry in &retries {
+/// Each retry is in the retry topic, tried once, and keeps its original's topic, tags,
+/// keys and id.
+fn retries_carry_their_origin(
+    retries: &[Pulled],
+    retry_topic: &str,
+    originals: &[(i64, String, String)],
+) {
+    for retry in retries {
         assert_eq!(retry.topic, retry_topic);
         assert_eq!(retry.reconsume_times, 1, "{retry:?}");
         let props = &retry.properties;
@@ -156,6 +146,60 @@ fn a_handed_back_message_is_retried_later_then_dead_lettered() {
             Some(original_id.as_str())
         );
     }
+}
+
+fn bad_send_backs_are_refused(raw: &mut Raw, originals: &[(i64, String, String)]) {
+    // Bad input.
+    let inside = send_back(raw, originals[0].0 + 1, 0, None);
+    assert_eq!(inside.code, response::SYSTEM_ERROR, "{inside:?}");
+    assert!(inside
+        .remark
+        .as_deref()
+        .unwrap()
+        .contains("look message by offset failed"));
+    let nowhere = send_back(raw, 7 << 56, 0, None);
+    assert_eq!(nowhere.code, response::SYSTEM_ERROR, "{nowhere:?}");
+    let bad_group = raw.call(command(
+        request::CONSUMER_SEND_MSG_BACK,
+        &[("offset", "0"), ("group", "bad group"), ("delayLevel", "0")],
+    ));
+    assert_eq!(bad_group.code, response::SYSTEM_ERROR, "{bad_group:?}");
+    let missing = raw.call(command(
+        request::CONSUMER_SEND_MSG_BACK,
+        &[("offset", "0"), ("group", GROUP)],
+    ));
+    assert_ne!(missing.code, response::SUCCESS, "{missing:?}");
+    assert!(
+        missing.remark.as_deref().unwrap().contains("delayLevel"),
+        "{missing:?}"
+    );
+}
+
+#[test]
+fn a_handed_back_message_is_retried_later_then_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = ringmq::node::start(options(dir.path())).unwrap();
+    let mut raw = Raw::connect(node.addr());
+    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
+    let originals = send_one_per_queue(&mut raw);
+    let shards: std::collections::BTreeSet<i64> =
+        originals.iter().map(|(phys, _, _)| phys >> 56).collect();
+    assert_eq!(shards.len(), 2, "the originals live on both shards");
+
+    // First send-back of each: level 0 means 3 + reconsumeTimes 0 = level 3 (600 ms).
+    let handed_back = Instant::now();
+    for (phys, _, _) in &originals {
+        let answer = send_back(&mut raw, *phys, 0, None);
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    }
+    let retry_topic = format!("%RETRY%{GROUP}");
+    let retries = wait_for_messages(&mut raw, &retry_topic, originals.len());
+    assert!(
+        handed_back.elapsed() >= Duration::from_millis(600),
+        "retries arrived after {:?}, before their 600 ms level",
+        handed_back.elapsed()
+    );
+    retries_carry_their_origin(&retries, &retry_topic, &originals);
 
     // The retry handed back again with maxReconsumeTimes 1: tried once already, so DLQ.
     let retry = &retries[0];
@@ -182,30 +226,7 @@ fn a_handed_back_message_is_retried_later_then_dead_lettered() {
     assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
     wait_for_messages(&mut raw, &dlq_topic, 2);
 
-    // Bad input.
-    let inside = send_back(&mut raw, originals[0].0 + 1, 0, None);
-    assert_eq!(inside.code, response::SYSTEM_ERROR, "{inside:?}");
-    assert!(inside
-        .remark
-        .as_deref()
-        .unwrap()
-        .contains("look message by offset failed"));
-    let nowhere = send_back(&mut raw, 7 << 56, 0, None);
-    assert_eq!(nowhere.code, response::SYSTEM_ERROR, "{nowhere:?}");
-    let bad_group = raw.call(command(
-        request::CONSUMER_SEND_MSG_BACK,
-        &[("offset", "0"), ("group", "bad group"), ("delayLevel", "0")],
-    ));
-    assert_eq!(bad_group.code, response::SYSTEM_ERROR, "{bad_group:?}");
-    let missing = raw.call(command(
-        request::CONSUMER_SEND_MSG_BACK,
-        &[("offset", "0"), ("group", GROUP)],
-    ));
-    assert_ne!(missing.code, response::SUCCESS, "{missing:?}");
-    assert!(
-        missing.remark.as_deref().unwrap().contains("delayLevel"),
-        "{missing:?}"
-    );
+    bad_send_backs_are_refused(&mut raw, &originals);
     node.shutdown().unwrap();
 }
 

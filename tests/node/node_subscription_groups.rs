@@ -47,6 +47,73 @@ fn pull(raw: &mut Raw, group: &str) -> RemotingCommand {
     raw.call(pull)
 }
 
+fn bad_updates_are_refused_naming_the_field(raw: &mut Raw) {
+    // Bad input.
+    for (body, expected) in [
+        (
+            json!({"groupName": GROUP, "retryMaxTimes": -1}),
+            "retryMaxTimes",
+        ),
+        (
+            json!({"groupName": GROUP, "retryQueueNums": 0}),
+            "retryQueueNums",
+        ),
+        (json!({"groupName": "bad group"}), "group"),
+        (json!({"retryMaxTimes": 3}), "groupName"),
+    ] {
+        let answer = update(raw, &body);
+        assert_eq!(answer.code, response::SYSTEM_ERROR, "{body}: {answer:?}");
+        let remark = answer.remark.unwrap_or_default();
+        assert!(remark.contains(expected), "{body}: {remark}");
+    }
+}
+
+fn delete_with_clean_offset_removes_the_group_and_its_offsets(raw: &mut Raw) {
+    // 207 with cleanOffset: the group and its offsets go.
+    let commit = raw.call(command(
+        request::UPDATE_CONSUMER_OFFSET,
+        &[
+            ("consumerGroup", GROUP),
+            ("topic", TOPIC),
+            ("queueId", "0"),
+            ("commitOffset", "1"),
+        ],
+    ));
+    assert_eq!(commit.code, response::SUCCESS, "{commit:?}");
+    let answer = raw.call(command(
+        request::DELETE_SUBSCRIPTIONGROUP,
+        &[("groupName", GROUP), ("cleanOffset", "true")],
+    ));
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    let table = groups(raw);
+    assert!(
+        table["subscriptionGroupTable"].get(GROUP).is_none(),
+        "{table}"
+    );
+    // setZeroIfNotFound=false asks for the stored offset only (without it a queue whose
+    // first message is in memory answers 0 for any group).
+    let offset = raw.call(command(
+        request::QUERY_CONSUMER_OFFSET,
+        &[
+            ("consumerGroup", GROUP),
+            ("topic", TOPIC),
+            ("queueId", "0"),
+            ("setZeroIfNotFound", "false"),
+        ],
+    ));
+    assert_ne!(
+        offset.code,
+        response::SUCCESS,
+        "the offsets went: {offset:?}"
+    );
+    // Deleting again is still SUCCESS, as Java answers.
+    let again = raw.call(command(
+        request::DELETE_SUBSCRIPTIONGROUP,
+        &[("groupName", GROUP)],
+    ));
+    assert_eq!(again.code, response::SUCCESS, "{again:?}");
+}
+
 #[test]
 fn groups_are_created_configured_listed_persisted_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
@@ -77,24 +144,7 @@ fn groups_are_created_configured_listed_persisted_and_deleted() {
     assert_eq!(refused.code, response::NO_PERMISSION, "{refused:?}");
     assert!(refused.remark.as_deref().unwrap().contains(GROUP));
 
-    // Bad input.
-    for (body, expected) in [
-        (
-            json!({"groupName": GROUP, "retryMaxTimes": -1}),
-            "retryMaxTimes",
-        ),
-        (
-            json!({"groupName": GROUP, "retryQueueNums": 0}),
-            "retryQueueNums",
-        ),
-        (json!({"groupName": "bad group"}), "group"),
-        (json!({"retryMaxTimes": 3}), "groupName"),
-    ] {
-        let answer = update(&mut raw, &body);
-        assert_eq!(answer.code, response::SYSTEM_ERROR, "{body}: {answer:?}");
-        let remark = answer.remark.unwrap_or_default();
-        assert!(remark.contains(expected), "{body}: {remark}");
-    }
+    bad_updates_are_refused_naming_the_field(&mut raw);
     let answer = raw.call(command(request::DELETE_SUBSCRIPTIONGROUP, &[]));
     assert_ne!(answer.code, response::SUCCESS, "no groupName: {answer:?}");
 
@@ -110,49 +160,7 @@ fn groups_are_created_configured_listed_persisted_and_deleted() {
     assert_eq!(config["groupRetryPolicy"]["type"], "CUSTOMIZED");
     assert_eq!(pull(&mut raw, GROUP).code, response::NO_PERMISSION);
 
-    // 207 with cleanOffset: the group and its offsets go.
-    let commit = raw.call(command(
-        request::UPDATE_CONSUMER_OFFSET,
-        &[
-            ("consumerGroup", GROUP),
-            ("topic", TOPIC),
-            ("queueId", "0"),
-            ("commitOffset", "1"),
-        ],
-    ));
-    assert_eq!(commit.code, response::SUCCESS, "{commit:?}");
-    let answer = raw.call(command(
-        request::DELETE_SUBSCRIPTIONGROUP,
-        &[("groupName", GROUP), ("cleanOffset", "true")],
-    ));
-    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-    let table = groups(&mut raw);
-    assert!(
-        table["subscriptionGroupTable"].get(GROUP).is_none(),
-        "{table}"
-    );
-    // setZeroIfNotFound=false asks for the stored offset only (without it a queue whose
-    // first message is in memory answers 0 for any group).
-    let offset = raw.call(command(
-        request::QUERY_CONSUMER_OFFSET,
-        &[
-            ("consumerGroup", GROUP),
-            ("topic", TOPIC),
-            ("queueId", "0"),
-            ("setZeroIfNotFound", "false"),
-        ],
-    ));
-    assert_ne!(
-        offset.code,
-        response::SUCCESS,
-        "the offsets went: {offset:?}"
-    );
-    // Deleting again is still SUCCESS, as Java answers.
-    let again = raw.call(command(
-        request::DELETE_SUBSCRIPTIONGROUP,
-        &[("groupName", GROUP)],
-    ));
-    assert_eq!(again.code, response::SUCCESS, "{again:?}");
+    delete_with_clean_offset_removes_the_group_and_its_offsets(&mut raw);
     node.shutdown().unwrap();
 }
 

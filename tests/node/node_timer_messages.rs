@@ -298,6 +298,28 @@ fn a_cancelled_timer_message_is_not_delivered() {
     node.shutdown().unwrap();
 }
 
+/// The sorted runs shard `shard`'s timer store has written (`run-*` files).
+fn timer_runs(root: &std::path::Path, shard: u8) -> usize {
+    let timer_dir = root.join(format!("shard-{shard}/timer"));
+    std::fs::read_dir(&timer_dir)
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("run-")
+        })
+        .count()
+}
+
+/// Shard 0's timer checkpoint, as JSON.
+fn timer_checkpoint(root: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(root.join("shard-0/timer/checkpoint.json")).unwrap())
+        .unwrap()
+}
+
 #[test]
 fn pending_timers_written_out_as_runs_survive_a_restart_and_all_arrive_never_early() {
     let dir = tempfile::tempdir().unwrap();
@@ -328,22 +350,7 @@ fn pending_timers_written_out_as_runs_survive_a_restart_and_all_arrive_never_ear
     });
     drop(raw);
     node.shutdown().unwrap();
-    let runs: usize = (0..2)
-        .map(|shard| {
-            let timer_dir = dir.path().join(format!("shard-{shard}/timer"));
-            std::fs::read_dir(&timer_dir)
-                .unwrap()
-                .filter(|entry| {
-                    entry
-                        .as_ref()
-                        .unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .starts_with("run-")
-                })
-                .count()
-        })
-        .sum();
+    let runs: usize = (0..2).map(|shard| timer_runs(dir.path(), shard)).sum();
     assert!(runs > 0, "the timer stores wrote runs");
 
     let node = start(opts);
@@ -426,10 +433,7 @@ fn timers_buffered_past_one_index_batch_all_arrive_after_a_restart_when_already_
     });
     drop(raw);
     node.shutdown().unwrap();
-    let checkpoint: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("shard-0/timer/checkpoint.json")).unwrap(),
-    )
-    .unwrap();
+    let checkpoint = timer_checkpoint(dir.path());
     assert_eq!(
         (
             checkpoint["runsCover"].as_u64(),

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use common::serve::serve_command;
 use common::{consumer_heartbeat, run_local};
-use ringmq::admin::time::format_utc;
 use ringmq::client::{send_request_v1, Client};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
+use ringmq::tools::admin::time::format_utc;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
@@ -417,28 +417,8 @@ fn cluster_and_broker_status() {
     assert_eq!(keys.len(), table.len());
 }
 
-#[test]
-fn message_queries_by_key_unique_key_id_and_offset() {
-    let node = Node::start(2);
-    create_topic(&node, "Findable", 4);
-    let long = "x".repeat(500);
-    let mut messages: Vec<(i32, Vec<u8>, String)> = (0..8)
-        .map(|i| {
-            (
-                i % 4,
-                format!("message {i}").into_bytes(),
-                format!("k{i} shared"),
-            )
-        })
-        .collect();
-    messages[0].1 = long.clone().into_bytes();
-    messages[7].1 = vec![0xff, 0xfe, 0xfd];
-    let with_keys: Vec<(i32, Vec<u8>, Option<&str>)> = messages
-        .iter()
-        .map(|(q, b, k)| (*q, b.clone(), Some(k.as_str())))
-        .collect();
-    let sent = send(&node, "Findable", &with_keys);
-
+/// query-key: one key, a key every message shares, time windows, unknowns.
+fn query_by_key(node: &Node, sent: &[Sent]) {
     let found = node.json(&["query-key", "--topic", "Findable", "--key", "k3"]);
     let list = found["messages"].as_array().unwrap();
     assert_eq!(list.len(), 1, "{found}");
@@ -478,7 +458,9 @@ fn message_queries_by_key_unique_key_id_and_offset() {
     assert_eq!(windowed["messages"].as_array().unwrap().len(), 1);
     node.fails(1, &["query-key", "--topic", "Findable", "--key", "nope"]);
     node.fails(1, &["query-key", "--topic", "Unknown", "--key", "k1"]);
+}
 
+fn query_by_unique_key(node: &Node, sent: &[Sent]) {
     let by_uniq = node.json(&["query-uniq", "--topic", "Findable", "--id", &sent[5].uniq]);
     let list = by_uniq["messages"].as_array().unwrap();
     assert_eq!(list.len(), 1, "{by_uniq}");
@@ -497,7 +479,9 @@ fn message_queries_by_key_unique_key_id_and_offset() {
         1,
         &["query-uniq", "--topic", "Unknown", "--id", &sent[5].uniq],
     );
+}
 
+fn query_by_offset_msg_id(node: &Node, sent: &[Sent], long: &str) {
     // By offsetMsgId: the store host comes from the id. No --broker, and a name server
     // where nothing listens, so neither names the node: only the id's host can.
     let run = admin(&[
@@ -519,21 +503,19 @@ fn message_queries_by_key_unique_key_id_and_offset() {
         human.stdout.contains(&format!("{}...", &long[..200])),
         "{human:?}"
     );
-    assert!(!human.stdout.contains(&long), "{human:?}");
+    assert!(!human.stdout.contains(long), "{human:?}");
     assert!(human.stdout.contains("body size:"), "{human:?}");
     let binary = node.admin(&["query-id", "--id", &sent[7].msg_id]);
     assert!(binary.stdout.contains("(not UTF-8)"), "{binary:?}");
     let full = node.json(&["query-id", "--id", &sent[0].msg_id]);
-    assert_eq!(
-        full["messages"][0]["body"],
-        long.as_str(),
-        "JSON has the whole body"
-    );
+    assert_eq!(full["messages"][0]["body"], long, "JSON has the whole body");
     // An id whose offset starts no record: not found.
     let (host, phys) = ringmq::broker::ids::decode_offset_msg_id(&sent[6].msg_id).unwrap();
     let inside = ringmq::broker::ids::offset_msg_id(host, phys + 1);
     node.fails(1, &["query-id", "--id", &inside]);
+}
 
+fn query_by_queue_offset(node: &Node) {
     // By queue offset: message 6 is the second of queue 2.
     let at = node.json(&[
         "query-offset",
@@ -586,16 +568,38 @@ fn message_queries_by_key_unique_key_id_and_offset() {
 }
 
 #[test]
-fn consumer_progress_connections_and_groups() {
-    let node = Node::start(1);
-    create_topic(&node, "Events", 2);
-    let messages: Vec<(i32, Vec<u8>, Option<&str>)> = [0, 0, 0, 0, 0, 1, 1, 1]
-        .iter()
-        .map(|&q| (q, b"e".to_vec(), None))
+fn message_queries_by_key_unique_key_id_and_offset() {
+    let node = Node::start(2);
+    create_topic(&node, "Findable", 4);
+    let long = "x".repeat(500);
+    let mut messages: Vec<(i32, Vec<u8>, String)> = (0..8)
+        .map(|i| {
+            (
+                i % 4,
+                format!("message {i}").into_bytes(),
+                format!("k{i} shared"),
+            )
+        })
         .collect();
-    send(&node, "Events", &messages);
-    commit(&node, "Readers", "Events", &[(0, 2), (1, 3)]);
+    messages[0].1 = long.clone().into_bytes();
+    messages[7].1 = vec![0xff, 0xfe, 0xfd];
+    let with_keys: Vec<(i32, Vec<u8>, Option<&str>)> = messages
+        .iter()
+        .map(|(q, b, k)| (*q, b.clone(), Some(k.as_str())))
+        .collect();
+    let sent = send(&node, "Findable", &with_keys);
 
+    query_by_key(&node, &sent);
+
+    query_by_unique_key(&node, &sent);
+
+    query_by_offset_msg_id(&node, &sent, &long);
+
+    query_by_queue_offset(&node);
+}
+
+/// consumer-progress of a group that committed 2 of 5 on queue 0 and all 3 of queue 1.
+fn progress_shows_the_lag(node: &Node) {
     let progress = node.json(&[
         "consumer-progress",
         "--group",
@@ -626,6 +630,20 @@ fn consumer_progress_connections_and_groups() {
             "Missing",
         ],
     );
+}
+
+#[test]
+fn consumer_progress_connections_and_groups() {
+    let node = Node::start(1);
+    create_topic(&node, "Events", 2);
+    let messages: Vec<(i32, Vec<u8>, Option<&str>)> = [0, 0, 0, 0, 0, 1, 1, 1]
+        .iter()
+        .map(|&q| (q, b"e".to_vec(), None))
+        .collect();
+    send(&node, "Events", &messages);
+    commit(&node, "Readers", "Events", &[(0, 2), (1, 3)]);
+
+    progress_shows_the_lag(&node);
 
     // A consumer online while the admin asks: its connection and subscription.
     let addr = node.addr;
@@ -666,17 +684,8 @@ fn consumer_progress_connections_and_groups() {
     node.fails(1, &["consumer-connections", "--group", "Nobody"]);
 }
 
-#[test]
-fn reset_offset_by_time() {
-    let node = Node::start(1);
-    create_topic(&node, "Replay", 2);
-    let messages: Vec<(i32, Vec<u8>, Option<&str>)> = [0, 0, 0, 1, 1, 1]
-        .iter()
-        .map(|&q| (q, b"r".to_vec(), None))
-        .collect();
-    send(&node, "Replay", &messages);
-    commit(&node, "Rewinders", "Replay", &[(0, 3), (1, 3)]);
-
+/// Before the oldest message: every queue goes to its minimum, and the output says so.
+fn reset_before_the_oldest(node: &Node) {
     // Before the oldest message: every queue goes to its minimum, and the output says so.
     let reset = node.json(&[
         "reset-offset",
@@ -708,35 +717,10 @@ fn reset_offset_by_time() {
         "Replay",
     ]);
     assert_eq!(progress["totalLag"], 6, "the reset took: {progress}");
+}
 
-    // Now: every queue goes to its end; nothing to note. The human form names the time.
-    let human = node.admin(&[
-        "reset-offset",
-        "--group",
-        "Rewinders",
-        "--topic",
-        "Replay",
-        "--timestamp",
-        "now",
-        "--force",
-    ]);
-    assert_eq!(human.code, 0, "{human:?}");
-    assert!(!human.stdout.contains("note:"), "{human:?}");
-    let reset = node.json(&[
-        "reset-offset",
-        "--group",
-        "Rewinders",
-        "--topic",
-        "Replay",
-        "--timestamp",
-        "4102444800000",
-        "--force",
-    ]);
-    for id in [0, 1] {
-        assert_eq!(queue(&reset["queues"], id)["offset"], 3, "{reset}");
-    }
-    assert!(reset["note"].is_null(), "{reset}");
-
+/// An unknown topic or group is not found (1); a time that does not parse is bad input (2).
+fn bad_resets_fail(node: &Node) {
     let line = node.fails(
         1,
         &[
@@ -774,6 +758,50 @@ fn reset_offset_by_time() {
             "soon",
         ],
     );
+}
+
+#[test]
+fn reset_offset_by_time() {
+    let node = Node::start(1);
+    create_topic(&node, "Replay", 2);
+    let messages: Vec<(i32, Vec<u8>, Option<&str>)> = [0, 0, 0, 1, 1, 1]
+        .iter()
+        .map(|&q| (q, b"r".to_vec(), None))
+        .collect();
+    send(&node, "Replay", &messages);
+    commit(&node, "Rewinders", "Replay", &[(0, 3), (1, 3)]);
+
+    reset_before_the_oldest(&node);
+
+    // Now: every queue goes to its end; nothing to note. The human form names the time.
+    let human = node.admin(&[
+        "reset-offset",
+        "--group",
+        "Rewinders",
+        "--topic",
+        "Replay",
+        "--timestamp",
+        "now",
+        "--force",
+    ]);
+    assert_eq!(human.code, 0, "{human:?}");
+    assert!(!human.stdout.contains("note:"), "{human:?}");
+    let reset = node.json(&[
+        "reset-offset",
+        "--group",
+        "Rewinders",
+        "--topic",
+        "Replay",
+        "--timestamp",
+        "4102444800000",
+        "--force",
+    ]);
+    for id in [0, 1] {
+        assert_eq!(queue(&reset["queues"], id)["offset"], 3, "{reset}");
+    }
+    assert!(reset["note"].is_null(), "{reset}");
+
+    bad_resets_fail(&node);
 }
 
 #[test]
@@ -829,113 +857,116 @@ fn an_unreachable_or_silent_node_is_exit_3() {
     drop(silent);
 }
 
+/// Arguments the tool refuses as bad input (exit 2) before any request.
+const BAD_INPUT: &[&[&str]] = &[
+    &["query-id", "--id", "XYZ"],
+    &["query-id", "--id", "7F00000100002A9F000000000000100"],
+    &["query-id", "--id", "7F00000100002A9F000000000000100G"],
+    &["query-uniq", "--topic", "T", "--id", "not-an-id"],
+    &[
+        "query-key",
+        "--topic",
+        "T",
+        "--key",
+        "k",
+        "--begin",
+        "yesterday",
+    ],
+    &[
+        "query-key",
+        "--topic",
+        "T",
+        "--key",
+        "k",
+        "--end",
+        "2026-02-30T00:00:00Z",
+    ],
+    &[
+        "query-key",
+        "--topic",
+        "T",
+        "--key",
+        "k",
+        "--begin",
+        "now",
+        "--end",
+        "0",
+    ],
+    &["query-key", "--topic", "T", "--key", ""],
+    &["query-key", "--topic", "T", "--key", "k", "--max", "0"],
+    &[
+        "reset-offset",
+        "--group",
+        "G",
+        "--topic",
+        "T",
+        "--timestamp",
+        "tomorrow",
+    ],
+    &[
+        "reset-offset",
+        "--group",
+        "G",
+        "--topic",
+        "T",
+        "--timestamp",
+        "2026-12-02T10:00:00",
+    ],
+    &[
+        "reset-offset",
+        "--group",
+        "bad group",
+        "--topic",
+        "T",
+        "--timestamp",
+        "now",
+    ],
+    &["topic-create", "--topic", "bad topic!"],
+    &["topic-create", "--topic", "T", "--read-queues", "0"],
+    &["topic-create", "--topic", "T", "--perm", "16"],
+    // Neither readable nor writable, or bits a user does not give (inherit, priority).
+    &["topic-create", "--topic", "T", "--perm", "9"],
+    &["topic-create", "-t", "T", "-p", "0"],
+    &["topic-create", "-t", "T", "-p", "7", "--upsert"],
+    &["topic-update", "-t", "T", "-p", "1"],
+    &["group-create", "-g", "G", "-q", "0"],
+    &[
+        "group-create",
+        "-g",
+        "G",
+        "--retry-max-times",
+        "1001",
+        "--upsert",
+    ],
+    &["group-update", "-g", "G", "-q", "65"],
+    &["group-update", "-g", "G", "-r=-1"],
+    &["group-create", "-g", "bad group"],
+    &["group-delete", "-g", ""],
+    &["topic-update", "--topic", "T", "--write-queues", "5000"],
+    &["topic-status", "--topic", ""],
+    &["consumer-progress", "--group", "a/b"],
+    &["consumer-connections", "--group", ""],
+    &[
+        "query-offset",
+        "--topic",
+        "T",
+        "--queue=-1",
+        "--offset",
+        "0",
+    ],
+    &[
+        "query-offset",
+        "--topic",
+        "T",
+        "--queue",
+        "0",
+        "--offset=-5",
+    ],
+];
+
 #[test]
 fn bad_input_is_exit_2_before_any_request() {
-    for args in [
-        &["query-id", "--id", "XYZ"][..],
-        &["query-id", "--id", "7F00000100002A9F000000000000100"],
-        &["query-id", "--id", "7F00000100002A9F000000000000100G"],
-        &["query-uniq", "--topic", "T", "--id", "not-an-id"],
-        &[
-            "query-key",
-            "--topic",
-            "T",
-            "--key",
-            "k",
-            "--begin",
-            "yesterday",
-        ],
-        &[
-            "query-key",
-            "--topic",
-            "T",
-            "--key",
-            "k",
-            "--end",
-            "2026-02-30T00:00:00Z",
-        ],
-        &[
-            "query-key",
-            "--topic",
-            "T",
-            "--key",
-            "k",
-            "--begin",
-            "now",
-            "--end",
-            "0",
-        ],
-        &["query-key", "--topic", "T", "--key", ""],
-        &["query-key", "--topic", "T", "--key", "k", "--max", "0"],
-        &[
-            "reset-offset",
-            "--group",
-            "G",
-            "--topic",
-            "T",
-            "--timestamp",
-            "tomorrow",
-        ],
-        &[
-            "reset-offset",
-            "--group",
-            "G",
-            "--topic",
-            "T",
-            "--timestamp",
-            "2026-12-02T10:00:00",
-        ],
-        &[
-            "reset-offset",
-            "--group",
-            "bad group",
-            "--topic",
-            "T",
-            "--timestamp",
-            "now",
-        ],
-        &["topic-create", "--topic", "bad topic!"],
-        &["topic-create", "--topic", "T", "--read-queues", "0"],
-        &["topic-create", "--topic", "T", "--perm", "16"],
-        // Neither readable nor writable, or bits a user does not give (inherit, priority).
-        &["topic-create", "--topic", "T", "--perm", "9"],
-        &["topic-create", "-t", "T", "-p", "0"],
-        &["topic-create", "-t", "T", "-p", "7", "--upsert"],
-        &["topic-update", "-t", "T", "-p", "1"],
-        &["group-create", "-g", "G", "-q", "0"],
-        &[
-            "group-create",
-            "-g",
-            "G",
-            "--retry-max-times",
-            "1001",
-            "--upsert",
-        ],
-        &["group-update", "-g", "G", "-q", "65"],
-        &["group-update", "-g", "G", "-r=-1"],
-        &["group-create", "-g", "bad group"],
-        &["group-delete", "-g", ""],
-        &["topic-update", "--topic", "T", "--write-queues", "5000"],
-        &["topic-status", "--topic", ""],
-        &["consumer-progress", "--group", "a/b"],
-        &["consumer-connections", "--group", ""],
-        &[
-            "query-offset",
-            "--topic",
-            "T",
-            "--queue=-1",
-            "--offset",
-            "0",
-        ],
-        &[
-            "query-offset",
-            "--topic",
-            "T",
-            "--queue",
-            "0",
-            "--offset=-5",
-        ],
-    ] {
+    for args in BAD_INPUT {
         admin_nowhere(args).failed(2, args);
     }
     // Usage errors are clap's: exit 2 too, with its usage text.

@@ -87,16 +87,13 @@ struct Sent {
     acked: bool,
 }
 
-#[test]
-fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_early() {
-    let began = Instant::now();
-    let seed = kill_seed(0xde1a_7ed5);
-    let mut rng = Rng::new(seed);
-    let dir = tempfile::tempdir().unwrap();
+/// `KILLS` rounds of random delayed sends, each ended by a SIGKILL: every send made, and
+/// whether it was acknowledged.
+fn send_through_kills(dir: &Path, seed: u64, rng: &mut Rng) -> BTreeMap<String, Sent> {
     let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
     let mut next_id = 0u64;
     for round in 0..KILLS {
-        let serve = start(dir.path(), seed);
+        let serve = start(dir, seed);
         let addr = serve.addr;
         // Some rounds end with deliveries in flight, some right after sends.
         let run_for = Duration::from_millis(rng.range(300, 1500));
@@ -131,6 +128,60 @@ fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_earl
             "seed {seed}: round {round}: killed after {run_for:?}, {acked_now} sends acknowledged"
         );
     }
+    sent
+}
+
+/// Every delivered message was sent, scheduled once on its level, and delivered on its
+/// queue no earlier than due; (copies delivered twice, delivered but never acknowledged).
+fn check_deliveries(
+    seed: u64,
+    sent: &BTreeMap<String, Sent>,
+    scheduled: &HashMap<String, Vec<Stored>>,
+    delivered: &HashMap<String, Vec<Stored>>,
+) -> (usize, usize) {
+    let mut duplicates = 0;
+    let mut unacked_delivered = 0;
+    for (body, copies) in delivered {
+        let what = sent
+            .get(body)
+            .unwrap_or_else(|| panic!("seed {seed}: {body} delivered but never sent"));
+        if !what.acked {
+            unacked_delivered += 1;
+        }
+        let waiting = scheduled
+            .get(body)
+            .unwrap_or_else(|| panic!("seed {seed}: {body} delivered without a scheduled record"));
+        assert_eq!(waiting.len(), 1, "seed {seed}: {body} scheduled twice");
+        assert_eq!(
+            waiting[0].queue as usize,
+            what.level - 1,
+            "seed {seed}: {body} scheduled on the wrong level"
+        );
+        let due = waiting[0].store_ms + LEVEL_MS[what.level - 1];
+        for copy in copies {
+            assert_eq!(
+                copy.queue, what.queue,
+                "seed {seed}: {body} on the wrong queue"
+            );
+            assert!(
+                copy.store_ms >= due,
+                "seed {seed}: {body} (level {}) stored at {}, before its due time {due}",
+                what.level,
+                copy.store_ms
+            );
+        }
+        duplicates += copies.len() - 1;
+    }
+    (duplicates, unacked_delivered)
+}
+
+#[test]
+fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_early() {
+    let began = Instant::now();
+    let seed = kill_seed(0xde1a_7ed5);
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let sent = send_through_kills(dir.path(), seed, &mut rng);
 
     let serve = start(dir.path(), seed);
     let mut raw = Raw::connect(serve.addr);
@@ -166,39 +217,7 @@ fn sigkill_during_delay_delivery_loses_no_delayed_message_and_delivers_none_earl
         );
     }
 
-    let mut duplicates = 0;
-    let mut unacked_delivered = 0;
-    for (body, copies) in &delivered {
-        let what = sent
-            .get(body)
-            .unwrap_or_else(|| panic!("seed {seed}: {body} delivered but never sent"));
-        if !what.acked {
-            unacked_delivered += 1;
-        }
-        let waiting = scheduled
-            .get(body)
-            .unwrap_or_else(|| panic!("seed {seed}: {body} delivered without a scheduled record"));
-        assert_eq!(waiting.len(), 1, "seed {seed}: {body} scheduled twice");
-        assert_eq!(
-            waiting[0].queue as usize,
-            what.level - 1,
-            "seed {seed}: {body} scheduled on the wrong level"
-        );
-        let due = waiting[0].store_ms + LEVEL_MS[what.level - 1];
-        for copy in copies {
-            assert_eq!(
-                copy.queue, what.queue,
-                "seed {seed}: {body} on the wrong queue"
-            );
-            assert!(
-                copy.store_ms >= due,
-                "seed {seed}: {body} (level {}) stored at {}, before its due time {due}",
-                what.level,
-                copy.store_ms
-            );
-        }
-        duplicates += copies.len() - 1;
-    }
+    let (duplicates, unacked_delivered) = check_deliveries(seed, &sent, &scheduled, &delivered);
     println!(
         "seed {seed}: {} acknowledged, {} delivered ({unacked_delivered} of them never \
          acknowledged), {duplicates} delivered twice after a kill; {:?} in all",

@@ -171,61 +171,41 @@ struct Stats {
     again_after_cut_ack: usize,
 }
 
-#[test]
-fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
-    let began = Instant::now();
-    let seed = kill_seed(0x9097_d11e);
-    let mut rng = Rng::new(seed);
-    let dir = tempfile::tempdir().unwrap();
-    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-    let mut stats = Stats::default();
-    {
-        let node = start(dir.path(), seed);
-        let mut raw = Raw::connect(node.addr);
-        common::create_topic(&mut raw, TOPIC, QUEUES as u32);
-        let body = serde_json::json!({"topic": TOPIC, "consumerGroup": GROUP, "mode": "POP"});
-        let set =
-            raw.call(command(request::SET_MESSAGE_REQUEST_MODE, &[]).with_body(body.to_string()));
-        assert_eq!(set.code, response::SUCCESS, "{set:?}");
-        for i in 0..MESSAGES {
-            let body = format!("m{i}");
-            let sent = raw.call(send_request_v1(
-                TOPIC,
-                (i % QUEUES as usize) as i32,
-                body.as_bytes(),
-                None,
-                None,
-            ));
-            assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
-            seen.insert(body, Seen::default());
-        }
-    }
-    for round in 0..KILLS {
-        let node = start(dir.path(), seed);
-        let addr = node.addr;
-        let run_for = Duration::from_millis(rng.range(200, 1200));
-        let killer = node.kill_after(run_for);
-        let mut raw = Raw::connect(addr);
-        let until = Instant::now() + run_for + Duration::from_secs(2);
-        let mut popped = 0;
-        while Instant::now() < until {
-            let queue = rng.range(0, QUEUES as u64) as i32;
-            match pop_round(&mut raw, queue, &mut seen, &mut rng, 25, seed, &mut stats) {
-                Some(n) => popped += n,
-                None => break, // killed
-            }
-        }
-        killer.join().unwrap();
-        println!("seed {seed}: round {round}: killed after {run_for:?}, {popped} popped");
-    }
-
-    let node = start(dir.path(), seed);
+/// The topic, its group in POP mode, and `MESSAGES` messages spread over its queues.
+fn send_every_message(dir: &Path, seed: u64, seen: &mut BTreeMap<String, Seen>) {
+    let node = start(dir, seed);
     let mut raw = Raw::connect(node.addr);
+    common::create_topic(&mut raw, TOPIC, QUEUES as u32);
+    let body = serde_json::json!({"topic": TOPIC, "consumerGroup": GROUP, "mode": "POP"});
+    let set = raw.call(command(request::SET_MESSAGE_REQUEST_MODE, &[]).with_body(body.to_string()));
+    assert_eq!(set.code, response::SUCCESS, "{set:?}");
+    for i in 0..MESSAGES {
+        let body = format!("m{i}");
+        let sent = raw.call(send_request_v1(
+            TOPIC,
+            (i % QUEUES as usize) as i32,
+            body.as_bytes(),
+            None,
+            None,
+        ));
+        assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
+        seen.insert(body, Seen::default());
+    }
+}
+
+/// Pops (and acks) until every message was acknowledged, or its ack was cut off by a kill;
+/// panics naming the lost ones past `PATIENCE`.
+fn pop_until_all_acknowledged(
+    raw: &mut Raw,
+    seen: &mut BTreeMap<String, Seen>,
+    rng: &mut Rng,
+    seed: u64,
+    stats: &mut Stats,
+) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         for queue in 0..QUEUES {
-            pop_round(&mut raw, queue, &mut seen, &mut rng, 100, seed, &mut stats)
-                .expect("the last node runs");
+            pop_round(raw, queue, seen, rng, 100, seed, stats).expect("the last node runs");
         }
         // An ack the kill cut off may have been stored: that message is done too, and it
         // must not come again once the rest is done (then it would be checked above).
@@ -249,6 +229,39 @@ fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn sigkill_during_pop_loses_no_popped_message_and_redelivers_none_early() {
+    let began = Instant::now();
+    let seed = kill_seed(0x9097_d11e);
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
+    let mut stats = Stats::default();
+    send_every_message(dir.path(), seed, &mut seen);
+    for round in 0..KILLS {
+        let node = start(dir.path(), seed);
+        let addr = node.addr;
+        let run_for = Duration::from_millis(rng.range(200, 1200));
+        let killer = node.kill_after(run_for);
+        let mut raw = Raw::connect(addr);
+        let until = Instant::now() + run_for + Duration::from_secs(2);
+        let mut popped = 0;
+        while Instant::now() < until {
+            let queue = rng.range(0, QUEUES as u64) as i32;
+            match pop_round(&mut raw, queue, &mut seen, &mut rng, 25, seed, &mut stats) {
+                Some(n) => popped += n,
+                None => break, // killed
+            }
+        }
+        killer.join().unwrap();
+        println!("seed {seed}: round {round}: killed after {run_for:?}, {popped} popped");
+    }
+
+    let node = start(dir.path(), seed);
+    let mut raw = Raw::connect(node.addr);
+    pop_until_all_acknowledged(&mut raw, &mut seen, &mut rng, seed, &mut stats);
     // A cut-off ack that was not stored leaves its message in flight: it comes back
     // within one invisible time. Pop (and ack) for three more, so those are seen.
     let settle = Instant::now() + Duration::from_millis(3 * INVISIBLE_MS as u64);

@@ -18,6 +18,7 @@
 use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::model::{pull_new, wait_until_delivered};
@@ -130,17 +131,14 @@ struct Sent {
     acked: bool,
 }
 
-#[test]
-fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early() {
-    let began = Instant::now();
-    let seed = kill_seed(0x7113_e75d);
+/// `KILLS` rounds of random timer sends, each ended by a SIGKILL: every send made, and
+/// whether it was acknowledged.
+fn send_through_kills(dir: &Path, seed: u64, rng: &mut Rng) -> BTreeMap<String, Sent> {
     let what = format!("seed {seed}");
-    let mut rng = Rng::new(seed);
-    let dir = tempfile::tempdir().unwrap();
     let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
     let mut next_id = 0u64;
     for round in 0..KILLS {
-        let serve = Serve::start(dir.path(), &SERVE_ARGS, &what);
+        let serve = Serve::start(dir, &SERVE_ARGS, &what);
         let addr = serve.addr;
         // Some rounds end with deliveries in flight, some right after sends.
         let run_for = Duration::from_millis(rng.range(300, 1500));
@@ -150,7 +148,7 @@ fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early(
         let mut acked_now = 0;
         while Instant::now() < until {
             let queue = rng.range(0, QUEUES as u64) as i32;
-            let ask = Ask::random(&mut rng);
+            let ask = Ask::random(rng);
             let body = format!("m{next_id}-r{round}");
             next_id += 1;
             let sent_ms = now_ms();
@@ -178,52 +176,36 @@ fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early(
              acknowledged"
         );
     }
+    sent
+}
 
-    // Runs the timer stores wrote in all (each checkpoint counts them in `nextSeq`).
-    let runs: u64 = (0..SHARDS)
+/// The sorted runs the timer stores wrote in all (each checkpoint counts them in `nextSeq`).
+fn timer_runs_written(dir: &Path, seed: u64) -> u64 {
+    (0..SHARDS)
         .map(|shard| {
-            let path = dir
-                .path()
-                .join(format!("shard-{shard}/timer/checkpoint.json"));
+            let path = dir.join(format!("shard-{shard}/timer/checkpoint.json"));
             let text = std::fs::read(&path)
                 .unwrap_or_else(|error| panic!("seed {seed}: {}: {error}", path.display()));
             let checkpoint: serde_json::Value = serde_json::from_slice(&text).unwrap();
             checkpoint["nextSeq"].as_u64().expect("nextSeq")
         })
-        .sum();
-    assert!(runs > 0, "seed {seed}: the timer stores wrote no run");
-    let serve = Serve::start(dir.path(), &SERVE_ARGS, &what);
-    let mut raw = Raw::connect(serve.addr);
-    let acked: Vec<&String> = sent
-        .iter()
-        .filter(|(_, sent)| sent.acked)
-        .map(|(body, _)| body)
-        .collect();
-    assert!(
-        acked.len() > 50,
-        "seed {seed}: only {} acknowledged",
-        acked.len()
-    );
-    let delivered = wait_until_delivered(
-        &mut raw,
-        TOPIC,
-        QUEUES,
-        &acked,
-        PATIENCE,
-        "every acknowledged timer message delivered",
-        stored,
-    );
-    // The waiting records, for their due times (nothing expires: no retention runs).
-    let mut waiting: HashMap<String, Vec<Stored>> = HashMap::new();
-    for shard in 0..SHARDS {
-        let queue = queue_of_shard(shard, SHARDS);
-        pull_new(&mut raw, TIMER_TOPIC, queue, &mut 0, &mut waiting, &stored);
-    }
+        .sum()
+}
 
+/// Every delivered message was sent, waited once with a due time no earlier than it
+/// asked, and was delivered on its queue carrying that due time, no earlier; (copies
+/// delivered twice, delivered but never acknowledged, the latest delivery past its due
+/// time in ms).
+fn check_deliveries(
+    seed: u64,
+    sent: &BTreeMap<String, Sent>,
+    waiting: &HashMap<String, Vec<Stored>>,
+    delivered: &HashMap<String, Vec<Stored>>,
+) -> (usize, usize, i64) {
     let mut duplicates = 0;
     let mut unacked_delivered = 0;
     let mut latest = 0i64;
-    for (body, copies) in &delivered {
+    for (body, copies) in delivered {
         let what = sent
             .get(body)
             .unwrap_or_else(|| panic!("seed {seed}: {body} delivered but never sent"));
@@ -264,6 +246,51 @@ fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early(
         }
         duplicates += copies.len() - 1;
     }
+    (duplicates, unacked_delivered, latest)
+}
+
+#[test]
+fn sigkill_during_timer_delivery_loses_no_timer_message_and_delivers_none_early() {
+    let began = Instant::now();
+    let seed = kill_seed(0x7113_e75d);
+    let what = format!("seed {seed}");
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let sent = send_through_kills(dir.path(), seed, &mut rng);
+
+    // Runs the timer stores wrote in all (each checkpoint counts them in `nextSeq`).
+    let runs = timer_runs_written(dir.path(), seed);
+    assert!(runs > 0, "seed {seed}: the timer stores wrote no run");
+    let serve = Serve::start(dir.path(), &SERVE_ARGS, &what);
+    let mut raw = Raw::connect(serve.addr);
+    let acked: Vec<&String> = sent
+        .iter()
+        .filter(|(_, sent)| sent.acked)
+        .map(|(body, _)| body)
+        .collect();
+    assert!(
+        acked.len() > 50,
+        "seed {seed}: only {} acknowledged",
+        acked.len()
+    );
+    let delivered = wait_until_delivered(
+        &mut raw,
+        TOPIC,
+        QUEUES,
+        &acked,
+        PATIENCE,
+        "every acknowledged timer message delivered",
+        stored,
+    );
+    // The waiting records, for their due times (nothing expires: no retention runs).
+    let mut waiting: HashMap<String, Vec<Stored>> = HashMap::new();
+    for shard in 0..SHARDS {
+        let queue = queue_of_shard(shard, SHARDS);
+        pull_new(&mut raw, TIMER_TOPIC, queue, &mut 0, &mut waiting, &stored);
+    }
+
+    let (duplicates, unacked_delivered, latest) =
+        check_deliveries(seed, &sent, &waiting, &delivered);
     println!(
         "seed {seed}: {} acknowledged, {} delivered ({unacked_delivered} of them never \
          acknowledged), {duplicates} delivered more than once after a kill, latest {latest} ms \

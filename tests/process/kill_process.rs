@@ -9,7 +9,7 @@ use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{wait_for, Rng};
@@ -75,6 +75,59 @@ fn async_flush_acknowledged_messages_survive_sigkill_and_the_store_verifies() {
     kill_rounds("async");
 }
 
+/// `ringmq bench store` on `dir`, its acknowledgements logged to `ack_log`.
+fn start_store_bench(flush: &str, dir: &Path, ack_log: &Path) -> Child {
+    Command::new(BIN)
+        .args([
+            "bench",
+            "store",
+            "--flush",
+            flush,
+            "--producers",
+            "8",
+            "--size",
+            "700",
+        ])
+        .args([
+            "--duration",
+            "120",
+            "--segment-size",
+            "262144",
+            "--queues",
+            "4",
+            "--topics",
+            "2",
+            "--quiet",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--ack-log")
+        .arg(ack_log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ringmq bench store")
+}
+
+/// What `ringmq store dump` reads back from `dir`, by physical offset.
+fn dumped(dir: &Path, flush: &str, seed: u64) -> HashMap<u64, Seen> {
+    let dump = Command::new(BIN)
+        .args(["store", "dump", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        dump.status.success(),
+        "{flush} seed {seed}: dump failed: {}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    String::from_utf8(dump.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| seen(&serde_json::from_str(line).unwrap()))
+        .collect()
+}
+
 /// Four kill-and-check rounds of `ringmq bench store --flush <flush>` over one directory.
 fn kill_rounds(flush: &str) {
     let seed = std::env::var("RINGMQ_KILL_SEED")
@@ -87,36 +140,7 @@ fn kill_rounds(flush: &str) {
     let mut all_acked: Vec<(u64, Seen)> = Vec::new();
     for round in 0..4 {
         let ack_log = scratch.path().join(format!("acks-{round}.jsonl"));
-        let mut child = Command::new(BIN)
-            .args([
-                "bench",
-                "store",
-                "--flush",
-                flush,
-                "--producers",
-                "8",
-                "--size",
-                "700",
-            ])
-            .args([
-                "--duration",
-                "120",
-                "--segment-size",
-                "262144",
-                "--queues",
-                "4",
-                "--topics",
-                "2",
-                "--quiet",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--ack-log")
-            .arg(&ack_log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ringmq bench store");
+        let mut child = start_store_bench(flush, &dir, &ack_log);
         let target = rng.range(20, 20_000) as usize;
         wait_for(
             Duration::from_secs(60),
@@ -139,21 +163,7 @@ fn kill_rounds(flush: &str) {
             "{flush} seed {seed} round {round}: verify failed:\n{report}"
         );
 
-        let dump = Command::new(BIN)
-            .args(["store", "dump", "--dir"])
-            .arg(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            dump.status.success(),
-            "{flush} seed {seed}: dump failed: {}",
-            String::from_utf8_lossy(&dump.stderr)
-        );
-        let stored: HashMap<u64, Seen> = String::from_utf8(dump.stdout)
-            .unwrap()
-            .lines()
-            .map(|line| seen(&serde_json::from_str(line).unwrap()))
-            .collect();
+        let stored = dumped(&dir, flush, seed);
         for (phys, acked) in &all_acked {
             assert_eq!(
                 stored.get(phys),

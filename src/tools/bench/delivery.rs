@@ -37,6 +37,7 @@ use serde::Serialize;
 
 use super::latency::{Latencies, LatencySummary};
 use super::lateness::{self, LatenessSummary, NodeProcess};
+use super::PullBodyError;
 use crate::broker::delay::{DelayLevels, DELAY};
 use crate::broker::timer::{TIMER_DELIVER_MS, TIMER_OUT_MS};
 use crate::client::{pull_request, queue_request, send_request_v2, Client, DEFAULT_TIMEOUT};
@@ -379,15 +380,15 @@ struct Collector {
 }
 
 impl Collector {
-    fn take(&self, body: &[u8]) -> Result<(), String> {
+    fn take(&self, body: &[u8]) -> Result<(), PullBodyError> {
         let receipt_ms = now_ms();
         let mut rest = body;
         let mut seen = self.seen.borrow_mut();
         while !rest.is_empty() {
             let view = match decode(rest, Verify::Structure) {
                 Ok(Decoded::Record(view)) => view,
-                Ok(Decoded::Blank { .. }) => return Err("a blank record in a pull body".into()),
-                Err(error) => return Err(error.to_string()),
+                Ok(Decoded::Blank { .. }) => return Err(PullBodyError::Blank),
+                Err(error) => return Err(error.into()),
             };
             rest = &rest[view.total_size as usize..];
             let Some(slot) =
@@ -518,8 +519,200 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
     let node = options.node_pid.map(|pid| NodeProcess { pid });
     let clients = connect_all(options.addr, options.connections).await?;
     let consumer = Client::connect(options.addr).await?;
-    // The topic exists (with its queues) before the consumers ask for it: one plain
-    // message per queue, whose bodies are not bench bodies (counted as foreign).
+    warm_up_queues(&consumer, &options).await?;
+    let receiving = Receiving::start(&consumer, &options, node);
+    let collector = receiving.collector.clone();
+
+    let started = Instant::now();
+    let start_ms = now_ms();
+    let cpu_start = node.and_then(|n| n.cpu_seconds());
+    let sent = send_phase(&options, &clients, node, &collector, start_ms).await;
+    let (sends, send_elapsed) = (&sent.sends, sent.elapsed_s);
+
+    wait_for_deliveries(
+        &options,
+        &collector,
+        sends.ok.get(),
+        start_ms,
+        sent.done_ms,
+        started,
+    )
+    .await;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let cpu_end = node.and_then(|n| n.cpu_seconds());
+    let node_memory = receiving.stop(node, sent.at_backlog);
+
+    // Due times (read before `seen` is borrowed: the reads await).
+    let mut due_of = delay_due_times(&consumer, &options).await?;
+    let seen = collector.seen.borrow();
+    let due_mismatch = timer_due_times(&options, &seen, start_ms, &mut due_of);
+    let lateness = Lateness::of(&options.waiting, &seen, &sends.acked.borrow(), &due_of);
+    let delivered = collector.delivered.get();
+    let consume_errors_by_code = collector.errors.borrow().clone();
+    Ok(DeliverySummary {
+        kind: sent.kind.into(),
+        schedule: sent.schedule,
+        size: options.size.max(lateness::MIN_BODY),
+        connections: options.connections,
+        inflight_per_connection: options.inflight,
+        send: send_figures(
+            sends,
+            send_elapsed,
+            cpu_start.zip(sent.cpu_done).map(|(a, b)| b - a),
+        ),
+        delivered,
+        missing: lateness.missing,
+        duplicates: collector.duplicates.get(),
+        foreign: collector
+            .foreign
+            .get()
+            .saturating_sub(options.queues as u64),
+        no_due: lateness.no_due,
+        due_mismatch,
+        pending_at_send_end: sent.pending_at_end,
+        sent_after_first_due: sends.acked_after.get(),
+        lateness_store: lateness.store,
+        lateness_receipt: lateness.receipt,
+        per_level: lateness.per_level,
+        elapsed_s,
+        node_memory,
+        node_cpu_us_per_msg: cpu_start
+            .zip(cpu_end)
+            .filter(|_| delivered > 0)
+            .map(|(a, b)| (b - a) * 1e6 / delivered as f64),
+        consume_errors_by_code,
+    })
+}
+
+/// What runs while the messages are delivered: one puller per queue feeding the
+/// collector, and the node's memory sampler.
+struct Receiving {
+    collector: Rc<Collector>,
+    pullers: Vec<tokio::task::JoinHandle<()>>,
+    sampler: Option<tokio::task::JoinHandle<()>>,
+    peaks: Rc<Cell<(Option<u64>, Option<u64>)>>,
+}
+
+impl Receiving {
+    fn start(consumer: &Client, options: &DeliveryOptions, node: Option<NodeProcess>) -> Receiving {
+        let collector = Rc::new(Collector {
+            seen: RefCell::new(vec![None; options.messages as usize]),
+            delivered: Cell::new(0),
+            duplicates: Cell::new(0),
+            foreign: Cell::new(0),
+            errors: RefCell::new(BTreeMap::new()),
+        });
+        let pullers = (0..options.queues)
+            .map(|queue| {
+                tokio::task::spawn_local(collect_queue(
+                    consumer.clone(),
+                    options.topic.clone(),
+                    queue as i32,
+                    collector.clone(),
+                ))
+            })
+            .collect();
+        let peaks = Rc::new(Cell::new((None, None)));
+        let sampler = node.map(|node| tokio::task::spawn_local(sample_rss(node, peaks.clone())));
+        Receiving {
+            collector,
+            pullers,
+            sampler,
+            peaks,
+        }
+    }
+
+    /// Stops the pullers and the sampler; the node's memory at the end, with the figures
+    /// taken when the sends were done (`at_backlog`) and the sampled peaks.
+    fn stop(self, node: Option<NodeProcess>, at_backlog: NodeMemory) -> NodeMemory {
+        for puller in &self.pullers {
+            puller.abort();
+        }
+        if let Some(sampler) = &self.sampler {
+            sampler.abort();
+        }
+        NodeMemory::at_end(
+            node,
+            NodeMemory {
+                rss_sampled_peak_kb: self.peaks.get().0,
+                anon_sampled_peak_kb: self.peaks.get().1,
+                ..at_backlog
+            },
+        )
+    }
+}
+
+/// A run's sends and what was measured when they were done.
+struct SendPhase {
+    kind: &'static str,
+    schedule: String,
+    sends: Rc<SendRun>,
+    elapsed_s: f64,
+    done_ms: i64,
+    /// The node's CPU seconds when the sends were done.
+    cpu_done: Option<f64>,
+    /// The node's memory when the sends were done: the backlog at its largest.
+    at_backlog: NodeMemory,
+    /// Acknowledged and not yet delivered when the sends were done.
+    pending_at_end: u64,
+}
+
+/// Sends every message of the run, `inflight` at a time on each client.
+async fn send_phase(
+    options: &DeliveryOptions,
+    clients: &[Client],
+    node: Option<NodeProcess>,
+    collector: &Collector,
+    start_ms: i64,
+) -> SendPhase {
+    let (kind, schedule, make) = send_maker(options, start_ms);
+    // Timer: the earliest due time is at least start + lead; sends acknowledged after it
+    // overlapped deliveries.
+    let first_due_ms = match &options.waiting {
+        Waiting::Timer { lead, .. } => Some(start_ms + lead.as_millis() as i64),
+        Waiting::Delay { .. } => None,
+    };
+    let progress = options.progress.then_some("sent");
+    let (sends, send_elapsed) = send_all(
+        clients,
+        options.inflight,
+        options.messages,
+        make,
+        first_due_ms,
+        progress,
+    )
+    .await;
+    let done_ms = now_ms();
+    let cpu_done = node.and_then(|n| n.cpu_seconds());
+    let at_backlog = NodeMemory {
+        rss_at_backlog_kb: node.and_then(|n| n.status_kb("VmRSS")),
+        anon_at_backlog_kb: node.and_then(|n| n.status_kb("RssAnon")),
+        ..NodeMemory::default()
+    };
+    let pending_at_end = sends.ok.get().saturating_sub(collector.delivered.get());
+    if options.progress {
+        eprintln!(
+            "  sends done in {send_elapsed:.1} s: {} acknowledged, {} errors, {pending_at_end} pending",
+            sends.ok.get(),
+            sends.errors.borrow().values().sum::<u64>()
+        );
+    }
+
+    SendPhase {
+        kind,
+        schedule,
+        sends,
+        elapsed_s: send_elapsed,
+        done_ms,
+        cpu_done,
+        at_backlog,
+        pending_at_end,
+    }
+}
+
+/// Makes the topic exist (with its queues) before the consumers ask for it: one plain
+/// message per queue, whose bodies are not bench bodies (counted as foreign).
+async fn warm_up_queues(consumer: &Client, options: &DeliveryOptions) -> anyhow::Result<()> {
     for queue in 0..options.queues {
         let answer = consumer
             .send_message(&options.topic, queue as i32, b"warmup", None, None)
@@ -533,90 +726,56 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
             );
         }
     }
-    let collector = Rc::new(Collector {
-        seen: RefCell::new(vec![None; options.messages as usize]),
-        delivered: Cell::new(0),
-        duplicates: Cell::new(0),
-        foreign: Cell::new(0),
-        errors: RefCell::new(BTreeMap::new()),
-    });
-    let pullers: Vec<_> = (0..options.queues)
-        .map(|queue| {
-            tokio::task::spawn_local(collect_queue(
-                consumer.clone(),
-                options.topic.clone(),
-                queue as i32,
-                collector.clone(),
-            ))
-        })
-        .collect();
-    let peaks = Rc::new(Cell::new((None, None)));
-    let sampler = node.map(|node| tokio::task::spawn_local(sample_rss(node, peaks.clone())));
+    Ok(())
+}
 
-    let started = Instant::now();
-    let start_ms = now_ms();
-    let cpu_start = node.and_then(|n| n.cpu_seconds());
+/// The run's kind, its schedule as the summary states it, and the maker of send `seq`:
+/// a delay level by `seq`, or a TIMER_DELIVER_MS spread over the timer window.
+fn send_maker(
+    options: &DeliveryOptions,
+    start_ms: i64,
+) -> (&'static str, String, Box<dyn Fn(u64) -> RemotingCommand>) {
     let (topic, queues, size) = (options.topic.clone(), options.queues, options.size);
-    let (kind, schedule, make): (&str, String, Box<dyn Fn(u64) -> RemotingCommand>) =
-        match &options.waiting {
-            Waiting::Delay { levels } => {
-                let levels = levels.clone();
-                (
-                    "delay",
-                    levels.to_string(),
-                    Box::new(move |seq| {
-                        let level = lateness::delay_level(seq, &levels).to_string();
-                        bench_send(&topic, queues, size, seq, &[(DELAY, &level)])
-                    }),
-                )
-            }
-            Waiting::Timer { lead, span } => {
-                let (lead_ms, span_ms) = (lead.as_millis() as u64, span.as_millis() as u64);
-                (
-                    "timer",
-                    format!(
-                        "TIMER_DELIVER_MS spread at random over {}-{} s after the first send",
-                        lead.as_secs_f64(),
-                        (*lead + *span).as_secs_f64()
-                    ),
-                    Box::new(move |seq| {
-                        let due = lateness::timer_due(start_ms, lead_ms, span_ms, seq).to_string();
-                        bench_send(&topic, queues, size, seq, &[(TIMER_DELIVER_MS, &due)])
-                    }),
-                )
-            }
-        };
-    let progress = options.progress.then_some("sent");
-    // Timer: the earliest due time is at least start + lead; sends acknowledged after it
-    // overlapped deliveries.
-    let first_due_ms = match &options.waiting {
-        Waiting::Timer { lead, .. } => Some(start_ms + lead.as_millis() as i64),
-        Waiting::Delay { .. } => None,
-    };
-    let (sends, send_elapsed) = send_all(
-        &clients,
-        options.inflight,
-        options.messages,
-        make,
-        first_due_ms,
-        progress,
-    )
-    .await;
-    let sends_done_ms = now_ms();
-    let cpu_sent = node.and_then(|n| n.cpu_seconds());
-    let rss_at_backlog = node.and_then(|n| n.status_kb("VmRSS"));
-    let anon_at_backlog = node.and_then(|n| n.status_kb("RssAnon"));
-    let pending_at_send_end = sends.ok.get().saturating_sub(collector.delivered.get());
-    let sent_after_first_due = sends.acked_after.get();
-    if options.progress {
-        eprintln!(
-            "  sends done in {send_elapsed:.1} s: {} acknowledged, {} errors, {pending_at_send_end} pending",
-            sends.ok.get(),
-            sends.errors.borrow().values().sum::<u64>()
-        );
+    match &options.waiting {
+        Waiting::Delay { levels } => {
+            let levels = levels.clone();
+            (
+                "delay",
+                levels.to_string(),
+                Box::new(move |seq| {
+                    let level = lateness::delay_level(seq, &levels).to_string();
+                    bench_send(&topic, queues, size, seq, &[(DELAY, &level)])
+                }),
+            )
+        }
+        Waiting::Timer { lead, span } => {
+            let (lead_ms, span_ms) = (lead.as_millis() as u64, span.as_millis() as u64);
+            (
+                "timer",
+                format!(
+                    "TIMER_DELIVER_MS spread at random over {}-{} s after the first send",
+                    lead.as_secs_f64(),
+                    (*lead + *span).as_secs_f64()
+                ),
+                Box::new(move |seq| {
+                    let due = lateness::timer_due(start_ms, lead_ms, span_ms, seq).to_string();
+                    bench_send(&topic, queues, size, seq, &[(TIMER_DELIVER_MS, &due)])
+                }),
+            )
+        }
     }
+}
 
-    // Wait for the deliveries.
+/// Waits until `expected` messages were delivered or the grace past the last due time is
+/// over, reporting progress every 2 s when asked.
+async fn wait_for_deliveries(
+    options: &DeliveryOptions,
+    collector: &Collector,
+    expected: u64,
+    start_ms: i64,
+    sends_done_ms: i64,
+    started: Instant,
+) {
     let last_due_ms = match &options.waiting {
         Waiting::Delay { levels } => {
             sends_done_ms + *levels.as_millis().iter().max().expect("a level") as i64
@@ -624,7 +783,6 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
         Waiting::Timer { lead, span } => start_ms + (*lead + *span).as_millis() as i64,
     };
     let give_up_ms = last_due_ms + options.grace.as_millis() as i64;
-    let expected = sends.ok.get();
     let mut last_report = Instant::now();
     while collector.delivered.get() < expected && now_ms() < give_up_ms {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -637,32 +795,16 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
             );
         }
     }
-    let elapsed_s = started.elapsed().as_secs_f64();
-    let cpu_end = node.and_then(|n| n.cpu_seconds());
-    for puller in &pullers {
-        puller.abort();
-    }
-    if let Some(sampler) = &sampler {
-        sampler.abort();
-    }
-    let node_memory = NodeMemory::at_end(
-        node,
-        NodeMemory {
-            rss_at_backlog_kb: rss_at_backlog,
-            anon_at_backlog_kb: anon_at_backlog,
-            rss_sampled_peak_kb: peaks.get().0,
-            anon_sampled_peak_kb: peaks.get().1,
-            ..NodeMemory::default()
-        },
-    );
+}
 
-    // Due times (read before `seen` is borrowed: the reads await).
+/// Each message's due time, `i64::MIN` where unknown. A delay run reads them from the
+/// `SCHEDULE_TOPIC_XXXX` copies: store time plus the level's delay.
+async fn delay_due_times(consumer: &Client, options: &DeliveryOptions) -> anyhow::Result<Vec<i64>> {
     let mut due_of: Vec<i64> = vec![i64::MIN; options.messages as usize];
-    let mut due_mismatch = 0u64;
     if let Waiting::Delay { levels } = &options.waiting {
         for level in 1..=levels.max_level() {
             let delay = levels.delay_ms(level).expect("a level") as i64;
-            read_queue(&consumer, SCHEDULE_TOPIC, (level - 1) as i32, |view| {
+            read_queue(consumer, SCHEDULE_TOPIC, (level - 1) as i32, |view| {
                 if let Some(slot) =
                     lateness::body_seq(view.body).and_then(|seq| due_of.get_mut(seq as usize))
                 {
@@ -672,91 +814,90 @@ pub async fn delivery(options: DeliveryOptions) -> anyhow::Result<DeliverySummar
             .await?;
         }
     }
-    let seen = collector.seen.borrow();
-    let acked = sends.acked.borrow();
-    if let Waiting::Timer { lead, span } = &options.waiting {
-        let (lead_ms, span_ms) = (lead.as_millis() as u64, span.as_millis() as u64);
-        for (seq, slot) in seen.iter().enumerate() {
-            if let Some(seen) = slot {
-                due_of[seq] = seen.timer_out_ms;
-                if seen.timer_out_ms != lateness::timer_due(start_ms, lead_ms, span_ms, seq as u64)
-                {
-                    due_mismatch += 1;
-                }
-            }
-        }
-    }
-    let mut store_late = Vec::with_capacity(seen.len());
-    let mut receipt_late = Vec::with_capacity(seen.len());
-    let mut by_level: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
-    let (mut no_due, mut missing) = (0u64, 0u64);
-    for (seq, slot) in seen.iter().enumerate() {
-        let Some(seen) = slot else {
-            if acked[seq] {
-                missing += 1;
-            }
-            continue;
-        };
-        let due = due_of[seq];
-        if due == i64::MIN {
-            no_due += 1;
-            continue;
-        }
-        store_late.push(seen.store_ms - due);
-        receipt_late.push(seen.receipt_ms - due);
-        if let Waiting::Delay { levels } = &options.waiting {
-            by_level
-                .entry(lateness::delay_level(seq as u64, levels))
-                .or_default()
-                .push(seen.store_ms - due);
-        }
-    }
-    let per_level = match &options.waiting {
-        Waiting::Delay { levels } => by_level
-            .into_iter()
-            .map(|(level, mut values)| LevelLateness {
-                level,
-                delay_ms: levels.delay_ms(level).unwrap_or(0),
-                lateness: lateness::summarize(&mut values),
-            })
-            .collect(),
-        Waiting::Timer { .. } => Vec::new(),
+    Ok(due_of)
+}
+
+/// A timer run's due times, from each delivered copy's TIMER_OUT_MS; returns how many
+/// differ from the due time the message was sent with.
+fn timer_due_times(
+    options: &DeliveryOptions,
+    seen: &[Option<Seen>],
+    start_ms: i64,
+    due_of: &mut [i64],
+) -> u64 {
+    let Waiting::Timer { lead, span } = &options.waiting else {
+        return 0;
     };
-    let delivered = collector.delivered.get();
-    let consume_errors_by_code = collector.errors.borrow().clone();
-    Ok(DeliverySummary {
-        kind: kind.into(),
-        schedule,
-        size: options.size.max(lateness::MIN_BODY),
-        connections: options.connections,
-        inflight_per_connection: options.inflight,
-        send: send_figures(
-            &sends,
-            send_elapsed,
-            cpu_start.zip(cpu_sent).map(|(a, b)| b - a),
-        ),
-        delivered,
-        missing,
-        duplicates: collector.duplicates.get(),
-        foreign: collector
-            .foreign
-            .get()
-            .saturating_sub(options.queues as u64),
-        no_due,
-        due_mismatch,
-        pending_at_send_end,
-        sent_after_first_due,
-        lateness_store: lateness::summarize(&mut store_late),
-        lateness_receipt: lateness::summarize(&mut receipt_late),
-        per_level,
-        elapsed_s,
-        node_memory,
-        node_cpu_us_per_msg: cpu_start
-            .zip(cpu_end)
-            .filter(|_| delivered > 0)
-            .map(|(a, b)| (b - a) * 1e6 / delivered as f64),
-        consume_errors_by_code,
-    })
+    let (lead_ms, span_ms) = (lead.as_millis() as u64, span.as_millis() as u64);
+    let mut due_mismatch = 0;
+    for (seq, slot) in seen.iter().enumerate() {
+        if let Some(seen) = slot {
+            due_of[seq] = seen.timer_out_ms;
+            if seen.timer_out_ms != lateness::timer_due(start_ms, lead_ms, span_ms, seq as u64) {
+                due_mismatch += 1;
+            }
+        }
+    }
+    due_mismatch
+}
+
+/// How late the delivered messages were, against their due times.
+struct Lateness {
+    store: LatenessSummary,
+    receipt: LatenessSummary,
+    per_level: Vec<LevelLateness>,
+    /// Delivered, with no due time known.
+    no_due: u64,
+    /// Acknowledged and never delivered.
+    missing: u64,
+}
+
+impl Lateness {
+    fn of(waiting: &Waiting, seen: &[Option<Seen>], acked: &[bool], due_of: &[i64]) -> Lateness {
+        let mut store_late = Vec::with_capacity(seen.len());
+        let mut receipt_late = Vec::with_capacity(seen.len());
+        let mut by_level: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
+        let (mut no_due, mut missing) = (0u64, 0u64);
+        for (seq, slot) in seen.iter().enumerate() {
+            let Some(seen) = slot else {
+                if acked[seq] {
+                    missing += 1;
+                }
+                continue;
+            };
+            let due = due_of[seq];
+            if due == i64::MIN {
+                no_due += 1;
+                continue;
+            }
+            store_late.push(seen.store_ms - due);
+            receipt_late.push(seen.receipt_ms - due);
+            if let Waiting::Delay { levels } = waiting {
+                by_level
+                    .entry(lateness::delay_level(seq as u64, levels))
+                    .or_default()
+                    .push(seen.store_ms - due);
+            }
+        }
+        let per_level = match waiting {
+            Waiting::Delay { levels } => by_level
+                .into_iter()
+                .map(|(level, mut values)| LevelLateness {
+                    level,
+                    delay_ms: levels.delay_ms(level).unwrap_or(0),
+                    lateness: lateness::summarize(&mut values),
+                })
+                .collect(),
+            Waiting::Timer { .. } => Vec::new(),
+        };
+        Lateness {
+            store: lateness::summarize(&mut store_late),
+            receipt: lateness::summarize(&mut receipt_late),
+            per_level,
+            no_due,
+            missing,
+        }
+    }
 }
 
 /// Runs [`delivery`] on a thread of its own.
@@ -895,26 +1036,7 @@ pub async fn send_back(options: SendBackOptions) -> anyhow::Result<SendBackSumma
     .await;
     let cpu_1 = node.and_then(|n| n.cpu_seconds());
 
-    // The stored records' CommitLog offsets, in sequence order.
-    let mut offsets = vec![-1i64; options.messages as usize];
-    for queue in 0..options.queues {
-        read_queue(&clients[0], &options.topic, queue as i32, |view| {
-            if let Some(slot) =
-                lateness::body_seq(view.body).and_then(|seq| offsets.get_mut(seq as usize))
-            {
-                *slot = view.phys_offset;
-            }
-        })
-        .await?;
-    }
-    let offsets: Vec<i64> = offsets.into_iter().filter(|&o| o >= 0).collect();
-    if offsets.len() as u64 != plain.ok.get() {
-        anyhow::bail!(
-            "{} messages acknowledged but {} read back",
-            plain.ok.get(),
-            offsets.len()
-        );
-    }
+    let offsets = stored_offsets(&clients[0], &options, plain.ok.get()).await?;
     // Enough queues for any level a retry may ask for (the default levels have 18).
     const SCHEDULE_QUEUES: i32 = 32;
     let scheduled_before = schedule_ends(&clients[0], SCHEDULE_QUEUES).await?;
@@ -928,15 +1050,7 @@ pub async fn send_back(options: SendBackOptions) -> anyhow::Result<SendBackSumma
         &clients,
         options.inflight,
         offsets.len() as u64,
-        Box::new(move |n| {
-            let mut fields = ExtFields::new();
-            fields.insert("offset".into(), offsets[n as usize].to_compact_string());
-            fields.insert("group".into(), group.as_str());
-            fields.insert("delayLevel".into(), level.clone());
-            fields.insert("originTopic".into(), origin_topic.as_str());
-            fields.insert("maxReconsumeTimes".into(), "16");
-            RemotingCommand::request(codes::CONSUMER_SEND_MSG_BACK, fields)
-        }),
+        Box::new(move |n| send_back_request(offsets[n as usize], &group, &level, &origin_topic)),
         None,
         progress.then_some("send-backs"),
     )
@@ -963,6 +1077,46 @@ pub async fn send_back(options: SendBackOptions) -> anyhow::Result<SendBackSumma
 }
 
 /// Runs [`send_back`] on a thread of its own.
+/// The CommitLog offsets of the bench messages stored on the topic, in sequence order;
+/// an error unless every one of the `acknowledged` is read back.
+async fn stored_offsets(
+    client: &Client,
+    options: &SendBackOptions,
+    acknowledged: u64,
+) -> anyhow::Result<Vec<i64>> {
+    let mut offsets = vec![-1i64; options.messages as usize];
+    for queue in 0..options.queues {
+        read_queue(client, &options.topic, queue as i32, |view| {
+            if let Some(slot) =
+                lateness::body_seq(view.body).and_then(|seq| offsets.get_mut(seq as usize))
+            {
+                *slot = view.phys_offset;
+            }
+        })
+        .await?;
+    }
+    let offsets: Vec<i64> = offsets.into_iter().filter(|&o| o >= 0).collect();
+    if offsets.len() as u64 != acknowledged {
+        anyhow::bail!(
+            "{} messages acknowledged but {} read back",
+            acknowledged,
+            offsets.len()
+        );
+    }
+    Ok(offsets)
+}
+
+/// CONSUMER_SEND_MSG_BACK of the record at `offset` with `level`.
+fn send_back_request(offset: i64, group: &str, level: &str, origin_topic: &str) -> RemotingCommand {
+    let mut fields = ExtFields::new();
+    fields.insert("offset".into(), offset.to_compact_string());
+    fields.insert("group".into(), group);
+    fields.insert("delayLevel".into(), level);
+    fields.insert("originTopic".into(), origin_topic);
+    fields.insert("maxReconsumeTimes".into(), "16");
+    RemotingCommand::request(codes::CONSUMER_SEND_MSG_BACK, fields)
+}
+
 pub fn run_send_back(options: SendBackOptions) -> anyhow::Result<SendBackSummary> {
     super::wire::on_own_thread("ringmq-bench-send-back", move || {
         Box::pin(send_back(options))

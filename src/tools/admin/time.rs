@@ -7,9 +7,20 @@ use crate::clock::{civil_from_days, days_from_civil};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// Why a text is not a timestamp; the text as given (trimmed).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimestampError {
+    #[error("timestamp {0:?} is too large for epoch milliseconds")]
+    TooLarge(String),
+    #[error(
+        "bad timestamp {0:?}: expected epoch milliseconds, RFC 3339 (2026-12-02T10:00:00Z) or `now`"
+    )]
+    Unreadable(String),
+}
+
 /// Milliseconds since the epoch of `text`, or why it is not a timestamp. `now_ms` is what
 /// `now` means.
-pub fn parse_timestamp(text: &str, now_ms: i64) -> Result<i64, String> {
+pub fn parse_timestamp(text: &str, now_ms: i64) -> Result<i64, TimestampError> {
     let text = text.trim();
     if text.eq_ignore_ascii_case("now") {
         return Ok(now_ms);
@@ -17,14 +28,9 @@ pub fn parse_timestamp(text: &str, now_ms: i64) -> Result<i64, String> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text
             .parse::<i64>()
-            .map_err(|_| format!("timestamp {text:?} is too large for epoch milliseconds"));
+            .map_err(|_| TimestampError::TooLarge(text.to_string()));
     }
-    parse_rfc3339(text).ok_or_else(|| {
-        format!(
-            "bad timestamp {text:?}: expected epoch milliseconds, RFC 3339 \
-             (2026-12-02T10:00:00Z) or `now`"
-        )
-    })
+    parse_rfc3339(text).ok_or_else(|| TimestampError::Unreadable(text.to_string()))
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `t`, `z` and a space for `T` are accepted.

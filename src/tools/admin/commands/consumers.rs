@@ -13,6 +13,8 @@
 //!   ringmq's node writes the offsets itself; a Java broker only asks the online
 //!   consumers and, with none online, answers CONSUMER_NOT_ONLINE (exit 1).
 
+use std::net::SocketAddr;
+
 use serde_json::json;
 
 use crate::remoting::codes::request;
@@ -175,32 +177,11 @@ pub async fn connections(ctx: &Ctx, group: &str) -> AdminResult<Output> {
 pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Output> {
     check_group(&args.group)?;
     check_topic(&args.topic)?;
-    let timestamp = parse_timestamp(&args.timestamp, now_ms()).map_err(bad_input)?;
+    let timestamp =
+        parse_timestamp(&args.timestamp, now_ms()).map_err(|why| bad_input(why.to_string()))?;
     let broker = ctx.broker().await?;
     ctx.require_topic(broker, &args.topic).await?;
-    let answer = ctx
-        .wire
-        .call_ok(
-            broker,
-            command(
-                request::INVOKE_BROKER_TO_RESET_OFFSET,
-                &[
-                    ("topic", &args.topic),
-                    ("group", &args.group),
-                    ("timestamp", &timestamp),
-                    ("isForce", &args.force),
-                    ("queueId", &-1),
-                ],
-            ),
-        )
-        .await?;
-    let offsets = bodies::reset_offsets(&answer.body).map_err(node_error)?;
-    if offsets.is_empty() {
-        return Err(not_found(format!(
-            "group {} has no offsets on topic {} at {broker}",
-            args.group, args.topic
-        )));
-    }
+    let offsets = reset_on(ctx, broker, args, timestamp).await?;
     let mut queues = Vec::new();
     let mut before_oldest = 0;
     let mut table = Table::new(&[
@@ -211,28 +192,7 @@ pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Outp
         "note",
     ]);
     for entry in &offsets {
-        // The reset has happened by now: a queue whose oldest time cannot be read is
-        // reported as unknown (-1), not as a failed command.
-        let earliest = match ctx
-            .wire
-            .call_ok(
-                broker,
-                command(
-                    request::GET_EARLIEST_MSG_STORETIME,
-                    &[("topic", &args.topic), ("queueId", &entry.queue.queue_id)],
-                ),
-            )
-            .await
-        {
-            Ok(answer) => answer
-                .opt_str("timestamp")
-                .and_then(|t| t.parse::<i64>().ok())
-                .unwrap_or(-1),
-            Err(error) => {
-                tracing::warn!(%error, queue = entry.queue.queue_id, "no oldest store time");
-                -1
-            }
-        };
+        let earliest = earliest_store_time(ctx, broker, &args.topic, entry.queue.queue_id).await;
         let before = earliest > 0 && timestamp < earliest;
         before_oldest += usize::from(before);
         table.row(vec![
@@ -283,4 +243,63 @@ pub async fn reset_offset(ctx: &Ctx, args: &ResetOffsetArgs) -> AdminResult<Outp
         }),
         text,
     ))
+}
+
+/// INVOKE_BROKER_TO_RESET_OFFSET: the offsets the broker reset the group's queues to; none
+/// is not found.
+async fn reset_on(
+    ctx: &Ctx,
+    broker: SocketAddr,
+    args: &ResetOffsetArgs,
+    timestamp: i64,
+) -> AdminResult<Vec<bodies::QueueOffset>> {
+    let answer = ctx
+        .wire
+        .call_ok(
+            broker,
+            command(
+                request::INVOKE_BROKER_TO_RESET_OFFSET,
+                &[
+                    ("topic", &args.topic),
+                    ("group", &args.group),
+                    ("timestamp", &timestamp),
+                    ("isForce", &args.force),
+                    ("queueId", &-1),
+                ],
+            ),
+        )
+        .await?;
+    let offsets = bodies::reset_offsets(&answer.body).map_err(node_error)?;
+    if offsets.is_empty() {
+        return Err(not_found(format!(
+            "group {} has no offsets on topic {} at {broker}",
+            args.group, args.topic
+        )));
+    }
+    Ok(offsets)
+}
+
+/// GET_EARLIEST_MSG_STORETIME of one queue. The reset has happened by now: a queue whose
+/// oldest time cannot be read is reported as unknown (-1), not as a failed command.
+async fn earliest_store_time(ctx: &Ctx, broker: SocketAddr, topic: &str, queue_id: i32) -> i64 {
+    let answer = ctx
+        .wire
+        .call_ok(
+            broker,
+            command(
+                request::GET_EARLIEST_MSG_STORETIME,
+                &[("topic", &topic), ("queueId", &queue_id)],
+            ),
+        )
+        .await;
+    match answer {
+        Ok(answer) => answer
+            .opt_str("timestamp")
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(-1),
+        Err(error) => {
+            tracing::warn!(%error, queue = queue_id, "no oldest store time");
+            -1
+        }
+    }
 }

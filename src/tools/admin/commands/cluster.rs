@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::remoting::codes::request;
 
-use super::super::bodies;
+use super::super::bodies::{self, BrokerData};
 use super::super::error::{node_error, not_found, AdminError, AdminResult};
 use super::super::output::{Output, Table};
 use super::super::wire::{command, resolve};
@@ -40,23 +40,7 @@ fn first_figure(value: Option<&String>) -> String {
 }
 
 pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
-    let mut brokers = ctx.cluster_brokers().await?;
-    if let Some(cluster) = ctx.cluster() {
-        let known: std::collections::BTreeSet<String> =
-            brokers.iter().map(|b| b.cluster.clone()).collect();
-        brokers.retain(|b| b.cluster == cluster);
-        if brokers.is_empty() {
-            let known: Vec<String> = known.into_iter().collect();
-            return Err(not_found(format!(
-                "the name server lists no cluster {cluster} (it lists: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            )));
-        }
-    }
+    let brokers = brokers_of_the_cluster(ctx).await?;
     let mut table = Table::new(&[
         "cluster",
         "broker",
@@ -76,27 +60,13 @@ pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
                 Ok(socket) => runtime_info(ctx, socket).await,
                 Err(error) => Err(error),
             };
-            let get = |key: &str| runtime.as_ref().ok().and_then(|r| r.get(key)).cloned();
-            let dash = || "-".to_owned();
-            let row = match &runtime {
-                Ok(info) => vec![
-                    get("brokerVersionDesc").unwrap_or_else(dash),
-                    first_figure(info.get("putTps")),
-                    first_figure(info.get("getTransferedTps")),
-                    get("msgPutTotalTodayNow")
-                        .or_else(|| get("msgPutTotalSinceBoot"))
-                        .unwrap_or_else(dash),
-                    get("commitLogDiskRatio").unwrap_or_else(dash),
-                ],
-                Err(_) => vec!["(no answer)".into(), dash(), dash(), dash(), dash()],
-            };
             let mut cells = vec![
                 broker.cluster.clone(),
                 broker.broker_name.clone(),
                 id.to_string(),
                 addr.clone(),
             ];
-            cells.extend(row);
+            cells.extend(runtime_cells(&runtime));
             table.row(cells);
             entries.push(json!({
                 "cluster": broker.cluster,
@@ -114,6 +84,48 @@ pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
     let mut output = Output::new(json!({ "brokers": entries }), table.render());
     output.failure = failure;
     Ok(output)
+}
+
+/// The brokers the name server lists, only those of `-c`'s cluster when it is given;
+/// a cluster it does not list is not found, naming the ones it does.
+async fn brokers_of_the_cluster(ctx: &Ctx) -> AdminResult<Vec<BrokerData>> {
+    let mut brokers = ctx.cluster_brokers().await?;
+    let Some(cluster) = ctx.cluster() else {
+        return Ok(brokers);
+    };
+    let known: std::collections::BTreeSet<String> =
+        brokers.iter().map(|b| b.cluster.clone()).collect();
+    brokers.retain(|b| b.cluster == cluster);
+    if brokers.is_empty() {
+        let known: Vec<String> = known.into_iter().collect();
+        return Err(not_found(format!(
+            "the name server lists no cluster {cluster} (it lists: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    Ok(brokers)
+}
+
+/// The version, rates, messages and disk ratio columns of one broker's row.
+fn runtime_cells(runtime: &AdminResult<BTreeMap<String, String>>) -> Vec<String> {
+    let get = |key: &str| runtime.as_ref().ok().and_then(|r| r.get(key)).cloned();
+    let dash = || "-".to_owned();
+    match runtime {
+        Ok(info) => vec![
+            get("brokerVersionDesc").unwrap_or_else(dash),
+            first_figure(info.get("putTps")),
+            first_figure(info.get("getTransferedTps")),
+            get("msgPutTotalTodayNow")
+                .or_else(|| get("msgPutTotalSinceBoot"))
+                .unwrap_or_else(dash),
+            get("commitLogDiskRatio").unwrap_or_else(dash),
+        ],
+        Err(_) => vec!["(no answer)".into(), dash(), dash(), dash(), dash()],
+    }
 }
 
 pub async fn broker_status(ctx: &Ctx) -> AdminResult<Output> {

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::config::{FlushMode, StoreConfig};
 use crate::io::{open_backend, IoChoice};
 use crate::store::record::{body_crc, RecordInput};
-use crate::store::{properties, PutStatus, Store};
+use crate::store::{properties, PutResult, PutStatus, Store, StoreStats};
 
 /// Options of `ringmq bench store`.
 #[derive(Clone, Debug)]
@@ -174,11 +174,11 @@ pub fn run_store_bench(options: StoreBenchOptions) -> anyhow::Result<StoreBenchS
         .map_err(|_| anyhow::anyhow!("the benchmark thread panicked"))?
 }
 
-async fn bench_on_shard(
-    options: StoreBenchOptions,
-    dir: PathBuf,
-) -> anyhow::Result<StoreBenchSummary> {
-    let mut config = StoreConfig::new(&dir);
+/// The store's defaults in `dir` with the bench's flush mode and segment size; the
+/// deletion probe makes every closed segment expired at every hour. The largest message
+/// is lowered to what a (small) segment holds.
+fn bench_store_config(options: &StoreBenchOptions, dir: &Path) -> StoreConfig {
+    let mut config = StoreConfig::new(dir);
     config.flush_mode = options.flush;
     if options.delete_probe {
         config.retention.file_reserved = Duration::ZERO;
@@ -196,6 +196,14 @@ async fn bench_on_shard(
                 .saturating_sub(crate::config::RECORD_OVERHEAD_MAX + 8) as usize,
         )
         .max(1);
+    config
+}
+
+async fn bench_on_shard(
+    options: StoreBenchOptions,
+    dir: PathBuf,
+) -> anyhow::Result<StoreBenchSummary> {
+    let config = bench_store_config(&options, &dir);
     let disk = open_backend(options.io, config.flush_mode.data_writes())?;
     let store = Store::open(config, disk, Clock::system()).await?;
     let ack_log = match &options.ack_log {
@@ -239,10 +247,23 @@ async fn bench_on_shard(
     if let Some(error) = run.first_error.borrow().as_ref() {
         eprintln!("first error: {error}");
     }
+    Ok(summary(&run, &store, &stats, elapsed, query, delete))
+}
+
+/// The run's figures; `stats` as the store counted them before it shut down.
+fn summary(
+    run: &Run,
+    store: &Store,
+    stats: &StoreStats,
+    elapsed: f64,
+    query: QuerySummary,
+    delete: DeleteProbe,
+) -> StoreBenchSummary {
+    let options = &run.options;
     let latencies = run.latencies.borrow();
     let acked = run.acked.get();
     let per_second = |count: f64| if elapsed > 0.0 { count / elapsed } else { 0.0 };
-    Ok(StoreBenchSummary {
+    StoreBenchSummary {
         io_backend: store.backend_name().to_string(),
         flush: options.flush.as_str().to_string(),
         producers: options.producers,
@@ -262,7 +283,7 @@ async fn bench_on_shard(
         batches: stats.batches,
         query,
         delete,
-    })
+    }
 }
 
 /// Runs one cleanup (every closed segment has expired: the store was opened with
@@ -363,31 +384,8 @@ async fn produce(run: Rc<Run>, producer: usize) {
         let body = Bytes::copy_from_slice(&body[..]);
         let topic = &topics[number as usize % topics.len()];
         let queue_id = ((number / topics.len() as u64) % options.queues as u64) as i32;
-        properties.clear();
-        if options.keys > 0 {
-            let stamp = std::str::from_utf8(&body[stamp_len.0..stamp_len.1]).unwrap_or("0");
-            properties.push_str(properties::KEYS);
-            properties.push('\u{1}');
-            for key in 0..options.keys {
-                if key > 0 {
-                    properties.push(' ');
-                }
-                if key == 0 && options.distinct_keys > 0 {
-                    use std::fmt::Write as _;
-                    let _ = write!(properties, "key{}", number % options.distinct_keys);
-                    continue;
-                }
-                properties.push('k');
-                properties.push_str(stamp);
-                if key > 0 {
-                    properties.push('-');
-                    properties.push(char::from(b'0' + (key % 10) as u8));
-                }
-            }
-            properties.push('\u{2}');
-        }
-        properties.push_str(properties::TAGS);
-        properties.push_str("\u{1}TagA\u{2}");
+        let stamp = std::str::from_utf8(&body[stamp_len.0..stamp_len.1]).unwrap_or("0");
+        write_properties(&mut properties, options, stamp, number);
         let input = RecordInput {
             topic: topic.clone(),
             queue_id,
@@ -407,32 +405,7 @@ async fn produce(run: Rc<Run>, producer: usize) {
         let outcome = run.store.put(input).await;
         let micros = sent_at.elapsed().as_micros() as u64;
         match outcome {
-            Ok(result) => {
-                run.latencies.borrow_mut().record_us(micros);
-                run.acked.set(run.acked.get() + 1);
-                if result.status == PutStatus::FlushDiskTimeout {
-                    run.flush_timeouts.set(run.flush_timeouts.get() + 1);
-                }
-                if let (Some(placement), Some(log)) =
-                    (result.placement, run.ack_log.borrow_mut().as_mut())
-                {
-                    let line = AckLine {
-                        topic,
-                        queue_id,
-                        queue_offset: placement.queue_offset,
-                        phys_offset: placement.phys_offset,
-                        body_crc: crc,
-                        store_timestamp: placement.store_timestamp,
-                    };
-                    let mut text = serde_json::to_string(&line).expect("plain fields serialize");
-                    text.push('\n');
-                    if let Err(error) = log.write_all(text.as_bytes()) {
-                        run.first_error
-                            .borrow_mut()
-                            .get_or_insert(format!("writing the ack log: {error}"));
-                    }
-                }
-            }
+            Ok(result) => record_ack(&run, &result, micros, topic, queue_id, crc),
             Err(error) => {
                 run.errors.set(run.errors.get() + 1);
                 run.first_error
@@ -442,6 +415,66 @@ async fn produce(run: Rc<Run>, producer: usize) {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// The record's properties: KEYS when the bench asks for keys (the first one of few
+/// distinct values when `distinct_keys` is set, the others unique, from `stamp`), and TAGS.
+fn write_properties(
+    properties: &mut String,
+    options: &StoreBenchOptions,
+    stamp: &str,
+    number: u64,
+) {
+    properties.clear();
+    if options.keys > 0 {
+        properties.push_str(properties::KEYS);
+        properties.push('\u{1}');
+        for key in 0..options.keys {
+            if key > 0 {
+                properties.push(' ');
+            }
+            if key == 0 && options.distinct_keys > 0 {
+                use std::fmt::Write as _;
+                let _ = write!(properties, "key{}", number % options.distinct_keys);
+                continue;
+            }
+            properties.push('k');
+            properties.push_str(stamp);
+            if key > 0 {
+                properties.push('-');
+                properties.push(char::from(b'0' + (key % 10) as u8));
+            }
+        }
+        properties.push('\u{2}');
+    }
+    properties.push_str(properties::TAGS);
+    properties.push_str("\u{1}TagA\u{2}");
+}
+
+/// Counts an acknowledged put and writes its line to the ack log, if there is one.
+fn record_ack(run: &Run, result: &PutResult, micros: u64, topic: &str, queue_id: i32, crc: i32) {
+    run.latencies.borrow_mut().record_us(micros);
+    run.acked.set(run.acked.get() + 1);
+    if result.status == PutStatus::FlushDiskTimeout {
+        run.flush_timeouts.set(run.flush_timeouts.get() + 1);
+    }
+    if let (Some(placement), Some(log)) = (result.placement, run.ack_log.borrow_mut().as_mut()) {
+        let line = AckLine {
+            topic,
+            queue_id,
+            queue_offset: placement.queue_offset,
+            phys_offset: placement.phys_offset,
+            body_crc: crc,
+            store_timestamp: placement.store_timestamp,
+        };
+        let mut text = serde_json::to_string(&line).expect("plain fields serialize");
+        text.push('\n');
+        if let Err(error) = log.write_all(text.as_bytes()) {
+            run.first_error
+                .borrow_mut()
+                .get_or_insert(format!("writing the ack log: {error}"));
         }
     }
 }

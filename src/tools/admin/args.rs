@@ -438,7 +438,7 @@ mod tests {
     }
 
     #[test]
-    fn mqadmins_short_flags() {
+    fn mqadmins_short_flags_for_topics() {
         let args = parse(&[
             "-b",
             "1.2.3.4:10911",
@@ -495,7 +495,10 @@ mod tests {
             unreachable!()
         };
         assert_eq!(update.order, Some(false));
+    }
 
+    #[test]
+    fn mqadmins_short_flags_for_groups() {
         let args = parse(&[
             "-c",
             "DefaultCluster",
@@ -543,6 +546,10 @@ mod tests {
                 ..GroupSettings::default()
             }
         );
+    }
+
+    #[test]
+    fn mqadmins_short_flags_for_group_delete_and_offsets() {
         for (args, remove) in [
             (&["group-delete", "-g", "G"][..], None),
             (&["group-delete", "-g", "G", "-r"], Some(true)),

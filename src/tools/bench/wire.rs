@@ -29,6 +29,7 @@ use super::counters::Counters;
 use super::latency::LatencySummary;
 use super::produce_run::{account, check_produce_options, per_second, produce_summary, ProduceRun};
 pub use super::produce_run::{bench_key, ProduceOptions, ProduceSummary, ProducerIo, SendMode};
+use super::PullBodyError;
 use crate::client::{pull_request, queue_request, Client};
 use crate::config::FlushMode;
 use crate::remoting::codes::{request as codes, response};
@@ -277,7 +278,7 @@ fn now_us() -> i64 {
 }
 
 /// Counts the records of a pull body and records their end-to-end latency.
-fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
+fn take_records(counters: &Counters, body: &[u8]) -> Result<(), PullBodyError> {
     let now = now_us();
     let mut rest = body;
     let mut latencies = counters.latencies();
@@ -288,24 +289,26 @@ fn take_records(counters: &Counters, body: &[u8]) -> Result<(), String> {
                 counters.add_done(1, view.body.len() as u64);
                 rest = &rest[view.total_size as usize..];
             }
-            Ok(Decoded::Blank { .. }) => return Err("a blank record in a pull body".into()),
-            Err(error) => return Err(error.to_string()),
+            Ok(Decoded::Blank { .. }) => return Err(PullBodyError::Blank),
+            Err(error) => return Err(error.into()),
         }
     }
     Ok(())
 }
 
-async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
-    if run.options.pop {
-        return pop_queue(run, client, queue_id).await;
-    }
-    let options = &run.options;
-    let counters = &run.counters;
+/// Where a consumer of `queue_id` starts: the queue's min or max offset (`--from`); 0,
+/// counted as an error, when the node does not say.
+async fn first_offset(
+    client: &Client,
+    options: &ConsumeOptions,
+    counters: &Counters,
+    queue_id: i32,
+) -> u64 {
     let start = match options.from {
         FromOffset::Earliest => codes::GET_MIN_OFFSET,
         FromOffset::Latest => codes::GET_MAX_OFFSET,
     };
-    let mut offset = match client
+    match client
         .request(queue_request(start, &options.topic, queue_id))
         .await
     {
@@ -318,26 +321,46 @@ async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
             counters.error(format!("io:{:?}", error.kind()), 0);
             0
         }
-    };
+    }
+}
+
+/// The pull of `queue_id` from `offset`, in the group, committing what was consumed.
+fn bench_pull(
+    options: &ConsumeOptions,
+    queue_id: i32,
+    offset: u64,
+    suspend: Option<Duration>,
+) -> RemotingCommand {
+    let mut cmd = pull_request(
+        &options.topic,
+        queue_id,
+        offset,
+        options.max_per_pull as i32,
+        suspend,
+        // The subscription rides in the pull (FLAG_SUBSCRIPTION), as clients do: without
+        // it a RocketMQ broker wants the group registered by a heartbeat first and
+        // answers SUBSCRIPTION_NOT_EXIST (24) to every pull.
+        Some("*"),
+    );
+    cmd.ext_fields
+        .insert("consumerGroup".into(), options.group.clone());
+    // Commit what was consumed with the next pull, as RocketMQ's push consumer does,
+    // so the group and its progress show in `ringmq admin consumer-progress`.
+    commit_with_pull(&mut cmd, offset);
+    cmd
+}
+
+async fn consume_queue(run: Rc<ConsumeRun>, client: Client, queue_id: i32) {
+    if run.options.pop {
+        return pop_queue(run, client, queue_id).await;
+    }
+    let options = &run.options;
+    let counters = &run.counters;
+    let mut offset = first_offset(&client, options, counters, queue_id).await;
     let suspend = (!options.suspend.is_zero()).then_some(options.suspend);
     let timeout = crate::client::DEFAULT_TIMEOUT + options.suspend;
     loop {
-        let mut cmd = pull_request(
-            &options.topic,
-            queue_id,
-            offset,
-            options.max_per_pull as i32,
-            suspend,
-            // The subscription rides in the pull (FLAG_SUBSCRIPTION), as clients do: without
-            // it a RocketMQ broker wants the group registered by a heartbeat first and
-            // answers SUBSCRIPTION_NOT_EXIST (24) to every pull.
-            Some("*"),
-        );
-        cmd.ext_fields
-            .insert("consumerGroup".into(), options.group.clone());
-        // Commit what was consumed with the next pull, as RocketMQ's push consumer does,
-        // so the group and its progress show in `ringmq admin consumer-progress`.
-        commit_with_pull(&mut cmd, offset);
+        let cmd = bench_pull(options, queue_id, offset, suspend);
         let outcome = client.request_with_timeout(cmd, timeout).await;
         run.pulls.set(run.pulls.get() + 1);
         match outcome {

@@ -12,3 +12,13 @@ mod produce_run;
 pub mod store;
 mod threads;
 pub mod wire;
+
+/// Why a pull body could not be read record by record.
+#[derive(Debug, thiserror::Error)]
+pub enum PullBodyError {
+    /// A pull body holds records only; the end-of-segment marker has no place in it.
+    #[error("a blank record in a pull body")]
+    Blank,
+    #[error("{0}")]
+    Record(#[from] crate::store::record::DecodeError),
+}
