@@ -214,13 +214,6 @@ pub const WARN_BURST: u32 = 5;
 /// The default of `connection_warn_interval` ([`ConnectionLimits::warn_interval`]).
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
-impl Default for ConnectionLimits {
-    /// The limits of the node's defaults ([`crate::node_config::connection_limits`]).
-    fn default() -> ConnectionLimits {
-        crate::node_config::connection_limits(&crate::node_config::NodeConfig::default())
-    }
-}
-
 impl ConnectionLimits {
     /// How often a connection checks its timeouts: a quarter of the shorter one (at
     /// least 1 ms), so a timeout closes at most that much late.

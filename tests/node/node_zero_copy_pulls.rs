@@ -318,7 +318,7 @@ fn mixed_body(mode: BodySend) {
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
         let limits = ConnectionLimits {
             body_send: mode,
-            ..ConnectionLimits::default()
+            ..ringmq::node_config::connection_limits(&ringmq::node_config::NodeConfig::default())
         };
         tokio::task::spawn_local(async move {
             let (stream, peer) = listener.accept().await.unwrap();
