@@ -17,7 +17,7 @@
 //! the bound addresses and a [`NodeHandle`]. Each shard runs the delay scheduler of every
 //! level whose `SCHEDULE_TOPIC_XXXX` queue it owns (`broker/delay/mod.rs`) and registers the
 //! protected consumer groups (`retentionProtectedGroups`) on its store as retention holds
-//! before the store's first retention run (`broker/protected_groups.rs`). If one shard fails to start,
+//! before the store's first retention run (`broker/state/protected_groups.rs`). If one shard fails to start,
 //! the others are stopped cleanly and the start fails with that shard's error.
 //!
 //! Every listener's accept loop (broker and name server, all shards) admits connections
@@ -48,11 +48,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
-use crate::broker::consumer_offsets::ConsumerOffsets;
 use crate::broker::delay::offsets::DelayOffsets;
-use crate::broker::live_settings::LiveSettings;
-use crate::broker::subscription_groups::SubscriptionGroups;
-use crate::broker::topics::TopicTable;
+use crate::broker::state::live_settings::LiveSettings;
+use crate::broker::tables::consumer_offsets::ConsumerOffsets;
+use crate::broker::tables::request_modes::RequestModes;
+use crate::broker::tables::subscription_groups::SubscriptionGroups;
+use crate::broker::tables::topics::TopicTable;
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
 use crate::config::StoreConfig;
@@ -290,7 +291,7 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         SubscriptionGroups::load(&dir, running.auto_create_subscription_group)?,
     );
     tables.delay_offsets = Arc::new(DelayOffsets::load(&dir)?);
-    tables.request_modes = Arc::new(crate::broker::request_modes::RequestModes::load(&dir)?);
+    tables.request_modes = Arc::new(RequestModes::load(&dir)?);
     tables.settings = Arc::new(LiveSettings::new(running.clone(), Clock::system().now_ms()));
     tables.namesrv = Arc::new(NamesrvState::new(namesrv_addr.port(), bind_ip));
     let settings = ShardSettings {
@@ -485,7 +486,7 @@ async fn run_shard(
         metrics.clone(),
     ));
     // Before any await: the store's first retention run already keeps what they hold.
-    crate::broker::protected_groups::protect(&broker);
+    crate::broker::state::protected_groups::protect(&broker);
     crate::broker::delay::holds::hold(&broker);
     let timers = Rc::new(
         crate::broker::timer::scheduler::Timers::open(
@@ -538,7 +539,7 @@ async fn run_shard(
     ));
     background.push(spawn_watched(
         "closed connection reaper",
-        Box::pin(crate::broker::consumers::reap_closed_connections(
+        Box::pin(crate::broker::requests::consumers::reap_closed_connections(
             broker.clone(),
         )),
     ));
@@ -710,7 +711,7 @@ async fn sample_metrics(broker: Rc<Broker>) {
         ticks.tick().await;
         let metrics = broker.metrics();
         metrics.set_store(broker.store().stats());
-        crate::broker::stats_sampler::sample(&broker, &mut sampler);
+        crate::broker::state::stats_sampler::sample(&broker, &mut sampler);
         metrics
             .parked_pulls
             .store(broker.parked_pulls() as i64, Ordering::Relaxed);

@@ -530,8 +530,8 @@ fn message_queries_by_key_unique_key_id_and_offset() {
         "JSON has the whole body"
     );
     // An id whose offset starts no record: not found.
-    let (host, phys) = ringmq::broker::ids::decode_offset_msg_id(&sent[6].msg_id).unwrap();
-    let inside = ringmq::broker::ids::offset_msg_id(host, phys + 1);
+    let (host, phys) = ringmq::broker::naming::ids::decode_offset_msg_id(&sent[6].msg_id).unwrap();
+    let inside = ringmq::broker::naming::ids::offset_msg_id(host, phys + 1);
     node.fails(1, &["query-id", "--id", &inside]);
 
     // By queue offset: message 6 is the second of queue 2.

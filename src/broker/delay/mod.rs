@@ -45,7 +45,7 @@
 //! tags codes are delivery times, so a tag filter on it matches nothing useful; slaves
 //! do not exist yet (GET_ALL_DELAY_OFFSET, 45, answers the cursors they would copy,
 //! [`self::offsets::get_all`]); 5.x timer messages (`TIMER_*`) are
-//! `super::timer`'s.
+//! `crate::broker::timer`'s.
 
 pub mod holds;
 pub mod offsets;
@@ -63,7 +63,7 @@ use crate::store::record::{self, Decoded, RecordInput, RecordView, Verify, RECOR
 use crate::store::topic::SCHEDULE_TOPIC;
 use crate::store::{PutStatus, StoreError};
 
-use super::Broker;
+use crate::broker::Broker;
 
 /// `MessageConst.PROPERTY_DELAY_TIME_LEVEL`.
 pub const DELAY: &str = "DELAY";
@@ -76,7 +76,7 @@ pub const TIMER_PROPERTIES: [&str; 3] = ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", 
 /// RocketMQ's default `messageDelayLevel`.
 pub const DEFAULT_LEVELS: &str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h";
 /// Most levels: one queue each, and a topic has at most this many queues.
-pub const MAX_LEVELS: usize = super::names::MAX_QUEUE_NUMS as usize;
+pub const MAX_LEVELS: usize = crate::broker::naming::names::MAX_QUEUE_NUMS as usize;
 /// Longest delay of a level: ten years.
 pub const MAX_DELAY_MS: u64 = 3650 * 86_400_000;
 /// Longest a scheduler sleeps before it looks at its queue again, whatever is due.
@@ -272,7 +272,8 @@ pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, String> {
 pub(crate) fn real_queue<'a>(view: &RecordView<'a>) -> Result<(&'a str, i32), String> {
     let topic = properties::get(view.properties, REAL_TOPIC)
         .ok_or_else(|| "it has no REAL_TOPIC property".to_string())?;
-    super::names::validate_topic(topic).map_err(|why| format!("REAL_TOPIC: {why}"))?;
+    crate::broker::naming::names::validate_topic(topic)
+        .map_err(|why| format!("REAL_TOPIC: {why}"))?;
     let queue_id = properties::get(view.properties, REAL_QID)
         .and_then(|queue| queue.parse::<i32>().ok())
         .filter(|&queue| queue >= 0)

@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::pop::state::{Delivery, LogRecord, PopTable, QueueKey};
 use crate::io::meta::{replace_file, MetaFiles};
 
-use crate::broker::persisted_table::PersistedTable;
+use crate::broker::tables::persisted_table::PersistedTable;
 use crate::store::record::{self, Decoded, RecordInput, Verify};
 use crate::store::{PutStatus, Store};
 
@@ -478,7 +478,7 @@ impl ReplayMark {
 
     /// The written mark as a table changed file first, starting from `stored` (what
     /// [`ReplayMark::read`] returned): what the shard writes its mark through, off its
-    /// reactor ([`crate::broker::persisted_table`]).
+    /// reactor ([`crate::broker::tables::persisted_table`]).
     pub fn table(&self, stored: Mark) -> PersistedTable<Mark> {
         PersistedTable::new(self.files.clone(), self.path.clone(), stored, encode_mark)
     }

@@ -36,7 +36,7 @@
 //!   or redelivered since with a new handle) is NO_MESSAGE naming why (Java answers
 //!   SUCCESS); in a batch such entries are skipped and counted.
 //! - Orderly POP (`order=true`) is refused: orderly consumers lock queues
-//!   ([`super::lock_requests`]) and pull.
+//!   ([`crate::broker::requests::lock_requests`]) and pull.
 //!
 //! Invariants: every POP and CHANGE_INVISIBLETIME response carries the header fields the
 //! clients decode (`popTime`, `invisibleTime`, `reviveQid`, `restNum` ≥ 0, and the info
@@ -65,8 +65,8 @@ use crate::store::record;
 use self::log::{self as pop_log, ReplayMark, POP_LOG_TOPIC};
 use self::state::{Delivery, LogRecord, PopTable, QueueKey};
 use self::wire::{self as pop_wire, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
-use super::persisted_table::{PersistedTable, WriteFailed};
-use super::{bad_header, names, pull, Broker};
+use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
+use crate::broker::{bad_header, naming::names, requests::pull, Broker};
 
 /// Longest invisible time a pop or change may ask for (a day; Java's client caps at 12 h).
 pub const MAX_INVISIBLE_TIME_MS: i64 = 24 * 3600 * 1000;
@@ -364,7 +364,7 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
                     .file_body
                     .as_ref()
                     .map_or(served.body.len() as u64, |body| body.len());
-                super::stats_sampler::count_pop(
+                crate::broker::state::stats_sampler::count_pop(
                     broker,
                     &header.topic,
                     &header.group,
@@ -879,7 +879,8 @@ async fn dead_letter(broker: &Broker, pops: &Pops, key: &QueueKey, dead: self::s
                 fields.insert(name.into(), value);
             }
             let back = RemotingCommand::request(request_code::CONSUMER_SEND_MSG_BACK, fields);
-            let answer = Box::pin(super::send_back::send_back(broker, &back)).await;
+            let answer =
+                Box::pin(crate::broker::requests::send_back::send_back(broker, &back)).await;
             if answer.code == response::SUCCESS {
                 Ok(())
             } else {

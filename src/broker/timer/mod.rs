@@ -43,7 +43,7 @@ use crate::store::properties;
 use crate::store::record::{RecordInput, RecordView, RECORD_CRC_KEY};
 pub use crate::store::topic::{TIMER_DEL_UNIQKEY, TIMER_OUT_MS, TIMER_TOPIC};
 
-use super::delay::{
+use crate::broker::delay::{
     REAL_QID, REAL_TOPIC, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK,
 };
 
@@ -168,7 +168,7 @@ pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
     if let Some(key) = cancelled_key(view.properties) {
         return Ok(Due::Cancel(key.to_owned()));
     }
-    let (topic, queue_id) = super::delay::real_queue(view)?;
+    let (topic, queue_id) = crate::broker::delay::real_queue(view)?;
     let now_text = now_ms.to_string();
     let props = properties::rewritten(
         view.properties,
@@ -177,7 +177,7 @@ pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
     );
     let uniq_key = properties::get(view.properties, properties::UNIQ_KEY).map(str::to_owned);
     Ok(Due::Deliver {
-        message: super::delay::moved_to(view, topic, queue_id, props),
+        message: crate::broker::delay::moved_to(view, topic, queue_id, props),
         uniq_key,
     })
 }
