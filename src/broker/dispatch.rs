@@ -161,7 +161,33 @@ impl Broker {
         request: RemotingCommand,
         peer: SocketAddr,
     ) -> Option<RemotingCommand> {
-        let response = match request.code {
+        // Tried in turn; each gives the request back when the code is not one of its own.
+        let request = match self.client_request(request, peer).await {
+            Ok(response) => return Some(response),
+            Err(request) => request,
+        };
+        let request = match self.engine_request(request).await {
+            Ok(response) => return Some(response),
+            Err(request) => request,
+        };
+        let response = match self.admin_request(request, peer).await {
+            Ok(response) => response,
+            Err(request) => RemotingCommand::response_to(
+                &request,
+                response::REQUEST_CODE_NOT_SUPPORTED,
+                Some(format!(" request type {} not supported", request.code)),
+            ),
+        };
+        Some(response)
+    }
+
+    /// The requests of [`super::requests`]: what clients send in their normal work.
+    async fn client_request(
+        &self,
+        request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> Result<RemotingCommand, RemotingCommand> {
+        Ok(match request.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 => {
                 Box::pin(send::send_message(self, &request, peer)).await
             }
@@ -175,37 +201,55 @@ impl Broker {
             request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
             request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),
             request::GET_EARLIEST_MSG_STORETIME => offsets::earliest_store_time(self, &request),
+            request::QUERY_CONSUMER_OFFSET => consumer_offset_requests::query(self, &request),
+            request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
+            request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
+            request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
+            request::QUERY_ASSIGNMENT => assignment::query_assignment(self, &request),
+            request::CONSUMER_SEND_MSG_BACK => Box::pin(send_back::send_back(self, &request)).await,
+            request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
+            request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),
+            request::SET_MESSAGE_REQUEST_MODE => {
+                request_mode_requests::set_message_request_mode(self, &request).await
+            }
+            _ => return Err(request),
+        })
+    }
+
+    /// The requests the feature engines answer: POP, and the delay cursors. (An
+    /// UPDATE_CONSUMER_OFFSET goes through POP too: a commit may start a popped queue over.)
+    async fn engine_request(
+        &self,
+        request: RemotingCommand,
+    ) -> Result<RemotingCommand, RemotingCommand> {
+        Ok(match request.code {
+            request::UPDATE_CONSUMER_OFFSET => {
+                Box::pin(pop::reset::update_consumer_offset(self, &request)).await
+            }
+            request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,
+            request::ACK_MESSAGE => Box::pin(pop::ack_message(self, &request)).await,
+            request::BATCH_ACK_MESSAGE => Box::pin(pop::batch_ack(self, &request)).await,
+            request::CHANGE_MESSAGE_INVISIBLETIME => {
+                Box::pin(pop::change_invisible_time(self, &request)).await
+            }
+            request::GET_ALL_DELAY_OFFSET => delay::offsets::get_all(self, &request),
+            _ => return Err(request),
+        })
+    }
+
+    /// The requests of [`super::admin`]: tools and dashboards.
+    async fn admin_request(
+        &self,
+        request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> Result<RemotingCommand, RemotingCommand> {
+        Ok(match request.code {
             request::UPDATE_AND_CREATE_TOPIC => {
                 topic_requests::update_and_create(self, &request).await
             }
             request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request).await,
-            request::QUERY_CONSUMER_OFFSET => consumer_offset_requests::query(self, &request),
-            request::UPDATE_CONSUMER_OFFSET => {
-                Box::pin(pop::reset::update_consumer_offset(self, &request)).await
-            }
-            request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
-            request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
-            request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
-            request::QUERY_ASSIGNMENT => assignment::query_assignment(self, &request),
-            request::GET_BROKER_RUNTIME_INFO => {
-                Box::pin(runtime_info::runtime_info(self, &request, peer)).await
-            }
-            request::GET_TOPIC_STATS_INFO => {
-                Box::pin(topic_stats::topic_stats(self, &request, peer)).await
-            }
-            request::GET_CONSUME_STATS => {
-                Box::pin(consume_stats::consume_stats(self, &request, peer)).await
-            }
-            request::INVOKE_BROKER_TO_RESET_OFFSET => {
-                Box::pin(reset_offset::reset_offset(self, &request, peer)).await
-            }
-            request::GET_CONSUMER_CONNECTION_LIST => {
-                consumer_connections::consumer_connections(self, &request)
-            }
-            request::CONSUMER_SEND_MSG_BACK => Box::pin(send_back::send_back(self, &request)).await,
-            request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
-            request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),
+            request::GET_TOPIC_CONFIG => topic_config_request::get_topic_config(self, &request),
             request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
                 subscription_group_requests::get_all(self, &request)
             }
@@ -218,23 +262,30 @@ impl Broker {
             request::DELETE_SUBSCRIPTIONGROUP => {
                 Box::pin(subscription_group_requests::delete(self, &request)).await
             }
-            request::GET_ALL_DELAY_OFFSET => delay::offsets::get_all(self, &request),
-            request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,
-            request::ACK_MESSAGE => Box::pin(pop::ack_message(self, &request)).await,
-            request::BATCH_ACK_MESSAGE => Box::pin(pop::batch_ack(self, &request)).await,
-            request::CHANGE_MESSAGE_INVISIBLETIME => {
-                Box::pin(pop::change_invisible_time(self, &request)).await
-            }
-            request::SET_MESSAGE_REQUEST_MODE => {
-                request_mode_requests::set_message_request_mode(self, &request).await
-            }
-            request::GET_TOPIC_CONFIG => topic_config_request::get_topic_config(self, &request),
-            request::GET_PRODUCER_CONNECTION_LIST => {
-                producer_connections::producer_connections(self, &request)
-            }
             request::GET_BROKER_CONFIG => broker_config_requests::get_broker_config(self, &request),
             request::UPDATE_BROKER_CONFIG => {
                 broker_config_requests::update_broker_config(self, &request)
+            }
+            _ => return Box::pin(self.admin_figures_request(request, peer)).await,
+        })
+    }
+
+    /// The admin requests that read the node's figures, connections and progress, or move
+    /// a group's offsets.
+    async fn admin_figures_request(
+        &self,
+        request: RemotingCommand,
+        peer: SocketAddr,
+    ) -> Result<RemotingCommand, RemotingCommand> {
+        Ok(match request.code {
+            request::GET_BROKER_RUNTIME_INFO => {
+                Box::pin(runtime_info::runtime_info(self, &request, peer)).await
+            }
+            request::GET_TOPIC_STATS_INFO => {
+                Box::pin(topic_stats::topic_stats(self, &request, peer)).await
+            }
+            request::GET_CONSUME_STATS => {
+                Box::pin(consume_stats::consume_stats(self, &request, peer)).await
             }
             request::GET_BROKER_CONSUME_STATS => {
                 Box::pin(broker_consume_stats::broker_consume_stats(
@@ -242,21 +293,25 @@ impl Broker {
                 ))
                 .await
             }
-            request::CLONE_GROUP_OFFSET => clone_offset::clone_group_offset(self, &request),
             request::VIEW_BROKER_STATS_DATA => stats_data::view_broker_stats_data(&request),
+            request::INVOKE_BROKER_TO_RESET_OFFSET => {
+                Box::pin(reset_offset::reset_offset(self, &request, peer)).await
+            }
+            request::CLONE_GROUP_OFFSET => clone_offset::clone_group_offset(self, &request),
+            request::GET_CONSUMER_CONNECTION_LIST => {
+                consumer_connections::consumer_connections(self, &request)
+            }
+            request::GET_PRODUCER_CONNECTION_LIST => {
+                producer_connections::producer_connections(self, &request)
+            }
             request::QUERY_TOPIC_CONSUME_BY_WHO => {
                 consume_by_who::query_topic_consume_by_who(self, &request)
             }
             request::GET_CONSUMER_RUNNING_INFO => {
                 Box::pin(consumer_running_info::consumer_running_info(self, &request)).await
             }
-            other => RemotingCommand::response_to(
-                &request,
-                response::REQUEST_CODE_NOT_SUPPORTED,
-                Some(format!(" request type {other} not supported")),
-            ),
-        };
-        Some(response)
+            _ => return Err(request),
+        })
     }
 }
 

@@ -70,64 +70,18 @@ pub async fn reset_offset(
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
     };
-    if let Err(why) =
-        names::validate_topic(header.topic).and_then(|()| names::validate_group(header.group))
-    {
-        return bad_header(request, why);
-    }
-    let Some(config) = broker.topics.get(header.topic) else {
-        return RemotingCommand::response_to(
-            request,
-            response::TOPIC_NOT_EXIST,
-            Some(format!(
-                "[reset-offset] reset offset failed, no topic in this broker. topic={}",
-                header.topic
-            )),
-        );
+    let queues = match check_reset(broker, request, &header) {
+        Ok(queues) => queues,
+        Err(refused) => return *refused,
     };
-    let queues = config.read_queue_nums as i32;
-    if header.queue_id >= queues || header.queue_id < -1 {
-        return bad_header(
-            request,
-            format!(
-                "queueId {} is not a queue of {} ({queues} read queues)",
-                header.queue_id, header.topic
-            ),
-        );
-    }
-    let known = broker.groups.consumer_ids(header.group).is_some()
-        || broker
-            .consumer_offsets
-            .topics_of(header.group)
-            .iter()
-            .any(|topic| topic == header.topic);
-    if !known {
-        return RemotingCommand::response_to(
-            request,
-            response::SUBSCRIPTION_GROUP_NOT_EXIST,
-            Some(format!(
-                "the consumer group <{}> has no offsets on topic {} and no client online",
-                header.group, header.topic
-            )),
-        );
-    }
     let local = match reset_local(broker, &header, queues) {
         Ok(local) => local,
         Err(why) => {
             return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why))
         }
     };
-    // A POP group's queues start over here, on their owners, before the commit: the
-    // reset record makes the reset survive a restart (`pop_reset`). If another shard then
-    // fails the request, these queues follow the unchanged committed offset again at
-    // their next pop, as after any outside commit.
-    for (queue_id, values) in &local {
-        let key = QueueKey::new(header.group, header.topic, *queue_id);
-        if let Err(why) =
-            crate::broker::pop::reset::outside_commit(broker, &key, values[0] as u64).await
-        {
-            return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
-        }
+    if let Err(why) = start_pop_queues_over(broker, &header, &local).await {
+        return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
     }
     let rows = match gather(broker, request, peer, 1, local).await {
         Ok(Gathered::Answer(answer)) => return answer,
@@ -157,6 +111,74 @@ pub async fn reset_offset(
         Some(format!("reset {} queues; told {told} clients", rows.len())),
     )
     .with_body(body.into_bytes())
+}
+
+/// The refusals a reset gets before anything moves: bad names, a topic this broker does
+/// not have, a queue it does not have, a group with neither offsets on the topic nor a
+/// client online. The topic's read queues otherwise.
+fn check_reset(
+    broker: &Broker,
+    request: &RemotingCommand,
+    header: &ResetHeader<'_>,
+) -> Result<i32, Box<RemotingCommand>> {
+    if let Err(why) =
+        names::validate_topic(header.topic).and_then(|()| names::validate_group(header.group))
+    {
+        return Err(Box::new(bad_header(request, why)));
+    }
+    let Some(config) = broker.topics.get(header.topic) else {
+        return Err(Box::new(RemotingCommand::response_to(
+            request,
+            response::TOPIC_NOT_EXIST,
+            Some(format!(
+                "[reset-offset] reset offset failed, no topic in this broker. topic={}",
+                header.topic
+            )),
+        )));
+    };
+    let queues = config.read_queue_nums as i32;
+    if header.queue_id >= queues || header.queue_id < -1 {
+        return Err(Box::new(bad_header(
+            request,
+            format!(
+                "queueId {} is not a queue of {} ({queues} read queues)",
+                header.queue_id, header.topic
+            ),
+        )));
+    }
+    let known = broker.groups.consumer_ids(header.group).is_some()
+        || broker
+            .consumer_offsets
+            .topics_of(header.group)
+            .iter()
+            .any(|topic| topic == header.topic);
+    if !known {
+        return Err(Box::new(RemotingCommand::response_to(
+            request,
+            response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            Some(format!(
+                "the consumer group <{}> has no offsets on topic {} and no client online",
+                header.group, header.topic
+            )),
+        )));
+    }
+    Ok(queues)
+}
+
+/// A POP group's queues start over here, on their owners, before the commit: the reset
+/// record makes the reset survive a restart (`pop_reset`). If another shard then fails
+/// the request, these queues follow the unchanged committed offset again at their next
+/// pop, as after any outside commit.
+async fn start_pop_queues_over(
+    broker: &Broker,
+    header: &ResetHeader<'_>,
+    local: &Rows,
+) -> Result<(), String> {
+    for (queue_id, values) in local {
+        let key = QueueKey::new(header.group, header.topic, *queue_id);
+        crate::broker::pop::reset::outside_commit(broker, &key, values[0] as u64).await?;
+    }
+    Ok(())
 }
 
 /// Searches the new offsets of the queues this shard owns; the shard that received the

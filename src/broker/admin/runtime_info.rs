@@ -55,6 +55,23 @@ pub async fn runtime_info(
     request: &RemotingCommand,
     peer: SocketAddr,
 ) -> RemotingCommand {
+    let local: Rows = [(broker.shard.id() as i32, local_columns(broker))].into();
+    let rows = match gather(broker, request, peer, WIDTH, local).await {
+        Ok(Gathered::Answer(answer)) => return answer,
+        Ok(Gathered::All(rows)) => rows,
+        Err(answer) => return answer,
+    };
+    let mut table = BTreeMap::new();
+    put_log_figures(&mut table, broker, &rows);
+    put_rates(&mut table, &rows);
+    put_node_figures(&mut table, broker);
+    let body = serde_json::json!({ "table": table });
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+        .with_body(body.to_string().into_bytes())
+}
+
+/// This shard's row: its log's figures, then its rates ([`WIDTH`] columns).
+fn local_columns(broker: &Broker) -> Vec<i64> {
     let stats = broker.store.stats();
     let log_end = broker.store.log_positions().write;
     let mut columns = vec![
@@ -66,15 +83,16 @@ pub async fn runtime_info(
         stats.retention.puts_refused_for_space as i64,
     ];
     columns.extend(rate_columns(&broker.metrics.rates()));
-    let local: Rows = [(broker.shard.id() as i32, columns)].into();
-    let rows = match gather(broker, request, peer, WIDTH, local).await {
-        Ok(Gathered::Answer(answer)) => return answer,
-        Ok(Gathered::All(rows)) => rows,
-        Err(answer) => return answer,
-    };
-    let column = |index: usize| rows.values().map(move |values| values[index]);
-    let now = broker.now_ms();
-    let mut table = BTreeMap::new();
+    columns
+}
+
+/// Column `index` of every shard's row.
+fn column(rows: &Rows, index: usize) -> impl Iterator<Item = i64> + '_ {
+    rows.values().map(move |values| values[index])
+}
+
+/// The version, uptime and the CommitLogs' figures, over every shard.
+fn put_log_figures(table: &mut BTreeMap<String, String>, broker: &Broker, rows: &Rows) {
     let mut put = |key: &str, value: String| {
         table.insert(key.to_owned(), value);
     };
@@ -83,25 +101,35 @@ pub async fn runtime_info(
         format!("ringmq {}", env!("CARGO_PKG_VERSION")),
     );
     put("bootTimestamp", broker.started_ms.to_string());
-    put("runtime", uptime(now - broker.started_ms));
+    put("runtime", uptime(broker.now_ms() - broker.started_ms));
     put(
         "commitLogMinOffset",
-        column(0).min().unwrap_or(0).to_string(),
+        column(rows, 0).min().unwrap_or(0).to_string(),
     );
     put(
         "commitLogMaxOffset",
-        column(1).max().unwrap_or(0).to_string(),
+        column(rows, 1).max().unwrap_or(0).to_string(),
     );
-    let used = column(4).max().unwrap_or(0);
+    let used = column(rows, 4).max().unwrap_or(0);
     put("commitLogDiskRatio", format!("{:.2}", used as f64 / 100.0));
-    put("msgPutTotalSinceBoot", column(2).sum::<i64>().to_string());
-    put("msgPutBytesSinceBoot", column(3).sum::<i64>().to_string());
+    put(
+        "msgPutTotalSinceBoot",
+        column(rows, 2).sum::<i64>().to_string(),
+    );
+    put(
+        "msgPutBytesSinceBoot",
+        column(rows, 3).sum::<i64>().to_string(),
+    );
     put(
         "putsRefusedForDiskSpace",
-        column(5).sum::<i64>().to_string(),
+        column(rows, 5).sum::<i64>().to_string(),
     );
+}
+
+/// The node's rates: every shard's added up.
+fn put_rates(table: &mut BTreeMap<String, String>, rows: &Rows) {
     let rate = |index: usize| -> Tps {
-        std::array::from_fn(|span| column(6 + 3 * index + span).sum::<i64>() as f64 / 1000.0)
+        std::array::from_fn(|span| column(rows, 6 + 3 * index + span).sum::<i64>() as f64 / 1000.0)
     };
     let rates = RateFigures {
         put: rate(0),
@@ -109,12 +137,22 @@ pub async fn runtime_info(
         get_missed: rate(2),
         transferred: rate(3),
     };
+    let mut put = |key: &str, value: String| {
+        table.insert(key.to_owned(), value);
+    };
     put("putTps", java_tps(rates.put));
     put("getFoundTps", java_tps(rates.get_found));
     put("getMissTps", java_tps(rates.get_missed));
     put("getTotalTps", java_tps(rates.get_total()));
     put("getTransferredTps", java_tps(rates.transferred));
     put("getTransferedTps", java_tps(rates.transferred));
+}
+
+/// The node's shape, identity and load as `mqadmin clusterList` reads them.
+fn put_node_figures(table: &mut BTreeMap<String, String>, broker: &Broker) {
+    let mut put = |key: &str, value: String| {
+        table.insert(key.to_owned(), value);
+    };
     put("shardCount", broker.shard.count().to_string());
     put("topicCount", broker.topics.all().len().to_string());
     put(
@@ -146,9 +184,6 @@ pub async fn runtime_info(
     // clusterList's ACTIVATED column: a Java master in a controller-less cluster is always
     // active (it takes writes); so is a ringmq node, which has no other role.
     put("brokerActive", "true".to_owned());
-    let body = serde_json::json!({ "table": table });
-    RemotingCommand::response_to(request, response::SUCCESS, None)
-        .with_body(body.to_string().into_bytes())
 }
 
 /// Java's `runtime` format: `[ 0 days, 1 hours, 2 minutes, 3 seconds ]`.

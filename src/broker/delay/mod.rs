@@ -341,23 +341,7 @@ async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u6
     let queue_id = (level - 1) as i32;
     let store = &broker.store;
     loop {
-        let (min, max) = (
-            store.min_offset(SCHEDULE_TOPIC, queue_id),
-            store.max_offset(SCHEDULE_TOPIC, queue_id),
-        );
-        // Java's `correctDelayOffset`: retention took messages below the cursor, or the
-        // table names an offset the queue never reached.
-        let corrected = (*cursor).clamp(min, max.max(min));
-        if corrected != *cursor {
-            tracing::warn!(
-                level,
-                cursor = *cursor,
-                corrected,
-                "delay cursor outside its queue [{min}, {max}); moved"
-            );
-            *cursor = corrected;
-            broker.delay_offsets.set(level, corrected, broker.now_ms());
-        }
+        let max = correct_cursor(broker, level, cursor);
         broker.metrics.set_delay_pending(level, max - *cursor);
         if *cursor >= max {
             return MAX_SLEEP;
@@ -409,6 +393,29 @@ async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u6
         *cursor += 1;
         broker.delay_offsets.set(level, *cursor, broker.now_ms());
     }
+}
+
+/// Java's `correctDelayOffset`: moves `cursor` into its queue when retention took
+/// messages below it or the table names an offset the queue never reached. The queue's
+/// end.
+fn correct_cursor(broker: &Broker, level: u32, cursor: &mut u64) -> u64 {
+    let queue_id = (level - 1) as i32;
+    let (min, max) = (
+        broker.store.min_offset(SCHEDULE_TOPIC, queue_id),
+        broker.store.max_offset(SCHEDULE_TOPIC, queue_id),
+    );
+    let corrected = (*cursor).clamp(min, max.max(min));
+    if corrected != *cursor {
+        tracing::warn!(
+            level,
+            cursor = *cursor,
+            corrected,
+            "delay cursor outside its queue [{min}, {max}); moved"
+        );
+        *cursor = corrected;
+        broker.delay_offsets.set(level, corrected, broker.now_ms());
+    }
+    max
 }
 
 enum Delivery {

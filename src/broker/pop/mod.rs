@@ -272,36 +272,64 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             "POP is not running on this shard".into(),
         );
     };
+    let (topic_config, max_attempts) = match check_pop(broker, &header) {
+        Ok(checked) => checked,
+        Err((code, why)) => return fail(code, why),
+    };
+    let filter = match filter_of(broker, &header) {
+        Ok(filter) => filter,
+        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why),
+    };
+    let job = Job {
+        header: &header,
+        filter: filter.as_deref(),
+        max_attempts,
+    };
+    match pop_until_served(broker, pops, request, &job, &topic_config).await {
+        Ok((queue_id, served)) => served_response(broker, request, &header, queue_id, served),
+        Err(Unserved::Forwarded(answer)) => answer,
+        Err(Unserved::Refused(code, why)) => fail(code, why),
+        Err(Unserved::TimedOut { next_due }) => {
+            let mut answer = fail(response::POLLING_TIMEOUT, "no new message".into());
+            if let (true, Some(due)) = (request.opt_str(NO_PARK).is_some(), next_due) {
+                answer.put_ext(NEXT_DUE, due);
+            }
+            answer
+        }
+    }
+}
+
+/// The refusals of a pop's header: batch size, invisible time, orderly, the topic, the
+/// names and the queue, and a group that may not consume. The topic's configuration and
+/// the group's `retryMaxTimes` otherwise.
+fn check_pop(
+    broker: &Broker,
+    header: &PopHeader,
+) -> Result<(crate::broker::tables::topics::TopicConfig, i32), (i32, String)> {
+    let invalid = |why: String| Err((response::INVALID_PARAMETER, why));
     if header.max_msg_nums < 1 || header.max_msg_nums > MAX_POP_BATCH {
-        return fail(
-            response::INVALID_PARAMETER,
-            format!(
-                "maxMsgNums {} is outside 1..={MAX_POP_BATCH}",
-                header.max_msg_nums
-            ),
-        );
+        return invalid(format!(
+            "maxMsgNums {} is outside 1..={MAX_POP_BATCH}",
+            header.max_msg_nums
+        ));
     }
     if header.invisible_time <= 0 || header.invisible_time > MAX_INVISIBLE_TIME_MS {
-        return fail(
-            response::INVALID_PARAMETER,
-            format!(
-                "invisibleTime {} is outside 1..={MAX_INVISIBLE_TIME_MS} ms",
-                header.invisible_time
-            ),
-        );
+        return invalid(format!(
+            "invisibleTime {} is outside 1..={MAX_INVISIBLE_TIME_MS} ms",
+            header.invisible_time
+        ));
     }
     if header.order {
-        return fail(
-            response::INVALID_PARAMETER,
+        return invalid(
             "orderly POP is not supported; orderly consumers lock queues (LOCK_BATCH_MQ) and pull"
                 .into(),
         );
     }
     let Some(topic_config) = broker.topics.get(&header.topic) else {
-        return fail(
+        return Err((
             response::TOPIC_NOT_EXIST,
             format!("topic[{}] not exist", header.topic),
-        );
+        ));
     };
     if let Err(why) = names::validate_group_topic_queue(
         &header.group,
@@ -309,25 +337,39 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         Some(&topic_config),
         header.queue_id.max(0),
     ) {
-        return fail(response::INVALID_PARAMETER, why);
+        return invalid(why.to_string());
     }
     if header.queue_id < -1 {
-        return fail(
-            response::INVALID_PARAMETER,
-            format!(
-                "queueId {} is neither a queue nor -1 (any)",
-                header.queue_id
-            ),
-        );
+        return invalid(format!(
+            "queueId {} is neither a queue nor -1 (any)",
+            header.queue_id
+        ));
     }
-    let max_attempts = match broker.subscription_group(&header.group, true) {
-        Ok(config) => config.retry_max_times,
-        Err((code, why)) => return fail(code, why),
-    };
-    let filter = match filter_of(broker, &header) {
-        Ok(filter) => filter,
-        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why),
-    };
+    let config = broker.subscription_group(&header.group, true)?;
+    Ok((topic_config, config.retry_max_times))
+}
+
+/// Why a pop ends without serving messages here.
+enum Unserved {
+    /// Another shard served a pop of any queue: its whole answer.
+    Forwarded(RemotingCommand),
+    /// The pop is answered with this code and remark.
+    Refused(i32, String),
+    /// Nothing came before the poll time ran out (or the connection closed); the earliest
+    /// deadline in flight, if any.
+    TimedOut { next_due: Option<i64> },
+}
+
+/// Pops until something is served or the poll time runs out, parked in between (woken by
+/// arrivals, by a deadline in flight falling due, or by the connection closing).
+async fn pop_until_served(
+    broker: &Broker,
+    pops: &Pops,
+    request: &RemotingCommand,
+    job: &Job<'_>,
+    topic_config: &crate::broker::tables::topics::TopicConfig,
+) -> Result<(i32, Served), Unserved> {
+    let header = job.header;
     let no_park = request.opt_str(NO_PARK).is_some();
     let wait = if no_park || header.poll_time <= 0 {
         Duration::ZERO
@@ -335,11 +377,6 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         Duration::from_millis(header.poll_time as u64).min(broker.config.max_suspend)
     };
     let deadline = tokio::time::Instant::now() + wait;
-    let job = Job {
-        header: &header,
-        filter: filter.as_deref(),
-        max_attempts,
-    };
     let mut parked = None;
     // A pop of any queue whose queues are all this shard's is woken by this shard's
     // arrivals and deadlines alone; otherwise also by its topic's arrivals on the other
@@ -352,101 +389,121 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         let arrival = broker.store.arrivals();
         let remote_arrival = watch.as_ref().map(|watch| watch.notified());
         let attempt = if header.queue_id >= 0 {
-            pop_queue(broker, pops, &job, header.queue_id).await
+            pop_queue(broker, pops, job, header.queue_id).await
         } else {
-            pop_any(broker, pops, &job, request).await
+            pop_any(broker, pops, job, request).await
         };
-        match attempt {
-            Ok(Found::Served(queue_id, served)) => {
-                ShardMetrics::add(&broker.metrics.messages_out, served.offsets.len() as u64);
-                ShardMetrics::add(&broker.metrics.pop_delivered, served.offsets.len() as u64);
-                let bytes = served
-                    .file_body
-                    .as_ref()
-                    .map_or(served.body.len() as u64, |body| body.len());
-                crate::broker::state::stats_sampler::count_pop(
-                    broker,
-                    &header.topic,
-                    &header.group,
-                    served.offsets.len(),
-                    bytes,
-                );
-                let pop_time = served.pop_time;
-                return pop_response(
-                    request,
-                    response::SUCCESS,
-                    None,
-                    pop_time,
-                    header.invisible_time,
-                    queue_id,
-                    Some(served),
-                );
+        let next_due = match attempt {
+            Ok(Found::Served(queue_id, served)) => return Ok((queue_id, served)),
+            Ok(Found::Forwarded(answer)) => return Err(Unserved::Forwarded(answer)),
+            Ok(Found::Nothing { next_due }) => next_due,
+            Err((code, why)) => return Err(Unserved::Refused(code, why)),
+        };
+        let now_instant = tokio::time::Instant::now();
+        if now_instant >= deadline {
+            return Err(Unserved::TimedOut { next_due });
+        }
+        if parked.is_none() {
+            parked = Some(park(broker).map_err(|(code, why)| Unserved::Refused(code, why))?);
+        }
+        let mut wake = deadline;
+        if let Some(due) = next_due {
+            let ms = (due - broker.now_ms()).max(0) as u64;
+            wake = wake.min(now_instant + Duration::from_millis(ms));
+        }
+        let connection = parked
+            .as_ref()
+            .and_then(|(_, connection)| connection.as_ref());
+        let woken = async {
+            match remote_arrival {
+                Some(remote) => tokio::select! {
+                    () = arrival => {}
+                    () = remote => {}
+                },
+                None => arrival.await,
             }
-            Ok(Found::Forwarded(answer)) => return answer,
-            Ok(Found::Nothing { next_due }) => {
-                let now_instant = tokio::time::Instant::now();
-                if now_instant >= deadline {
-                    let mut answer = fail(response::POLLING_TIMEOUT, "no new message".into());
-                    if let (true, Some(due)) = (no_park, next_due) {
-                        answer.put_ext(NEXT_DUE, due);
-                    }
-                    return answer;
+        };
+        tokio::select! {
+            _ = tokio::time::timeout_at(wake, woken) => {}
+            () = async {
+                match connection {
+                    Some(parked) => parked.closed().await,
+                    None => std::future::pending().await,
                 }
-                if parked.is_none() {
-                    if broker.parked.get() >= broker.config.max_parked_pulls {
-                        return fail(
-                            response::POLLING_FULL,
-                            format!(
-                                "{} requests are parked on this shard (maxParkedPulls)",
-                                broker.parked.get()
-                            ),
-                        );
-                    }
-                    let connection = match crate::remoting::backlog::try_park_current() {
-                        Ok(connection) => connection,
-                        Err(count) => {
-                            return fail(
-                                response::POLLING_FULL,
-                                format!(
-                                    "{count} requests are parked on this connection (maxParkedRequestsPerConnection)"
-                                ),
-                            )
-                        }
-                    };
-                    broker.parked.set(broker.parked.get() + 1);
-                    parked = Some((pull::ParkedGuard(broker), connection));
-                }
-                let mut wake = deadline;
-                if let Some(due) = next_due {
-                    let ms = (due - broker.now_ms()).max(0) as u64;
-                    wake = wake.min(now_instant + Duration::from_millis(ms));
-                }
-                let connection = parked.as_ref().map(|(_, connection)| connection);
-                let woken = async {
-                    match remote_arrival {
-                        Some(remote) => tokio::select! {
-                            () = arrival => {}
-                            () = remote => {}
-                        },
-                        None => arrival.await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::time::timeout_at(wake, woken) => {}
-                    () = async {
-                        match connection {
-                            Some(Some(parked)) => parked.closed().await,
-                            _ => std::future::pending().await,
-                        }
-                    } => {
-                        // Nobody is left to answer.
-                        return fail(response::POLLING_TIMEOUT, "the connection closed".into());
-                    }
-                }
+            } => {
+                // Nobody is left to answer.
+                return Err(Unserved::Refused(
+                    response::POLLING_TIMEOUT,
+                    "the connection closed".into(),
+                ));
             }
-            Err((code, why)) => return fail(code, why),
         }
     }
+}
+
+/// Parks a pop that found nothing, within the shard's and the connection's bounds
+/// (`maxParkedPulls`, `maxParkedRequestsPerConnection`): POLLING_FULL past either.
+fn park(
+    broker: &Broker,
+) -> Result<
+    (
+        pull::ParkedGuard<'_>,
+        Option<crate::remoting::backlog::Parked>,
+    ),
+    (i32, String),
+> {
+    if broker.parked.get() >= broker.config.max_parked_pulls {
+        return Err((
+            response::POLLING_FULL,
+            format!(
+                "{} requests are parked on this shard (maxParkedPulls)",
+                broker.parked.get()
+            ),
+        ));
+    }
+    let connection = crate::remoting::backlog::try_park_current().map_err(|count| {
+        (
+            response::POLLING_FULL,
+            format!(
+                "{count} requests are parked on this connection (maxParkedRequestsPerConnection)"
+            ),
+        )
+    })?;
+    broker.parked.set(broker.parked.get() + 1);
+    Ok((pull::ParkedGuard(broker), connection))
+}
+
+/// A served pop's answer, counted in the shard's metrics and the pop's get rates.
+fn served_response(
+    broker: &Broker,
+    request: &RemotingCommand,
+    header: &PopHeader,
+    queue_id: i32,
+    served: Served,
+) -> RemotingCommand {
+    ShardMetrics::add(&broker.metrics.messages_out, served.offsets.len() as u64);
+    ShardMetrics::add(&broker.metrics.pop_delivered, served.offsets.len() as u64);
+    let bytes = served
+        .file_body
+        .as_ref()
+        .map_or(served.body.len() as u64, |body| body.len());
+    crate::broker::state::stats_sampler::count_pop(
+        broker,
+        &header.topic,
+        &header.group,
+        served.offsets.len(),
+        bytes,
+    );
+    let pop_time = served.pop_time;
+    pop_response(
+        request,
+        response::SUCCESS,
+        None,
+        pop_time,
+        header.invisible_time,
+        queue_id,
+        Some(served),
+    )
 }
 
 /// What a pop attempt found.
@@ -562,41 +619,11 @@ async fn pop_queue(
     }
     let room = max - deliveries.len();
     // The queue entries of the new offsets, read once here for the records below.
-    let mut known: Vec<(u64, crate::store::consume_queue::CqEntry)> = Vec::new();
-    if room > 0 {
-        let cursor = pops
-            .table
-            .borrow()
-            .queue(&key)
-            .map_or(0, |state| state.cursor);
-        let entries = broker
-            .store
-            .queue_entries(&header.topic, queue_id, cursor, room)
-            .map_err(|error| (response::SYSTEM_ERROR, error.to_string()))?;
-        let fresh: Vec<Delivery> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, entry)| {
-                job.filter
-                    .is_none_or(|codes| codes.contains(&(entry.tags_code as i32)))
-            })
-            .map(|(index, _)| Delivery {
-                offset: cursor + index as u64,
-                attempts: 0,
-            })
-            .collect();
-        let next = cursor + entries.len() as u64;
-        known.extend(
-            entries
-                .iter()
-                .enumerate()
-                .map(|(index, entry)| (cursor + index as u64, *entry)),
-        );
-        pops.table
-            .borrow_mut()
-            .take_new(&key, &fresh, next, pop_time, header.invisible_time);
-        deliveries.extend(fresh);
-    }
+    let known = if room > 0 {
+        take_new(broker, pops, job, &key, room, pop_time, &mut deliveries)?
+    } else {
+        Vec::new()
+    };
     if deliveries.is_empty() {
         commit_watermark(broker, pops, &key);
         let next_due = pops.table.borrow().next_deadline(&key);
@@ -612,19 +639,94 @@ async fn pop_queue(
         header.invisible_time,
     )
     .await?;
+    let (served, body) = read_deliveries(broker, pops, &key, &deliveries, &known, pop_time).await;
+    commit_watermark(broker, pops, &key);
+    if served.is_empty() {
+        let next_due = pops.table.borrow().next_deadline(&key);
+        return Ok(Found::Nothing { next_due });
+    }
+    let end = broker.store.max_offset(&header.topic, queue_id);
+    let cursor = pops
+        .table
+        .borrow()
+        .queue(&key)
+        .map_or(end, |state| state.cursor);
+    Ok(Found::Served(
+        queue_id,
+        Served {
+            pop_time,
+            offsets: served,
+            body,
+            file_body: None,
+            rest: end.saturating_sub(cursor),
+        },
+    ))
+}
+
+/// Takes up to `room` new offsets of `key`'s queue from its cursor, the ones `job`'s filter
+/// selects, into `deliveries` (and the table); the queue entries read, by offset.
+fn take_new(
+    broker: &Broker,
+    pops: &Pops,
+    job: &Job<'_>,
+    key: &QueueKey,
+    room: usize,
+    pop_time: i64,
+    deliveries: &mut Vec<Delivery>,
+) -> Result<Vec<(u64, crate::store::consume_queue::CqEntry)>, (i32, String)> {
+    let cursor = pops
+        .table
+        .borrow()
+        .queue(key)
+        .map_or(0, |state| state.cursor);
+    let entries = broker
+        .store
+        .queue_entries(&key.topic, key.queue_id, cursor, room)
+        .map_err(|error| (response::SYSTEM_ERROR, error.to_string()))?;
+    let fresh: Vec<Delivery> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, entry)| {
+            job.filter
+                .is_none_or(|codes| codes.contains(&(entry.tags_code as i32)))
+        })
+        .map(|(index, _)| Delivery {
+            offset: cursor + index as u64,
+            attempts: 0,
+        })
+        .collect();
+    let next = cursor + entries.len() as u64;
+    pops.table
+        .borrow_mut()
+        .take_new(key, &fresh, next, pop_time, job.header.invisible_time);
+    deliveries.extend(fresh);
+    Ok(entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| (cursor + index as u64, *entry))
+        .collect())
+}
+
+/// Reads the records of `deliveries` into one body; the offsets served. A record that
+/// cannot be read (retention took it) is consumed as gone: acknowledged, and skipped.
+async fn read_deliveries(
+    broker: &Broker,
+    pops: &Pops,
+    key: &QueueKey,
+    deliveries: &[Delivery],
+    known: &[(u64, crate::store::consume_queue::CqEntry)],
+    pop_time: i64,
+) -> (Vec<u64>, Vec<u8>) {
     let mut body = Vec::new();
     let mut served = Vec::with_capacity(deliveries.len());
-    for delivery in &deliveries {
+    for delivery in deliveries {
         let entry = known
             .iter()
             .find(|(offset, _)| *offset == delivery.offset)
             .map(|(_, entry)| *entry);
-        match read_delivery(broker, &key, *delivery, entry, &mut body) {
-            Ok(()) => {
-                served.push(delivery.offset);
-            }
+        match read_delivery(broker, key, *delivery, entry, &mut body) {
+            Ok(()) => served.push(delivery.offset),
             Err(why) => {
-                // Retention took it (or it cannot be read): it is consumed as gone.
                 tracing::warn!(
                     group = %crate::remoting::log_safe::log_safe(&key.group),
                     topic = %crate::remoting::log_safe::log_safe(&key.topic),
@@ -647,32 +749,12 @@ async fn pop_queue(
                 .await
                 .is_ok()
                 {
-                    pops.table.borrow_mut().ack(&key, delivery.offset, pop_time);
+                    pops.table.borrow_mut().ack(key, delivery.offset, pop_time);
                 }
             }
         }
     }
-    commit_watermark(broker, pops, &key);
-    if served.is_empty() {
-        let next_due = pops.table.borrow().next_deadline(&key);
-        return Ok(Found::Nothing { next_due });
-    }
-    let end = broker.store.max_offset(&header.topic, queue_id);
-    let cursor = pops
-        .table
-        .borrow()
-        .queue(&key)
-        .map_or(end, |state| state.cursor);
-    Ok(Found::Served(
-        queue_id,
-        Served {
-            pop_time,
-            offsets: served,
-            body,
-            file_body: None,
-            rest: end.saturating_sub(cursor),
-        },
-    ))
+    (served, body)
 }
 
 /// Stores the checkpoint of `deliveries` popped at `pop_time`; if it cannot be stored
@@ -1071,83 +1153,14 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let Some(pops) = broker.pops.get() else {
         return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
     };
-    let max_entries = broker.config.max_batch_ack_entries;
-    if body.acks.len() > max_entries {
-        return answer(
-            response::INVALID_PARAMETER,
-            Some(format!(
-                "{} acks in one batch; at most {max_entries} (maxBatchAckEntries)",
-                body.acks.len(),
-            )),
-        );
-    }
-    let max_bytes = broker.config.max_batch_ack_bitset_bytes;
-    let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
-    if bitset_bytes > max_bytes {
-        return answer(
-            response::INVALID_PARAMETER,
-            Some(format!(
-                "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
-            )),
-        );
+    if let Err(why) = check_batch_bounds(broker, &body) {
+        return answer(response::INVALID_PARAMETER, Some(why));
     }
     let raw: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
-    let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
-    let mut remote: std::collections::BTreeMap<u8, Vec<serde_json::Value>> = Default::default();
-    // Every entry is checked before any is acknowledged: a batch is refused whole.
-    let mut local: Vec<(usize, QueueKey, Vec<u64>, i64)> = Vec::new();
-    for (index, ack) in body.acks.iter().enumerate() {
-        if ack
-            .r
-            .as_deref()
-            .is_some_and(|mark| mark != pop_wire::NORMAL_TOPIC_MARK)
-        {
-            return answer(
-                response::INVALID_PARAMETER,
-                Some(format!(
-                    "ack {index}: mark {:?}; this node hands out only mark 0",
-                    ack.r
-                )),
-            );
-        }
-        let header = AckHeader {
-            group: ack.c.clone(),
-            topic: ack.t.clone(),
-            queue_id: ack.q,
-            handle: ReceiptHandle {
-                start_offset: ack.so,
-                pop_time: ack.pt,
-                invisible_time: ack.it,
-                revive_qid: ack.rq,
-                mark: pop_wire::NORMAL_TOPIC_MARK.into(),
-                broker_name: String::new(),
-                queue_id: ack.q,
-                queue_offset: None,
-            },
-            offset: ack.so,
-        };
-        if let Err((code, why)) = check_ack_target(broker, &header) {
-            return answer(code, Some(format!("ack {index}: {why}")));
-        }
-        let owner = broker.shard.owner(&ack.t, ack.q);
-        if owner != broker.shard.id() {
-            if let Some(entry) = raw_acks.and_then(|acks| acks.get(index)) {
-                remote.entry(owner).or_default().push(entry.clone());
-            }
-            continue;
-        }
-        let bits = match ack.b.indexes(MAX_POP_BATCH as usize, max_bytes) {
-            Ok(bits) => bits,
-            Err(why) => {
-                return answer(
-                    response::INVALID_PARAMETER,
-                    Some(format!("ack {index}: {why}")),
-                )
-            }
-        };
-        let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
-        local.push((index, QueueKey::new(&ack.c, &ack.t, ack.q), offsets, ack.pt));
-    }
+    let (local, remote) = match sort_batch(broker, &body, &raw) {
+        Ok(sorted) => sorted,
+        Err((code, why)) => return answer(code, Some(why)),
+    };
     for (index, key, offsets, pop_time) in local {
         if let Err(why) = ack_offsets(broker, pops, &key, &offsets, pop_time).await {
             return answer(response::SYSTEM_ERROR, Some(format!("ack {index}: {why}")));
@@ -1171,6 +1184,92 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
         }
     }
     answer(response::SUCCESS, None)
+}
+
+/// A batch's bounds: `maxBatchAckEntries` entries, `maxBatchAckBitsetBytes` of bitsets in
+/// all. The error is the remark.
+fn check_batch_bounds(broker: &Broker, body: &BatchAckBody) -> Result<(), String> {
+    let max_entries = broker.config.max_batch_ack_entries;
+    if body.acks.len() > max_entries {
+        return Err(format!(
+            "{} acks in one batch; at most {max_entries} (maxBatchAckEntries)",
+            body.acks.len(),
+        ));
+    }
+    let max_bytes = broker.config.max_batch_ack_bitset_bytes;
+    let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
+    if bitset_bytes > max_bytes {
+        return Err(format!(
+            "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
+        ));
+    }
+    Ok(())
+}
+
+/// One entry of a batch this shard acknowledges: its index, queue, offsets and pop time.
+type LocalAck = (usize, QueueKey, Vec<u64>, i64);
+/// The entries of a batch for each other shard, as the client wrote them.
+type RemoteAcks = std::collections::BTreeMap<u8, Vec<serde_json::Value>>;
+
+/// Checks every entry of a batch (so a batch is refused whole, before any entry is
+/// acknowledged) and sorts them: this shard's, with their offsets, and the others' by
+/// owner.
+fn sort_batch(
+    broker: &Broker,
+    body: &BatchAckBody,
+    raw: &serde_json::Value,
+) -> Result<(Vec<LocalAck>, RemoteAcks), (i32, String)> {
+    let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
+    let mut remote = RemoteAcks::new();
+    let mut local: Vec<LocalAck> = Vec::new();
+    for (index, ack) in body.acks.iter().enumerate() {
+        if ack
+            .r
+            .as_deref()
+            .is_some_and(|mark| mark != pop_wire::NORMAL_TOPIC_MARK)
+        {
+            return Err((
+                response::INVALID_PARAMETER,
+                format!(
+                    "ack {index}: mark {:?}; this node hands out only mark 0",
+                    ack.r
+                ),
+            ));
+        }
+        let header = AckHeader {
+            group: ack.c.clone(),
+            topic: ack.t.clone(),
+            queue_id: ack.q,
+            handle: ReceiptHandle {
+                start_offset: ack.so,
+                pop_time: ack.pt,
+                invisible_time: ack.it,
+                revive_qid: ack.rq,
+                mark: pop_wire::NORMAL_TOPIC_MARK.into(),
+                broker_name: String::new(),
+                queue_id: ack.q,
+                queue_offset: None,
+            },
+            offset: ack.so,
+        };
+        check_ack_target(broker, &header)
+            .map_err(|(code, why)| (code, format!("ack {index}: {why}")))?;
+        let owner = broker.shard.owner(&ack.t, ack.q);
+        if owner != broker.shard.id() {
+            if let Some(entry) = raw_acks.and_then(|acks| acks.get(index)) {
+                remote.entry(owner).or_default().push(entry.clone());
+            }
+            continue;
+        }
+        let max_bytes = broker.config.max_batch_ack_bitset_bytes;
+        let bits = ack
+            .b
+            .indexes(MAX_POP_BATCH as usize, max_bytes)
+            .map_err(|why| (response::INVALID_PARAMETER, format!("ack {index}: {why}")))?;
+        let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
+        local.push((index, QueueKey::new(&ack.c, &ack.t, ack.q), offsets, ack.pt));
+    }
+    Ok((local, remote))
 }
 
 /// CHANGE_MESSAGE_INVISIBLETIME (200053): a new checkpoint for the offset at `now` with
@@ -1211,23 +1310,40 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
             revive_qid,
         );
     };
+    // The new handle must differ from the old one, which is named by its pop time: a change
+    // in the same millisecond as the pop takes the next one.
+    let now = now.max(header.handle.pop_time.saturating_add(1));
+    match change_deadline(broker, pops, &header, now, invisible).await {
+        Ok(()) => respond(response::SUCCESS, None, now, revive_qid),
+        Err((code, why)) => respond(code, Some(why), now, revive_qid),
+    }
+}
+
+/// Gives the delivery `header` names (still in flight under its handle) a new pop time,
+/// `now`, and invisible time, once a checkpoint saying so is stored. NO_MESSAGE if the
+/// handle is stale.
+async fn change_deadline(
+    broker: &Broker,
+    pops: &Pops,
+    header: &AckHeader,
+    now: i64,
+    invisible: i64,
+) -> Result<(), (i32, String)> {
     let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
     let offset = header.offset as u64;
     let old = header.handle.pop_time;
-    // The new handle must differ from the old one, which is named by its pop time: a change
-    // in the same millisecond as the pop takes the next one.
-    let now = now.max(old.saturating_add(1));
+    let stale = || {
+        (
+            response::NO_MESSAGE,
+            not_in_flight(&key, header.offset, old),
+        )
+    };
     let attempts = {
         let table = pops.table.borrow();
         if !table.is_inflight(&key, offset, old) {
             drop(table);
             ShardMetrics::add(&broker.metrics.pop_stale_acks, 1);
-            return respond(
-                response::NO_MESSAGE,
-                Some(not_in_flight(&key, header.offset, old)),
-                now,
-                revive_qid,
-            );
+            return Err(stale());
         }
         table
             .queue(&key)
@@ -1240,7 +1356,7 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
         invisible_time: invisible,
         deliveries: vec![Delivery { offset, attempts }],
     };
-    match pop_log::append(
+    let at = pop_log::append(
         &broker.store,
         pops.log_queue,
         &checkpoint,
@@ -1248,26 +1364,16 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
         now,
     )
     .await
+    .map_err(|why| (response::SYSTEM_ERROR, why))?;
+    let mut table = pops.table.borrow_mut();
+    if table
+        .change_invisible(&key, offset, old, now, invisible)
+        .is_none()
     {
-        Ok(at) => {
-            let mut table = pops.table.borrow_mut();
-            if table
-                .change_invisible(&key, offset, old, now, invisible)
-                .is_none()
-            {
-                drop(table);
-                return respond(
-                    response::NO_MESSAGE,
-                    Some(not_in_flight(&key, header.offset, old)),
-                    now,
-                    revive_qid,
-                );
-            }
-            table.set_ck(&key, &[offset], now, at);
-            respond(response::SUCCESS, None, now, revive_qid)
-        }
-        Err(why) => respond(response::SYSTEM_ERROR, Some(why), now, revive_qid),
+        return Err(stale());
     }
+    table.set_ck(&key, &[offset], now, at);
+    Ok(())
 }
 
 #[cfg(test)]

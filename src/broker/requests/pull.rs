@@ -156,23 +156,8 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         Ok(header) => header,
         Err(error) => return bad_header(request, error),
     };
-    if let Err(why) = check_target(
-        broker,
-        &header.consumer_group,
-        &header.topic,
-        header.queue_id,
-    ) {
-        return refusal(request, response::SYSTEM_ERROR, why);
-    }
-    if let Err((code, why)) = broker.subscription_group(&header.consumer_group, true) {
-        return refusal(request, code, why);
-    }
-    if header.queue_offset < 0 {
-        return RemotingCommand::response_to(
-            request,
-            response::INVALID_PARAMETER,
-            Some(format!("queueOffset {} is negative", header.queue_offset)),
-        );
+    if let Err(refused) = check_pull(broker, request, &header) {
+        return *refused;
     }
     if header.sys_flag & FLAG_COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
         broker.consumer_offsets.commit(
@@ -182,32 +167,9 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
             header.commit_offset,
         );
     }
-    let filter = if header.sys_flag & FLAG_SUBSCRIPTION != 0 {
-        match header.expression_type.as_deref() {
-            None | Some("TAG") => header.subscription.as_deref().and_then(tag_codes),
-            Some(other) => return not_tag(request, other),
-        }
-    } else {
-        match broker
-            .groups
-            .subscription(&header.consumer_group, &header.topic)
-        {
-            None => None,
-            Some(sub) if sub.sub_version < header.sub_version => {
-                return RemotingCommand::response_to(
-                    request,
-                    response::SUBSCRIPTION_NOT_LATEST,
-                    Some(format!(
-                        "the consumer's subscription is not latest: {} < {}",
-                        sub.sub_version, header.sub_version
-                    )),
-                )
-            }
-            Some(sub) if !sub.is_tag() => {
-                return not_tag(request, sub.expression_type.as_deref().unwrap_or(""))
-            }
-            Some(sub) => sub.filter_codes(),
-        }
+    let filter = match pull_filter(broker, request, &header) {
+        Ok(filter) => filter,
+        Err(refused) => return *refused,
     };
     let offset = header.queue_offset as u64;
     let max = header.max_msg_nums.max(1) as u32;
@@ -223,56 +185,21 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
             )
             .map(|result| classify(offset, result))
     };
-    let mut outcome = match read() {
+    let outcome = match read() {
         Ok(outcome) => outcome,
         Err(error) => return store_error(request, error),
     };
     let may_park = header.sys_flag & FLAG_SUSPEND != 0
         && header.suspend_timeout_millis > 0
         && broker.parked.get() < broker.config.max_parked_pulls;
-    if outcome.code == response::PULL_NOT_FOUND && may_park {
-        let wait = std::time::Duration::from_millis(header.suspend_timeout_millis as u64)
-            .min(broker.config.max_suspend);
-        let deadline = tokio::time::Instant::now() + wait;
-        // Parked, it no longer holds its connection's reads back (bounded per shard above,
-        // and per connection here: past that bound it answers at once).
-        let connection_parked = crate::remoting::backlog::try_park_current();
-        let Ok(connection_parked) = connection_parked else {
-            crate::metrics::ShardMetrics::add(
-                &broker.metrics.messages_out,
-                outcome.result.records.len() as u64,
-            );
-            crate::broker::state::stats_sampler::count_pull(
-                broker,
-                &header.topic,
-                &header.consumer_group,
-                &outcome.result.records,
-            );
-            return respond(request, outcome);
-        };
-        broker.parked.set(broker.parked.get() + 1);
-        let _parked = ParkedGuard(broker);
-        loop {
-            // Register before reading, so an arrival after the read still wakes us.
-            let arrival = broker.store.arrivals();
-            outcome = match read() {
-                Ok(outcome) => outcome,
-                Err(error) => return store_error(request, error),
-            };
-            if outcome.code != response::PULL_NOT_FOUND {
-                break;
-            }
-            tokio::select! {
-                woken = tokio::time::timeout_at(deadline, arrival) => {
-                    if woken.is_err() {
-                        break;
-                    }
-                }
-                // Nobody is left to answer.
-                () = crate::remoting::backlog::closed(&connection_parked) => break,
-            }
+    let outcome = if outcome.code == response::PULL_NOT_FOUND && may_park {
+        match park_until_found(broker, &header, read, outcome).await {
+            Ok(outcome) => outcome,
+            Err(error) => return store_error(request, error),
         }
-    }
+    } else {
+        outcome
+    };
     crate::metrics::ShardMetrics::add(
         &broker.metrics.messages_out,
         outcome.result.records.len() as u64,
@@ -284,6 +211,112 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         &outcome.result.records,
     );
     respond(request, outcome)
+}
+
+/// The refusals a pull gets before anything is read: a group, topic or queue the rules
+/// refuse, a group that may not consume, a negative offset.
+fn check_pull(
+    broker: &Broker,
+    request: &RemotingCommand,
+    header: &PullRequestHeader,
+) -> Result<(), Box<RemotingCommand>> {
+    if let Err(why) = check_target(
+        broker,
+        &header.consumer_group,
+        &header.topic,
+        header.queue_id,
+    ) {
+        return Err(Box::new(refusal(
+            request,
+            response::SYSTEM_ERROR,
+            why.to_string(),
+        )));
+    }
+    if let Err((code, why)) = broker.subscription_group(&header.consumer_group, true) {
+        return Err(Box::new(refusal(request, code, why)));
+    }
+    if header.queue_offset < 0 {
+        return Err(Box::new(RemotingCommand::response_to(
+            request,
+            response::INVALID_PARAMETER,
+            Some(format!("queueOffset {} is negative", header.queue_offset)),
+        )));
+    }
+    Ok(())
+}
+
+/// The tag codes a pull selects (`None`: everything): the pull's own subscription when it
+/// carries one, else the group's from its heartbeats, which must be as new as the pull's.
+fn pull_filter(
+    broker: &Broker,
+    request: &RemotingCommand,
+    header: &PullRequestHeader,
+) -> Result<Option<Vec<i32>>, Box<RemotingCommand>> {
+    if header.sys_flag & FLAG_SUBSCRIPTION != 0 {
+        return match header.expression_type.as_deref() {
+            None | Some("TAG") => Ok(header.subscription.as_deref().and_then(tag_codes)),
+            Some(other) => Err(Box::new(not_tag(request, other))),
+        };
+    }
+    match broker
+        .groups
+        .subscription(&header.consumer_group, &header.topic)
+    {
+        None => Ok(None),
+        Some(sub) if sub.sub_version < header.sub_version => {
+            Err(Box::new(RemotingCommand::response_to(
+                request,
+                response::SUBSCRIPTION_NOT_LATEST,
+                Some(format!(
+                    "the consumer's subscription is not latest: {} < {}",
+                    sub.sub_version, header.sub_version
+                )),
+            )))
+        }
+        Some(sub) if !sub.is_tag() => Err(Box::new(not_tag(
+            request,
+            sub.expression_type.as_deref().unwrap_or(""),
+        ))),
+        Some(sub) => Ok(sub.filter_codes()),
+    }
+}
+
+/// Parks a pull that found nothing until `read` finds something, its suspend time (capped
+/// by `max_suspend`) runs out or its connection closes; the last outcome read. A pull its
+/// connection may not park (past `maxParkedRequestsPerConnection`) keeps `outcome`.
+async fn park_until_found(
+    broker: &Broker,
+    header: &PullRequestHeader,
+    read: impl Fn() -> Result<Outcome, crate::store::StoreError>,
+    mut outcome: Outcome,
+) -> Result<Outcome, crate::store::StoreError> {
+    let wait = std::time::Duration::from_millis(header.suspend_timeout_millis as u64)
+        .min(broker.config.max_suspend);
+    let deadline = tokio::time::Instant::now() + wait;
+    // Parked, it no longer holds its connection's reads back (bounded per shard by the
+    // caller, and per connection here: past that bound it answers at once).
+    let Ok(connection_parked) = crate::remoting::backlog::try_park_current() else {
+        return Ok(outcome);
+    };
+    broker.parked.set(broker.parked.get() + 1);
+    let _parked = ParkedGuard(broker);
+    loop {
+        // Register before reading, so an arrival after the read still wakes us.
+        let arrival = broker.store.arrivals();
+        outcome = read()?;
+        if outcome.code != response::PULL_NOT_FOUND {
+            return Ok(outcome);
+        }
+        tokio::select! {
+            woken = tokio::time::timeout_at(deadline, arrival) => {
+                if woken.is_err() {
+                    return Ok(outcome);
+                }
+            }
+            // Nobody is left to answer.
+            () = crate::remoting::backlog::closed(&connection_parked) => return Ok(outcome),
+        }
+    }
 }
 
 fn not_tag(request: &RemotingCommand, expression_type: &str) -> RemotingCommand {

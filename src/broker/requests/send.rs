@@ -429,46 +429,16 @@ pub async fn send_batch(
         Ok(checked) => checked,
         Err(refusal) => return *refusal,
     };
-    match delay::requested_level(
-        &header.properties,
-        header.sys_flag,
-        &broker.config.delay_levels,
-    ) {
-        Ok(None) => {}
-        Ok(Some(_)) | Err(_) => {
-            return RemotingCommand::response_to(
-                request,
-                response::MESSAGE_ILLEGAL,
-                Some("a batch cannot be delayed (DELAY); send delayed messages one by one".into()),
-            )
-        }
-    }
-    if !matches!(timer_due(broker, &header), Ok(None)) {
-        return RemotingCommand::response_to(
-            request,
-            response::MESSAGE_ILLEGAL,
-            Some(
-                "a batch cannot be a timer message (TIMER_*); send timer messages one by one"
-                    .into(),
-            ),
-        );
+    let illegal = |remark: String| {
+        RemotingCommand::response_to(request, response::MESSAGE_ILLEGAL, Some(remark))
+    };
+    if let Err(why) = check_batch_is_plain(broker, &header) {
+        return illegal(why.into());
     }
     let items = match decode_batch(&request.body) {
         Ok(items) if !items.is_empty() => items,
-        Ok(_) => {
-            return RemotingCommand::response_to(
-                request,
-                response::MESSAGE_ILLEGAL,
-                Some("the batch body holds no message".into()),
-            )
-        }
-        Err(error) => {
-            return RemotingCommand::response_to(
-                request,
-                response::MESSAGE_ILLEGAL,
-                Some(format!("bad batch body: {error}")),
-            )
-        }
+        Ok(_) => return illegal("the batch body holds no message".into()),
+        Err(error) => return illegal(format!("bad batch body: {error}")),
     };
     let mut uniq_keys = Vec::with_capacity(items.len());
     let records: Vec<RecordInput> = items
@@ -486,39 +456,80 @@ pub async fn send_batch(
             record
         })
         .collect();
-    let mut msg_ids = Vec::with_capacity(records.len());
-    let mut first_offset = None;
-    let mut worst = PutStatus::Ok;
-    for (index, outcome) in broker.store.put_all(records).await.into_iter().enumerate() {
-        match outcome {
-            Ok(result) => {
-                worst = worse(worst, result.status);
-                if first_offset.is_none() {
-                    first_offset = result.placement.map(|placement| placement.queue_offset);
-                }
-                msg_ids.push(msg_id(broker.identity.store_host, &result));
+    let outcomes = broker.store.put_all(records).await;
+    let stored = match batch_stored(broker, outcomes) {
+        Ok(stored) => stored,
+        Err((index, error)) => {
+            let mut answer = error_response(request, &error);
+            if index > 0 {
+                answer.remark = Some(format!(
+                    "{error} (the first {index} messages of the batch were stored)"
+                ));
             }
-            Err(error) => {
-                let mut answer = error_response(request, &error);
-                if index > 0 {
-                    answer.remark = Some(format!(
-                        "{error} (the first {index} messages of the batch were stored)"
-                    ));
-                }
-                return answer;
-            }
+            return answer;
         }
-    }
-    let mut answer = RemotingCommand::response_to(request, status_code(worst), None);
-    answer.put_ext("msgId", msg_ids.join(","));
+    };
+    let mut answer = RemotingCommand::response_to(request, status_code(stored.worst), None);
+    answer.put_ext("msgId", stored.msg_ids.join(","));
     answer.put_ext("queueId", queue_id);
     answer.put_ext(
         "queueOffset",
-        first_offset.map_or(-1, |offset| offset as i64),
+        stored.first_offset.map_or(-1, |offset| offset as i64),
     );
     answer.put_ext("transactionId", uniq_keys.join(","));
     add_region(&mut answer);
     answer
+}
+
+/// A batch may be neither delayed nor a timer message: those are sent one by one. The
+/// error is the remark the refusal carries.
+fn check_batch_is_plain(
+    broker: &Broker,
+    header: &SendMessageRequestHeader,
+) -> Result<(), &'static str> {
+    let level = delay::requested_level(
+        &header.properties,
+        header.sys_flag,
+        &broker.config.delay_levels,
+    );
+    if !matches!(level, Ok(None)) {
+        return Err("a batch cannot be delayed (DELAY); send delayed messages one by one");
+    }
+    if !matches!(timer_due(broker, header), Ok(None)) {
+        return Err("a batch cannot be a timer message (TIMER_*); send timer messages one by one");
+    }
+    Ok(())
+}
+
+/// What a whole batch's puts came to.
+struct BatchStored {
+    msg_ids: Vec<String>,
+    first_offset: Option<u64>,
+    /// The status that answers the batch: the worst of its puts'.
+    worst: PutStatus,
+}
+
+/// The batch's puts, in order; the first that failed, with how many were stored before it.
+fn batch_stored(
+    broker: &Broker,
+    outcomes: Vec<Result<PutResult, StoreError>>,
+) -> Result<BatchStored, (usize, StoreError)> {
+    let mut stored = BatchStored {
+        msg_ids: Vec::with_capacity(outcomes.len()),
+        first_offset: None,
+        worst: PutStatus::Ok,
+    };
+    for (index, outcome) in outcomes.into_iter().enumerate() {
+        let result = outcome.map_err(|error| (index, error))?;
+        stored.worst = worse(stored.worst, result.status);
+        if stored.first_offset.is_none() {
+            stored.first_offset = result.placement.map(|placement| placement.queue_offset);
+        }
+        stored
+            .msg_ids
+            .push(msg_id(broker.identity.store_host, &result));
+    }
+    Ok(stored)
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
                 format!("look message by offset failed, {}", header.offset),
             )
         }
-        Err(why) => return failed(request, why),
+        Err(why) => return failed(request, why.to_string()),
     };
     let view = match record::decode(&bytes, Verify::Structure) {
         Ok(Decoded::Record(view)) => view,
@@ -135,7 +135,44 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     };
     let max = header.max_reconsume_times.unwrap_or(config.retry_max_times);
     let destination = destination(view.reconsume_times, max, header.delay_level);
-    let (topic, queue_id) = match destination {
+    let (topic, queue_id) = target_queue(broker, &header, &config, &destination);
+    let resend = resend_request(&header, &view, &destination, (&topic, queue_id), max);
+    let answer = match store_resend(broker, resend, view.born_host).await {
+        Ok(answer) => answer,
+        Err(why) => return failed(request, why),
+    };
+    if answer.code != response::SUCCESS {
+        return failed(
+            request,
+            format!(
+                "the message could not be stored to {topic}: {}",
+                answer.remark.as_deref().unwrap_or("")
+            ),
+        );
+    }
+    let counter = match destination {
+        Destination::Retry { .. } => &broker.metrics.retries,
+        Destination::DeadLetter => &broker.metrics.dead_letters,
+    };
+    crate::metrics::ShardMetrics::add(counter, 1);
+    tracing::debug!(
+        group = %crate::remoting::log_safe::log_safe(header.group),
+        ?destination,
+        reconsume_times = view.reconsume_times + 1,
+        "message sent back"
+    );
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+}
+
+/// The topic and queue a handed-back message is stored to: the group's DLQ queue 0, or
+/// one of its retry queues in turn.
+fn target_queue(
+    broker: &Broker,
+    header: &SendBackHeader<'_>,
+    config: &crate::broker::tables::subscription_groups::SubscriptionGroupConfig,
+    destination: &Destination,
+) -> (String, i32) {
+    match destination {
         Destination::DeadLetter => (format!("{DLQ_PREFIX}{}", header.group), 0),
         Destination::Retry { .. } => {
             let topic = format!("{RETRY_PREFIX}{}", header.group);
@@ -150,7 +187,13 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             });
             (topic, (next % queues) as i32)
         }
-    };
+    }
+}
+
+/// The original's user properties for the copy: without its delay and WAIT, with where
+/// it came from (`RETRY_TOPIC`, `ORIGIN_MESSAGE_ID`, kept from an earlier retry), and the
+/// retry's delay level.
+fn resend_properties(view: &record::RecordView<'_>, destination: &Destination) -> String {
     let original_id = ids::offset_msg_id(view.store_host, view.phys_offset as u64);
     let mut props: Vec<(&str, String)> = properties::parse(view.user_properties())
         .into_iter()
@@ -167,7 +210,19 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     if let Destination::Retry { level } = destination {
         props.push((DELAY, level.to_string()));
     }
-    let encoded = properties::encode(props.iter().map(|(key, value)| (*key, value.as_str())));
+    properties::encode(props.iter().map(|(key, value)| (*key, value.as_str())))
+}
+
+/// The SEND_MESSAGE that stores the copy of `view` to `(topic, queue_id)`, tried once
+/// more than the original.
+fn resend_request(
+    header: &SendBackHeader<'_>,
+    view: &record::RecordView<'_>,
+    destination: &Destination,
+    (topic, queue_id): (&str, i32),
+    max: i32,
+) -> RemotingCommand {
+    let encoded = resend_properties(view, destination);
     let mut fields = ExtFields::new();
     let queue_text = queue_id.to_string();
     let sys_flag = view.sys_flag.to_string();
@@ -177,7 +232,7 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let max_text = max.to_string();
     for (name, value) in [
         ("producerGroup", header.group),
-        ("topic", topic.as_str()),
+        ("topic", topic),
         ("defaultTopic", "TBW102"),
         ("defaultTopicQueueNums", "4"),
         ("queueId", queue_text.as_str()),
@@ -191,39 +246,23 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     ] {
         fields.insert(name.into(), value);
     }
-    let mut resend =
-        RemotingCommand::request(request_code::SEND_MESSAGE, fields).with_body(view.body.to_vec());
-    let born_host = view.born_host;
-    let answer = match broker.owner_of(&mut resend) {
+    RemotingCommand::request(request_code::SEND_MESSAGE, fields).with_body(view.body.to_vec())
+}
+
+/// Stores the copy as its send would be: on the shard that owns its queue. The store's
+/// answer, or why there is none.
+async fn store_resend(
+    broker: &Broker,
+    mut resend: RemotingCommand,
+    born_host: std::net::SocketAddr,
+) -> Result<RemotingCommand, String> {
+    match broker.owner_of(&mut resend) {
         Some(owner) if owner != broker.shard.id() => {
-            match Box::pin(broker.shard.forward(owner, resend, born_host)).await {
-                Some(answer) => answer,
-                None => return failed(request, format!("shard {owner} did not answer")),
-            }
+            Box::pin(broker.shard.forward(owner, resend, born_host))
+                .await
+                .ok_or_else(|| format!("shard {owner} did not answer"))
         }
-        _ => Box::pin(send::send_message(broker, &resend, born_host)).await,
-    };
-    if answer.code == response::SUCCESS {
-        let counter = match destination {
-            Destination::Retry { .. } => &broker.metrics.retries,
-            Destination::DeadLetter => &broker.metrics.dead_letters,
-        };
-        crate::metrics::ShardMetrics::add(counter, 1);
-        tracing::debug!(
-            group = %crate::remoting::log_safe::log_safe(header.group),
-            ?destination,
-            reconsume_times = view.reconsume_times + 1,
-            "message sent back"
-        );
-        RemotingCommand::response_to(request, response::SUCCESS, None)
-    } else {
-        failed(
-            request,
-            format!(
-                "the message could not be stored to {topic}: {}",
-                answer.remark.as_deref().unwrap_or("")
-            ),
-        )
+        _ => Ok(Box::pin(send::send_message(broker, &resend, born_host)).await),
     }
 }
 

@@ -674,6 +674,16 @@ pub(in crate::broker) mod tests {
     /// registrations and each client's connection.
     fn consistent(groups: &Groups) -> (Registrations, BTreeMap<String, SocketAddr>) {
         let tables = groups.tables.lock();
+        let from_groups = registrations_listed_by_groups(&tables);
+        let peers = check_clients_list_their_groups(&tables, &from_groups);
+        check_connection_index(&tables);
+        check_expiry_order(&tables, &from_groups);
+        (from_groups, peers)
+    }
+
+    /// Every registration the groups list: no group without members, and every member's
+    /// client entry lists the group.
+    fn registrations_listed_by_groups(tables: &Tables) -> Registrations {
         let mut from_groups = Registrations::new();
         let producers = tables.producers.iter().map(|(g, m)| (Role::Producer, g, m));
         let consumers = tables
@@ -695,6 +705,15 @@ pub(in crate::broker) mod tests {
                 from_groups.insert((role, group.clone(), client.clone()), *last);
             }
         }
+        from_groups
+    }
+
+    /// Every client entry lists only groups that list it, and is indexed under its
+    /// connection; each client's connection.
+    fn check_clients_list_their_groups(
+        tables: &Tables,
+        from_groups: &Registrations,
+    ) -> BTreeMap<String, SocketAddr> {
         let mut peers = BTreeMap::new();
         let mut listed = 0;
         for (client, entry) in &tables.clients {
@@ -722,6 +741,11 @@ pub(in crate::broker) mod tests {
             from_groups.len(),
             "client lists and group lists differ"
         );
+        peers
+    }
+
+    /// The connection index holds every client once, under the connection it names.
+    fn check_connection_index(tables: &Tables) {
         let indexed: usize = tables.by_peer.values().map(BTreeSet::len).sum();
         assert_eq!(indexed, tables.clients.len(), "connection index size");
         for (at, clients) in &tables.by_peer {
@@ -734,6 +758,10 @@ pub(in crate::broker) mod tests {
                 );
             }
         }
+    }
+
+    /// The expiry order holds every registration once, at its last heartbeat.
+    fn check_expiry_order(tables: &Tables, from_groups: &Registrations) {
         let from_expiry: Registrations = tables
             .expiry
             .iter()
@@ -745,10 +773,9 @@ pub(in crate::broker) mod tests {
             "a registration is in the order twice"
         );
         assert_eq!(
-            from_expiry, from_groups,
+            &from_expiry, from_groups,
             "the expiry order and the groups differ"
         );
-        (from_groups, peers)
     }
 
     /// What the registry should hold, kept the obvious (slow) way.
@@ -796,117 +823,149 @@ pub(in crate::broker) mod tests {
         }
     }
 
+    /// One random run's registry, its model and its clock.
+    struct Run {
+        rng: SplitMix64,
+        groups: Groups,
+        model: Model,
+        now: Instant,
+        group_names: Vec<String>,
+    }
+
+    impl Run {
+        /// A heartbeat of `client` joining random producer and consumer groups from a
+        /// random connection: it joins exactly the consumer groups it was not in.
+        fn heartbeat(&mut self, step: usize, client: &String) {
+            let group_names = &self.group_names;
+            let pick = |rng: &mut SplitMix64| -> Vec<&str> {
+                group_names
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|_| rng.below(3) == 0)
+                    .collect()
+            };
+            let (producers, consumers) = (pick(&mut self.rng), pick(&mut self.rng));
+            let at = peer(PEER + self.rng.below(4) as u16);
+            let now = self.now;
+            let joined = self
+                .groups
+                .heartbeat(&beat(client, &producers, &consumers), now, at);
+            let model = &mut self.model;
+            let mut expected = Vec::new();
+            if !producers.is_empty() || !consumers.is_empty() || model.peers.contains_key(client) {
+                model.peers.insert(client.clone(), at);
+            }
+            for (role, names) in [(Role::Producer, &producers), (Role::Consumer, &consumers)] {
+                for group in names.iter() {
+                    let key = (role, group.to_string(), client.clone());
+                    if model.registrations.insert(key, now).is_none() && role == Role::Consumer {
+                        expected.push(group.to_string());
+                    }
+                }
+            }
+            assert_eq!(joined, expected, "step {step}: heartbeat joins");
+        }
+
+        /// `client` leaves every group: the consumer groups left with members are told.
+        fn unregister_everywhere(&mut self, step: usize, client: &str) {
+            let left = self.groups.unregister(client, None, None);
+            let keys = self.model.of_client(client, None);
+            let expected: Vec<String> = self.model.remove(keys).into_iter().collect();
+            assert_eq!(left, expected, "step {step}: unregister everywhere");
+        }
+
+        /// `client` leaves one group as a producer, a consumer or both.
+        fn unregister_one(&mut self, step: usize, client: &str) {
+            let group = self.group_names[self.rng.below(self.group_names.len())].clone();
+            let (producer, consumer) = match self.rng.below(3) {
+                0 => (Some(group.as_str()), None),
+                1 => (None, Some(group.as_str())),
+                _ => (Some(group.as_str()), Some(group.as_str())),
+            };
+            let left = self.groups.unregister(client, producer, consumer);
+            let mut keys = Vec::new();
+            if let Some(group) = producer {
+                keys.extend(self.model.of_client(client, Some((Role::Producer, group))));
+            }
+            if let Some(group) = consumer {
+                keys.extend(self.model.of_client(client, Some((Role::Consumer, group))));
+            }
+            let expected: Vec<String> = self.model.remove(keys).into_iter().collect();
+            assert_eq!(
+                left, expected,
+                "step {step}: unregister {producer:?} {consumer:?}"
+            );
+        }
+
+        /// A random connection closes: its clients leave everything.
+        fn close(&mut self, step: usize) {
+            let at = peer(PEER + self.rng.below(4) as u16);
+            let left = self.groups.connection_closed(at);
+            let model = &mut self.model;
+            let gone: Vec<String> = model
+                .peers
+                .iter()
+                .filter(|(_, p)| **p == at)
+                .map(|(c, _)| c.clone())
+                .collect();
+            let keys = gone.iter().flat_map(|c| model.of_client(c, None)).collect();
+            let expected: Vec<String> = model.remove(keys).into_iter().collect();
+            assert_eq!(left, expected, "step {step}: close {at}");
+        }
+
+        /// A sweep of at most a random few: the oldest expired registrations go.
+        fn sweep(&mut self, step: usize, expiry: Duration) {
+            let max = 1 + self.rng.below(4);
+            let now = self.now;
+            let removed = self.groups.sweep(now, expiry, max);
+            let mut due: Vec<_> = self
+                .model
+                .registrations
+                .iter()
+                .filter(|(_, last)| now.saturating_duration_since(**last) >= expiry)
+                .map(|(key, last)| (*last, key.clone()))
+                .collect();
+            due.sort();
+            due.truncate(max);
+            assert_eq!(removed, due.len(), "step {step}: sweep count");
+            self.model
+                .remove(due.into_iter().map(|(_, key)| key).collect());
+        }
+    }
+
     #[test]
     fn random_operations_keep_every_index_in_step_and_expire_exactly_the_expired() {
-        let mut rng = SplitMix64::new(7);
-        let groups = Groups::new();
-        let mut model = Model::default();
-        let expiry = Duration::from_secs(120);
-        let start = Instant::now();
-        let mut now = start;
         let names = |prefix: &str, n: usize| -> Vec<String> {
             (0..n).map(|i| format!("{prefix}{i}")).collect()
         };
-        let (clients, group_names) = (names("c@", 8), names("g", 5));
+        let clients = names("c@", 8);
+        let start = Instant::now();
+        let mut run = Run {
+            rng: SplitMix64::new(7),
+            groups: Groups::new(),
+            model: Model::default(),
+            now: start,
+            group_names: names("g", 5),
+        };
+        let expiry = Duration::from_secs(120);
         for step in 0..5_000 {
-            now += Duration::from_secs(rng.below(30) as u64);
-            let client = &clients[rng.below(clients.len())];
-            match rng.below(10) {
-                0..=4 => {
-                    let pick = |rng: &mut SplitMix64| -> Vec<&str> {
-                        group_names
-                            .iter()
-                            .map(String::as_str)
-                            .filter(|_| rng.below(3) == 0)
-                            .collect()
-                    };
-                    let (producers, consumers) = (pick(&mut rng), pick(&mut rng));
-                    let at = peer(PEER + rng.below(4) as u16);
-                    let joined = groups.heartbeat(&beat(client, &producers, &consumers), now, at);
-                    let mut expected = Vec::new();
-                    if !producers.is_empty()
-                        || !consumers.is_empty()
-                        || model.peers.contains_key(client)
-                    {
-                        model.peers.insert(client.clone(), at);
-                    }
-                    for (role, names) in
-                        [(Role::Producer, &producers), (Role::Consumer, &consumers)]
-                    {
-                        for group in names.iter() {
-                            let key = (role, group.to_string(), client.clone());
-                            if model.registrations.insert(key, now).is_none()
-                                && role == Role::Consumer
-                            {
-                                expected.push(group.to_string());
-                            }
-                        }
-                    }
-                    assert_eq!(joined, expected, "step {step}: heartbeat joins");
-                }
-                5 => {
-                    let left = groups.unregister(client, None, None);
-                    let keys = model.of_client(client, None);
-                    let expected: Vec<String> = model.remove(keys).into_iter().collect();
-                    assert_eq!(left, expected, "step {step}: unregister everywhere");
-                }
-                6 => {
-                    let group = &group_names[rng.below(group_names.len())];
-                    let (producer, consumer) = match rng.below(3) {
-                        0 => (Some(group.as_str()), None),
-                        1 => (None, Some(group.as_str())),
-                        _ => (Some(group.as_str()), Some(group.as_str())),
-                    };
-                    let left = groups.unregister(client, producer, consumer);
-                    let mut keys = Vec::new();
-                    if let Some(group) = producer {
-                        keys.extend(model.of_client(client, Some((Role::Producer, group))));
-                    }
-                    if let Some(group) = consumer {
-                        keys.extend(model.of_client(client, Some((Role::Consumer, group))));
-                    }
-                    let expected: Vec<String> = model.remove(keys).into_iter().collect();
-                    assert_eq!(
-                        left, expected,
-                        "step {step}: unregister {producer:?} {consumer:?}"
-                    );
-                }
-                7 => {
-                    let at = peer(PEER + rng.below(4) as u16);
-                    let left = groups.connection_closed(at);
-                    let gone: Vec<String> = model
-                        .peers
-                        .iter()
-                        .filter(|(_, p)| **p == at)
-                        .map(|(c, _)| c.clone())
-                        .collect();
-                    let keys = gone.iter().flat_map(|c| model.of_client(c, None)).collect();
-                    let expected: Vec<String> = model.remove(keys).into_iter().collect();
-                    assert_eq!(left, expected, "step {step}: close {at}");
-                }
-                _ => {
-                    let max = 1 + rng.below(4);
-                    let removed = groups.sweep(now, expiry, max);
-                    let mut due: Vec<_> = model
-                        .registrations
-                        .iter()
-                        .filter(|(_, last)| now.saturating_duration_since(**last) >= expiry)
-                        .map(|(key, last)| (*last, key.clone()))
-                        .collect();
-                    due.sort();
-                    due.truncate(max);
-                    assert_eq!(removed, due.len(), "step {step}: sweep count");
-                    model.remove(due.into_iter().map(|(_, key)| key).collect());
-                }
+            run.now += Duration::from_secs(run.rng.below(30) as u64);
+            let client = &clients[run.rng.below(clients.len())];
+            match run.rng.below(10) {
+                0..=4 => run.heartbeat(step, client),
+                5 => run.unregister_everywhere(step, client),
+                6 => run.unregister_one(step, client),
+                7 => run.close(step),
+                _ => run.sweep(step, expiry),
             }
-            let (registrations, peers) = consistent(&groups);
+            let (registrations, peers) = consistent(&run.groups);
             assert_eq!(
-                registrations, model.registrations,
+                registrations, run.model.registrations,
                 "step {step}: registrations"
             );
-            assert_eq!(peers, model.peers, "step {step}: connections");
+            assert_eq!(peers, run.model.peers, "step {step}: connections");
         }
-        assert!(now > start + expiry * 10, "the run spans many expiries");
+        assert!(run.now > start + expiry * 10, "the run spans many expiries");
     }
 
     #[test]
