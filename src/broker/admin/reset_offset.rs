@@ -81,7 +81,11 @@ pub async fn reset_offset(
         }
     };
     if let Err(why) = start_pop_queues_over(broker, &header, &local).await {
-        return RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why));
+        return RemotingCommand::response_to(
+            request,
+            response::SYSTEM_ERROR,
+            Some(why.to_string()),
+        );
     }
     let rows = match gather(broker, request, peer, 1, local).await {
         Ok(Gathered::Answer(answer)) => return answer,
@@ -173,7 +177,7 @@ async fn start_pop_queues_over(
     broker: &Broker,
     header: &ResetHeader<'_>,
     local: &Rows,
-) -> Result<(), String> {
+) -> Result<(), crate::broker::pop::log::PopLogError> {
     for (queue_id, values) in local {
         let key = QueueKey::new(header.group, header.topic, *queue_id);
         crate::broker::pop::reset::outside_commit(broker, &key, values[0] as u64).await?;

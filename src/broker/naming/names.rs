@@ -20,9 +20,69 @@
 //!   (scheduler, transactions, timers) will write these topics through
 //!   [`crate::store::Store::put`], which a peer cannot reach without a send request.
 
+use std::fmt;
+
 use crate::store::topic;
 
 use crate::broker::tables::topics::TopicConfig;
+
+/// Why a name or queue id is refused. Its text is the remark (or the load error) that
+/// clients, tools and tests see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameError {
+    /// A topic the store's rule refuses, with its reason.
+    Topic(String),
+    /// An empty group name.
+    EmptyGroup,
+    /// A group with a character outside `%|a-zA-Z0-9_-`.
+    GroupCharacter { group: String, bad: char },
+    /// A group longer than [`GROUP_MAX_LEN`].
+    GroupTooLong { len: usize },
+    /// A queue id below 0 or not below the topic's queue count.
+    QueueOutOfRange {
+        topic: String,
+        queue_id: i32,
+        queues: u32,
+    },
+    /// A `consumerOffset.json` key without `@`.
+    NotAnOffsetKey,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameError::Topic(why) => f.write_str(why),
+            NameError::EmptyGroup => f.write_str("group is empty"),
+            NameError::GroupCharacter { group, bad } => write!(
+                f,
+                "group '{group}' has the character {bad:?}; allowed are %|a-zA-Z0-9_-"
+            ),
+            NameError::GroupTooLong { len } => write!(
+                f,
+                "group is {len} characters; at most {GROUP_MAX_LEN} are allowed"
+            ),
+            NameError::QueueOutOfRange {
+                topic,
+                queue_id,
+                queues,
+            } => write!(
+                f,
+                "queueId {queue_id} is out of range: topic {topic} has {queues} queues"
+            ),
+            NameError::NotAnOffsetKey => f.write_str("the key is not topic@group"),
+        }
+    }
+}
+
+impl std::error::Error for NameError {}
+
+/// For the callers that still report their refusals as text (config parsing, the admin
+/// CLI): the same text.
+impl From<NameError> for String {
+    fn from(error: NameError) -> String {
+        error.to_string()
+    }
+}
 
 /// Longest group name (RocketMQ's `Validators.CHARACTER_MAX_LENGTH`).
 pub const GROUP_MAX_LEN: usize = 255;
@@ -102,28 +162,26 @@ pub fn not_allowed_send_remark(topic: &str) -> String {
 }
 
 /// Checks a topic name; the error says what is wrong with it.
-pub fn validate_topic(name: &str) -> Result<(), String> {
-    topic::validate_topic(name)
+pub fn validate_topic(name: &str) -> Result<(), NameError> {
+    topic::validate_topic(name).map_err(NameError::Topic)
 }
 
 /// Checks a group name: the topic characters, 1 to [`GROUP_MAX_LEN`] of them.
-pub fn validate_group(group: &str) -> Result<(), String> {
+pub fn validate_group(group: &str) -> Result<(), NameError> {
     if group.is_empty() {
-        return Err("group is empty".into());
+        return Err(NameError::EmptyGroup);
     }
     if let Some(bad) = group
         .chars()
         .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-')))
     {
-        return Err(format!(
-            "group '{group}' has the character {bad:?}; allowed are %|a-zA-Z0-9_-"
-        ));
+        return Err(NameError::GroupCharacter {
+            group: group.to_owned(),
+            bad,
+        });
     }
     if group.len() > GROUP_MAX_LEN {
-        return Err(format!(
-            "group is {} characters; at most {GROUP_MAX_LEN} are allowed",
-            group.len()
-        ));
+        return Err(NameError::GroupTooLong { len: group.len() });
     }
     Ok(())
 }
@@ -134,14 +192,16 @@ pub fn validate_queue(
     topic: &str,
     config: Option<&TopicConfig>,
     queue_id: i32,
-) -> Result<(), String> {
+) -> Result<(), NameError> {
     let queues = config.map_or(MAX_QUEUE_NUMS, |config| {
         config.read_queue_nums.max(config.write_queue_nums)
     });
     if queue_id < 0 || queue_id as i64 >= queues as i64 {
-        return Err(format!(
-            "queueId {queue_id} is out of range: topic {topic} has {queues} queues"
-        ));
+        return Err(NameError::QueueOutOfRange {
+            topic: topic.to_owned(),
+            queue_id,
+            queues,
+        });
     }
     Ok(())
 }
@@ -153,7 +213,7 @@ pub fn validate_group_topic_queue(
     topic: &str,
     config: Option<&TopicConfig>,
     queue_id: i32,
-) -> Result<(), String> {
+) -> Result<(), NameError> {
     validate_group(group)?;
     validate_topic(topic)?;
     validate_queue(topic, config, queue_id)
@@ -169,10 +229,8 @@ pub fn offset_key(topic: &str, group: &str) -> String {
 }
 
 /// Splits a `topic@group` key; both names must pass their rules, so exactly one `@`.
-pub fn split_offset_key(key: &str) -> Result<(&str, &str), String> {
-    let (topic, group) = key
-        .split_once('@')
-        .ok_or_else(|| "the key is not topic@group".to_owned())?;
+pub fn split_offset_key(key: &str) -> Result<(&str, &str), NameError> {
+    let (topic, group) = key.split_once('@').ok_or(NameError::NotAnOffsetKey)?;
     validate_topic(topic)?;
     validate_group(group)?;
     Ok((topic, group))
@@ -188,10 +246,17 @@ mod tests {
         assert!(validate_group(&"g".repeat(255)).is_ok());
         assert!(validate_group(&"g".repeat(256))
             .unwrap_err()
+            .to_string()
             .contains("at most 255"));
         assert!(validate_group("").is_err());
-        assert!(validate_group("a@b").unwrap_err().contains("'@'"));
-        assert!(validate_group("../x").unwrap_err().contains("'.'"));
+        assert!(validate_group("a@b")
+            .unwrap_err()
+            .to_string()
+            .contains("'@'"));
+        assert!(validate_group("../x")
+            .unwrap_err()
+            .to_string()
+            .contains("'.'"));
         assert!(validate_group("grüppe").is_err());
     }
 
@@ -202,6 +267,7 @@ mod tests {
         assert!(validate_queue("T", Some(&config), 3).is_ok());
         assert!(validate_queue("T", Some(&config), 4)
             .unwrap_err()
+            .to_string()
             .contains("4 queues"));
         assert!(validate_queue("T", Some(&config), -5).is_err());
         assert!(validate_queue("T", None, 1023).is_ok());
@@ -231,6 +297,7 @@ mod tests {
         assert_eq!(offset_key("T", "g"), "T@g");
         assert!(split_offset_key("abuse@topic@grp")
             .unwrap_err()
+            .to_string()
             .contains("'@'"));
         assert!(split_offset_key("nogroup").is_err());
         assert!(split_offset_key("@g").is_err());

@@ -62,7 +62,7 @@ use crate::remoting::codes::{request as request_code, response};
 use crate::remoting::{ExtFields, FieldError, RemotingCommand};
 use crate::store::record;
 
-use self::log::{self as pop_log, ReplayMark, POP_LOG_TOPIC};
+use self::log::{self as pop_log, PopLogError, ReplayMark, POP_LOG_TOPIC};
 use self::state::{Delivery, LogRecord, PopTable, QueueKey};
 use self::wire::{self as pop_wire, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
 use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
@@ -101,9 +101,9 @@ impl Pops {
         broker: &Broker,
         files: Arc<dyn MetaFiles>,
         log_queue: i32,
-    ) -> Result<Pops, String> {
+    ) -> Result<Pops, PopLogError> {
         let mark = ReplayMark::new(files, &broker.store.config().dir);
-        let stored = mark.read().map_err(|error| error.to_string())?;
+        let stored = mark.read().map_err(PopLogError::MarkUnreadable)?;
         let offsets = broker.consumer_offsets.clone();
         let (table, applied) = pop_log::rebuild(&broker.store, log_queue, &stored, |key| {
             offsets
@@ -791,7 +791,7 @@ async fn store_checkpoint(
             pops.table
                 .borrow_mut()
                 .give_back(key, &offsets, pop_time, broker.now_ms());
-            Err((response::SYSTEM_ERROR, why))
+            Err((response::SYSTEM_ERROR, why.to_string()))
         }
     }
 }
@@ -1015,9 +1015,28 @@ struct AckHeader {
     offset: i64,
 }
 
-fn decode_ack(request: &RemotingCommand) -> Result<AckHeader, String> {
-    let field = |error: FieldError| error.to_string();
-    let handle = ReceiptHandle::parse(request.get_str("extraInfo").map_err(field)?)?;
+/// Why an ACK or CHANGE_INVISIBLETIME header is refused: a field, or the receipt handle.
+#[derive(Debug)]
+enum AckHeaderError {
+    Field(FieldError),
+    Handle(pop_wire::HandleError),
+}
+
+impl std::fmt::Display for AckHeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckHeaderError::Field(error) => write!(f, "{error}"),
+            AckHeaderError::Handle(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for AckHeaderError {}
+
+fn decode_ack(request: &RemotingCommand) -> Result<AckHeader, AckHeaderError> {
+    let field = AckHeaderError::Field;
+    let handle = ReceiptHandle::parse(request.get_str("extraInfo").map_err(field)?)
+        .map_err(AckHeaderError::Handle)?;
     Ok(AckHeader {
         group: request.get_str("consumerGroup").map_err(field)?.to_owned(),
         topic: request.get_str("topic").map_err(field)?.to_owned(),
@@ -1036,7 +1055,7 @@ fn check_ack_target(broker: &Broker, header: &AckHeader) -> Result<(), (i32, Str
         ));
     };
     names::validate_group_topic_queue(&header.group, &header.topic, Some(&config), header.queue_id)
-        .map_err(|why| (response::MESSAGE_ILLEGAL, why))?;
+        .map_err(|why| (response::MESSAGE_ILLEGAL, why.to_string()))?;
     if header.offset < 0 {
         return Err((
             response::NO_MESSAGE,
@@ -1059,7 +1078,7 @@ pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> Remoting
     let answer = |code, remark: Option<String>| RemotingCommand::response_to(request, code, remark);
     let header = match decode_ack(request) {
         Ok(header) => header,
-        Err(why) => return answer(response::INVALID_PARAMETER, Some(why)),
+        Err(why) => return answer(response::INVALID_PARAMETER, Some(why.to_string())),
     };
     if let Err((code, why)) = check_ack_target(broker, &header) {
         return answer(code, Some(why));
@@ -1082,7 +1101,7 @@ pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             Some(not_in_flight(&key, header.offset, header.handle.pop_time)),
         ),
         Ok(_) => answer(response::SUCCESS, None),
-        Err(why) => answer(response::SYSTEM_ERROR, Some(why)),
+        Err(why) => answer(response::SYSTEM_ERROR, Some(why.to_string())),
     }
 }
 
@@ -1094,7 +1113,7 @@ async fn ack_offsets(
     key: &QueueKey,
     offsets: &[u64],
     pop_time: i64,
-) -> Result<usize, String> {
+) -> Result<usize, PopLogError> {
     let live: Vec<u64> = {
         let table = pops.table.borrow();
         offsets
@@ -1286,7 +1305,7 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
     };
     let header = match decode_ack(request) {
         Ok(header) => header,
-        Err(why) => return respond(response::INVALID_PARAMETER, Some(why), now, 0),
+        Err(why) => return respond(response::INVALID_PARAMETER, Some(why.to_string()), now, 0),
     };
     let revive_qid = header.handle.revive_qid;
     if invisible <= 0 || invisible > MAX_INVISIBLE_TIME_MS {
@@ -1364,7 +1383,7 @@ async fn change_deadline(
         now,
     )
     .await
-    .map_err(|why| (response::SYSTEM_ERROR, why))?;
+    .map_err(|why| (response::SYSTEM_ERROR, why.to_string()))?;
     let mut table = pops.table.borrow_mut();
     if table
         .change_invisible(&key, offset, old, now, invisible)

@@ -20,13 +20,18 @@
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
+use crate::broker::pop::log::PopLogError;
 use crate::broker::pop::state::{LogRecord, QueueKey};
 use crate::broker::requests::consumer_offset_requests;
 use crate::broker::Broker;
 
 /// Starts `key` over at `offset` if this shard's POP table knows it at another committed
 /// offset; the reset record is stored first. Whether the table changed.
-pub async fn outside_commit(broker: &Broker, key: &QueueKey, offset: u64) -> Result<bool, String> {
+pub async fn outside_commit(
+    broker: &Broker,
+    key: &QueueKey,
+    offset: u64,
+) -> Result<bool, PopLogError> {
     let Some(pops) = broker.pops.get() else {
         return Ok(false);
     };
@@ -87,6 +92,8 @@ pub async fn update_consumer_offset(broker: &Broker, request: &RemotingCommand) 
     let key = QueueKey::new(group, topic, queue_id);
     match outside_commit(broker, &key, offset as u64).await {
         Ok(_) => answer,
-        Err(why) => RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why)),
+        Err(why) => {
+            RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why.to_string()))
+        }
     }
 }

@@ -9,7 +9,7 @@
 use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
 
-use crate::broker::naming::names;
+use crate::broker::naming::names::{self, NameError};
 use crate::broker::{bad_header, Broker};
 
 struct OffsetHeader<'a> {
@@ -34,7 +34,7 @@ pub fn check_target(
     group: &str,
     topic: &str,
     queue_id: i32,
-) -> Result<(), String> {
+) -> Result<(), NameError> {
     names::validate_group_topic_queue(group, topic, broker.topics().get(topic).as_ref(), queue_id)
 }
 
@@ -46,7 +46,13 @@ fn check_header(
 ) -> Option<RemotingCommand> {
     check_target(broker, header.group, header.topic, header.queue_id)
         .err()
-        .map(|why| RemotingCommand::response_to(request, response::INVALID_PARAMETER, Some(why)))
+        .map(|why| {
+            RemotingCommand::response_to(
+                request,
+                response::INVALID_PARAMETER,
+                Some(why.to_string()),
+            )
+        })
 }
 
 /// UPDATE_CONSUMER_OFFSET (15).

@@ -343,11 +343,12 @@ thread_local! {
 }
 
 /// Logs (rate-limited, escaped: all three strings come from the client) that a heartbeat's `what` named `name`, refused for `why`.
-fn warn_skipped(client: &str, what: &str, name: &str, why: &str) {
+fn warn_skipped(client: &str, what: &str, name: &str, why: &dyn std::fmt::Display) {
     let decision =
         SKIPPED_NAMES.with(|limiter| limiter.borrow_mut().check(std::time::Instant::now()));
     // The reason quotes the name, so it is escaped too.
-    let (client, name, why) = (log_safe(client), log_safe(name), log_safe(why));
+    let why = why.to_string();
+    let (client, name, why) = (log_safe(client), log_safe(name), log_safe(&why));
     match decision {
         Warn::Log => {}
         Warn::LogAfterSuppressed(left_out) => {

@@ -69,7 +69,7 @@ impl Broker {
     /// queue count.
     fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
         if let Err(why) = names::validate_topic(&header.topic) {
-            return Err((response::MESSAGE_ILLEGAL, why));
+            return Err((response::MESSAGE_ILLEGAL, why.to_string()));
         }
         // Before `get_or_create`: a refused send must not create the system topic either.
         if names::is_not_allowed_send_topic(&header.topic) {
