@@ -257,7 +257,7 @@ fn prepare_send(
         header.sys_flag,
         &broker.config.delay_levels,
     )
-    .map_err(|remark| refuse(response::MESSAGE_ILLEGAL, remark))?;
+    .map_err(|remark| refuse(response::MESSAGE_ILLEGAL, remark.to_string()))?;
     let (mut record, uniq_key) = broker.record_for(
         &header,
         queue_id,
@@ -328,7 +328,7 @@ fn timer_due(
         broker.clock.now_ms(),
         broker.config.timer_max_delay_sec,
     )
-    .map_err(|remark| (response::MESSAGE_ILLEGAL, remark))?;
+    .map_err(|remark| (response::MESSAGE_ILLEGAL, remark.to_string()))?;
     if due.is_some() && !broker.config.timer_enabled {
         return Err((
             response::SYSTEM_ERROR,

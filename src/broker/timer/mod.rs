@@ -35,11 +35,14 @@
 //! (1 s), so it may deliver up to a second early; ringmq keeps the millisecond asked for
 //! and never delivers early (`timerPrecisionMs` is accepted and ignored).
 
+pub mod errors;
 pub mod holds;
 pub mod scheduler;
 pub mod store;
 
 use crate::store::properties;
+
+use self::errors::TimerRequestError;
 use crate::store::record::{RecordInput, RecordView, RECORD_CRC_KEY};
 pub use crate::store::topic::{TIMER_DEL_UNIQKEY, TIMER_OUT_MS, TIMER_TOPIC};
 
@@ -68,7 +71,7 @@ pub fn requested_due(
     sys_flag: i32,
     now_ms: i64,
     max_delay_sec: u64,
-) -> Result<Option<i64>, String> {
+) -> Result<Option<i64>, TimerRequestError> {
     if !properties.contains("TIMER_") {
         // Most sends: one scan, no property lookups.
         return Ok(None);
@@ -81,9 +84,7 @@ pub fn requested_due(
     );
     if sec.is_none() && ms.is_none() && at.is_none() {
         return match get(TIMER_DEL_UNIQKEY) {
-            Some(_) => Err(format!(
-                "{TIMER_DEL_UNIQKEY} needs the due time of the message it cancels ({TIMER_DELIVER_MS})"
-            )),
+            Some(_) => Err(TimerRequestError::CancelWithoutDue),
             None => Ok(None),
         };
     }
@@ -95,11 +96,14 @@ pub fn requested_due(
     if kind == TRANSACTION_PREPARED || kind == TRANSACTION_ROLLBACK {
         return Ok(None);
     }
-    let number = |key: &str, value: &str| {
+    let number = |key: &'static str, value: &str| {
         value
             .trim()
             .parse::<i64>()
-            .map_err(|_| format!("the {key} property '{value}' is not a whole number of the timer"))
+            .map_err(|_| TimerRequestError::NotANumber {
+                key,
+                value: value.to_owned(),
+            })
     };
     let due = if let Some(value) = sec {
         now_ms.saturating_add(number(TIMER_DELAY_SEC, value)?.saturating_mul(1000))
@@ -110,18 +114,16 @@ pub fn requested_due(
     };
     if due <= now_ms {
         if get(TIMER_DEL_UNIQKEY).is_some() {
-            return Err(format!(
-                "a cancellation ({TIMER_DEL_UNIQKEY}) for a due time already past ({due}, now {now_ms})"
-            ));
+            return Err(TimerRequestError::CancelPast { due, now_ms });
         }
         return Ok(None);
     }
     let max_ms = max_delay_sec.saturating_mul(1000).min(i64::MAX as u64) as i64;
     if due - now_ms > max_ms {
-        return Err(format!(
-            "the timer is due in {} ms, more than timerMaxDelaySec ({max_delay_sec} s) ahead",
-            due - now_ms
-        ));
+        return Err(TimerRequestError::TooFar {
+            ahead_ms: due - now_ms,
+            max_delay_sec,
+        });
     }
     Ok(Some(due))
 }
@@ -164,7 +166,10 @@ pub enum Due {
 
 /// What the timer record `view` becomes when it is due at `now_ms`, or why it cannot be
 /// delivered at all.
-pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
+pub fn delivered(
+    view: &RecordView<'_>,
+    now_ms: i64,
+) -> Result<Due, crate::broker::delay::errors::Undeliverable> {
     if let Some(key) = cancelled_key(view.properties) {
         return Ok(Due::Cancel(key.to_owned()));
     }
@@ -224,10 +229,12 @@ mod tests {
         assert_eq!(due(&[(TIMER_DELAY_SEC, "10")]), Ok(Some(NOW + 10_000)));
         assert!(due(&[(TIMER_DELAY_MS, "10001")])
             .unwrap_err()
+            .to_string()
             .contains("timerMaxDelaySec (10 s)"));
         assert!(due(&[(TIMER_DELAY_SEC, "9223372036854775807")]).is_err());
         assert!(due(&[(TIMER_DELAY_SEC, "soon")])
             .unwrap_err()
+            .to_string()
             .contains("'soon' is not a whole number"));
         assert!(due(&[(TIMER_DELIVER_MS, "1.5")]).is_err());
         // Already delivered once, or a transaction's half: not a timer message.
@@ -242,9 +249,13 @@ mod tests {
         // A cancellation needs a due time still ahead.
         let cancel = [(TIMER_DEL_UNIQKEY, "T+K"), (TIMER_DELIVER_MS, "1000500")];
         assert_eq!(due(&cancel), Ok(Some(NOW + 500)));
-        assert!(due(&cancel[..1]).unwrap_err().contains(TIMER_DELIVER_MS));
+        assert!(due(&cancel[..1])
+            .unwrap_err()
+            .to_string()
+            .contains(TIMER_DELIVER_MS));
         assert!(due(&[(TIMER_DEL_UNIQKEY, "K"), (TIMER_DELIVER_MS, "7")])
             .unwrap_err()
+            .to_string()
             .contains("already past"));
     }
 
