@@ -62,15 +62,12 @@ pub async fn gather(
         copy.put_ext(SHARD_ONLY, "true");
         let answer = Box::pin(broker.shard.forward(shard, copy, peer)).await;
         let rows = answer
-            .ok_or_else(|| format!("shard {shard} did not answer"))
+            .ok_or(RowsError::NoAnswer { shard })
             .and_then(|answer| rows_of(shard, &answer, width))
             .map_err(|why| system_error(request, why))?;
         for (key, values) in rows {
             if all.insert(key, values).is_some() {
-                return Err(system_error(
-                    request,
-                    format!("shard {shard} answered for {key}, which another shard owns"),
-                ));
+                return Err(system_error(request, RowsError::Owned { shard, key }));
             }
         }
     }
@@ -84,16 +81,72 @@ pub fn shard_answer(request: &RemotingCommand, local: Rows) -> RemotingCommand {
     answer
 }
 
-fn system_error(request: &RemotingCommand, why: String) -> RemotingCommand {
-    RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why))
+fn system_error(request: &RemotingCommand, why: impl std::fmt::Display) -> RemotingCommand {
+    RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why.to_string()))
 }
 
-fn check_width(rows: &Rows, width: usize) -> Result<(), String> {
+/// Why a shard's rows cannot be merged; the SYSTEM_ERROR remark names the shard and row.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RowsError {
+    /// A row with another number of values than every row has.
+    Width {
+        key: i32,
+        values: usize,
+        width: usize,
+    },
+    /// A row listed twice in one answer.
+    Twice(i32),
+    /// An item that is not `key:value:...`.
+    Unreadable(String),
+    /// Another shard gave no answer.
+    NoAnswer { shard: u8 },
+    /// Another shard answered with an error.
+    Refused {
+        shard: u8,
+        code: i32,
+        remark: String,
+    },
+    /// Another shard's answer has no rows field.
+    NoRows { shard: u8 },
+    /// Another shard's rows do not read.
+    Shard { shard: u8, why: Box<RowsError> },
+    /// Two shards answered for the same row.
+    Owned { shard: u8, key: i32 },
+}
+
+impl std::fmt::Display for RowsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RowsError::Width { key, values, width } => {
+                write!(f, "row {key} has {values} values, not {width}")
+            }
+            RowsError::Twice(key) => write!(f, "row {key} is listed twice"),
+            RowsError::Unreadable(item) => write!(f, "unreadable row {item:?}"),
+            RowsError::NoAnswer { shard } => write!(f, "shard {shard} did not answer"),
+            RowsError::Refused {
+                shard,
+                code,
+                remark,
+            } => write!(f, "shard {shard} answered with code {code}: {remark}"),
+            RowsError::NoRows { shard } => write!(f, "shard {shard}'s answer carries no rows"),
+            RowsError::Shard { shard, why } => write!(f, "shard {shard}'s answer: {why}"),
+            RowsError::Owned { shard, key } => write!(
+                f,
+                "shard {shard} answered for {key}, which another shard owns"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RowsError {}
+
+fn check_width(rows: &Rows, width: usize) -> Result<(), RowsError> {
     match rows.iter().find(|(_, values)| values.len() != width) {
-        Some((key, values)) => Err(format!(
-            "row {key} has {} values, not {width}",
-            values.len()
-        )),
+        Some((key, values)) => Err(RowsError::Width {
+            key: *key,
+            values: values.len(),
+            width,
+        }),
         None => Ok(()),
     }
 }
@@ -113,7 +166,7 @@ fn encode(rows: &Rows) -> String {
     items.join(",")
 }
 
-fn decode(text: &str) -> Result<Rows, String> {
+fn decode(text: &str) -> Result<Rows, RowsError> {
     let mut rows = Rows::new();
     for item in text.split(',').filter(|item| !item.is_empty()) {
         let mut parts = item.split(':');
@@ -122,30 +175,32 @@ fn decode(text: &str) -> Result<Rows, String> {
         match (key, values) {
             (Some(key), Some(values)) => {
                 if rows.insert(key, values).is_some() {
-                    return Err(format!("row {key} is listed twice"));
+                    return Err(RowsError::Twice(key));
                 }
             }
-            _ => return Err(format!("unreadable row {item:?}")),
+            _ => return Err(RowsError::Unreadable(item.to_owned())),
         }
     }
     Ok(rows)
 }
 
-fn rows_of(shard: u8, answer: &RemotingCommand, width: usize) -> Result<Rows, String> {
+fn rows_of(shard: u8, answer: &RemotingCommand, width: usize) -> Result<Rows, RowsError> {
     if answer.code != response::SUCCESS {
-        return Err(format!(
-            "shard {shard} answered with code {}: {}",
-            answer.code,
-            answer.remark.as_deref().unwrap_or("")
-        ));
+        return Err(RowsError::Refused {
+            shard,
+            code: answer.code,
+            remark: answer.remark.clone().unwrap_or_default(),
+        });
     }
     // An answer without the field is not a shard's rows (a handler answered another way):
     // never read it as "no rows", which would drop that shard's queues from the table.
-    let listed = answer
-        .opt_str(ROWS)
-        .ok_or_else(|| format!("shard {shard}'s answer carries no rows"))?;
-    let rows = decode(listed).map_err(|why| format!("shard {shard}'s answer: {why}"))?;
-    check_width(&rows, width).map_err(|why| format!("shard {shard}'s answer: {why}"))?;
+    let listed = answer.opt_str(ROWS).ok_or(RowsError::NoRows { shard })?;
+    let in_answer = |why| RowsError::Shard {
+        shard,
+        why: Box::new(why),
+    };
+    let rows = decode(listed).map_err(in_answer)?;
+    check_width(&rows, width).map_err(in_answer)?;
     Ok(rows)
 }
 
@@ -162,15 +217,18 @@ mod tests {
 
     #[test]
     fn unreadable_or_repeated_rows_are_errors() {
-        assert!(decode("1:2,x:3").unwrap_err().contains("\"x:3\""));
+        assert!(decode("1:2,x:3")
+            .unwrap_err()
+            .to_string()
+            .contains("\"x:3\""));
         assert!(decode("1:2:y").is_err());
-        assert!(decode("1:2,1:3").unwrap_err().contains("twice"));
+        assert!(decode("1:2,1:3").unwrap_err().to_string().contains("twice"));
     }
 
     #[test]
     fn a_row_of_the_wrong_width_is_named() {
         let rows: Rows = [(0, vec![1, 2]), (3, vec![1])].into();
-        let why = check_width(&rows, 2).unwrap_err();
+        let why = check_width(&rows, 2).unwrap_err().to_string();
         assert!(why.contains("row 3 has 1 values, not 2"), "{why}");
     }
 }

@@ -278,7 +278,7 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
     };
     let filter = match filter_of(broker, &header) {
         Ok(filter) => filter,
-        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why),
+        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why.to_string()),
     };
     let job = Job {
         header: &header,
@@ -524,22 +524,24 @@ struct Job<'a> {
 }
 
 /// The tag codes a pop selects: its own expression, else the group's subscription.
-fn filter_of(broker: &Broker, header: &PopHeader) -> Result<Option<Vec<i32>>, String> {
+fn filter_of(broker: &Broker, header: &PopHeader) -> Result<Option<Vec<i32>>, NotTag> {
     match (header.exp_type.as_deref(), header.exp.as_deref()) {
         (None | Some("TAG"), Some(exp)) => Ok(pull::tag_codes(exp)),
-        (Some(other), Some(_)) if other != "TAG" => {
-            Err(format!("expressionType {other} is not supported; only TAG"))
-        }
+        (Some(other), Some(_)) if other != "TAG" => Err(NotTag(other.to_owned())),
         _ => match broker.groups.subscription(&header.group, &header.topic) {
             Some(sub) if sub.is_tag() => Ok(sub.filter_codes()),
-            Some(sub) => Err(format!(
-                "expressionType {} is not supported; only TAG",
-                sub.expression_type.as_deref().unwrap_or("")
+            Some(sub) => Err(NotTag(
+                sub.expression_type.as_deref().unwrap_or("").to_owned(),
             )),
             None => Ok(None),
         },
     }
 }
+
+/// A subscription expression of another type than TAG, the only one filtered here.
+#[derive(Debug, thiserror::Error)]
+#[error("expressionType {0} is not supported; only TAG")]
+struct NotTag(String);
 
 /// Tries every queue of the topic once, from a rotating start: this shard's here, the
 /// others' through their mailboxes (without parking there).
@@ -867,29 +869,47 @@ fn read_delivery(
     delivery: Delivery,
     entry: Option<crate::store::consume_queue::CqEntry>,
     body: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), DeliveryUnreadable> {
     let entry = match entry {
         Some(entry) => entry,
         None => broker
             .store
             .queue_entry(&key.topic, key.queue_id, delivery.offset)
-            .map_err(|error| format!("cannot read its queue entry: {error}"))?
-            .ok_or_else(|| "its queue entry is no longer stored".to_string())?,
+            .map_err(DeliveryUnreadable::QueueEntry)?
+            .ok_or(DeliveryUnreadable::Gone)?,
     };
     let bytes = broker
         .store
         .read_record(entry.phys_offset as u64, entry.size as usize)
-        .map_err(|error| format!("cannot read its record: {error}"))?;
+        .map_err(DeliveryUnreadable::Record)?;
     let stored = match record::decode(&bytes, record::Verify::Structure) {
         Ok(record::Decoded::Record(view)) => view.reconsume_times,
-        other => return Err(format!("the entry points at no record: {other:?}")),
+        other => return Err(DeliveryUnreadable::NoRecord(format!("{other:?}"))),
     };
     let start = body.len();
     body.extend_from_slice(&bytes);
     if stored != delivery.attempts {
-        record::set_reconsume_times(&mut body[start..], delivery.attempts)?;
+        record::set_reconsume_times(&mut body[start..], delivery.attempts)
+            .map_err(DeliveryUnreadable::Rewrite)?;
     }
     Ok(())
+}
+
+/// Why a popped delivery's record cannot be handed out (it is then consumed as gone).
+#[derive(Debug, thiserror::Error)]
+enum DeliveryUnreadable {
+    #[error("cannot read its queue entry: {0}")]
+    QueueEntry(crate::store::StoreError),
+    #[error("its queue entry is no longer stored")]
+    Gone,
+    #[error("cannot read its record: {0}")]
+    Record(crate::store::StoreError),
+    /// What the decoder found instead.
+    #[error("the entry points at no record: {0}")]
+    NoRecord(String),
+    /// The store's reason the reconsume times could not be rewritten.
+    #[error("{0}")]
+    Rewrite(String),
 }
 
 /// Opens `key` at the group's committed offset (or by `init_mode`: 0 the queue's
@@ -1173,7 +1193,7 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
         return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
     };
     if let Err(why) = check_batch_bounds(broker, &body) {
-        return answer(response::INVALID_PARAMETER, Some(why));
+        return answer(response::INVALID_PARAMETER, Some(why.to_string()));
     }
     let raw: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
     let (local, remote) = match sort_batch(broker, &body, &raw) {
@@ -1207,22 +1227,37 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
 
 /// A batch's bounds: `maxBatchAckEntries` entries, `maxBatchAckBitsetBytes` of bitsets in
 /// all. The error is the remark.
-fn check_batch_bounds(broker: &Broker, body: &BatchAckBody) -> Result<(), String> {
+fn check_batch_bounds(broker: &Broker, body: &BatchAckBody) -> Result<(), BatchTooBig> {
     let max_entries = broker.config.max_batch_ack_entries;
     if body.acks.len() > max_entries {
-        return Err(format!(
-            "{} acks in one batch; at most {max_entries} (maxBatchAckEntries)",
-            body.acks.len(),
-        ));
+        return Err(BatchTooBig::Entries {
+            entries: body.acks.len(),
+            max_entries,
+        });
     }
     let max_bytes = broker.config.max_batch_ack_bitset_bytes;
     let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
     if bitset_bytes > max_bytes {
-        return Err(format!(
-            "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
-        ));
+        return Err(BatchTooBig::Bitsets {
+            bitset_bytes,
+            max_bytes,
+        });
     }
     Ok(())
+}
+
+/// A BATCH_ACK_MESSAGE past its bounds; the remark names the setting.
+#[derive(Debug, thiserror::Error)]
+enum BatchTooBig {
+    #[error("{entries} acks in one batch; at most {max_entries} (maxBatchAckEntries)")]
+    Entries { entries: usize, max_entries: usize },
+    #[error(
+        "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
+    )]
+    Bitsets {
+        bitset_bytes: usize,
+        max_bytes: usize,
+    },
 }
 
 /// One entry of a batch this shard acknowledges: its index, queue, offsets and pop time.

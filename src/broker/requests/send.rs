@@ -38,6 +38,7 @@ use crate::store::record::{body_crc, RecordInput};
 use crate::store::topic::{SCHEDULE_TOPIC, TIMER_TOPIC};
 use crate::store::{properties, PutResult, PutStatus, StoreError};
 
+use crate::broker::tables::persisted_table::WriteFailed;
 use crate::broker::tables::topics::{TopicConfig, PERM_WRITE};
 use crate::broker::{bad_header, delay, naming::ids, naming::names, timer, Broker};
 
@@ -281,7 +282,8 @@ fn prepare_send(
                 ),
             ));
         }
-        ensure_schedule_topic(broker).map_err(|remark| refuse(response::SYSTEM_ERROR, remark))?;
+        ensure_schedule_topic(broker)
+            .map_err(|remark| refuse(response::SYSTEM_ERROR, remark.to_string()))?;
         delay::schedule(&mut record, level);
         wake = Some(broker.delay_wake(level).clone());
     } else if let Some(due) =
@@ -302,7 +304,8 @@ fn prepare_send(
                 ),
             ));
         }
-        ensure_timer_topic(broker).map_err(|remark| refuse(response::SYSTEM_ERROR, remark))?;
+        ensure_timer_topic(broker)
+            .map_err(|remark| refuse(response::SYSTEM_ERROR, remark.to_string()))?;
         timer::schedule(&mut record, due, timers.queue);
         wake = Some(timers.wake.clone());
     }
@@ -338,30 +341,51 @@ fn timer_due(
     Ok(due)
 }
 
-/// Creates `rmq_sys_wheel_timer` in the topic table, one queue per shard, if it is not
-/// there (the first timer send does).
-fn ensure_timer_topic(broker: &Broker) -> Result<(), String> {
-    if broker.topics.get(TIMER_TOPIC).is_some() {
+/// A system topic the first send that needs it could not create; the remark names it.
+#[derive(Debug)]
+struct TopicNotCreated {
+    topic: &'static str,
+    failed: WriteFailed,
+}
+
+impl std::fmt::Display for TopicNotCreated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot create topic {}: {}", self.topic, self.failed)
+    }
+}
+
+impl std::error::Error for TopicNotCreated {}
+
+/// Creates system topic `topic` with `queues` queues in the topic table if it is not
+/// there.
+fn ensure_system_topic(
+    broker: &Broker,
+    topic: &'static str,
+    queues: u32,
+) -> Result<(), TopicNotCreated> {
+    if broker.topics.get(topic).is_some() {
         return Ok(());
     }
-    let config = TopicConfig::new(TIMER_TOPIC, broker.shard.count() as u32);
     broker
         .topics
-        .put(config, broker.clock.now_ms())
-        .map_err(|error| format!("cannot create topic {TIMER_TOPIC}: {error}"))
+        .put(TopicConfig::new(topic, queues), broker.clock.now_ms())
+        .map_err(|failed| TopicNotCreated { topic, failed })
+}
+
+/// Creates `rmq_sys_wheel_timer` in the topic table, one queue per shard, if it is not
+/// there (the first timer send does).
+fn ensure_timer_topic(broker: &Broker) -> Result<(), TopicNotCreated> {
+    ensure_system_topic(broker, TIMER_TOPIC, broker.shard.count() as u32)
 }
 
 /// Creates `SCHEDULE_TOPIC_XXXX` in the topic table, one queue per level, if it is not
 /// there (Java creates it at start; here the first delayed send does).
-fn ensure_schedule_topic(broker: &Broker) -> Result<(), String> {
-    if broker.topics.get(SCHEDULE_TOPIC).is_some() {
-        return Ok(());
-    }
-    let config = TopicConfig::new(SCHEDULE_TOPIC, broker.config.delay_levels.max_level());
-    broker
-        .topics
-        .put(config, broker.clock.now_ms())
-        .map_err(|error| format!("cannot create topic {SCHEDULE_TOPIC}: {error}"))
+fn ensure_schedule_topic(broker: &Broker) -> Result<(), TopicNotCreated> {
+    ensure_system_topic(
+        broker,
+        SCHEDULE_TOPIC,
+        broker.config.delay_levels.max_level(),
+    )
 }
 
 /// A single-message send waiting for the store: its response so far and the fields the

@@ -139,7 +139,7 @@ pub async fn send_back(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let resend = resend_request(&header, &view, &destination, (&topic, queue_id), max);
     let answer = match store_resend(broker, resend, view.born_host).await {
         Ok(answer) => answer,
-        Err(why) => return failed(request, why),
+        Err(why) => return failed(request, why.to_string()),
     };
     if answer.code != response::SUCCESS {
         return failed(
@@ -255,12 +255,12 @@ async fn store_resend(
     broker: &Broker,
     mut resend: RemotingCommand,
     born_host: std::net::SocketAddr,
-) -> Result<RemotingCommand, String> {
+) -> Result<RemotingCommand, ShardSilent> {
     match broker.owner_of(&mut resend) {
         Some(owner) if owner != broker.shard.id() => {
             Box::pin(broker.shard.forward(owner, resend, born_host))
                 .await
-                .ok_or_else(|| format!("shard {owner} did not answer"))
+                .ok_or(ShardSilent { shard: owner })
         }
         _ => Ok(Box::pin(send::send_message(broker, &resend, born_host)).await),
     }
@@ -328,22 +328,24 @@ pub fn dead_letter_if_due(broker: &Broker, request: &mut RemotingCommand) {
 }
 
 /// The bytes of the visible record that starts at `phys` on this shard.
-fn read_record(broker: &Broker, phys: i64) -> Result<Option<Vec<u8>>, String> {
+fn read_record(broker: &Broker, phys: i64) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
     if phys < 0 {
         return Ok(None);
     }
-    let Some((size, _)) = broker
-        .store
-        .record_at(phys as u64)
-        .map_err(|error| error.to_string())?
-    else {
+    let Some((size, _)) = broker.store.record_at(phys as u64)? else {
         return Ok(None);
     };
     broker
         .store
         .read_log(phys as u64, size as usize)
         .map(|bytes| Some(bytes.to_vec()))
-        .map_err(|error| error.to_string())
+}
+
+/// The shard that owns a handed-back message's queue gave no answer (it is stopping).
+#[derive(Debug, thiserror::Error)]
+#[error("shard {shard} did not answer")]
+struct ShardSilent {
+    shard: u8,
 }
 
 #[cfg(test)]
