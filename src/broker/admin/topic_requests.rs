@@ -95,7 +95,7 @@ pub async fn update_and_create(broker: &Broker, request: &RemotingCommand) -> Re
     }
     // The rules loading applies, so the node never writes a table it would refuse to start on.
     if let Err(why) = check_config(&config) {
-        return invalid(request, why);
+        return invalid(request, why.to_string());
     }
     match broker.topics.put_written(config, broker.now_ms()).await {
         Ok(()) => RemotingCommand::response_to(request, response::SUCCESS, None),

@@ -143,27 +143,33 @@ impl SubscriptionGroupConfig {
 
 /// Checks one group's configuration; the error says what is wrong. What request 200 and
 /// loading both apply.
-pub fn check_config(config: &SubscriptionGroupConfig) -> Result<(), String> {
+pub fn check_config(config: &SubscriptionGroupConfig) -> Result<(), GroupConfigError> {
     crate::broker::naming::names::validate_group(&config.group_name)?;
     if !(0..=MAX_RETRY_TIMES).contains(&config.retry_max_times) {
-        return Err(format!(
-            "retryMaxTimes {} is out of range: 0 to {MAX_RETRY_TIMES}",
-            config.retry_max_times
-        ));
+        return Err(GroupConfigError::RetryMaxTimes(config.retry_max_times));
     }
     if !(1..=MAX_RETRY_QUEUE_NUMS).contains(&config.retry_queue_nums) {
-        return Err(format!(
-            "retryQueueNums {} is out of range: 1 to {MAX_RETRY_QUEUE_NUMS}",
-            config.retry_queue_nums
-        ));
+        return Err(GroupConfigError::RetryQueueNums(config.retry_queue_nums));
     }
     if config.consume_timeout_minute < 1 {
-        return Err(format!(
-            "consumeTimeoutMinute {} must be at least 1",
-            config.consume_timeout_minute
+        return Err(GroupConfigError::ConsumeTimeout(
+            config.consume_timeout_minute,
         ));
     }
     Ok(())
+}
+
+/// Why a subscription group's configuration is refused (by request 200 or the load).
+#[derive(Debug, thiserror::Error)]
+pub enum GroupConfigError {
+    #[error(transparent)]
+    Name(#[from] crate::broker::naming::names::NameError),
+    #[error("retryMaxTimes {0} is out of range: 0 to {MAX_RETRY_TIMES}")]
+    RetryMaxTimes(i32),
+    #[error("retryQueueNums {0} is out of range: 1 to {MAX_RETRY_QUEUE_NUMS}")]
+    RetryQueueNums(i32),
+    #[error("consumeTimeoutMinute {0} must be at least 1")]
+    ConsumeTimeout(i32),
 }
 
 /// The file's shape.
@@ -228,7 +234,7 @@ impl SubscriptionGroups {
             let why = if *key != config.group_name {
                 Some(format!("holds the groupName {:?}", config.group_name))
             } else {
-                check_config(config).err()
+                check_config(config).err().map(|why| why.to_string())
             };
             if let Some(why) = why {
                 anyhow::bail!(
@@ -512,7 +518,10 @@ mod tests {
             "CUSTOMIZED"
         );
         config.retry_max_times = MAX_RETRY_TIMES + 1;
-        assert!(check_config(&config).unwrap_err().contains("retryMaxTimes"));
+        assert!(check_config(&config)
+            .unwrap_err()
+            .to_string()
+            .contains("retryMaxTimes"));
     }
 
     #[test]

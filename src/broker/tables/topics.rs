@@ -58,44 +58,63 @@ pub use crate::broker::naming::names::MAX_QUEUE_NUMS;
 
 /// Checks one topic's configuration against the rules every writer of the table follows;
 /// the error says what is wrong. What admin requests and loading both apply.
-pub fn check_config(config: &TopicConfig) -> Result<(), String> {
+pub fn check_config(config: &TopicConfig) -> Result<(), TopicConfigError> {
     crate::broker::naming::names::validate_topic(&config.topic_name)?;
     for (field, value) in [
         ("readQueueNums", config.read_queue_nums),
         ("writeQueueNums", config.write_queue_nums),
     ] {
         if !(1..=MAX_QUEUE_NUMS).contains(&value) {
-            return Err(format!(
-                "{field} {value} is out of range: 1 to {MAX_QUEUE_NUMS}"
-            ));
+            return Err(TopicConfigError::QueueNums { field, value });
         }
     }
     if config.perm & !PERM_ALL != 0 {
-        return Err(format!(
-            "perm {} has bits other than {PERM_ALL:#x}",
-            config.perm
-        ));
+        return Err(TopicConfigError::Perm(config.perm));
     }
     if !FILTER_TYPES.contains(&config.topic_filter_type.as_str()) {
-        return Err(format!(
-            "topicFilterType {:?}: expected SINGLE_TAG or MULTI_TAG",
-            config.topic_filter_type
+        return Err(TopicConfigError::FilterType(
+            config.topic_filter_type.clone(),
         ));
     }
     Ok(())
 }
 
+/// Why a topic's configuration is refused (by an admin request or the load).
+#[derive(Debug, thiserror::Error)]
+pub enum TopicConfigError {
+    #[error(transparent)]
+    Name(#[from] crate::broker::naming::names::NameError),
+    #[error("{field} {value} is out of range: 1 to {MAX_QUEUE_NUMS}")]
+    QueueNums { field: &'static str, value: u32 },
+    #[error("perm {0} has bits other than {PERM_ALL:#x}")]
+    Perm(i32),
+    #[error("topicFilterType {0:?}: expected SINGLE_TAG or MULTI_TAG")]
+    FilterType(String),
+}
+
+/// Why a loaded topic table is refused: the entry, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+enum BadEntry {
+    #[error("entry {key:?} holds the topicName {name:?}")]
+    Renamed { key: String, name: String },
+    #[error("entry {key:?}: {why}")]
+    Config { key: String, why: TopicConfigError },
+}
+
 /// Every entry of a loaded table by [`check_config`], its key equal to its name; the error
 /// names the entry.
-fn check_table(table: &TopicConfigWrapper) -> Result<(), String> {
+fn check_table(table: &TopicConfigWrapper) -> Result<(), BadEntry> {
     for (key, config) in &table.topic_config_table {
         if *key != config.topic_name {
-            return Err(format!(
-                "entry {key:?} holds the topicName {:?}",
-                config.topic_name
-            ));
+            return Err(BadEntry::Renamed {
+                key: key.clone(),
+                name: config.topic_name.clone(),
+            });
         }
-        check_config(config).map_err(|why| format!("entry {key:?}: {why}"))?;
+        check_config(config).map_err(|why| BadEntry::Config {
+            key: key.clone(),
+            why,
+        })?;
     }
     Ok(())
 }
