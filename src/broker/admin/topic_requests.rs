@@ -39,14 +39,21 @@ fn refuse_reserved(request: &RemotingCommand, topic: &str) -> Option<RemotingCom
     })
 }
 
-fn queue_nums(request: &RemotingCommand, field: &str) -> Result<u32, String> {
-    let value = request.get_i32(field).map_err(|error| error.to_string())?;
+fn queue_nums(request: &RemotingCommand, field: &'static str) -> Result<u32, QueueNumsError> {
+    let value = request.get_i32(field)?;
     if value < 1 || value as u32 > MAX_QUEUE_NUMS {
-        return Err(format!(
-            "{field} {value} is out of range: 1 to {MAX_QUEUE_NUMS}"
-        ));
+        return Err(QueueNumsError::OutOfRange { field, value });
     }
     Ok(value as u32)
+}
+
+/// Why a queue count field is refused.
+#[derive(Debug, thiserror::Error)]
+enum QueueNumsError {
+    #[error(transparent)]
+    Field(#[from] crate::remoting::FieldError),
+    #[error("{field} {value} is out of range: 1 to {MAX_QUEUE_NUMS}")]
+    OutOfRange { field: &'static str, value: i32 },
 }
 
 /// UPDATE_AND_CREATE_TOPIC (17).
@@ -71,7 +78,7 @@ pub async fn update_and_create(broker: &Broker, request: &RemotingCommand) -> Re
         queue_nums(request, "writeQueueNums"),
     ) {
         (Ok(read), Ok(write)) => (read, write),
-        (Err(why), _) | (_, Err(why)) => return invalid(request, why),
+        (Err(why), _) | (_, Err(why)) => return invalid(request, why.to_string()),
     };
     let mut config = TopicConfig::new(topic, read);
     config.write_queue_nums = write;

@@ -14,10 +14,20 @@ use crate::broker::{bad_header, naming::names, topic_and_queue, Broker};
 
 /// `topic` and `queueId`, the topic checked by the rules every request applies
 /// ([`names::validate_topic`]); the error is what to name in the refusal.
-fn named_queue(request: &RemotingCommand) -> Result<(&str, i32), String> {
-    let (topic, queue_id) = topic_and_queue(request).map_err(|error| error.to_string())?;
+fn named_queue(request: &RemotingCommand) -> Result<(&str, i32), HeaderError> {
+    let (topic, queue_id) = topic_and_queue(request)?;
     names::validate_topic(topic)?;
     Ok((topic, queue_id))
+}
+
+/// Why an offset query's header is refused: a missing or malformed field, or a topic the
+/// rules refuse. Answered as a bad header naming it.
+#[derive(Debug, thiserror::Error)]
+enum HeaderError {
+    #[error(transparent)]
+    Field(#[from] crate::remoting::FieldError),
+    #[error(transparent)]
+    Name(#[from] names::NameError),
 }
 
 fn offset_response(
@@ -54,9 +64,7 @@ pub fn min_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
 
 pub fn search_by_timestamp(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let fields = named_queue(request).and_then(|(topic, queue_id)| {
-        let timestamp = request
-            .get_i64("timestamp")
-            .map_err(|error| error.to_string())?;
+        let timestamp = request.get_i64("timestamp")?;
         Ok((topic, queue_id, timestamp))
     });
     let (topic, queue_id, timestamp) = match fields {

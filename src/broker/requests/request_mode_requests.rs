@@ -27,7 +27,7 @@ pub async fn set_message_request_mode(
         }
     };
     if let Err(why) = check(&mode) {
-        return fail(response::INVALID_PARAMETER, why);
+        return fail(response::INVALID_PARAMETER, why.to_string());
     }
     if broker.topics.get(&mode.topic).is_none() {
         return fail(

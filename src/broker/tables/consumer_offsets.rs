@@ -284,15 +284,24 @@ fn parse(text: &str) -> anyhow::Result<Table> {
 /// hold the topic (deleted topics keep their offsets), so queue ids are bounded by
 /// [`names::MAX_QUEUE_NUMS`]. -1 is accepted as an offset: fastjson files written by
 /// Java hold it for queues with nothing committed yet.
-fn check_entry(key: &str, queues: &BTreeMap<i32, i64>) -> Result<(), String> {
+fn check_entry(key: &str, queues: &BTreeMap<i32, i64>) -> Result<(), BadEntry> {
     let (topic, group) = names::split_offset_key(key)?;
     for (&queue_id, &offset) in queues {
         names::validate_group_topic_queue(group, topic, None, queue_id)?;
         if offset < -1 {
-            return Err(format!("queue {queue_id} has the offset {offset}"));
+            return Err(BadEntry::Offset { queue_id, offset });
         }
     }
     Ok(())
+}
+
+/// Why a loaded entry is refused.
+#[derive(Debug, thiserror::Error)]
+enum BadEntry {
+    #[error(transparent)]
+    Name(#[from] names::NameError),
+    #[error("queue {queue_id} has the offset {offset}")]
+    Offset { queue_id: i32, offset: i64 },
 }
 
 /// Quotes object keys that are bare integers (`{0:5}` → `{"0":5}`), leaving strings and

@@ -71,7 +71,8 @@ impl RequestModes {
                         mode.topic, mode.consumer_group
                     )
                 });
-                if let Some(why) = misfiled.or_else(|| check(mode).err()) {
+                if let Some(why) = misfiled.or_else(|| check(mode).err().map(|why| why.to_string()))
+                {
                     anyhow::bail!(
                         "{} has a bad entry {topic}/{group}: {why}; fix or remove it",
                         path.display()
@@ -137,19 +138,27 @@ fn encode(table: &ModeFile) -> Vec<u8> {
 
 /// The checks SET_MESSAGE_REQUEST_MODE and the load apply to one entry: the error is the
 /// reason the request answers.
-pub(crate) fn check(mode: &MessageRequestMode) -> Result<(), String> {
-    names::validate_group(&mode.consumer_group).map_err(|error| error.to_string())?;
-    crate::store::topic::validate_topic(&mode.topic).map_err(|error| error.to_string())?;
+pub(crate) fn check(mode: &MessageRequestMode) -> Result<(), ModeError> {
+    names::validate_group(&mode.consumer_group)?;
+    names::validate_topic(&mode.topic)?;
     if mode.mode != "PULL" && mode.mode != "POP" {
-        return Err(format!("mode {:?} is neither PULL nor POP", mode.mode));
+        return Err(ModeError::Mode(mode.mode.clone()));
     }
     if mode.topic.starts_with(names::RETRY_PREFIX) {
-        return Err(format!(
-            "{} is a retry topic; those are always PULL",
-            mode.topic
-        ));
+        return Err(ModeError::RetryTopic(mode.topic.clone()));
     }
     Ok(())
+}
+
+/// Why a request mode is refused (by SET_MESSAGE_REQUEST_MODE or the load).
+#[derive(Debug, thiserror::Error)]
+pub enum ModeError {
+    #[error(transparent)]
+    Name(#[from] names::NameError),
+    #[error("mode {0:?} is neither PULL nor POP")]
+    Mode(String),
+    #[error("{0} is a retry topic; those are always PULL")]
+    RetryTopic(String),
 }
 
 #[cfg(test)]
@@ -183,9 +192,13 @@ mod tests {
 
     #[test]
     fn bad_modes_are_refused_naming_why() {
-        assert!(check(&mode("T", "g", "PUSH")).unwrap_err().contains("PUSH"));
+        assert!(check(&mode("T", "g", "PUSH"))
+            .unwrap_err()
+            .to_string()
+            .contains("PUSH"));
         assert!(check(&mode("%RETRY%g", "g", "POP"))
             .unwrap_err()
+            .to_string()
             .contains("retry topic"));
         assert!(check(&mode("T", "g", "POP")).is_ok());
     }
