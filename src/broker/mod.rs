@@ -1,46 +1,31 @@
 //! The broker: what each request means. A [`Broker`] holds one shard's [`Store`] and the
 //! broker's identity and turns a request into its response (reference §9).
 //!
-//! - [`send`]: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
-//! - [`pull`]: PULL_MESSAGE (11), LITE_PULL_MESSAGE (361), with long polling.
-//! - [`offsets`]: GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
-//!   GET_EARLIEST_MSG_STORETIME (32).
-//! - [`ids`]: offsetMsgId and UNIQ_KEY.
-//! - [`topics`]: the topic table (`config/topics.json`); [`topic_requests`]:
-//!   UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), DELETE_TOPIC_IN_BROKER (215).
-//! - [`consumers`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
-//!   and the heartbeat subscriptions pulls filter by; [`groups`]: the client registry they
-//!   fill, indexed by group, client, connection and expiry.
-//! - [`assignment`]: QUERY_ASSIGNMENT (400), server-side queue assignment.
-//! - [`subscription_groups`]: the groups' settings (`config/subscriptionGroup.json`);
-//!   [`subscription_group_requests`]: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
-//!   GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207).
-//! - [`lock_requests`]: LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), over the node's
-//!   [`queue_locks`], for orderly consumers.
-//! - [`consumer_offsets`]: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), a pull's
-//!   `commitOffset`, and `config/consumerOffset.json`.
-//! - [`query`]: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33).
-//! - The admin requests (`ringmq admin`, mqadmin, the dashboard), answered in Java's JSON
-//!   shapes ([`admin_json`]) with the whole node's view ([`fan_out`] asks every shard):
-//!   [`runtime_info`] GET_BROKER_RUNTIME_INFO (28), [`topic_stats`] GET_TOPIC_STATS_INFO
-//!   (202), [`consume_stats`] GET_CONSUME_STATS (208), [`consumer_connections`]
-//!   GET_CONSUMER_CONNECTION_LIST (203),
-//!   [`reset_offset`] INVOKE_BROKER_TO_RESET_OFFSET (222) with RESET_CONSUMER_CLIENT_OFFSET
-//!   (220) to the live clients, [`topic_config_request`] GET_TOPIC_CONFIG (351),
-//!   [`producer_connections`] GET_PRODUCER_CONNECTION_LIST (204),
-//!   [`broker_config_requests`] GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25) over
-//!   [`live_settings`], [`broker_consume_stats`] GET_BROKER_CONSUME_STATS (317),
-//!   [`clone_offset`] CLONE_GROUP_OFFSET (314), [`consume_by_who`]
-//!   QUERY_TOPIC_CONSUME_BY_WHO (300), [`stats_data`] VIEW_BROKER_STATS_DATA (315, no stats
-//!   items kept: refused as Java refuses an item it lacks), and [`client_calls`]
-//!   GET_CONSUMER_RUNNING_INFO (307), relayed to the consumer and back.
-//! - [`protected_groups`]: the retention holds of `retentionProtectedGroups`, registered
-//!   on the shard's store.
-//! - [`delay`]: delay levels (`DELAY`, `messageDelayLevel`): delayed sends wait in
-//!   `SCHEDULE_TOPIC_XXXX` and a scheduler per level delivers them on time;
-//!   [`delay::offsets`]: its cursors, `config/delayOffset.json`, and GET_ALL_DELAY_OFFSET
-//!   (45); [`delay::holds`]: the
-//!   retention holds that keep waiting delayed messages past `fileReservedTime`.
+//! The folder is sorted by what the code is; each subfolder's `mod.rs` says what it owns
+//! and what it may import:
+//!
+//! - [`dispatch`]: the one match from request code to handler, and the routing of a request
+//!   to the shard that owns its queue (D3).
+//! - [`requests`]: what clients send in their normal work (send, pull, send-back, query,
+//!   offsets, heartbeats, assignment, orderly locks, request modes).
+//! - [`admin`]: the admin requests (`ringmq admin`, mqadmin, the dashboard), in Java's JSON
+//!   shapes, with the whole node's view.
+//! - [`tables`]: the node's persisted tables (topics, subscription groups, consumer
+//!   offsets, request modes), each a [`tables::persisted_table::PersistedTable`] whose
+//!   writes run off the shard's reactor.
+//! - [`state`]: the node's shared in-memory state (client registry, queue locks, client
+//!   links, live settings, retention holds, the metrics sampler's inputs).
+//! - [`naming`]: the pure rules for names and message ids.
+//! - The feature engines, one folder each: [`delay`] (delay levels, `SCHEDULE_TOPIC_XXXX`),
+//!   [`timer`] (timer messages, `rmq_sys_wheel_timer`), [`pop`] (POP consumption, D16), and
+//!   next, transactions. An engine's `mod.rs` holds its requests and tasks, its submodules
+//!   its state, codecs and retention holds.
+//!
+//! The arrows run one way: [`dispatch`] names every folder; [`admin`] may use [`requests`];
+//! [`requests`] and the engines use [`state`], [`tables`] and [`naming`]; [`tables`] use
+//! only [`naming`]. This file holds what all of them share: [`Broker`] (one shard's
+//! context), its settings ([`BrokerConfig`], [`BrokerIdentity`]) and the node-wide
+//! [`NodeTables`] every shard's broker reads.
 //!
 //! Invariants:
 //! - Every request gets exactly one response (or none when it is oneway, which the
@@ -49,72 +34,21 @@
 //! - Responses carry every header field the Java client unboxes, on error paths too
 //!   (reference §14 items 5 and 6).
 //!
-//! Shards (D3): each shard has its own `Broker` over its own store. A
-//! request that names a queue ([`crate::shard::routing::queue_fields`]) is first routed:
-//! if another shard owns the queue, [`Broker::handle`] forwards it over that shard's
-//! bounded mailbox and returns the owner's answer; otherwise [`Broker::handle_owned`]
-//! answers it here. A send that leaves the queue to the broker (`queueId` -1) gets a queue
-//! this shard owns when the topic has one. A delayed send (`DELAY` above 0) is routed to
-//! the owner of its level's `SCHEDULE_TOPIC_XXXX` queue instead, where its scheduler runs.
-//! The node-wide tables (topics, groups, committed offsets, delay cursors) are one
-//! [`NodeTables`] shared by every shard's broker; each is a [`persisted_table`]
-//! ([`persisted_table::PersistedTable`]) whose writes run off the shard's reactor.
-//!
-//! Each feature engine is one folder: [`delay`], [`timer`], [`pop`] (and next,
-//! transactions); its `mod.rs` holds the engine's requests and tasks, its submodules the
-//! engine's state, codecs and retention holds.
-//!
-//! - [`timer`], [`timer::store`], [`timer::scheduler`], [`timer::holds`]: timer messages
-//!   (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`, `TIMER_DELAY_MS`, `TIMER_DEL_UNIQKEY`).
-//! - [`pop`]: POP consumption, POP_MESSAGE (200050), ACK_MESSAGE (200051),
-//!   BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), over
-//!   [`pop::state`] (the in-flight table), [`pop::log`] (its revive log) and [`pop::wire`];
-//!   [`request_modes`]: SET_MESSAGE_REQUEST_MODE (401), which switches a group to POP in
-//!   QUERY_ASSIGNMENT's answer.
+//! Shards (D3): each shard has its own `Broker` over its own store; the node-wide tables
+//! (topics, groups, committed offsets, delay cursors) are one [`NodeTables`] shared by
+//! every shard's broker.
 //!
 //! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): transactions.
 
-pub mod admin_json;
-pub mod assignment;
-pub mod broker_config_requests;
-pub mod broker_consume_stats;
-pub mod client_calls;
-pub mod clone_offset;
-pub mod consume_by_who;
-pub mod consume_stats;
-pub mod consumer_connections;
-pub mod consumer_offsets;
-pub mod consumers;
+pub mod admin;
 pub mod delay;
-pub mod fan_out;
-pub mod groups;
-pub mod ids;
-pub mod live_settings;
-pub mod lock_requests;
-pub mod names;
-pub mod notify;
-pub mod offsets;
-pub mod persisted_table;
+pub mod dispatch;
+pub mod naming;
 pub mod pop;
-pub mod producer_connections;
-pub mod protected_groups;
-pub mod pull;
-pub mod query;
-pub mod queue_locks;
-pub mod request_modes;
-pub mod reset_offset;
-pub mod runtime_info;
-pub mod send;
-pub mod send_back;
-pub mod stats_data;
-pub mod stats_sampler;
-pub mod subscription_group_requests;
-pub mod subscription_groups;
+pub mod requests;
+pub mod state;
+pub mod tables;
 pub mod timer;
-pub mod topic_config_request;
-pub mod topic_requests;
-pub mod topic_stats;
-pub mod topics;
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -123,15 +57,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::metrics::{Family, ShardMetrics};
-use crate::remoting::codes::{request, response};
-use crate::remoting::connection::{Outbound, Reply, RequestHandler};
-use crate::remoting::send_header::SendMessageRequestHeader;
+use crate::metrics::ShardMetrics;
+use crate::remoting::codes::response;
 use crate::remoting::{FieldError, RemotingCommand};
-use crate::shard::mailbox::{run_owned, DirectReply, NotForwarded, OwnerHandler};
-use crate::shard::{routing, ShardContext};
-use crate::store::topic::{validate_topic, SCHEDULE_TOPIC};
+use crate::shard::ShardContext;
 use crate::store::Store;
+
+use self::naming::ids;
+use self::requests::consumers;
+use self::state::{groups, live_settings, notify, queue_locks};
+use self::tables::{consumer_offsets, request_modes, subscription_groups, topics};
 
 /// Who this broker is, as clients and tools see it.
 #[derive(Clone, Debug)]
@@ -177,7 +112,7 @@ pub struct BrokerConfig {
     /// crash loses at most this much of the commits.
     pub consumer_offset_flush_interval: Duration,
     /// `retentionProtectedGroups`: consumer groups whose unconsumed records retention
-    /// keeps below the forced ratio ([`protected_groups`]); empty for none.
+    /// keeps below the forced ratio ([`state::protected_groups`]); empty for none.
     pub retention_protected_groups: Vec<String>,
     /// `messageDelayLevel`: the delay of each level ([`delay`]).
     pub delay_levels: delay::DelayLevels,
@@ -210,7 +145,7 @@ pub const DELAY_OFFSET_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub struct NodeTables {
     pub topics: Arc<topics::TopicTable>,
-    pub groups: Arc<consumers::Groups>,
+    pub groups: Arc<groups::Groups>,
     pub consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     /// Every open client connection of every shard, by peer address.
     pub links: Arc<notify::Links>,
@@ -258,7 +193,7 @@ impl NodeTables {
             request_modes: Arc::new(request_modes),
             delay_offsets: Arc::new(delay_offsets),
             topics: Arc::new(topics),
-            groups: Arc::new(consumers::Groups::new()),
+            groups: Arc::new(groups::Groups::new()),
             consumer_offsets: Arc::new(consumer_offsets),
             links: Arc::new(notify::Links::default()),
             locks: Arc::new(queue_locks::QueueLocks::new()),
@@ -277,7 +212,7 @@ pub struct Broker {
     pub(crate) uniq_keys: ids::UniqKeys,
     pub(crate) parked: Cell<usize>,
     pub(crate) next_queue: Cell<u32>,
-    pub(crate) groups: Arc<consumers::Groups>,
+    pub(crate) groups: Arc<groups::Groups>,
     pub(crate) consumer_offsets: Arc<consumer_offsets::ConsumerOffsets>,
     pub(crate) links: Arc<notify::Links>,
     pub(crate) locks: Arc<queue_locks::QueueLocks>,
@@ -286,7 +221,7 @@ pub struct Broker {
     pub(crate) closed: consumers::ClosedConnections,
     pub(crate) shard: ShardContext,
     pub(crate) metrics: Arc<ShardMetrics>,
-    /// What pulls returned, by topic and group ([`stats_sampler`]).
+    /// What pulls returned, by topic and group ([`state::stats_sampler`]).
     pub(crate) gets: crate::metrics::rates::GetTable,
     /// When this broker started (ms since the epoch), for GET_BROKER_RUNTIME_INFO.
     pub(crate) started_ms: i64,
@@ -380,7 +315,7 @@ impl Broker {
     }
 
     /// The producer and consumer groups heartbeats registered.
-    pub fn groups(&self) -> &consumers::Groups {
+    pub fn groups(&self) -> &groups::Groups {
         &self.groups
     }
 
@@ -444,323 +379,6 @@ impl Broker {
     /// Pulls parked right now (for metrics and tests).
     pub fn parked_pulls(&self) -> usize {
         self.parked.get()
-    }
-
-    /// Handles one request as it arrived on this shard: forwards it to the shard that
-    /// owns its queue, or answers it here. `None` for requests that take no response.
-    pub async fn handle(
-        &self,
-        mut request: RemotingCommand,
-        peer: SocketAddr,
-    ) -> Option<RemotingCommand> {
-        // Counted here, where the request arrived, not again on the owner shard.
-        let started = std::time::Instant::now();
-        let code = request.code;
-        self.metrics.request(code);
-        // The marker of the shards' own copies ([`fan_out`]) is never a client's to set.
-        request.ext_fields.remove(query::SHARD_ONLY);
-        request.ext_fields.remove(pop::NO_PARK);
-        let response = match self.owner_of(&mut request) {
-            Some(owner) if owner != self.shard.id() => {
-                ShardMetrics::add(&self.metrics.forwarded, 1);
-                Box::pin(self.shard.forward(owner, request, peer)).await
-            }
-            _ => self.handle_owned(request, peer).await,
-        };
-        if let Some(response) = &response {
-            self.metrics
-                .response(response.code, Family::of(code), started.elapsed());
-        }
-        response
-    }
-
-    /// The shard that must answer `request`, if it names a queue. A send that leaves the
-    /// queue to the broker gets one here (written into its header), preferring a queue of
-    /// this shard; a header too broken to route is answered locally, with the handler's
-    /// own error.
-    fn owner_of(&self, request: &mut RemotingCommand) -> Option<u8> {
-        if matches!(
-            request.code,
-            request::SEND_MESSAGE | request::SEND_MESSAGE_V2
-        ) {
-            // Before routing: a retry that is due for the DLQ goes to the DLQ's owner.
-            send_back::dead_letter_if_due(self, request);
-        }
-        if self.shard.count() == 1 {
-            return None;
-        }
-        if request.code == request::VIEW_MESSAGE_BY_ID
-            || request.code == request::CONSUMER_SEND_MSG_BACK
-        {
-            // Both name a record by its CommitLog offset: the shard is its top byte (D4).
-            return query::view_owner(request, self.shard.count());
-        }
-        let (fields, topic, queue_id) = routing::named_queue(request)?;
-        let delay_level = if fields.is_send {
-            self.delay_level_of(request)
-        } else {
-            None
-        };
-        if let (Some(level), true) = (delay_level, queue_id >= 0) {
-            // Stored on the owner of its level's queue (`delay`); the real queue needs
-            // picking here only when the broker is to pick it.
-            return Some(self.shard.owner(SCHEDULE_TOPIC, level as i32 - 1));
-        }
-        if queue_id >= 0 {
-            return Some(self.shard.owner(topic, queue_id));
-        }
-        // A send the broker refuses is answered here, before a topic is created for it.
-        if !fields.is_send
-            || validate_topic(topic).is_err()
-            || names::is_not_allowed_send_topic(topic)
-        {
-            return None;
-        }
-        let topic = topic.to_owned();
-        let config = self.topics.get_or_create(&topic, self.now_ms()).ok()?;
-        let mut counter = self.next_queue.get();
-        let queue_id = routing::pick_queue(
-            &topic,
-            config.write_queue_nums,
-            self.shard.id(),
-            self.shard.count(),
-            &mut counter,
-        );
-        self.next_queue.set(counter);
-        request.put_ext(fields.queue_id, queue_id);
-        Some(match delay_level {
-            Some(level) => self.shard.owner(SCHEDULE_TOPIC, level as i32 - 1),
-            None => self.shard.owner(&topic, queue_id),
-        })
-    }
-
-    /// The delay level a single-message send asks for, as [`delay::requested_level`]
-    /// reads it on the shard that stores it; `None` for a plain send, a batch (refused
-    /// where it lands) or a header too broken to say (answered where it lands).
-    fn delay_level_of(&self, request: &RemotingCommand) -> Option<u32> {
-        let properties = match request.code {
-            request::SEND_MESSAGE => request.opt_str("properties")?,
-            request::SEND_MESSAGE_V2 => request.opt_str("i")?,
-            _ => return None,
-        };
-        if !properties.contains(delay::DELAY) {
-            return None;
-        }
-        let header = SendMessageRequestHeader::from_command(request).ok()?;
-        delay::requested_level(
-            &header.properties,
-            header.sys_flag,
-            &self.config.delay_levels,
-        )
-        .ok()
-        .flatten()
-    }
-
-    /// Answers a request whose queue (if it names one) this shard owns.
-    pub async fn handle_owned(
-        &self,
-        request: RemotingCommand,
-        peer: SocketAddr,
-    ) -> Option<RemotingCommand> {
-        let response = match request.code {
-            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 => {
-                Box::pin(send::send_message(self, &request, peer)).await
-            }
-            request::SEND_BATCH_MESSAGE => Box::pin(send::send_batch(self, &request, peer)).await,
-            request::PULL_MESSAGE | request::LITE_PULL_MESSAGE => {
-                Box::pin(pull::pull(self, &request)).await
-            }
-            request::QUERY_MESSAGE => Box::pin(query::query_message(self, &request, peer)).await,
-            request::VIEW_MESSAGE_BY_ID => query::view_message(self, &request),
-            request::GET_MAX_OFFSET => offsets::max_offset(self, &request),
-            request::GET_MIN_OFFSET => offsets::min_offset(self, &request),
-            request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search_by_timestamp(self, &request),
-            request::GET_EARLIEST_MSG_STORETIME => offsets::earliest_store_time(self, &request),
-            request::UPDATE_AND_CREATE_TOPIC => {
-                topic_requests::update_and_create(self, &request).await
-            }
-            request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
-            request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request).await,
-            request::QUERY_CONSUMER_OFFSET => consumer_offsets::query(self, &request),
-            request::UPDATE_CONSUMER_OFFSET => {
-                Box::pin(pop::reset::update_consumer_offset(self, &request)).await
-            }
-            request::HEART_BEAT => consumers::heartbeat(self, &request, peer),
-            request::UNREGISTER_CLIENT => consumers::unregister_client(self, &request),
-            request::GET_CONSUMER_LIST_BY_GROUP => consumers::consumer_list(self, &request),
-            request::QUERY_ASSIGNMENT => assignment::query_assignment(self, &request),
-            request::GET_BROKER_RUNTIME_INFO => {
-                Box::pin(runtime_info::runtime_info(self, &request, peer)).await
-            }
-            request::GET_TOPIC_STATS_INFO => {
-                Box::pin(topic_stats::topic_stats(self, &request, peer)).await
-            }
-            request::GET_CONSUME_STATS => {
-                Box::pin(consume_stats::consume_stats(self, &request, peer)).await
-            }
-            request::INVOKE_BROKER_TO_RESET_OFFSET => {
-                Box::pin(reset_offset::reset_offset(self, &request, peer)).await
-            }
-            request::GET_CONSUMER_CONNECTION_LIST => {
-                consumer_connections::consumer_connections(self, &request)
-            }
-            request::CONSUMER_SEND_MSG_BACK => Box::pin(send_back::send_back(self, &request)).await,
-            request::LOCK_BATCH_MQ => lock_requests::lock_batch(self, &request, peer),
-            request::UNLOCK_BATCH_MQ => lock_requests::unlock_batch(self, &request),
-            request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {
-                subscription_group_requests::get_all(self, &request)
-            }
-            request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
-                Box::pin(subscription_group_requests::update_and_create(
-                    self, &request,
-                ))
-                .await
-            }
-            request::DELETE_SUBSCRIPTIONGROUP => {
-                Box::pin(subscription_group_requests::delete(self, &request)).await
-            }
-            request::GET_ALL_DELAY_OFFSET => delay::offsets::get_all(self, &request),
-            request::POP_MESSAGE => Box::pin(pop::pop_message(self, &request)).await,
-            request::ACK_MESSAGE => Box::pin(pop::ack_message(self, &request)).await,
-            request::BATCH_ACK_MESSAGE => Box::pin(pop::batch_ack(self, &request)).await,
-            request::CHANGE_MESSAGE_INVISIBLETIME => {
-                Box::pin(pop::change_invisible_time(self, &request)).await
-            }
-            request::SET_MESSAGE_REQUEST_MODE => {
-                request_modes::set_message_request_mode(self, &request).await
-            }
-            request::GET_TOPIC_CONFIG => topic_config_request::get_topic_config(self, &request),
-            request::GET_PRODUCER_CONNECTION_LIST => {
-                producer_connections::producer_connections(self, &request)
-            }
-            request::GET_BROKER_CONFIG => broker_config_requests::get_broker_config(self, &request),
-            request::UPDATE_BROKER_CONFIG => {
-                broker_config_requests::update_broker_config(self, &request)
-            }
-            request::GET_BROKER_CONSUME_STATS => {
-                Box::pin(broker_consume_stats::broker_consume_stats(
-                    self, &request, peer,
-                ))
-                .await
-            }
-            request::CLONE_GROUP_OFFSET => clone_offset::clone_group_offset(self, &request),
-            request::VIEW_BROKER_STATS_DATA => stats_data::view_broker_stats_data(&request),
-            request::QUERY_TOPIC_CONSUME_BY_WHO => {
-                consume_by_who::query_topic_consume_by_who(self, &request)
-            }
-            request::GET_CONSUMER_RUNNING_INFO => {
-                Box::pin(client_calls::consumer_running_info(self, &request)).await
-            }
-            other => RemotingCommand::response_to(
-                &request,
-                response::REQUEST_CODE_NOT_SUPPORTED,
-                Some(format!(" request type {other} not supported")),
-            ),
-        };
-        Some(response)
-    }
-}
-
-impl OwnerHandler for Broker {
-    /// A forwarded single-message send is stored without a task, its response going
-    /// straight to the asking connection; anything else runs in a task.
-    fn handle_owned_now(
-        self: Rc<Self>,
-        request: RemotingCommand,
-        peer: SocketAddr,
-        reply: DirectReply,
-    ) {
-        if matches!(
-            request.code,
-            request::SEND_MESSAGE | request::SEND_MESSAGE_V2
-        ) {
-            send::send_message_then(&self, &request, peer, move |response| {
-                reply.answer(Some(response))
-            });
-        } else {
-            run_owned(self, request, peer, reply);
-        }
-    }
-
-    async fn handle_owned(
-        self: Rc<Self>,
-        request: RemotingCommand,
-        peer: SocketAddr,
-    ) -> Option<RemotingCommand> {
-        Broker::handle_owned(&self, request, peer).await
-    }
-
-    /// A delayed message another shard's scheduler delivers to a queue of this shard.
-    fn put_owned(
-        self: Rc<Self>,
-        record: crate::store::record::RecordInput,
-        reply: crate::shard::mailbox::PutReply,
-    ) {
-        self.store.put_with(record, move |outcome| {
-            // The scheduler may have stopped meanwhile; its cursor did not move then.
-            let _ = reply.send(outcome);
-        });
-    }
-}
-
-impl RequestHandler for Broker {
-    /// Takes a single-message send whose queue this shard owns: checked and queued in the
-    /// store here, answered from the store's callback (see [`send::send_message_then`]).
-    /// Counted in the metrics as [`Broker::handle`] counts. Anything else goes back.
-    fn handle_now(
-        self: Rc<Self>,
-        mut request: RemotingCommand,
-        peer: SocketAddr,
-        reply: Reply,
-    ) -> Option<RemotingCommand> {
-        let code = request.code;
-        if !matches!(code, request::SEND_MESSAGE | request::SEND_MESSAGE_V2) {
-            return Some(request);
-        }
-        let started = std::time::Instant::now();
-        let metrics = self.metrics.clone();
-        // Counted as `handle` counts: here, where the request arrived, whoever stores it.
-        let respond = move |response: RemotingCommand| {
-            metrics.response(response.code, Family::of(code), started.elapsed());
-            reply.send(response);
-        };
-        match self.owner_of(&mut request) {
-            Some(owner) if owner != self.shard.id() => {
-                match self.shard.try_forward(owner, request, peer, respond) {
-                    Ok(()) | Err(NotForwarded::Unavailable) => {}
-                    // A full mailbox: a task waits for room, as `handle` does.
-                    Err(NotForwarded::Full(request)) => return Some(*request),
-                }
-                ShardMetrics::add(&self.metrics.forwarded, 1);
-            }
-            _ => send::send_message_then(&self, &request, peer, respond),
-        }
-        self.metrics.request(code);
-        None
-    }
-
-    fn connection_opened(&self, peer: SocketAddr, outbound: Outbound) {
-        self.links.open(peer, outbound);
-    }
-
-    /// The clients leave their groups (and the members left are told) in
-    /// [`consumers::reap_closed_connections`], a bounded step per turn of the shard.
-    fn response_arrived(&self, peer: SocketAddr, response: RemotingCommand) {
-        self.links.answered(peer, response);
-    }
-
-    fn connection_closed(&self, peer: SocketAddr) {
-        self.links.close(peer);
-        self.locks.connection_closed(peer);
-        self.closed.push(peer);
-    }
-
-    async fn handle(
-        self: Rc<Self>,
-        request: RemotingCommand,
-        peer: SocketAddr,
-    ) -> Option<RemotingCommand> {
-        Broker::handle(&self, request, peer).await
     }
 }
 

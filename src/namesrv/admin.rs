@@ -29,7 +29,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::broker::topics::{TopicTable, PERM_WRITE};
+use crate::broker::tables::topics::{TopicTable, PERM_WRITE};
 use crate::remoting::codes::response;
 use crate::remoting::command::bad_header;
 use crate::remoting::RemotingCommand;

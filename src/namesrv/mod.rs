@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::broker::topics::TopicTable;
+use crate::broker::tables::topics::TopicTable;
 use crate::broker::BrokerIdentity;
 use crate::clock::Clock;
 use crate::remoting::codes::{request, response};
@@ -138,7 +138,7 @@ impl NameServer {
                 // Only auto-create names a send could use (system topics are the node's).
                 if !topics.auto_create()
                     || validate_topic(topic).is_err()
-                    || crate::broker::names::is_not_allowed_send_topic(topic)
+                    || crate::broker::naming::names::is_not_allowed_send_topic(topic)
                 {
                     return not_exist();
                 }

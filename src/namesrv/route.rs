@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 
 use serde_json::{json, Value};
 
-use crate::broker::topics::TopicConfig;
+use crate::broker::tables::topics::TopicConfig;
 
 /// The one broker a name server knows: this node, as master (broker id 0).
 #[derive(Clone, Debug)]

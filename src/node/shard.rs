@@ -42,7 +42,7 @@ type OpenService = fn(&Rc<Broker>) -> anyhow::Result<Rc<dyn ShardService>>;
 /// A new engine is one entry here (and its metrics section in
 /// [`crate::metrics::sections`]).
 const SERVICES: &[OpenService] = &[
-    crate::broker::protected_groups::open_service,
+    crate::broker::state::protected_groups::open_service,
     crate::broker::delay::service::open,
     crate::broker::timer::service::open,
     crate::broker::pop::service::open,
@@ -235,7 +235,7 @@ fn core_tasks(broker: &Rc<Broker>, inbox: MailboxReceiver) -> Vec<ShardTask> {
         ShardTask::new("metrics sampler", sample_metrics(broker.clone())),
         ShardTask::new(
             "closed connection reaper",
-            crate::broker::consumers::reap_closed_connections(broker.clone()),
+            crate::broker::requests::consumers::reap_closed_connections(broker.clone()),
         ),
     ];
     if broker.shard().id() == 0 {
@@ -331,7 +331,7 @@ async fn sample_metrics(broker: Rc<Broker>) {
         ticks.tick().await;
         let metrics = broker.metrics();
         metrics.set_store(broker.store().stats());
-        crate::broker::stats_sampler::sample(&broker, &mut sampler);
+        crate::broker::state::stats_sampler::sample(&broker, &mut sampler);
         metrics
             .parked_pulls
             .store(broker.parked_pulls() as i64, Ordering::Relaxed);

@@ -15,11 +15,11 @@ use tokio::sync::{oneshot, watch};
 
 use super::shard::{run_shard, ShardSettings, ShardStart};
 use super::NodeHandle;
-use crate::broker::consumer_offsets::ConsumerOffsets;
 use crate::broker::delay::offsets::DelayOffsets;
-use crate::broker::live_settings::LiveSettings;
-use crate::broker::subscription_groups::SubscriptionGroups;
-use crate::broker::topics::TopicTable;
+use crate::broker::state::live_settings::LiveSettings;
+use crate::broker::tables::consumer_offsets::ConsumerOffsets;
+use crate::broker::tables::subscription_groups::SubscriptionGroups;
+use crate::broker::tables::topics::TopicTable;
 use crate::broker::NodeTables;
 use crate::clock::Clock;
 use crate::metrics::http::MetricsServer;
@@ -220,7 +220,9 @@ fn load_tables(running: &NodeConfig, namesrv_port: u16) -> anyhow::Result<NodeTa
     let groups = SubscriptionGroups::load(dir, running.auto_create_subscription_group)?;
     let mut tables = NodeTables::new(topics, ConsumerOffsets::load(dir)?, groups);
     tables.delay_offsets = Arc::new(DelayOffsets::load(dir)?);
-    tables.request_modes = Arc::new(crate::broker::request_modes::RequestModes::load(dir)?);
+    tables.request_modes = Arc::new(crate::broker::tables::request_modes::RequestModes::load(
+        dir,
+    )?);
     tables.settings = Arc::new(LiveSettings::new(running.clone(), Clock::system().now_ms()));
     tables.namesrv = Arc::new(NamesrvState::new(namesrv_port, running.bind_address));
     Ok(tables)

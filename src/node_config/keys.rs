@@ -16,7 +16,7 @@ use super::parse::{
     reserved_time, root_dir, text, uint, Value,
 };
 use super::{default_shards, BrokerRole, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
-use crate::broker::names::MAX_QUEUE_NUMS;
+use crate::broker::naming::names::MAX_QUEUE_NUMS;
 use crate::config::{defaults, MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
 use crate::remoting::frame::DEFAULT_MAX_FRAME_LEN;
 
@@ -813,7 +813,7 @@ fn non_empty_root(config: &NodeConfig) -> Result<(), String> {
 
 fn protected_groups(groups: &[String]) -> Result<(), String> {
     for group in groups {
-        crate::broker::names::validate_group(group)?;
+        crate::broker::naming::names::validate_group(group)?;
     }
     if let Some(repeated) = groups
         .iter()

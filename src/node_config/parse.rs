@@ -150,7 +150,7 @@ pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, String> {
 }
 
 /// `retentionProtectedGroups`: `;`-separated consumer group names, each checked as
-/// requests check a group ([`crate::broker::names::validate_group`]); returned in the
+/// requests check a group ([`crate::broker::naming::names::validate_group`]); returned in the
 /// order given without repeats. Empty text is no group.
 pub(super) fn group_names(value: Value) -> Result<Vec<String>, String> {
     let s = text(value)?;
@@ -165,7 +165,7 @@ pub(super) fn group_names(value: Value) -> Result<Vec<String>, String> {
                 "'{s}' has an empty group name; list several with ';'"
             ));
         }
-        crate::broker::names::validate_group(part)?;
+        crate::broker::naming::names::validate_group(part)?;
         if !groups.iter().any(|known| known == part) {
             groups.push(part.to_string());
         }

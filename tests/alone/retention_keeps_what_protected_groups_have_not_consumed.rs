@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use common::log::captured;
 use common::{as_disk, message, run_local, sim_disk};
-use ringmq::broker::consumer_offsets::ConsumerOffsets;
-use ringmq::broker::topics::TopicTable;
-use ringmq::broker::{protected_groups, pull, Broker, BrokerIdentity, NodeTables};
+use ringmq::broker::tables::consumer_offsets::ConsumerOffsets;
+use ringmq::broker::tables::topics::TopicTable;
+use ringmq::broker::{requests::pull, state::protected_groups, Broker, BrokerIdentity, NodeTables};
 use ringmq::clock::Clock;
 use ringmq::config::StoreConfig;
 use ringmq::io::sim::SimDisk;
@@ -72,8 +72,11 @@ async fn open(sim: &SimDisk, config: StoreConfig, groups: &[&str]) -> Shard {
     let tables = NodeTables::new(
         TopicTable::load(tables_dir.path(), true, 2).unwrap(),
         ConsumerOffsets::in_memory(tables_dir.path()),
-        ringmq::broker::subscription_groups::SubscriptionGroups::load(tables_dir.path(), true)
-            .unwrap(),
+        ringmq::broker::tables::subscription_groups::SubscriptionGroups::load(
+            tables_dir.path(),
+            true,
+        )
+        .unwrap(),
     );
     let offsets = tables.consumer_offsets.clone();
     let metrics = Arc::new(ShardMetrics::new(0));

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::raw::Raw;
 use common::{node_config, pull_records, wait_for};
 use ringmq::broker::delay::{DelayLevels, DELAY, REAL_QID, REAL_TOPIC};
-use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::node::NodeHandle;
 use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};

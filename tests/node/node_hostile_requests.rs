@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use common::raw::Raw;
 use common::{command, message};
 use ringmq::broker::delay::DelayLevels;
-use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, send_request_v1, send_request_v2};
 use ringmq::remoting::RemotingCommand;

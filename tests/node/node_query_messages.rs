@@ -11,7 +11,7 @@ use crate::common;
 use std::collections::BTreeSet;
 
 use common::{pull_records, run_local};
-use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::client::{send_request_v1, Client};
 use ringmq::node::NodeHandle;
 use ringmq::node_config::NodeConfig;

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::{pull_records as records, run_local, start_node};
-use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::client::{pull_request, queue_request, send_request_v1, send_request_v2, Client};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;

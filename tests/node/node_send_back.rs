@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::command;
 use common::raw::Raw;
 use ringmq::broker::delay::DelayLevels;
-use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::requests::{pull_request, send_request_v1};

@@ -10,7 +10,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::run_local;
-use ringmq::broker::ids::decode_offset_msg_id;
+use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::client::{queue_request, send_request_v1, Client};
 use ringmq::node::NodeHandle;
 use ringmq::node_config::NodeConfig;

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::{as_disk, message, run_local, sim_disk};
-use ringmq::broker::names::NOT_ALLOWED_SEND_TOPICS;
+use ringmq::broker::naming::names::NOT_ALLOWED_SEND_TOPICS;
 use ringmq::client::{queue_request, send_request_v1, Client};
 use ringmq::clock::Clock;
 use ringmq::config::StoreConfig;

@@ -510,8 +510,8 @@ fn query_by_offset_msg_id(node: &Node, sent: &[Sent], long: &str) {
     let full = node.json(&["query-id", "--id", &sent[0].msg_id]);
     assert_eq!(full["messages"][0]["body"], long, "JSON has the whole body");
     // An id whose offset starts no record: not found.
-    let (host, phys) = ringmq::broker::ids::decode_offset_msg_id(&sent[6].msg_id).unwrap();
-    let inside = ringmq::broker::ids::offset_msg_id(host, phys + 1);
+    let (host, phys) = ringmq::broker::naming::ids::decode_offset_msg_id(&sent[6].msg_id).unwrap();
+    let inside = ringmq::broker::naming::ids::offset_msg_id(host, phys + 1);
     node.fails(1, &["query-id", "--id", &inside]);
 }
 

@@ -28,12 +28,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{sim_disk, sim_seeds, Rng};
-use ringmq::broker::consumer_offsets::ConsumerOffsets;
 use ringmq::broker::delay::offsets::DelayOffsets;
-use ringmq::broker::subscription_groups::{
+use ringmq::broker::tables::consumer_offsets::ConsumerOffsets;
+use ringmq::broker::tables::subscription_groups::{
     SubscriptionGroupConfig, SubscriptionGroupWrapper, SubscriptionGroups, SYSTEM_GROUPS,
 };
-use ringmq::broker::topics::{DataVersion, TopicConfig, TopicConfigWrapper, TopicTable};
+use ringmq::broker::tables::topics::{DataVersion, TopicConfig, TopicConfigWrapper, TopicTable};
 use ringmq::io::meta::{replace_file, MetaFiles};
 
 const STORE_DIR: &str = "/node";

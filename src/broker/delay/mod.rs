@@ -45,8 +45,9 @@
 //! tags codes are delivery times, so a tag filter on it matches nothing useful; slaves
 //! do not exist yet (GET_ALL_DELAY_OFFSET, 45, answers the cursors they would copy,
 //! [`self::offsets::get_all`]); 5.x timer messages (`TIMER_*`) are
-//! `super::timer`'s.
+//! `crate::broker::timer`'s.
 
+pub mod errors;
 pub mod holds;
 pub mod offsets;
 pub mod service;
@@ -64,7 +65,9 @@ use crate::store::record::{self, Decoded, RecordInput, RecordView, Verify, RECOR
 use crate::store::topic::SCHEDULE_TOPIC;
 use crate::store::{PutStatus, StoreError};
 
-use super::Broker;
+use crate::broker::Broker;
+
+use self::errors::{DelayLevelsError, NotADelayLevel, Undeliverable};
 
 /// `MessageConst.PROPERTY_DELAY_TIME_LEVEL`.
 pub const DELAY: &str = "DELAY";
@@ -77,7 +80,7 @@ pub const TIMER_PROPERTIES: [&str; 3] = ["TIMER_DELIVER_MS", "TIMER_DELAY_SEC", 
 /// RocketMQ's default `messageDelayLevel`.
 pub const DEFAULT_LEVELS: &str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h";
 /// Most levels: one queue each, and a topic has at most this many queues.
-pub const MAX_LEVELS: usize = super::names::MAX_QUEUE_NUMS as usize;
+pub const MAX_LEVELS: usize = crate::broker::naming::names::MAX_QUEUE_NUMS as usize;
 /// Longest delay of a level: ten years.
 pub const MAX_DELAY_MS: u64 = 3650 * 86_400_000;
 /// Longest a scheduler sleeps before it looks at its queue again, whatever is due.
@@ -108,7 +111,7 @@ impl DelayLevels {
     /// Parses RocketMQ's form (`ScheduleMessageService.parseDelayLevel`): delays separated
     /// by spaces, each a whole number and a unit, `s`, `m`, `h` or `d`; ringmq also takes
     /// `ms`. The error names the level and what is wrong with it.
-    pub fn parse(text: &str) -> Result<DelayLevels, String> {
+    pub fn parse(text: &str) -> Result<DelayLevels, DelayLevelsError> {
         let mut delays_ms = Vec::new();
         for (index, item) in text.split_whitespace().enumerate() {
             let level = index + 1;
@@ -117,9 +120,10 @@ impl DelayLevels {
                 .unwrap_or(item.len());
             let (number, unit) = item.split_at(digits);
             if number.is_empty() {
-                return Err(format!(
-                    "level {level} '{item}' does not start with a whole number"
-                ));
+                return Err(DelayLevelsError::NoNumber {
+                    level,
+                    item: item.to_owned(),
+                });
             }
             let unit_ms: u64 = match unit {
                 "ms" => 1,
@@ -128,14 +132,17 @@ impl DelayLevels {
                 "h" => 3_600_000,
                 "d" => 86_400_000,
                 "" => {
-                    return Err(format!(
-                        "level {level} '{item}' has no unit; write s, m, h or d (or ms) after the number"
-                    ))
+                    return Err(DelayLevelsError::NoUnit {
+                        level,
+                        item: item.to_owned(),
+                    })
                 }
                 other => {
-                    return Err(format!(
-                        "level {level} '{item}' has the unknown unit '{other}'; the units are s, m, h, d and ms"
-                    ))
+                    return Err(DelayLevelsError::UnknownUnit {
+                        level,
+                        item: item.to_owned(),
+                        unit: other.to_owned(),
+                    })
                 }
             };
             let delay = number
@@ -143,22 +150,23 @@ impl DelayLevels {
                 .ok()
                 .and_then(|n| n.checked_mul(unit_ms))
                 .filter(|&ms| ms <= MAX_DELAY_MS)
-                .ok_or_else(|| format!("level {level} '{item}' is more than 3650 days"))?;
+                .ok_or_else(|| DelayLevelsError::TooLong {
+                    level,
+                    item: item.to_owned(),
+                })?;
             if delay == 0 {
-                return Err(format!(
-                    "level {level} '{item}' is no delay; every level waits at least 1 ms"
-                ));
+                return Err(DelayLevelsError::NoDelay {
+                    level,
+                    item: item.to_owned(),
+                });
             }
             delays_ms.push(delay);
         }
         if delays_ms.is_empty() {
-            return Err("no delay levels; list at least one, e.g. '1s 5s 10s'".into());
+            return Err(DelayLevelsError::NoLevels);
         }
         if delays_ms.len() > MAX_LEVELS {
-            return Err(format!(
-                "{} delay levels; at most {MAX_LEVELS}",
-                delays_ms.len()
-            ));
+            return Err(DelayLevelsError::TooManyLevels(delays_ms.len()));
         }
         Ok(DelayLevels { delays_ms })
     }
@@ -215,7 +223,7 @@ pub fn requested_level(
     properties: &str,
     sys_flag: i32,
     levels: &DelayLevels,
-) -> Result<Option<u32>, String> {
+) -> Result<Option<u32>, NotADelayLevel> {
     let Some(value) = properties::get(properties, DELAY) else {
         return Ok(None);
     };
@@ -223,9 +231,9 @@ pub fn requested_level(
     if kind == TRANSACTION_PREPARED || kind == TRANSACTION_ROLLBACK {
         return Ok(None);
     }
-    let requested: i32 = value.parse().map_err(|_| {
-        format!("the DELAY property '{value}' is not a delay level (a whole number)")
-    })?;
+    let requested: i32 = value
+        .parse()
+        .map_err(|_| NotADelayLevel(value.to_owned()))?;
     Ok(levels.level_of(requested as i64))
 }
 
@@ -250,10 +258,10 @@ pub fn schedule(record: &mut RecordInput, level: u32) {
 }
 
 /// The message a scheduled record is delivered as (`messageTimeUp`), or why it cannot be.
-pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, String> {
+pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, Undeliverable> {
     let (topic, queue_id) = real_queue(view)?;
     if topic == "RMQ_SYS_TRANS_HALF_TOPIC" {
-        return Err("its REAL_TOPIC is the transaction half topic".into());
+        return Err(Undeliverable::TransactionHalf);
     }
     let properties = properties::rewritten(
         view.properties,
@@ -270,14 +278,13 @@ pub fn delivered(view: &RecordView<'_>) -> Result<RecordInput, String> {
 
 /// The topic and queue a waiting record (delay level or timer) is delivered to: its
 /// `REAL_TOPIC` and `REAL_QID`, checked.
-pub(crate) fn real_queue<'a>(view: &RecordView<'a>) -> Result<(&'a str, i32), String> {
-    let topic = properties::get(view.properties, REAL_TOPIC)
-        .ok_or_else(|| "it has no REAL_TOPIC property".to_string())?;
-    super::names::validate_topic(topic).map_err(|why| format!("REAL_TOPIC: {why}"))?;
+pub(crate) fn real_queue<'a>(view: &RecordView<'a>) -> Result<(&'a str, i32), Undeliverable> {
+    let topic = properties::get(view.properties, REAL_TOPIC).ok_or(Undeliverable::NoRealTopic)?;
+    crate::broker::naming::names::validate_topic(topic).map_err(Undeliverable::RealTopic)?;
     let queue_id = properties::get(view.properties, REAL_QID)
         .and_then(|queue| queue.parse::<i32>().ok())
         .filter(|&queue| queue >= 0)
-        .ok_or_else(|| "its REAL_QID property is not a queue id".to_string())?;
+        .ok_or(Undeliverable::NoRealQueue)?;
     Ok((topic, queue_id))
 }
 
@@ -341,23 +348,7 @@ async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u6
     let queue_id = (level - 1) as i32;
     let store = &broker.store;
     loop {
-        let (min, max) = (
-            store.min_offset(SCHEDULE_TOPIC, queue_id),
-            store.max_offset(SCHEDULE_TOPIC, queue_id),
-        );
-        // Java's `correctDelayOffset`: retention took messages below the cursor, or the
-        // table names an offset the queue never reached.
-        let corrected = (*cursor).clamp(min, max.max(min));
-        if corrected != *cursor {
-            tracing::warn!(
-                level,
-                cursor = *cursor,
-                corrected,
-                "delay cursor outside its queue [{min}, {max}); moved"
-            );
-            *cursor = corrected;
-            broker.delay_offsets.set(level, corrected, broker.now_ms());
-        }
+        let max = correct_cursor(broker, level, cursor);
         broker.metrics.set_delay_pending(level, max - *cursor);
         if *cursor >= max {
             return MAX_SLEEP;
@@ -411,6 +402,29 @@ async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u6
     }
 }
 
+/// Java's `correctDelayOffset`: moves `cursor` into its queue when retention took
+/// messages below it or the table names an offset the queue never reached. The queue's
+/// end.
+fn correct_cursor(broker: &Broker, level: u32, cursor: &mut u64) -> u64 {
+    let queue_id = (level - 1) as i32;
+    let (min, max) = (
+        broker.store.min_offset(SCHEDULE_TOPIC, queue_id),
+        broker.store.max_offset(SCHEDULE_TOPIC, queue_id),
+    );
+    let corrected = (*cursor).clamp(min, max.max(min));
+    if corrected != *cursor {
+        tracing::warn!(
+            level,
+            cursor = *cursor,
+            corrected,
+            "delay cursor outside its queue [{min}, {max}); moved"
+        );
+        *cursor = corrected;
+        broker.delay_offsets.set(level, corrected, broker.now_ms());
+    }
+    max
+}
+
 enum Delivery {
     /// The copy is acknowledged: move on.
     Done,
@@ -437,7 +451,7 @@ async fn deliver(broker: &Broker, entry: &CqEntry) -> Delivery {
     let record = match record::decode(&bytes, Verify::Structure) {
         Ok(Decoded::Record(view)) => match delivered(&view) {
             Ok(record) => record,
-            Err(why) => return Delivery::Skipped(why),
+            Err(why) => return Delivery::Skipped(why.to_string()),
         },
         other => return Delivery::Skipped(format!("its entry points at no record: {other:?}")),
     };
@@ -505,12 +519,13 @@ mod tests {
             ("3651d", "more than 3650 days"),
             ("99999999999999999999s", "more than 3650 days"),
         ] {
-            let error = DelayLevels::parse(text).unwrap_err();
+            let error = DelayLevels::parse(text).unwrap_err().to_string();
             assert!(error.contains(why), "{text:?}: {error}");
         }
         let many = vec!["1s"; MAX_LEVELS + 1].join(" ");
         assert!(DelayLevels::parse(&many)
             .unwrap_err()
+            .to_string()
             .contains("at most 1024"));
         assert!(DelayLevels::parse(&vec!["1s"; MAX_LEVELS].join(" ")).is_ok());
     }
@@ -528,6 +543,7 @@ mod tests {
         assert_eq!(requested_level("TAGS\u{1}a\u{2}", 0, &levels), Ok(None));
         assert!(requested_level(&props("x"), 0, &levels)
             .unwrap_err()
+            .to_string()
             .contains("'x' is not a delay level"));
         // Prepared and rolled-back transaction messages are not delayed; committed are.
         assert_eq!(requested_level(&props("2"), 0x4, &levels), Ok(None));
@@ -626,7 +642,7 @@ mod tests {
             let Ok(Decoded::Record(view)) = record::decode(&stored, Verify::Full) else {
                 panic!("the record decodes");
             };
-            let error = delivered(&view).unwrap_err();
+            let error = delivered(&view).unwrap_err().to_string();
             assert!(error.contains(why), "{error}");
         }
     }

@@ -22,7 +22,7 @@
 //!   cursor and the real one again (at-least-once, as Java).
 //! - The file is only ever replaced whole through the disk seam's [`MetaFiles`]
 //!   (temp file, fsync, rename, directory fsync), as `config/consumerOffset.json` is
-//!   ([`crate::broker::consumer_offsets`]): the table is a [`PersistedTable`] changed memory first,
+//!   ([`crate::broker::tables::consumer_offsets`]): the table is a [`PersistedTable`] changed memory first,
 //!   and the periodic write runs on tokio's blocking pool, off every reactor.
 //! - The node writes it every `flushDelayOffsetInterval` (default
 //!   [`crate::broker::DELAY_OFFSET_FLUSH_INTERVAL`]) when a cursor moved,
@@ -46,8 +46,8 @@ use crate::io::meta::{MetaFiles, RealFiles};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
-use crate::broker::persisted_table::{PersistedTable, WriteFailed};
-use crate::broker::topics::DataVersion;
+use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
+use crate::broker::tables::topics::DataVersion;
 use crate::broker::Broker;
 
 /// The file's name inside `<store dir>/config/`.
@@ -199,8 +199,10 @@ fn parse(text: &str) -> anyhow::Result<State> {
     let file: OffsetFile = match serde_json::from_str(text) {
         Ok(file) => file,
         // fastjson's unquoted integer keys.
-        Err(error) => serde_json::from_str(&crate::broker::consumer_offsets::quote_bare_keys(text))
-            .map_err(|_| error)?,
+        Err(error) => serde_json::from_str(
+            &crate::broker::tables::consumer_offsets::quote_bare_keys(text),
+        )
+        .map_err(|_| error)?,
     };
     let mut table = BTreeMap::new();
     for (level, offset) in file.offset_table {

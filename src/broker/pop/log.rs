@@ -52,9 +52,9 @@ use serde::{Deserialize, Serialize};
 use crate::broker::pop::state::{Delivery, LogRecord, PopTable, QueueKey};
 use crate::io::meta::{replace_file, MetaFiles};
 
-use crate::broker::persisted_table::PersistedTable;
+use crate::broker::tables::persisted_table::PersistedTable;
 use crate::store::record::{self, Decoded, RecordInput, Verify};
-use crate::store::{PutStatus, Store};
+use crate::store::{PutStatus, Store, StoreError};
 
 /// The system topic of the revive logs: one queue per shard
 /// ([`crate::shard::routing::queue_of_shard`]).
@@ -127,9 +127,69 @@ pub fn encode(record: &LogRecord) -> Vec<u8> {
     serde_json::to_vec(&wire).expect("a revive log record serialises")
 }
 
+/// Why a revive log body holds no record.
+#[derive(Debug)]
+pub enum RecordError {
+    /// Not the record JSON.
+    Json(serde_json::Error),
+    /// A reset record must name exactly one offset.
+    ResetOffsets(usize),
+    /// A kind this node never writes.
+    UnknownKind(String),
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Json(error) => write!(f, "{error}"),
+            RecordError::ResetOffsets(count) => {
+                write!(f, "a reset record names {count} offsets, not 1")
+            }
+            RecordError::UnknownKind(kind) => write!(f, "unknown record kind {kind:?}"),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+/// Why the revive log could not be written or read.
+#[derive(Debug)]
+pub enum PopLogError {
+    /// The store refused the record.
+    NotStored(StoreError),
+    /// The record was not acknowledged in time; the put's status.
+    NotInTime(PutStatus),
+    /// The log queue's entries could not be read from log queue offset `at`.
+    QueueUnreadable { at: u64, error: StoreError },
+    /// The record of log queue offset `at` could not be read.
+    RecordUnreadable { at: u64, error: StoreError },
+    /// The replay mark could not be read (or does not check out).
+    MarkUnreadable(std::io::Error),
+}
+
+impl std::fmt::Display for PopLogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PopLogError::NotStored(error) => write!(f, "cannot store a POP log record: {error}"),
+            PopLogError::NotInTime(status) => {
+                write!(f, "a POP log record was not stored in time ({status:?})")
+            }
+            PopLogError::QueueUnreadable { at, error } => {
+                write!(f, "cannot read the POP log at {at}: {error}")
+            }
+            PopLogError::RecordUnreadable { at, error } => {
+                write!(f, "cannot read POP log record {at}: {error}")
+            }
+            PopLogError::MarkUnreadable(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for PopLogError {}
+
 /// The record `body` holds, or why it holds none.
-pub fn decode(body: &[u8]) -> Result<LogRecord, String> {
-    let wire: Wire = serde_json::from_slice(body).map_err(|error| error.to_string())?;
+pub fn decode(body: &[u8]) -> Result<LogRecord, RecordError> {
+    let wire: Wire = serde_json::from_slice(body).map_err(RecordError::Json)?;
     let key = QueueKey {
         group: wire.c,
         topic: wire.t,
@@ -156,12 +216,9 @@ pub fn decode(body: &[u8]) -> Result<LogRecord, String> {
                 key,
                 offset: *offset,
             }),
-            other => Err(format!(
-                "a reset record names {} offsets, not 1",
-                other.len()
-            )),
+            other => Err(RecordError::ResetOffsets(other.len())),
         },
-        other => Err(format!("unknown record kind {other:?}")),
+        other => Err(RecordError::UnknownKind(other.to_owned())),
     }
 }
 
@@ -197,16 +254,14 @@ pub async fn append(
     record: &LogRecord,
     host: SocketAddr,
     now_ms: i64,
-) -> Result<u64, String> {
+) -> Result<u64, PopLogError> {
     let result = store
         .put(record_input(record, queue, host, now_ms))
         .await
-        .map_err(|error| format!("cannot store a POP log record: {error}"))?;
+        .map_err(PopLogError::NotStored)?;
     match (result.status, result.placement) {
         (PutStatus::Ok, Some(placement)) => Ok(placement.queue_offset),
-        (status, _) => Err(format!(
-            "a POP log record was not stored in time ({status:?})"
-        )),
+        (status, _) => Err(PopLogError::NotInTime(status)),
     }
 }
 
@@ -219,7 +274,7 @@ pub fn replay(
     from: u64,
     table: &mut PopTable,
     floor: impl Fn(&QueueKey) -> u64,
-) -> Result<u64, String> {
+) -> Result<u64, PopLogError> {
     replay_with_resets(store, queue, from, table, floor, &BTreeMap::new())
         .map(|replayed| replayed.applied)
 }
@@ -243,7 +298,7 @@ fn replay_with_resets(
     table: &mut PopTable,
     floor: impl Fn(&QueueKey) -> u64,
     wanted: &BTreeMap<QueueKey, u64>,
-) -> Result<Replayed, String> {
+) -> Result<Replayed, PopLogError> {
     let mut at = from.max(store.min_offset(POP_LOG_TOPIC, queue));
     let mut applied = 0;
     let mut resets: BTreeMap<QueueKey, u64> = BTreeMap::new();
@@ -251,7 +306,7 @@ fn replay_with_resets(
     loop {
         let entries = store
             .queue_entries(POP_LOG_TOPIC, queue, at, REPLAY_BATCH)
-            .map_err(|error| format!("cannot read the POP log at {at}: {error}"))?;
+            .map_err(|error| PopLogError::QueueUnreadable { at, error })?;
         if entries.is_empty() {
             return Ok(Replayed {
                 applied,
@@ -262,7 +317,7 @@ fn replay_with_resets(
         for entry in &entries {
             let bytes = store
                 .read_record(entry.phys_offset as u64, entry.size as usize)
-                .map_err(|error| format!("cannot read POP log record {at}: {error}"))?;
+                .map_err(|error| PopLogError::RecordUnreadable { at, error })?;
             match record::decode(&bytes, Verify::Structure) {
                 Ok(Decoded::Record(view)) => match decode(view.body) {
                     Ok(record) => {
@@ -347,7 +402,7 @@ pub fn rebuild(
     queue: i32,
     mark: &Mark,
     fallback: impl Fn(&QueueKey) -> u64,
-) -> Result<(PopTable, u64), String> {
+) -> Result<(PopTable, u64), PopLogError> {
     let mut table = PopTable::default();
     // Each queue's lowest delivery in flight by the mark: its checkpoint is at or after
     // `replay_from`, so the replay must meet it.
@@ -478,7 +533,7 @@ impl ReplayMark {
 
     /// The written mark as a table changed file first, starting from `stored` (what
     /// [`ReplayMark::read`] returned): what the shard writes its mark through, off its
-    /// reactor ([`crate::broker::persisted_table`]).
+    /// reactor ([`crate::broker::tables::persisted_table`]).
     pub fn table(&self, stored: Mark) -> PersistedTable<Mark> {
         PersistedTable::new(self.files.clone(), self.path.clone(), stored, encode_mark)
     }
@@ -542,6 +597,7 @@ mod tests {
         }
         assert!(decode(br#"{"k":"nope","c":"g","t":"T","q":1,"pt":1}"#)
             .unwrap_err()
+            .to_string()
             .contains("nope"));
         assert!(decode(b"{").is_err());
     }

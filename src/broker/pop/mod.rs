@@ -36,7 +36,7 @@
 //!   or redelivered since with a new handle) is NO_MESSAGE naming why (Java answers
 //!   SUCCESS); in a batch such entries are skipped and counted.
 //! - Orderly POP (`order=true`) is refused: orderly consumers lock queues
-//!   ([`super::lock_requests`]) and pull.
+//!   ([`crate::broker::requests::lock_requests`]) and pull.
 //!
 //! Invariants: every POP and CHANGE_INVISIBLETIME response carries the header fields the
 //! clients decode (`popTime`, `invisibleTime`, `reviveQid`, `restNum` ≥ 0, and the info
@@ -63,11 +63,11 @@ use crate::remoting::codes::{request as request_code, response};
 use crate::remoting::{ExtFields, FieldError, RemotingCommand};
 use crate::store::record;
 
-use self::log::{self as pop_log, ReplayMark, POP_LOG_TOPIC};
+use self::log::{self as pop_log, PopLogError, ReplayMark, POP_LOG_TOPIC};
 use self::state::{Delivery, LogRecord, PopTable, QueueKey};
 use self::wire::{self as pop_wire, BatchAckBody, ReceiptHandle, MAX_POP_BATCH};
-use super::persisted_table::{PersistedTable, WriteFailed};
-use super::{bad_header, names, pull, Broker};
+use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
+use crate::broker::{bad_header, naming::names, requests::pull, Broker};
 
 /// Longest invisible time a pop or change may ask for (a day; Java's client caps at 12 h).
 pub const MAX_INVISIBLE_TIME_MS: i64 = 24 * 3600 * 1000;
@@ -102,9 +102,9 @@ impl Pops {
         broker: &Broker,
         files: Arc<dyn MetaFiles>,
         log_queue: i32,
-    ) -> Result<Pops, String> {
+    ) -> Result<Pops, PopLogError> {
         let mark = ReplayMark::new(files, &broker.store.config().dir);
-        let stored = mark.read().map_err(|error| error.to_string())?;
+        let stored = mark.read().map_err(PopLogError::MarkUnreadable)?;
         let offsets = broker.consumer_offsets.clone();
         let (table, applied) = pop_log::rebuild(&broker.store, log_queue, &stored, |key| {
             offsets
@@ -273,36 +273,64 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             "POP is not running on this shard".into(),
         );
     };
+    let (topic_config, max_attempts) = match check_pop(broker, &header) {
+        Ok(checked) => checked,
+        Err((code, why)) => return fail(code, why),
+    };
+    let filter = match filter_of(broker, &header) {
+        Ok(filter) => filter,
+        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why.to_string()),
+    };
+    let job = Job {
+        header: &header,
+        filter: filter.as_deref(),
+        max_attempts,
+    };
+    match pop_until_served(broker, pops, request, &job, &topic_config).await {
+        Ok((queue_id, served)) => served_response(broker, request, &header, queue_id, served),
+        Err(Unserved::Forwarded(answer)) => answer,
+        Err(Unserved::Refused(code, why)) => fail(code, why),
+        Err(Unserved::TimedOut { next_due }) => {
+            let mut answer = fail(response::POLLING_TIMEOUT, "no new message".into());
+            if let (true, Some(due)) = (request.opt_str(NO_PARK).is_some(), next_due) {
+                answer.put_ext(NEXT_DUE, due);
+            }
+            answer
+        }
+    }
+}
+
+/// The refusals of a pop's header: batch size, invisible time, orderly, the topic, the
+/// names and the queue, and a group that may not consume. The topic's configuration and
+/// the group's `retryMaxTimes` otherwise.
+fn check_pop(
+    broker: &Broker,
+    header: &PopHeader,
+) -> Result<(crate::broker::tables::topics::TopicConfig, i32), (i32, String)> {
+    let invalid = |why: String| Err((response::INVALID_PARAMETER, why));
     if header.max_msg_nums < 1 || header.max_msg_nums > MAX_POP_BATCH {
-        return fail(
-            response::INVALID_PARAMETER,
-            format!(
-                "maxMsgNums {} is outside 1..={MAX_POP_BATCH}",
-                header.max_msg_nums
-            ),
-        );
+        return invalid(format!(
+            "maxMsgNums {} is outside 1..={MAX_POP_BATCH}",
+            header.max_msg_nums
+        ));
     }
     if header.invisible_time <= 0 || header.invisible_time > MAX_INVISIBLE_TIME_MS {
-        return fail(
-            response::INVALID_PARAMETER,
-            format!(
-                "invisibleTime {} is outside 1..={MAX_INVISIBLE_TIME_MS} ms",
-                header.invisible_time
-            ),
-        );
+        return invalid(format!(
+            "invisibleTime {} is outside 1..={MAX_INVISIBLE_TIME_MS} ms",
+            header.invisible_time
+        ));
     }
     if header.order {
-        return fail(
-            response::INVALID_PARAMETER,
+        return invalid(
             "orderly POP is not supported; orderly consumers lock queues (LOCK_BATCH_MQ) and pull"
                 .into(),
         );
     }
     let Some(topic_config) = broker.topics.get(&header.topic) else {
-        return fail(
+        return Err((
             response::TOPIC_NOT_EXIST,
             format!("topic[{}] not exist", header.topic),
-        );
+        ));
     };
     if let Err(why) = names::validate_group_topic_queue(
         &header.group,
@@ -310,25 +338,39 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         Some(&topic_config),
         header.queue_id.max(0),
     ) {
-        return fail(response::INVALID_PARAMETER, why);
+        return invalid(why.to_string());
     }
     if header.queue_id < -1 {
-        return fail(
-            response::INVALID_PARAMETER,
-            format!(
-                "queueId {} is neither a queue nor -1 (any)",
-                header.queue_id
-            ),
-        );
+        return invalid(format!(
+            "queueId {} is neither a queue nor -1 (any)",
+            header.queue_id
+        ));
     }
-    let max_attempts = match broker.subscription_group(&header.group, true) {
-        Ok(config) => config.retry_max_times,
-        Err((code, why)) => return fail(code, why),
-    };
-    let filter = match filter_of(broker, &header) {
-        Ok(filter) => filter,
-        Err(why) => return fail(response::SUBSCRIPTION_PARSE_FAILED, why),
-    };
+    let config = broker.subscription_group(&header.group, true)?;
+    Ok((topic_config, config.retry_max_times))
+}
+
+/// Why a pop ends without serving messages here.
+enum Unserved {
+    /// Another shard served a pop of any queue: its whole answer.
+    Forwarded(RemotingCommand),
+    /// The pop is answered with this code and remark.
+    Refused(i32, String),
+    /// Nothing came before the poll time ran out (or the connection closed); the earliest
+    /// deadline in flight, if any.
+    TimedOut { next_due: Option<i64> },
+}
+
+/// Pops until something is served or the poll time runs out, parked in between (woken by
+/// arrivals, by a deadline in flight falling due, or by the connection closing).
+async fn pop_until_served(
+    broker: &Broker,
+    pops: &Pops,
+    request: &RemotingCommand,
+    job: &Job<'_>,
+    topic_config: &crate::broker::tables::topics::TopicConfig,
+) -> Result<(i32, Served), Unserved> {
+    let header = job.header;
     let no_park = request.opt_str(NO_PARK).is_some();
     let wait = if no_park || header.poll_time <= 0 {
         Duration::ZERO
@@ -336,11 +378,6 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         Duration::from_millis(header.poll_time as u64).min(broker.config.max_suspend)
     };
     let deadline = tokio::time::Instant::now() + wait;
-    let job = Job {
-        header: &header,
-        filter: filter.as_deref(),
-        max_attempts,
-    };
     let mut parked = None;
     // A pop of any queue whose queues are all this shard's is woken by this shard's
     // arrivals and deadlines alone; otherwise also by its topic's arrivals on the other
@@ -353,101 +390,121 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
         let arrival = broker.store.arrivals();
         let remote_arrival = watch.as_ref().map(|watch| watch.notified());
         let attempt = if header.queue_id >= 0 {
-            pop_queue(broker, pops, &job, header.queue_id).await
+            pop_queue(broker, pops, job, header.queue_id).await
         } else {
-            pop_any(broker, pops, &job, request).await
+            pop_any(broker, pops, job, request).await
         };
-        match attempt {
-            Ok(Found::Served(queue_id, served)) => {
-                ShardMetrics::add(&broker.metrics.messages_out, served.offsets.len() as u64);
-                ShardMetrics::add(&broker.metrics.pop_delivered, served.offsets.len() as u64);
-                let bytes = served
-                    .file_body
-                    .as_ref()
-                    .map_or(served.body.len() as u64, |body| body.len());
-                super::stats_sampler::count_pop(
-                    broker,
-                    &header.topic,
-                    &header.group,
-                    served.offsets.len(),
-                    bytes,
-                );
-                let pop_time = served.pop_time;
-                return pop_response(
-                    request,
-                    response::SUCCESS,
-                    None,
-                    pop_time,
-                    header.invisible_time,
-                    queue_id,
-                    Some(served),
-                );
+        let next_due = match attempt {
+            Ok(Found::Served(queue_id, served)) => return Ok((queue_id, served)),
+            Ok(Found::Forwarded(answer)) => return Err(Unserved::Forwarded(answer)),
+            Ok(Found::Nothing { next_due }) => next_due,
+            Err((code, why)) => return Err(Unserved::Refused(code, why)),
+        };
+        let now_instant = tokio::time::Instant::now();
+        if now_instant >= deadline {
+            return Err(Unserved::TimedOut { next_due });
+        }
+        if parked.is_none() {
+            parked = Some(park(broker).map_err(|(code, why)| Unserved::Refused(code, why))?);
+        }
+        let mut wake = deadline;
+        if let Some(due) = next_due {
+            let ms = (due - broker.now_ms()).max(0) as u64;
+            wake = wake.min(now_instant + Duration::from_millis(ms));
+        }
+        let connection = parked
+            .as_ref()
+            .and_then(|(_, connection)| connection.as_ref());
+        let woken = async {
+            match remote_arrival {
+                Some(remote) => tokio::select! {
+                    () = arrival => {}
+                    () = remote => {}
+                },
+                None => arrival.await,
             }
-            Ok(Found::Forwarded(answer)) => return answer,
-            Ok(Found::Nothing { next_due }) => {
-                let now_instant = tokio::time::Instant::now();
-                if now_instant >= deadline {
-                    let mut answer = fail(response::POLLING_TIMEOUT, "no new message".into());
-                    if let (true, Some(due)) = (no_park, next_due) {
-                        answer.put_ext(NEXT_DUE, due);
-                    }
-                    return answer;
+        };
+        tokio::select! {
+            _ = tokio::time::timeout_at(wake, woken) => {}
+            () = async {
+                match connection {
+                    Some(parked) => parked.closed().await,
+                    None => std::future::pending().await,
                 }
-                if parked.is_none() {
-                    if broker.parked.get() >= broker.config.max_parked_pulls {
-                        return fail(
-                            response::POLLING_FULL,
-                            format!(
-                                "{} requests are parked on this shard (maxParkedPulls)",
-                                broker.parked.get()
-                            ),
-                        );
-                    }
-                    let connection = match crate::remoting::backlog::try_park_current() {
-                        Ok(connection) => connection,
-                        Err(count) => {
-                            return fail(
-                                response::POLLING_FULL,
-                                format!(
-                                    "{count} requests are parked on this connection (maxParkedRequestsPerConnection)"
-                                ),
-                            )
-                        }
-                    };
-                    broker.parked.set(broker.parked.get() + 1);
-                    parked = Some((pull::ParkedGuard(broker), connection));
-                }
-                let mut wake = deadline;
-                if let Some(due) = next_due {
-                    let ms = (due - broker.now_ms()).max(0) as u64;
-                    wake = wake.min(now_instant + Duration::from_millis(ms));
-                }
-                let connection = parked.as_ref().map(|(_, connection)| connection);
-                let woken = async {
-                    match remote_arrival {
-                        Some(remote) => tokio::select! {
-                            () = arrival => {}
-                            () = remote => {}
-                        },
-                        None => arrival.await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::time::timeout_at(wake, woken) => {}
-                    () = async {
-                        match connection {
-                            Some(Some(parked)) => parked.closed().await,
-                            _ => std::future::pending().await,
-                        }
-                    } => {
-                        // Nobody is left to answer.
-                        return fail(response::POLLING_TIMEOUT, "the connection closed".into());
-                    }
-                }
+            } => {
+                // Nobody is left to answer.
+                return Err(Unserved::Refused(
+                    response::POLLING_TIMEOUT,
+                    "the connection closed".into(),
+                ));
             }
-            Err((code, why)) => return fail(code, why),
         }
     }
+}
+
+/// Parks a pop that found nothing, within the shard's and the connection's bounds
+/// (`maxParkedPulls`, `maxParkedRequestsPerConnection`): POLLING_FULL past either.
+fn park(
+    broker: &Broker,
+) -> Result<
+    (
+        pull::ParkedGuard<'_>,
+        Option<crate::remoting::backlog::Parked>,
+    ),
+    (i32, String),
+> {
+    if broker.parked.get() >= broker.config.max_parked_pulls {
+        return Err((
+            response::POLLING_FULL,
+            format!(
+                "{} requests are parked on this shard (maxParkedPulls)",
+                broker.parked.get()
+            ),
+        ));
+    }
+    let connection = crate::remoting::backlog::try_park_current().map_err(|count| {
+        (
+            response::POLLING_FULL,
+            format!(
+                "{count} requests are parked on this connection (maxParkedRequestsPerConnection)"
+            ),
+        )
+    })?;
+    broker.parked.set(broker.parked.get() + 1);
+    Ok((pull::ParkedGuard(broker), connection))
+}
+
+/// A served pop's answer, counted in the shard's metrics and the pop's get rates.
+fn served_response(
+    broker: &Broker,
+    request: &RemotingCommand,
+    header: &PopHeader,
+    queue_id: i32,
+    served: Served,
+) -> RemotingCommand {
+    ShardMetrics::add(&broker.metrics.messages_out, served.offsets.len() as u64);
+    ShardMetrics::add(&broker.metrics.pop_delivered, served.offsets.len() as u64);
+    let bytes = served
+        .file_body
+        .as_ref()
+        .map_or(served.body.len() as u64, |body| body.len());
+    crate::broker::state::stats_sampler::count_pop(
+        broker,
+        &header.topic,
+        &header.group,
+        served.offsets.len(),
+        bytes,
+    );
+    let pop_time = served.pop_time;
+    pop_response(
+        request,
+        response::SUCCESS,
+        None,
+        pop_time,
+        header.invisible_time,
+        queue_id,
+        Some(served),
+    )
 }
 
 /// What a pop attempt found.
@@ -468,22 +525,24 @@ struct Job<'a> {
 }
 
 /// The tag codes a pop selects: its own expression, else the group's subscription.
-fn filter_of(broker: &Broker, header: &PopHeader) -> Result<Option<Vec<i32>>, String> {
+fn filter_of(broker: &Broker, header: &PopHeader) -> Result<Option<Vec<i32>>, NotTag> {
     match (header.exp_type.as_deref(), header.exp.as_deref()) {
         (None | Some("TAG"), Some(exp)) => Ok(pull::tag_codes(exp)),
-        (Some(other), Some(_)) if other != "TAG" => {
-            Err(format!("expressionType {other} is not supported; only TAG"))
-        }
+        (Some(other), Some(_)) if other != "TAG" => Err(NotTag(other.to_owned())),
         _ => match broker.groups.subscription(&header.group, &header.topic) {
             Some(sub) if sub.is_tag() => Ok(sub.filter_codes()),
-            Some(sub) => Err(format!(
-                "expressionType {} is not supported; only TAG",
-                sub.expression_type.as_deref().unwrap_or("")
+            Some(sub) => Err(NotTag(
+                sub.expression_type.as_deref().unwrap_or("").to_owned(),
             )),
             None => Ok(None),
         },
     }
 }
+
+/// A subscription expression of another type than TAG, the only one filtered here.
+#[derive(Debug, thiserror::Error)]
+#[error("expressionType {0} is not supported; only TAG")]
+struct NotTag(String);
 
 /// Tries every queue of the topic once, from a rotating start: this shard's here, the
 /// others' through their mailboxes (without parking there).
@@ -563,41 +622,11 @@ async fn pop_queue(
     }
     let room = max - deliveries.len();
     // The queue entries of the new offsets, read once here for the records below.
-    let mut known: Vec<(u64, crate::store::consume_queue::CqEntry)> = Vec::new();
-    if room > 0 {
-        let cursor = pops
-            .table
-            .borrow()
-            .queue(&key)
-            .map_or(0, |state| state.cursor);
-        let entries = broker
-            .store
-            .queue_entries(&header.topic, queue_id, cursor, room)
-            .map_err(|error| (response::SYSTEM_ERROR, error.to_string()))?;
-        let fresh: Vec<Delivery> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, entry)| {
-                job.filter
-                    .is_none_or(|codes| codes.contains(&(entry.tags_code as i32)))
-            })
-            .map(|(index, _)| Delivery {
-                offset: cursor + index as u64,
-                attempts: 0,
-            })
-            .collect();
-        let next = cursor + entries.len() as u64;
-        known.extend(
-            entries
-                .iter()
-                .enumerate()
-                .map(|(index, entry)| (cursor + index as u64, *entry)),
-        );
-        pops.table
-            .borrow_mut()
-            .take_new(&key, &fresh, next, pop_time, header.invisible_time);
-        deliveries.extend(fresh);
-    }
+    let known = if room > 0 {
+        take_new(broker, pops, job, &key, room, pop_time, &mut deliveries)?
+    } else {
+        Vec::new()
+    };
     if deliveries.is_empty() {
         commit_watermark(broker, pops, &key);
         let next_due = pops.table.borrow().next_deadline(&key);
@@ -613,19 +642,94 @@ async fn pop_queue(
         header.invisible_time,
     )
     .await?;
+    let (served, body) = read_deliveries(broker, pops, &key, &deliveries, &known, pop_time).await;
+    commit_watermark(broker, pops, &key);
+    if served.is_empty() {
+        let next_due = pops.table.borrow().next_deadline(&key);
+        return Ok(Found::Nothing { next_due });
+    }
+    let end = broker.store.max_offset(&header.topic, queue_id);
+    let cursor = pops
+        .table
+        .borrow()
+        .queue(&key)
+        .map_or(end, |state| state.cursor);
+    Ok(Found::Served(
+        queue_id,
+        Served {
+            pop_time,
+            offsets: served,
+            body,
+            file_body: None,
+            rest: end.saturating_sub(cursor),
+        },
+    ))
+}
+
+/// Takes up to `room` new offsets of `key`'s queue from its cursor, the ones `job`'s filter
+/// selects, into `deliveries` (and the table); the queue entries read, by offset.
+fn take_new(
+    broker: &Broker,
+    pops: &Pops,
+    job: &Job<'_>,
+    key: &QueueKey,
+    room: usize,
+    pop_time: i64,
+    deliveries: &mut Vec<Delivery>,
+) -> Result<Vec<(u64, crate::store::consume_queue::CqEntry)>, (i32, String)> {
+    let cursor = pops
+        .table
+        .borrow()
+        .queue(key)
+        .map_or(0, |state| state.cursor);
+    let entries = broker
+        .store
+        .queue_entries(&key.topic, key.queue_id, cursor, room)
+        .map_err(|error| (response::SYSTEM_ERROR, error.to_string()))?;
+    let fresh: Vec<Delivery> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, entry)| {
+            job.filter
+                .is_none_or(|codes| codes.contains(&(entry.tags_code as i32)))
+        })
+        .map(|(index, _)| Delivery {
+            offset: cursor + index as u64,
+            attempts: 0,
+        })
+        .collect();
+    let next = cursor + entries.len() as u64;
+    pops.table
+        .borrow_mut()
+        .take_new(key, &fresh, next, pop_time, job.header.invisible_time);
+    deliveries.extend(fresh);
+    Ok(entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| (cursor + index as u64, *entry))
+        .collect())
+}
+
+/// Reads the records of `deliveries` into one body; the offsets served. A record that
+/// cannot be read (retention took it) is consumed as gone: acknowledged, and skipped.
+async fn read_deliveries(
+    broker: &Broker,
+    pops: &Pops,
+    key: &QueueKey,
+    deliveries: &[Delivery],
+    known: &[(u64, crate::store::consume_queue::CqEntry)],
+    pop_time: i64,
+) -> (Vec<u64>, Vec<u8>) {
     let mut body = Vec::new();
     let mut served = Vec::with_capacity(deliveries.len());
-    for delivery in &deliveries {
+    for delivery in deliveries {
         let entry = known
             .iter()
             .find(|(offset, _)| *offset == delivery.offset)
             .map(|(_, entry)| *entry);
-        match read_delivery(broker, &key, *delivery, entry, &mut body) {
-            Ok(()) => {
-                served.push(delivery.offset);
-            }
+        match read_delivery(broker, key, *delivery, entry, &mut body) {
+            Ok(()) => served.push(delivery.offset),
             Err(why) => {
-                // Retention took it (or it cannot be read): it is consumed as gone.
                 tracing::warn!(
                     group = %crate::remoting::log_safe::log_safe(&key.group),
                     topic = %crate::remoting::log_safe::log_safe(&key.topic),
@@ -648,32 +752,12 @@ async fn pop_queue(
                 .await
                 .is_ok()
                 {
-                    pops.table.borrow_mut().ack(&key, delivery.offset, pop_time);
+                    pops.table.borrow_mut().ack(key, delivery.offset, pop_time);
                 }
             }
         }
     }
-    commit_watermark(broker, pops, &key);
-    if served.is_empty() {
-        let next_due = pops.table.borrow().next_deadline(&key);
-        return Ok(Found::Nothing { next_due });
-    }
-    let end = broker.store.max_offset(&header.topic, queue_id);
-    let cursor = pops
-        .table
-        .borrow()
-        .queue(&key)
-        .map_or(end, |state| state.cursor);
-    Ok(Found::Served(
-        queue_id,
-        Served {
-            pop_time,
-            offsets: served,
-            body,
-            file_body: None,
-            rest: end.saturating_sub(cursor),
-        },
-    ))
+    (served, body)
 }
 
 /// Stores the checkpoint of `deliveries` popped at `pop_time`; if it cannot be stored
@@ -710,7 +794,7 @@ async fn store_checkpoint(
             pops.table
                 .borrow_mut()
                 .give_back(key, &offsets, pop_time, broker.now_ms());
-            Err((response::SYSTEM_ERROR, why))
+            Err((response::SYSTEM_ERROR, why.to_string()))
         }
     }
 }
@@ -786,29 +870,47 @@ fn read_delivery(
     delivery: Delivery,
     entry: Option<crate::store::consume_queue::CqEntry>,
     body: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), DeliveryUnreadable> {
     let entry = match entry {
         Some(entry) => entry,
         None => broker
             .store
             .queue_entry(&key.topic, key.queue_id, delivery.offset)
-            .map_err(|error| format!("cannot read its queue entry: {error}"))?
-            .ok_or_else(|| "its queue entry is no longer stored".to_string())?,
+            .map_err(DeliveryUnreadable::QueueEntry)?
+            .ok_or(DeliveryUnreadable::Gone)?,
     };
     let bytes = broker
         .store
         .read_record(entry.phys_offset as u64, entry.size as usize)
-        .map_err(|error| format!("cannot read its record: {error}"))?;
+        .map_err(DeliveryUnreadable::Record)?;
     let stored = match record::decode(&bytes, record::Verify::Structure) {
         Ok(record::Decoded::Record(view)) => view.reconsume_times,
-        other => return Err(format!("the entry points at no record: {other:?}")),
+        other => return Err(DeliveryUnreadable::NoRecord(format!("{other:?}"))),
     };
     let start = body.len();
     body.extend_from_slice(&bytes);
     if stored != delivery.attempts {
-        record::set_reconsume_times(&mut body[start..], delivery.attempts)?;
+        record::set_reconsume_times(&mut body[start..], delivery.attempts)
+            .map_err(DeliveryUnreadable::Rewrite)?;
     }
     Ok(())
+}
+
+/// Why a popped delivery's record cannot be handed out (it is then consumed as gone).
+#[derive(Debug, thiserror::Error)]
+enum DeliveryUnreadable {
+    #[error("cannot read its queue entry: {0}")]
+    QueueEntry(crate::store::StoreError),
+    #[error("its queue entry is no longer stored")]
+    Gone,
+    #[error("cannot read its record: {0}")]
+    Record(crate::store::StoreError),
+    /// What the decoder found instead.
+    #[error("the entry points at no record: {0}")]
+    NoRecord(String),
+    /// The store's reason the reconsume times could not be rewritten.
+    #[error("{0}")]
+    Rewrite(crate::store::record::ReconsumeTimesError),
 }
 
 /// Opens `key` at the group's committed offset (or by `init_mode`: 0 the queue's
@@ -880,7 +982,8 @@ async fn dead_letter(broker: &Broker, pops: &Pops, key: &QueueKey, dead: self::s
                 fields.insert(name.into(), value);
             }
             let back = RemotingCommand::request(request_code::CONSUMER_SEND_MSG_BACK, fields);
-            let answer = Box::pin(super::send_back::send_back(broker, &back)).await;
+            let answer =
+                Box::pin(crate::broker::requests::send_back::send_back(broker, &back)).await;
             if answer.code == response::SUCCESS {
                 Ok(())
             } else {
@@ -933,9 +1036,28 @@ struct AckHeader {
     offset: i64,
 }
 
-fn decode_ack(request: &RemotingCommand) -> Result<AckHeader, String> {
-    let field = |error: FieldError| error.to_string();
-    let handle = ReceiptHandle::parse(request.get_str("extraInfo").map_err(field)?)?;
+/// Why an ACK or CHANGE_INVISIBLETIME header is refused: a field, or the receipt handle.
+#[derive(Debug)]
+enum AckHeaderError {
+    Field(FieldError),
+    Handle(pop_wire::HandleError),
+}
+
+impl std::fmt::Display for AckHeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckHeaderError::Field(error) => write!(f, "{error}"),
+            AckHeaderError::Handle(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for AckHeaderError {}
+
+fn decode_ack(request: &RemotingCommand) -> Result<AckHeader, AckHeaderError> {
+    let field = AckHeaderError::Field;
+    let handle = ReceiptHandle::parse(request.get_str("extraInfo").map_err(field)?)
+        .map_err(AckHeaderError::Handle)?;
     Ok(AckHeader {
         group: request.get_str("consumerGroup").map_err(field)?.to_owned(),
         topic: request.get_str("topic").map_err(field)?.to_owned(),
@@ -954,7 +1076,7 @@ fn check_ack_target(broker: &Broker, header: &AckHeader) -> Result<(), (i32, Str
         ));
     };
     names::validate_group_topic_queue(&header.group, &header.topic, Some(&config), header.queue_id)
-        .map_err(|why| (response::MESSAGE_ILLEGAL, why))?;
+        .map_err(|why| (response::MESSAGE_ILLEGAL, why.to_string()))?;
     if header.offset < 0 {
         return Err((
             response::NO_MESSAGE,
@@ -977,7 +1099,7 @@ pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> Remoting
     let answer = |code, remark: Option<String>| RemotingCommand::response_to(request, code, remark);
     let header = match decode_ack(request) {
         Ok(header) => header,
-        Err(why) => return answer(response::INVALID_PARAMETER, Some(why)),
+        Err(why) => return answer(response::INVALID_PARAMETER, Some(why.to_string())),
     };
     if let Err((code, why)) = check_ack_target(broker, &header) {
         return answer(code, Some(why));
@@ -1000,7 +1122,7 @@ pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             Some(not_in_flight(&key, header.offset, header.handle.pop_time)),
         ),
         Ok(_) => answer(response::SUCCESS, None),
-        Err(why) => answer(response::SYSTEM_ERROR, Some(why)),
+        Err(why) => answer(response::SYSTEM_ERROR, Some(why.to_string())),
     }
 }
 
@@ -1012,7 +1134,7 @@ async fn ack_offsets(
     key: &QueueKey,
     offsets: &[u64],
     pop_time: i64,
-) -> Result<usize, String> {
+) -> Result<usize, PopLogError> {
     let live: Vec<u64> = {
         let table = pops.table.borrow();
         offsets
@@ -1071,83 +1193,14 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     let Some(pops) = broker.pops.get() else {
         return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
     };
-    let max_entries = broker.config.max_batch_ack_entries;
-    if body.acks.len() > max_entries {
-        return answer(
-            response::INVALID_PARAMETER,
-            Some(format!(
-                "{} acks in one batch; at most {max_entries} (maxBatchAckEntries)",
-                body.acks.len(),
-            )),
-        );
-    }
-    let max_bytes = broker.config.max_batch_ack_bitset_bytes;
-    let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
-    if bitset_bytes > max_bytes {
-        return answer(
-            response::INVALID_PARAMETER,
-            Some(format!(
-                "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
-            )),
-        );
+    if let Err(why) = check_batch_bounds(broker, &body) {
+        return answer(response::INVALID_PARAMETER, Some(why.to_string()));
     }
     let raw: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
-    let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
-    let mut remote: std::collections::BTreeMap<u8, Vec<serde_json::Value>> = Default::default();
-    // Every entry is checked before any is acknowledged: a batch is refused whole.
-    let mut local: Vec<(usize, QueueKey, Vec<u64>, i64)> = Vec::new();
-    for (index, ack) in body.acks.iter().enumerate() {
-        if ack
-            .r
-            .as_deref()
-            .is_some_and(|mark| mark != pop_wire::NORMAL_TOPIC_MARK)
-        {
-            return answer(
-                response::INVALID_PARAMETER,
-                Some(format!(
-                    "ack {index}: mark {:?}; this node hands out only mark 0",
-                    ack.r
-                )),
-            );
-        }
-        let header = AckHeader {
-            group: ack.c.clone(),
-            topic: ack.t.clone(),
-            queue_id: ack.q,
-            handle: ReceiptHandle {
-                start_offset: ack.so,
-                pop_time: ack.pt,
-                invisible_time: ack.it,
-                revive_qid: ack.rq,
-                mark: pop_wire::NORMAL_TOPIC_MARK.into(),
-                broker_name: String::new(),
-                queue_id: ack.q,
-                queue_offset: None,
-            },
-            offset: ack.so,
-        };
-        if let Err((code, why)) = check_ack_target(broker, &header) {
-            return answer(code, Some(format!("ack {index}: {why}")));
-        }
-        let owner = broker.shard.owner(&ack.t, ack.q);
-        if owner != broker.shard.id() {
-            if let Some(entry) = raw_acks.and_then(|acks| acks.get(index)) {
-                remote.entry(owner).or_default().push(entry.clone());
-            }
-            continue;
-        }
-        let bits = match ack.b.indexes(MAX_POP_BATCH as usize, max_bytes) {
-            Ok(bits) => bits,
-            Err(why) => {
-                return answer(
-                    response::INVALID_PARAMETER,
-                    Some(format!("ack {index}: {why}")),
-                )
-            }
-        };
-        let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
-        local.push((index, QueueKey::new(&ack.c, &ack.t, ack.q), offsets, ack.pt));
-    }
+    let (local, remote) = match sort_batch(broker, &body, &raw) {
+        Ok(sorted) => sorted,
+        Err((code, why)) => return answer(code, Some(why)),
+    };
     for (index, key, offsets, pop_time) in local {
         if let Err(why) = ack_offsets(broker, pops, &key, &offsets, pop_time).await {
             return answer(response::SYSTEM_ERROR, Some(format!("ack {index}: {why}")));
@@ -1173,6 +1226,107 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
     answer(response::SUCCESS, None)
 }
 
+/// A batch's bounds: `maxBatchAckEntries` entries, `maxBatchAckBitsetBytes` of bitsets in
+/// all. The error is the remark.
+fn check_batch_bounds(broker: &Broker, body: &BatchAckBody) -> Result<(), BatchTooBig> {
+    let max_entries = broker.config.max_batch_ack_entries;
+    if body.acks.len() > max_entries {
+        return Err(BatchTooBig::Entries {
+            entries: body.acks.len(),
+            max_entries,
+        });
+    }
+    let max_bytes = broker.config.max_batch_ack_bitset_bytes;
+    let bitset_bytes: usize = body.acks.iter().map(|ack| ack.b.decoded_len()).sum();
+    if bitset_bytes > max_bytes {
+        return Err(BatchTooBig::Bitsets {
+            bitset_bytes,
+            max_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// A BATCH_ACK_MESSAGE past its bounds; the remark names the setting.
+#[derive(Debug, thiserror::Error)]
+enum BatchTooBig {
+    #[error("{entries} acks in one batch; at most {max_entries} (maxBatchAckEntries)")]
+    Entries { entries: usize, max_entries: usize },
+    #[error(
+        "the batch's bitsets are {bitset_bytes} bytes; at most {max_bytes} in all (maxBatchAckBitsetBytes)"
+    )]
+    Bitsets {
+        bitset_bytes: usize,
+        max_bytes: usize,
+    },
+}
+
+/// One entry of a batch this shard acknowledges: its index, queue, offsets and pop time.
+type LocalAck = (usize, QueueKey, Vec<u64>, i64);
+/// The entries of a batch for each other shard, as the client wrote them.
+type RemoteAcks = std::collections::BTreeMap<u8, Vec<serde_json::Value>>;
+
+/// Checks every entry of a batch (so a batch is refused whole, before any entry is
+/// acknowledged) and sorts them: this shard's, with their offsets, and the others' by
+/// owner.
+fn sort_batch(
+    broker: &Broker,
+    body: &BatchAckBody,
+    raw: &serde_json::Value,
+) -> Result<(Vec<LocalAck>, RemoteAcks), (i32, String)> {
+    let raw_acks = raw.get("acks").and_then(|acks| acks.as_array());
+    let mut remote = RemoteAcks::new();
+    let mut local: Vec<LocalAck> = Vec::new();
+    for (index, ack) in body.acks.iter().enumerate() {
+        if ack
+            .r
+            .as_deref()
+            .is_some_and(|mark| mark != pop_wire::NORMAL_TOPIC_MARK)
+        {
+            return Err((
+                response::INVALID_PARAMETER,
+                format!(
+                    "ack {index}: mark {:?}; this node hands out only mark 0",
+                    ack.r
+                ),
+            ));
+        }
+        let header = AckHeader {
+            group: ack.c.clone(),
+            topic: ack.t.clone(),
+            queue_id: ack.q,
+            handle: ReceiptHandle {
+                start_offset: ack.so,
+                pop_time: ack.pt,
+                invisible_time: ack.it,
+                revive_qid: ack.rq,
+                mark: pop_wire::NORMAL_TOPIC_MARK.into(),
+                broker_name: String::new(),
+                queue_id: ack.q,
+                queue_offset: None,
+            },
+            offset: ack.so,
+        };
+        check_ack_target(broker, &header)
+            .map_err(|(code, why)| (code, format!("ack {index}: {why}")))?;
+        let owner = broker.shard.owner(&ack.t, ack.q);
+        if owner != broker.shard.id() {
+            if let Some(entry) = raw_acks.and_then(|acks| acks.get(index)) {
+                remote.entry(owner).or_default().push(entry.clone());
+            }
+            continue;
+        }
+        let max_bytes = broker.config.max_batch_ack_bitset_bytes;
+        let bits = ack
+            .b
+            .indexes(MAX_POP_BATCH as usize, max_bytes)
+            .map_err(|why| (response::INVALID_PARAMETER, format!("ack {index}: {why}")))?;
+        let offsets: Vec<u64> = bits.iter().map(|bit| ack.so as u64 + bit).collect();
+        local.push((index, QueueKey::new(&ack.c, &ack.t, ack.q), offsets, ack.pt));
+    }
+    Ok((local, remote))
+}
+
 /// CHANGE_MESSAGE_INVISIBLETIME (200053): a new checkpoint for the offset at `now` with
 /// the new invisible time; the old handle is void once it is stored.
 pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
@@ -1187,7 +1341,7 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
     };
     let header = match decode_ack(request) {
         Ok(header) => header,
-        Err(why) => return respond(response::INVALID_PARAMETER, Some(why), now, 0),
+        Err(why) => return respond(response::INVALID_PARAMETER, Some(why.to_string()), now, 0),
     };
     let revive_qid = header.handle.revive_qid;
     if invisible <= 0 || invisible > MAX_INVISIBLE_TIME_MS {
@@ -1211,23 +1365,40 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
             revive_qid,
         );
     };
+    // The new handle must differ from the old one, which is named by its pop time: a change
+    // in the same millisecond as the pop takes the next one.
+    let now = now.max(header.handle.pop_time.saturating_add(1));
+    match change_deadline(broker, pops, &header, now, invisible).await {
+        Ok(()) => respond(response::SUCCESS, None, now, revive_qid),
+        Err((code, why)) => respond(code, Some(why), now, revive_qid),
+    }
+}
+
+/// Gives the delivery `header` names (still in flight under its handle) a new pop time,
+/// `now`, and invisible time, once a checkpoint saying so is stored. NO_MESSAGE if the
+/// handle is stale.
+async fn change_deadline(
+    broker: &Broker,
+    pops: &Pops,
+    header: &AckHeader,
+    now: i64,
+    invisible: i64,
+) -> Result<(), (i32, String)> {
     let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
     let offset = header.offset as u64;
     let old = header.handle.pop_time;
-    // The new handle must differ from the old one, which is named by its pop time: a change
-    // in the same millisecond as the pop takes the next one.
-    let now = now.max(old.saturating_add(1));
+    let stale = || {
+        (
+            response::NO_MESSAGE,
+            not_in_flight(&key, header.offset, old),
+        )
+    };
     let attempts = {
         let table = pops.table.borrow();
         if !table.is_inflight(&key, offset, old) {
             drop(table);
             ShardMetrics::add(&broker.metrics.pop_stale_acks, 1);
-            return respond(
-                response::NO_MESSAGE,
-                Some(not_in_flight(&key, header.offset, old)),
-                now,
-                revive_qid,
-            );
+            return Err(stale());
         }
         table
             .queue(&key)
@@ -1240,7 +1411,7 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
         invisible_time: invisible,
         deliveries: vec![Delivery { offset, attempts }],
     };
-    match pop_log::append(
+    let at = pop_log::append(
         &broker.store,
         pops.log_queue,
         &checkpoint,
@@ -1248,26 +1419,16 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
         now,
     )
     .await
+    .map_err(|why| (response::SYSTEM_ERROR, why.to_string()))?;
+    let mut table = pops.table.borrow_mut();
+    if table
+        .change_invisible(&key, offset, old, now, invisible)
+        .is_none()
     {
-        Ok(at) => {
-            let mut table = pops.table.borrow_mut();
-            if table
-                .change_invisible(&key, offset, old, now, invisible)
-                .is_none()
-            {
-                drop(table);
-                return respond(
-                    response::NO_MESSAGE,
-                    Some(not_in_flight(&key, header.offset, old)),
-                    now,
-                    revive_qid,
-                );
-            }
-            table.set_ck(&key, &[offset], now, at);
-            respond(response::SUCCESS, None, now, revive_qid)
-        }
-        Err(why) => respond(response::SYSTEM_ERROR, Some(why), now, revive_qid),
+        return Err(stale());
     }
+    table.set_ck(&key, &[offset], now, at);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! A POP group's committed offset moved from outside: an operator's reset
-//! (INVOKE_BROKER_TO_RESET_OFFSET, [`crate::broker::reset_offset`]) or a commit
+//! (INVOKE_BROKER_TO_RESET_OFFSET, [`crate::broker::admin::reset_offset`]) or a commit
 //! (UPDATE_CONSUMER_OFFSET, mqadmin's fallback, a pull consumer of the group) that differs
 //! from what the shard's POP table last reported for the queue.
 //!
@@ -20,12 +20,18 @@
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
+use crate::broker::pop::log::PopLogError;
 use crate::broker::pop::state::{LogRecord, QueueKey};
-use crate::broker::{consumer_offsets, Broker};
+use crate::broker::requests::consumer_offset_requests;
+use crate::broker::Broker;
 
 /// Starts `key` over at `offset` if this shard's POP table knows it at another committed
 /// offset; the reset record is stored first. Whether the table changed.
-pub async fn outside_commit(broker: &Broker, key: &QueueKey, offset: u64) -> Result<bool, String> {
+pub async fn outside_commit(
+    broker: &Broker,
+    key: &QueueKey,
+    offset: u64,
+) -> Result<bool, PopLogError> {
     let Some(pops) = broker.pops.get() else {
         return Ok(false);
     };
@@ -70,7 +76,7 @@ pub async fn outside_commit(broker: &Broker, key: &QueueKey, offset: u64) -> Res
 /// reset it implies ([`outside_commit`]). SYSTEM_ERROR if that reset cannot be stored (the
 /// commit holds until a restart, which would undo it).
 pub async fn update_consumer_offset(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
-    let answer = consumer_offsets::update(broker, request);
+    let answer = consumer_offset_requests::update(broker, request);
     if answer.code != response::SUCCESS {
         return answer;
     }
@@ -86,6 +92,8 @@ pub async fn update_consumer_offset(broker: &Broker, request: &RemotingCommand) 
     let key = QueueKey::new(group, topic, queue_id);
     match outside_commit(broker, &key, offset as u64).await {
         Ok(_) => answer,
-        Err(why) => RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why)),
+        Err(why) => {
+            RemotingCommand::response_to(request, response::SYSTEM_ERROR, Some(why.to_string()))
+        }
     }
 }

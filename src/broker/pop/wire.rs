@@ -37,22 +37,68 @@ pub struct ReceiptHandle {
     pub queue_offset: Option<i64>,
 }
 
+/// Why an `extraInfo` is not a receipt handle; the text names the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandleError {
+    /// Fewer than the 7 fields of a handle.
+    TooFewFields { text: String, fields: usize },
+    /// A numeric field that does not parse.
+    NotANumber {
+        text: String,
+        name: &'static str,
+        value: String,
+    },
+    /// A field beyond its type's range.
+    OutOfRange {
+        text: String,
+        name: &'static str,
+        value: i64,
+    },
+}
+
+impl std::fmt::Display for HandleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandleError::TooFewFields { text, fields } => write!(
+                f,
+                "extraInfo {text:?} has {fields} fields; a receipt handle has at least 7"
+            ),
+            HandleError::NotANumber { text, name, value } => {
+                write!(f, "extraInfo {text:?}: {name} {value:?} is not a number")
+            }
+            HandleError::OutOfRange { text, name, value } => {
+                write!(f, "extraInfo {text:?}: {name} {value} is out of range")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HandleError {}
+
 impl ReceiptHandle {
     /// Parses `extraInfo`, naming the field that is wrong.
-    pub fn parse(text: &str) -> Result<ReceiptHandle, String> {
+    pub fn parse(text: &str) -> Result<ReceiptHandle, HandleError> {
         let parts: Vec<&str> = text.split(' ').collect();
         if parts.len() < 7 {
-            return Err(format!(
-                "extraInfo {text:?} has {} fields; a receipt handle has at least 7",
-                parts.len()
-            ));
+            return Err(HandleError::TooFewFields {
+                text: text.to_owned(),
+                fields: parts.len(),
+            });
         }
-        let number = |index: usize, name: &str| -> Result<i64, String> {
-            parts[index].parse::<i64>().map_err(|_| {
-                format!(
-                    "extraInfo {text:?}: {name} {:?} is not a number",
-                    parts[index]
-                )
+        let number = |index: usize, name: &'static str| -> Result<i64, HandleError> {
+            parts[index]
+                .parse::<i64>()
+                .map_err(|_| HandleError::NotANumber {
+                    text: text.to_owned(),
+                    name,
+                    value: parts[index].to_owned(),
+                })
+        };
+        let narrow = |value: i64, name: &'static str| -> Result<i32, HandleError> {
+            i32::try_from(value).map_err(|_| HandleError::OutOfRange {
+                text: text.to_owned(),
+                name,
+                value,
             })
         };
         let queue_id = number(6, "queueId")?;
@@ -61,13 +107,10 @@ impl ReceiptHandle {
             start_offset: number(0, "ckStartOffset")?,
             pop_time: number(1, "popTime")?,
             invisible_time: number(2, "invisibleTime")?,
-            revive_qid: i32::try_from(revive_qid).map_err(|_| {
-                format!("extraInfo {text:?}: reviveQid {revive_qid} is out of range")
-            })?,
+            revive_qid: narrow(revive_qid, "reviveQid")?,
             mark: parts[4].to_owned(),
             broker_name: parts[5].to_owned(),
-            queue_id: i32::try_from(queue_id)
-                .map_err(|_| format!("extraInfo {text:?}: queueId {queue_id} is out of range"))?,
+            queue_id: narrow(queue_id, "queueId")?,
             queue_offset: if parts.len() > 7 {
                 Some(number(7, "msgQueueOffset")?)
             } else {
@@ -151,7 +194,7 @@ impl Bitset {
     /// acknowledges more than one pop hands out is not one pop's, and reading on would
     /// let a body cost the shard time in proportion to its length), or when it decodes to
     /// more than `max_bytes`.
-    pub fn indexes(&self, max_set: usize, max_bytes: usize) -> Result<Vec<u64>, String> {
+    pub fn indexes(&self, max_set: usize, max_bytes: usize) -> Result<Vec<u64>, BitsetError> {
         let decoded;
         let bytes: &[u8] = match self {
             Bitset::Base64(text) => {
@@ -161,17 +204,15 @@ impl Bitset {
             Bitset::Bytes(bytes) => bytes,
         };
         if bytes.len() > max_bytes {
-            return Err(format!(
-                "the bitset is {} bytes; at most {max_bytes} (maxBatchAckBitsetBytes)",
-                bytes.len()
-            ));
+            return Err(BitsetError::TooManyBytes {
+                bytes: bytes.len(),
+                max_bytes,
+            });
         }
         let mut set = Vec::new();
         for (index, byte) in bytes.iter().enumerate() {
             if set.len() + byte.count_ones() as usize > max_set {
-                return Err(format!(
-                    "the bitset sets more than {max_set} bits; one pop hands out at most {MAX_POP_BATCH} messages"
-                ));
+                return Err(BitsetError::TooManyBits { max_set });
             }
             for bit in 0..8 {
                 if byte & (1 << bit) != 0 {
@@ -183,8 +224,37 @@ impl Bitset {
     }
 }
 
+/// Why a batch ack's bitset is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BitsetError {
+    /// A byte outside base64's alphabet.
+    NotBase64(u8),
+    /// More bytes than `maxBatchAckBitsetBytes`.
+    TooManyBytes { bytes: usize, max_bytes: usize },
+    /// More set bits than one pop hands out.
+    TooManyBits { max_set: usize },
+}
+
+impl std::fmt::Display for BitsetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BitsetError::NotBase64(byte) => write!(f, "the bitset is not base64: byte {byte:#04x}"),
+            BitsetError::TooManyBytes { bytes, max_bytes } => write!(
+                f,
+                "the bitset is {bytes} bytes; at most {max_bytes} (maxBatchAckBitsetBytes)"
+            ),
+            BitsetError::TooManyBits { max_set } => write!(
+                f,
+                "the bitset sets more than {max_set} bits; one pop hands out at most {MAX_POP_BATCH} messages"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BitsetError {}
+
 /// Standard base64 (with or without padding), as fastjson writes byte arrays.
-fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+fn decode_base64(text: &str) -> Result<Vec<u8>, BitsetError> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let mut buffer = 0u32;
     let mut bits = 0;
@@ -196,7 +266,7 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
             b'+' => 62,
             b'/' => 63,
             b'=' => break,
-            other => return Err(format!("the bitset is not base64: byte {other:#04x}")),
+            other => return Err(BitsetError::NotBase64(other)),
         };
         buffer = (buffer << 6) | value as u32;
         bits += 6;
@@ -254,9 +324,11 @@ mod tests {
             ReceiptHandle::parse("5 1 2 3 0 b 4").unwrap().queue_offset,
             None
         );
-        let short = ReceiptHandle::parse("5 1 2").unwrap_err();
+        let short = ReceiptHandle::parse("5 1 2").unwrap_err().to_string();
         assert!(short.contains("3 fields"), "{short}");
-        let bad = ReceiptHandle::parse("5 x 2 3 0 b 4 7").unwrap_err();
+        let bad = ReceiptHandle::parse("5 x 2 3 0 b 4 7")
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("popTime \"x\""), "{bad}");
     }
 
@@ -292,6 +364,7 @@ mod tests {
         assert!(Bitset::Bytes(vec![1; 1025])
             .indexes(usize::MAX, 1024)
             .unwrap_err()
+            .to_string()
             .contains("maxBatchAckBitsetBytes"));
         assert!(Bitset::Bytes(vec![1; 1024])
             .indexes(usize::MAX, 1024)
@@ -301,6 +374,7 @@ mod tests {
         assert!(Bitset::Bytes(vec![0xFF, 0xFF, 0xFF, 0xFF, 1])
             .indexes(32, 1024)
             .unwrap_err()
+            .to_string()
             .contains("more than 32 bits"));
     }
 

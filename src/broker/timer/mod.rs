@@ -35,16 +35,19 @@
 //! (1 s), so it may deliver up to a second early; ringmq keeps the millisecond asked for
 //! and never delivers early (`timerPrecisionMs` is accepted and ignored).
 
+pub mod errors;
 pub mod holds;
 pub mod scheduler;
 pub mod service;
 pub mod store;
 
 use crate::store::properties;
+
+use self::errors::TimerRequestError;
 use crate::store::record::{RecordInput, RecordView, RECORD_CRC_KEY};
 pub use crate::store::topic::{TIMER_DEL_UNIQKEY, TIMER_OUT_MS, TIMER_TOPIC};
 
-use super::delay::{
+use crate::broker::delay::{
     REAL_QID, REAL_TOPIC, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK,
 };
 
@@ -69,7 +72,7 @@ pub fn requested_due(
     sys_flag: i32,
     now_ms: i64,
     max_delay_sec: u64,
-) -> Result<Option<i64>, String> {
+) -> Result<Option<i64>, TimerRequestError> {
     if !properties.contains("TIMER_") {
         // Most sends: one scan, no property lookups.
         return Ok(None);
@@ -82,9 +85,7 @@ pub fn requested_due(
     );
     if sec.is_none() && ms.is_none() && at.is_none() {
         return match get(TIMER_DEL_UNIQKEY) {
-            Some(_) => Err(format!(
-                "{TIMER_DEL_UNIQKEY} needs the due time of the message it cancels ({TIMER_DELIVER_MS})"
-            )),
+            Some(_) => Err(TimerRequestError::CancelWithoutDue),
             None => Ok(None),
         };
     }
@@ -96,11 +97,14 @@ pub fn requested_due(
     if kind == TRANSACTION_PREPARED || kind == TRANSACTION_ROLLBACK {
         return Ok(None);
     }
-    let number = |key: &str, value: &str| {
+    let number = |key: &'static str, value: &str| {
         value
             .trim()
             .parse::<i64>()
-            .map_err(|_| format!("the {key} property '{value}' is not a whole number of the timer"))
+            .map_err(|_| TimerRequestError::NotANumber {
+                key,
+                value: value.to_owned(),
+            })
     };
     let due = if let Some(value) = sec {
         now_ms.saturating_add(number(TIMER_DELAY_SEC, value)?.saturating_mul(1000))
@@ -111,18 +115,16 @@ pub fn requested_due(
     };
     if due <= now_ms {
         if get(TIMER_DEL_UNIQKEY).is_some() {
-            return Err(format!(
-                "a cancellation ({TIMER_DEL_UNIQKEY}) for a due time already past ({due}, now {now_ms})"
-            ));
+            return Err(TimerRequestError::CancelPast { due, now_ms });
         }
         return Ok(None);
     }
     let max_ms = max_delay_sec.saturating_mul(1000).min(i64::MAX as u64) as i64;
     if due - now_ms > max_ms {
-        return Err(format!(
-            "the timer is due in {} ms, more than timerMaxDelaySec ({max_delay_sec} s) ahead",
-            due - now_ms
-        ));
+        return Err(TimerRequestError::TooFar {
+            ahead_ms: due - now_ms,
+            max_delay_sec,
+        });
     }
     Ok(Some(due))
 }
@@ -165,11 +167,14 @@ pub enum Due {
 
 /// What the timer record `view` becomes when it is due at `now_ms`, or why it cannot be
 /// delivered at all.
-pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
+pub fn delivered(
+    view: &RecordView<'_>,
+    now_ms: i64,
+) -> Result<Due, crate::broker::delay::errors::Undeliverable> {
     if let Some(key) = cancelled_key(view.properties) {
         return Ok(Due::Cancel(key.to_owned()));
     }
-    let (topic, queue_id) = super::delay::real_queue(view)?;
+    let (topic, queue_id) = crate::broker::delay::real_queue(view)?;
     let now_text = now_ms.to_string();
     let props = properties::rewritten(
         view.properties,
@@ -178,7 +183,7 @@ pub fn delivered(view: &RecordView<'_>, now_ms: i64) -> Result<Due, String> {
     );
     let uniq_key = properties::get(view.properties, properties::UNIQ_KEY).map(str::to_owned);
     Ok(Due::Deliver {
-        message: super::delay::moved_to(view, topic, queue_id, props),
+        message: crate::broker::delay::moved_to(view, topic, queue_id, props),
         uniq_key,
     })
 }
@@ -225,10 +230,12 @@ mod tests {
         assert_eq!(due(&[(TIMER_DELAY_SEC, "10")]), Ok(Some(NOW + 10_000)));
         assert!(due(&[(TIMER_DELAY_MS, "10001")])
             .unwrap_err()
+            .to_string()
             .contains("timerMaxDelaySec (10 s)"));
         assert!(due(&[(TIMER_DELAY_SEC, "9223372036854775807")]).is_err());
         assert!(due(&[(TIMER_DELAY_SEC, "soon")])
             .unwrap_err()
+            .to_string()
             .contains("'soon' is not a whole number"));
         assert!(due(&[(TIMER_DELIVER_MS, "1.5")]).is_err());
         // Already delivered once, or a transaction's half: not a timer message.
@@ -243,9 +250,13 @@ mod tests {
         // A cancellation needs a due time still ahead.
         let cancel = [(TIMER_DEL_UNIQKEY, "T+K"), (TIMER_DELIVER_MS, "1000500")];
         assert_eq!(due(&cancel), Ok(Some(NOW + 500)));
-        assert!(due(&cancel[..1]).unwrap_err().contains(TIMER_DELIVER_MS));
+        assert!(due(&cancel[..1])
+            .unwrap_err()
+            .to_string()
+            .contains(TIMER_DELIVER_MS));
         assert!(due(&[(TIMER_DEL_UNIQKEY, "K"), (TIMER_DELIVER_MS, "7")])
             .unwrap_err()
+            .to_string()
             .contains("already past"));
     }
 

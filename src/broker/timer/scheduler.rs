@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::broker::timer::errors::TimerRecordError;
 use crate::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore};
 use crate::broker::timer::{self, Due, TIMER_TOPIC};
 use crate::broker::Broker;
@@ -302,19 +303,21 @@ fn start(broker: &Rc<Broker>, timers: &Timers, key: TimerKey) -> InFlight {
 }
 
 /// The timer record of `key`, read back and turned into what is due.
-fn read_due(broker: &Broker, timers: &Timers, key: TimerKey) -> Result<Due, String> {
+fn read_due(broker: &Broker, timers: &Timers, key: TimerKey) -> Result<Due, TimerRecordError> {
     let entry = broker
         .store
         .queue_entry(TIMER_TOPIC, timers.queue, key.offset)
-        .map_err(|error| format!("cannot read its queue entry: {error}"))?
-        .ok_or_else(|| "its queue entry is no longer stored (retention)".to_string())?;
+        .map_err(TimerRecordError::QueueEntry)?
+        .ok_or(TimerRecordError::Gone)?;
     let bytes = broker
         .store
         .read_record(entry.phys_offset as u64, entry.size as usize)
-        .map_err(|error| format!("cannot read its record: {error}"))?;
+        .map_err(TimerRecordError::Record)?;
     match record::decode(&bytes, Verify::Structure) {
-        Ok(Decoded::Record(view)) => timer::delivered(&view, broker.clock.now_ms()),
-        other => Err(format!("its entry points at no record: {other:?}")),
+        Ok(Decoded::Record(view)) => {
+            timer::delivered(&view, broker.clock.now_ms()).map_err(TimerRecordError::Undeliverable)
+        }
+        other => Err(TimerRecordError::NoRecord(format!("{other:?}"))),
     }
 }
 

@@ -226,6 +226,78 @@ fn invalid(path: &Path, why: impl std::fmt::Display) -> io::Error {
     )
 }
 
+/// The checkpoint in `path`, or an empty one if there is none yet.
+fn read_checkpoint(files: &dyn MetaFiles, checkpoint_path: &Path) -> io::Result<Checkpoint> {
+    match files.read_file(checkpoint_path) {
+        Ok(bytes) => {
+            let checkpoint: Checkpoint =
+                serde_json::from_slice(&bytes).map_err(|error| invalid(checkpoint_path, error))?;
+            if checkpoint.version != CHECKPOINT_VERSION {
+                return Err(invalid(
+                    checkpoint_path,
+                    format!(
+                        "version {} (this build reads {CHECKPOINT_VERSION})",
+                        checkpoint.version
+                    ),
+                ));
+            }
+            Ok(checkpoint)
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Checkpoint {
+            version: CHECKPOINT_VERSION,
+            ..Checkpoint::default()
+        }),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes from `dir` the runs the checkpoint does not list and the temporary files.
+fn remove_orphans(files: &dyn MetaFiles, dir: &Path, runs: &[RunInfo]) -> io::Result<()> {
+    let listed: BTreeSet<u64> = runs.iter().map(|run| run.seq).collect();
+    for name in files.list_dir(dir)? {
+        // A run written but never checkpointed (a crash between the two), or one whose
+        // removal a crash interrupted: nothing refers to it.
+        let orphan = name
+            .strip_prefix("run-")
+            .and_then(|rest| rest.strip_suffix(".bin"))
+            .and_then(|seq| seq.parse::<u64>().ok())
+            .is_some_and(|seq| !listed.contains(&seq));
+        if orphan || name.ends_with(".tmp") {
+            files.remove_file(&dir.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks run `info`'s trailer (length, magic) against the checkpoint; its CRC32C.
+fn read_trailer(files: &dyn MetaFiles, path: &Path, info: &RunInfo) -> io::Result<u32> {
+    let keys_len = info.len as usize * KEY_LEN;
+    let trailer = files.read_range(path, keys_len as u64, TRAILER_LEN + 1)?;
+    if trailer.len() != TRAILER_LEN {
+        return Err(invalid(
+            path,
+            format!(
+                "{} bytes after its {} keys, not a {TRAILER_LEN}-byte trailer",
+                trailer.len(),
+                info.len
+            ),
+        ));
+    }
+    let len = u64::from_be_bytes(trailer[..8].try_into().expect("8 bytes"));
+    let crc = u32::from_be_bytes(trailer[8..12].try_into().expect("4 bytes"));
+    let magic = u32::from_be_bytes(trailer[12..16].try_into().expect("4 bytes"));
+    if magic != RUN_MAGIC || len != info.len {
+        return Err(invalid(
+            path,
+            format!(
+                "trailer says {len} keys (magic {magic:#x}), the checkpoint {}",
+                info.len
+            ),
+        ));
+    }
+    Ok(crc)
+}
+
 impl TimerStore {
     /// Opens the store in `dir` (created if missing) as its checkpoint left it; the caller
     /// then indexes the timer queue from [`TimerStore::indexed`] with
@@ -241,28 +313,7 @@ impl TimerStore {
             "timer limits must be positive: {limits:?}"
         );
         files.create_dir_all(dir)?;
-        let checkpoint_path = dir.join(CHECKPOINT);
-        let checkpoint = match files.read_file(&checkpoint_path) {
-            Ok(bytes) => {
-                let checkpoint: Checkpoint = serde_json::from_slice(&bytes)
-                    .map_err(|error| invalid(&checkpoint_path, error))?;
-                if checkpoint.version != CHECKPOINT_VERSION {
-                    return Err(invalid(
-                        &checkpoint_path,
-                        format!(
-                            "version {} (this build reads {CHECKPOINT_VERSION})",
-                            checkpoint.version
-                        ),
-                    ));
-                }
-                checkpoint
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Checkpoint {
-                version: CHECKPOINT_VERSION,
-                ..Checkpoint::default()
-            },
-            Err(error) => return Err(error),
-        };
+        let checkpoint = read_checkpoint(files.as_ref(), &dir.join(CHECKPOINT))?;
         let mut store = TimerStore {
             files: files.clone(),
             dir: dir.to_path_buf(),
@@ -296,19 +347,7 @@ impl TimerStore {
             next_seq: checkpoint.next_seq,
             dirty: false,
         };
-        let listed: BTreeSet<u64> = checkpoint.runs.iter().map(|run| run.seq).collect();
-        for name in files.list_dir(dir)? {
-            // A run written but never checkpointed (a crash between the two), or one whose
-            // removal a crash interrupted: nothing refers to it.
-            let orphan = name
-                .strip_prefix("run-")
-                .and_then(|rest| rest.strip_suffix(".bin"))
-                .and_then(|seq| seq.parse::<u64>().ok())
-                .is_some_and(|seq| !listed.contains(&seq));
-            if orphan || name.ends_with(".tmp") {
-                files.remove_file(&dir.join(&name))?;
-            }
-        }
+        remove_orphans(files.as_ref(), dir, &checkpoint.runs)?;
         for info in checkpoint.runs {
             store.open_run(info)?;
         }
@@ -323,63 +362,8 @@ impl TimerStore {
     fn open_run(&mut self, info: RunInfo) -> io::Result<()> {
         let path = self.run_path(info.seq);
         let keys_len = info.len as usize * KEY_LEN;
-        let trailer = self
-            .files
-            .read_range(&path, keys_len as u64, TRAILER_LEN + 1)?;
-        if trailer.len() != TRAILER_LEN {
-            return Err(invalid(
-                &path,
-                format!(
-                    "{} bytes after its {} keys, not a {TRAILER_LEN}-byte trailer",
-                    trailer.len(),
-                    info.len
-                ),
-            ));
-        }
-        let len = u64::from_be_bytes(trailer[..8].try_into().expect("8 bytes"));
-        let crc = u32::from_be_bytes(trailer[8..12].try_into().expect("4 bytes"));
-        let magic = u32::from_be_bytes(trailer[12..16].try_into().expect("4 bytes"));
-        if magic != RUN_MAGIC || len != info.len {
-            return Err(invalid(
-                &path,
-                format!(
-                    "trailer says {len} keys (magic {magic:#x}), the checkpoint {}",
-                    info.len
-                ),
-            ));
-        }
-        let mut computed = 0u32;
-        let mut consumed = 0u64;
-        let mut previous: Option<TimerKey> = None;
-        let mut at = 0usize;
-        while at < keys_len {
-            let chunk = (keys_len - at).min(VERIFY_BLOCK * KEY_LEN);
-            let bytes = self.files.read_range(&path, at as u64, chunk)?;
-            if bytes.len() != chunk {
-                return Err(invalid(
-                    &path,
-                    format!("ends at {} of {keys_len} key bytes", at + bytes.len()),
-                ));
-            }
-            computed = crc32c::crc32c_append(computed, &bytes);
-            for raw in bytes.chunks_exact(KEY_LEN) {
-                let key = TimerKey::decode(raw);
-                if previous.is_some_and(|previous| previous >= key) {
-                    return Err(invalid(&path, format!("keys out of order at {key:?}")));
-                }
-                previous = Some(key);
-                if self.delivered.is_some_and(|delivered| key <= delivered) {
-                    consumed += 1;
-                }
-            }
-            at += chunk;
-        }
-        if computed != crc {
-            return Err(invalid(
-                &path,
-                format!("CRC32C {computed:#x}, trailer {crc:#x}"),
-            ));
-        }
+        let crc = read_trailer(self.files.as_ref(), &path, &info)?;
+        let consumed = self.verify_keys(&path, keys_len, crc)?;
         let mut run = Run {
             seq: info.seq,
             len: info.len,
@@ -397,6 +381,44 @@ impl TimerStore {
         self.heads.push(Reverse((head, run.seq)));
         self.runs.insert(run.seq, run);
         Ok(())
+    }
+
+    /// Reads a run's `keys_len` key bytes in blocks: every key above the one before it and
+    /// the whole matching `crc`. How many keys are at or below `delivered`.
+    fn verify_keys(&self, path: &Path, keys_len: usize, crc: u32) -> io::Result<u64> {
+        let mut computed = 0u32;
+        let mut consumed = 0u64;
+        let mut previous: Option<TimerKey> = None;
+        let mut at = 0usize;
+        while at < keys_len {
+            let chunk = (keys_len - at).min(VERIFY_BLOCK * KEY_LEN);
+            let bytes = self.files.read_range(path, at as u64, chunk)?;
+            if bytes.len() != chunk {
+                return Err(invalid(
+                    path,
+                    format!("ends at {} of {keys_len} key bytes", at + bytes.len()),
+                ));
+            }
+            computed = crc32c::crc32c_append(computed, &bytes);
+            for raw in bytes.chunks_exact(KEY_LEN) {
+                let key = TimerKey::decode(raw);
+                if previous.is_some_and(|previous| previous >= key) {
+                    return Err(invalid(path, format!("keys out of order at {key:?}")));
+                }
+                previous = Some(key);
+                if self.delivered.is_some_and(|delivered| key <= delivered) {
+                    consumed += 1;
+                }
+            }
+            at += chunk;
+        }
+        if computed != crc {
+            return Err(invalid(
+                path,
+                format!("CRC32C {computed:#x}, trailer {crc:#x}"),
+            ));
+        }
+        Ok(consumed)
     }
 
     fn refill(&self, run: &mut Run) -> io::Result<()> {
@@ -761,7 +783,15 @@ impl TimerStore {
     /// Checks the module's invariants that one state shows (for the crash simulation): the
     /// first one broken, named, as an error. Reads the store's directory listing only.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let above_taken = |key: &TimerKey| self.taken.is_none_or(|taken| *key > taken);
+        self.check_positions()?;
+        self.check_buffer()?;
+        self.check_lanes()?;
+        self.check_runs()?;
+        self.check_run_files()
+    }
+
+    /// delivered ≤ taken; runs cover ≤ indexed.
+    fn check_positions(&self) -> Result<(), String> {
         if self.delivered > self.taken {
             return Err(format!(
                 "delivered {:?} past taken {:?}",
@@ -774,6 +804,13 @@ impl TimerStore {
                 self.runs_cover, self.indexed
             ));
         }
+        Ok(())
+    }
+
+    /// The buffer is within its bound, above taken, and holds only keys the runs do not
+    /// cover and the index reached.
+    fn check_buffer(&self) -> Result<(), String> {
+        let above_taken = |key: &TimerKey| self.taken.is_none_or(|taken| *key > taken);
         if self.buffer.len() > self.limits.buffer_entries {
             return Err(format!(
                 "{} keys in a buffer of {}",
@@ -797,6 +834,12 @@ impl TimerStore {
                 self.runs_cover, self.indexed
             ));
         }
+        Ok(())
+    }
+
+    /// The normal keys in flight are the ones taken after delivered, in order, up to taken;
+    /// late keys done are above delivered; no late key is both waiting and in flight.
+    fn check_lanes(&self) -> Result<(), String> {
         let after_delivered = |key: &TimerKey| self.delivered.is_none_or(|d| *key > d);
         let in_order = self
             .normal_in_flight
@@ -829,6 +872,13 @@ impl TimerStore {
         {
             return Err(format!("{key:?} both in the late lane and in flight"));
         }
+        Ok(())
+    }
+
+    /// One head per open run, each its block's first key and above taken, no run read
+    /// past its end, and every drained run wholly at or below taken.
+    fn check_runs(&self) -> Result<(), String> {
+        let above_taken = |key: &TimerKey| self.taken.is_none_or(|taken| *key > taken);
         if self.heads.len() != self.runs.len() {
             return Err(format!(
                 "{} run heads for {} open runs",
@@ -862,6 +912,11 @@ impl TimerStore {
                 run.seq, run.last, self.taken
             ));
         }
+        Ok(())
+    }
+
+    /// Every open or drained run's file is in the store, and below `next_seq`.
+    fn check_run_files(&self) -> Result<(), String> {
         let names = self
             .files
             .list_dir(&self.dir)

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::broker::ids::offset_msg_id;
+use crate::broker::naming::ids::offset_msg_id;
 use crate::store::properties;
 use crate::store::record::{decode, Decoded, Verify, RECORD_CRC_KEY};
 

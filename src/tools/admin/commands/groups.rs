@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 
 use serde_json::{json, Value};
 
-use crate::broker::subscription_groups::{
+use crate::broker::tables::subscription_groups::{
     SubscriptionGroupConfig, MAX_RETRY_QUEUE_NUMS, MAX_RETRY_TIMES,
 };
 use crate::remoting::codes::request;

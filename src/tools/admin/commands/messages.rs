@@ -20,7 +20,7 @@
 
 use serde_json::json;
 
-use crate::broker::ids::decode_offset_msg_id;
+use crate::broker::naming::ids::decode_offset_msg_id;
 use crate::remoting::codes::{request, response};
 use crate::remoting::requests::pull_request;
 

@@ -239,13 +239,13 @@ impl Ctx {
 
 /// A topic name by the node's rules.
 pub fn check_topic(topic: &str) -> AdminResult<()> {
-    crate::broker::names::validate_topic(topic)
+    crate::broker::naming::names::validate_topic(topic)
         .map_err(|why| bad_input(format!("bad topic: {why}")))
 }
 
 /// A group name by the node's rules.
 pub fn check_group(group: &str) -> AdminResult<()> {
-    crate::broker::names::validate_group(group)
+    crate::broker::naming::names::validate_group(group)
         .map_err(|why| bad_input(format!("bad group: {why}")))
 }
 

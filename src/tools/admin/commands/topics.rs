@@ -23,7 +23,7 @@ use serde_json::json;
 
 use std::net::SocketAddr;
 
-use crate::broker::topics::{MAX_QUEUE_NUMS, PERM_READ_WRITE};
+use crate::broker::tables::topics::{MAX_QUEUE_NUMS, PERM_READ_WRITE};
 use crate::remoting::codes::{request, response};
 
 use super::super::args::{TopicCreateArgs, TopicUpdateArgs};
