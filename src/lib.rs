@@ -10,11 +10,11 @@
 //!   the node's connections).
 //! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
 //!   flush, checkpoint, recovery and offline inspection (D2 to D11).
-//! - [`remoting`]: the wire codec, plus [`remoting::connection`], which serves one TCP
+//! - [`remoting`]: the wire codec, plus [`server::connection`], which serves one TCP
 //!   connection on its shard. A pull's records travel as file ranges
 //!   ([`io::file_body`], read by [`store::read`]) that the connection writer sends
-//!   straight from the CommitLog files ([`remoting::body_send`], D8); every connection's
-//!   bytes are counted in [`remoting::traffic`].
+//!   straight from the CommitLog files ([`server::body_send`], D8); every connection's
+//!   bytes are counted in [`server::traffic`].
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
 //! - [`node`]: the shard thread that owns the listener, the store and the connections
 //!   (`ringmq serve`), and the [`banner`] it prints; [`client`]: the in-project client.
@@ -45,6 +45,7 @@ pub mod node_config;
 pub mod quiet_pipe;
 pub mod remoting;
 pub mod rng;
+pub mod server;
 pub mod shard;
 pub mod store;
 pub mod sync;

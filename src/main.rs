@@ -104,7 +104,7 @@ struct ServeArgs {
     /// of the segment for small ones), sendfile (every range; mmap where the kernel
     /// refuses it) or mmap (every range): `bodySend`.
     #[arg(long)]
-    body_send: Option<ringmq::remoting::body_send::BodySend>,
+    body_send: Option<ringmq::server::body_send::BodySend>,
     /// Print the settings the node would run with, and exit.
     #[arg(long)]
     print_config: bool,

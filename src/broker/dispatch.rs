@@ -25,9 +25,9 @@ use std::rc::Rc;
 
 use crate::metrics::{Family, ShardMetrics};
 use crate::remoting::codes::{request, response};
-use crate::remoting::connection::{Outbound, Reply, RequestHandler};
 use crate::remoting::send_header::SendMessageRequestHeader;
 use crate::remoting::RemotingCommand;
+use crate::server::connection::{Outbound, Reply, RequestHandler};
 use crate::shard::mailbox::{run_owned, DirectReply, NotForwarded, OwnerHandler};
 use crate::shard::routing;
 use crate::store::topic::{validate_topic, SCHEDULE_TOPIC};

@@ -106,7 +106,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::remoting::codes::{request, response};
-use crate::remoting::traffic::{Traffic, TrafficSnapshot};
+use crate::server::traffic::{Traffic, TrafficSnapshot};
 use crate::store::StoreStats;
 use crate::sync::Locked;
 
@@ -1457,7 +1457,7 @@ mod tests {
         shard.traffic.add_in(2048);
         shard
             .traffic
-            .count(crate::remoting::traffic::LimitEvent::ConnectionRefused);
+            .count(crate::server::traffic::LimitEvent::ConnectionRefused);
         shard.traffic.add_queued_response_bytes(300);
         shard.set_store(StoreStats {
             puts: 2,

@@ -1,6 +1,6 @@
 //! The embedded name server endpoint (D1): a second listener on `namesrvPort`
 //! (key `namesrv_port`) on the same shard, served by the same connection code
-//! ([`crate::remoting::connection::serve_connection`]) with [`NameServer`] as the handler.
+//! ([`crate::server::connection::serve_connection`]) with [`NameServer`] as the handler.
 //! It knows exactly one broker, this node, and answers from the node-wide topic table:
 //!
 //! - GET_ROUTEINFO_BY_TOPIC (105): TopicRouteData (shape in [`route`]). An unknown topic is
@@ -32,8 +32,8 @@ use crate::broker::BrokerIdentity;
 use crate::clock::Clock;
 use crate::remoting::codes::{request, response};
 use crate::remoting::command::bad_header;
-use crate::remoting::connection::RequestHandler;
 use crate::remoting::RemotingCommand;
+use crate::server::connection::RequestHandler;
 use crate::store::topic::validate_topic;
 
 use route::BrokerEntry;

@@ -96,7 +96,7 @@ pub trait WriteHalf: AsyncWrite + Unpin + 'static {
     /// Lets go of this half without ending the connection's writing where the backend
     /// allows it: the connection ends when its read half goes too. (A kernel socket's
     /// write half would otherwise send its FIN in the dropping call; see
-    /// `remoting::reply_batch::WriteHalf`.)
+    /// `server::reply_batch::WriteHalf`.)
     fn release(self: Box<Self>) {}
 }
 

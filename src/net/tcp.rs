@@ -4,7 +4,7 @@
 //! `send_file_range` copies the range through user space here; the node's pulls do not use
 //! it: the connection writer reaches the kernel socket through
 //! [`WriteHalf::kernel_socket`] and sends file bodies with `sendfile`/`writev`
-//! ([`crate::remoting::body_send`], D8).
+//! ([`crate::server::body_send`], D8).
 
 use std::io;
 use std::net::SocketAddr;

@@ -27,9 +27,9 @@ use crate::metrics::ShardMetrics;
 use crate::namesrv::NameServer;
 use crate::net::Listener;
 use crate::node_config::NodeConfig;
-use crate::remoting::admission::Admission;
-use crate::remoting::connection::{serve_admitted, ConnectionLimits, RequestHandler};
-use crate::remoting::traffic::{LimitEvent, Traffic};
+use crate::server::admission::Admission;
+use crate::server::connection::{serve_admitted, ConnectionLimits, RequestHandler};
+use crate::server::traffic::{LimitEvent, Traffic};
 use crate::shard::mailbox::{self, MailboxReceiver};
 use crate::shard::service::{ShardService, ShardTask};
 use crate::shard::ShardContext;
@@ -193,7 +193,7 @@ async fn open_shard<L>(
         .await
         .map_err(|error| anyhow::anyhow!("shard {id}: {error}"))?;
     // A turn's send responses leave in one write per connection, from the appender.
-    store.set_answer_scope(Rc::new(crate::remoting::reply_batch::batch_replies));
+    store.set_answer_scope(Rc::new(crate::server::reply_batch::batch_replies));
     let identity = BrokerIdentity {
         broker_name: settings.config.broker_name.clone(),
         cluster_name: settings.config.broker_cluster_name.clone(),

@@ -26,7 +26,7 @@ use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 use crate::namesrv::admin::NamesrvState;
 use crate::node_config::{self, MetricsExporter, NodeConfig};
-use crate::remoting::admission::Admission;
+use crate::server::admission::Admission;
 use crate::shard::mailbox::{self, MailboxReceiver};
 use crate::shard::{exclusive_port, layout, pin, ShardContext};
 

@@ -10,7 +10,7 @@ use crate::broker::{self, BrokerConfig};
 use crate::config::StoreConfig;
 use crate::metrics::http::HttpLimits;
 use crate::metrics::rates::StatsCaps;
-use crate::remoting::connection::{self, ConnectionLimits};
+use crate::server::connection::{self, ConnectionLimits};
 use crate::shard::layout;
 
 /// The store settings of shard `shard`: directory `<store_path_root_dir>/shard-<shard>`,

@@ -727,7 +727,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "connection_warn_burst", ringmq ["connectionWarnBurst"],
-        default: Constant(|| crate::remoting::connection::WARN_BURST.to_string()),
+        default: Constant(|| crate::server::connection::WARN_BURST.to_string()),
         range: Number(Bounds::between(1, 1_000_000, Unit::Plain)),
         meaning: "connection warnings (bad frames, closed or paused connections) each shard logs per `connection_warn_interval` before it only counts them, so a flood of bad clients cannot flood the log",
         set: |c, v| c.connection_warn_burst = uint(v, 1_000_000)? as u32,
@@ -735,7 +735,7 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "connection_warn_interval", ringmq ["connectionWarnInterval"],
-        default: Constant(|| crate::remoting::connection::WARN_INTERVAL.as_millis().to_string()),
+        default: Constant(|| crate::server::connection::WARN_INTERVAL.as_millis().to_string()),
         range: Number(Bounds::between(1, 86_400_000, Unit::Millis)),
         meaning: "ms over which `connection_warn_burst` applies; also how often refused connections (past `max_connections`) are reported",
         set: |c, v| c.connection_warn_interval = millis(v)?,

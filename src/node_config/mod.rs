@@ -251,7 +251,7 @@ pub struct NodeConfig {
     /// system's (autotuned) size.
     pub server_socket_snd_buf_size: usize,
     /// How pulled records' file bodies are sent (`bodySend`).
-    pub body_send: crate::remoting::body_send::BodySend,
+    pub body_send: crate::server::body_send::BodySend,
     /// Connection warnings a shard logs per `connection_warn_interval` before it only
     /// counts them.
     pub connection_warn_burst: u32,
@@ -364,7 +364,7 @@ impl NodeConfig {
             server_channel_max_idle_time_seconds: Duration::ZERO,
             max_partial_frame_bytes: 0,
             server_socket_snd_buf_size: 0,
-            body_send: crate::remoting::body_send::BodySend::Auto,
+            body_send: crate::server::body_send::BodySend::Auto,
             connection_warn_burst: 0,
             connection_warn_interval: Duration::ZERO,
         }

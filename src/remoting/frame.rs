@@ -223,7 +223,7 @@ pub fn encode_frame(cmd: &RemotingCommand, out: &mut Vec<u8>) -> Result<(), Fram
 
 /// Appends the frame header of `response` (its length counting the file body too) and its
 /// byte body; true when its file body must follow.
-pub(super) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
+pub(crate) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> bool {
     let body_len = response.body.len() + response.file_body.len() as usize;
     match encode_frame_header(response, body_len, out) {
         Ok(()) => {
@@ -248,7 +248,7 @@ pub(super) fn encode_response(response: &RemotingCommand, out: &mut Vec<u8>) -> 
 
 /// A SEND_MESSAGE response with `opaque`, for the connection and reply-batch tests.
 #[cfg(test)]
-pub(super) fn test_response(opaque: i32) -> RemotingCommand {
+pub(crate) fn test_response(opaque: i32) -> RemotingCommand {
     let mut request = RemotingCommand::request(10, Default::default());
     request.opaque = opaque;
     RemotingCommand::response_to(&request, 0, None)

@@ -50,35 +50,24 @@
 //! - [`json_header`], [`binary_header`]: the two header encodings.
 //! - [`codes`]: request and response code constants with their Java names.
 //! - [`send_header`]: the send request header (V1 and V2 names) and the batch body.
-//! - [`connection`]: the one part that does I/O: serving a TCP connection on its shard,
-//!   dispatching each request to a handler (the broker) and writing the responses.
-//! - [`body_send`]: how the connection writer sends a response's file body (sendfile, or
-//!   writev from an mmap).
-//! - [`traffic`]: byte counters of the connections (in, out, zero-copy, copied), and the
-//!   counters of the connection limits.
-//! - [`backlog`]: the per-connection bound on requests in flight and response bytes
-//!   queued, which makes a connection stop reading (TCP backpressure).
-//! - [`admission`]: the node-wide bounds: open connections, bytes held in partial frames.
+//! - [`fastjson`]: a reader for the JSON bodies Java brokers send (object and integer keys).
 //! - [`log_safe`]: the one way text a peer sent reaches a log line (escaped, truncated),
 //!   and the limiter for repeated warnings.
+//! - [`requests`]: builders of the requests the in-project client and tools send.
+//!
+//! Serving connections (sockets, backlogs, zero-copy bodies) is [`crate::server`]'s, over
+//! the network seam ([`crate::net`]); this module imports neither.
 
-pub mod admission;
-pub mod backlog;
 pub mod binary_header;
-pub mod body_send;
-pub mod closer;
 pub mod codes;
 pub mod command;
-pub mod connection;
 pub mod ext_fields;
+pub mod fastjson;
 pub mod frame;
 pub mod json_header;
 pub mod log_safe;
-pub mod outbound;
-pub mod reply_batch;
 pub mod requests;
 pub mod send_header;
-pub mod traffic;
 
 pub use command::{
     ExtFields, FieldError, HeaderError, HeaderFields, RemotingCommand, SerializeType, ONEWAY_FLAG,

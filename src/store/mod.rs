@@ -850,7 +850,7 @@ impl Store {
     /// Has every appender turn's answers run inside `scope`, which must call the closure
     /// it is given exactly once. The node uses it to send a turn's responses to each
     /// connection in one write without waking its writer task
-    /// ([`crate::remoting::reply_batch`]).
+    /// ([`crate::server::reply_batch`]).
     pub fn set_answer_scope(&self, scope: AnswerScope) {
         *self.shared.answer_scope.borrow_mut() = scope;
     }

@@ -174,8 +174,8 @@ fn pipelined(request: &RemotingCommand) -> Vec<u8> {
 fn until_all_paused(
     node: &ringmq::node::NodeHandle,
     peers: &mut [Peer],
-    within_bound: impl Fn(&ringmq::remoting::traffic::TrafficSnapshot),
-) -> ringmq::remoting::traffic::TrafficSnapshot {
+    within_bound: impl Fn(&ringmq::server::traffic::TrafficSnapshot),
+) -> ringmq::server::traffic::TrafficSnapshot {
     let metrics = node.metrics();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -244,7 +244,7 @@ fn connections_that_never_read_are_paused_within_the_bound_and_get_every_answer_
     let mut peers: Vec<Peer> = (0..CONNECTIONS)
         .map(|_| Peer::connect(addr, &requests))
         .collect();
-    let charged = response_len + ringmq::remoting::backlog::RESPONSE_HEADER_COST;
+    let charged = response_len + ringmq::server::backlog::RESPONSE_HEADER_COST;
     let bound = (CONNECTIONS * (MAX_QUEUED_BYTES + MAX_IN_FLIGHT * charged)) as i64;
     let settled = until_all_paused(&node, &mut peers, |traffic| {
         assert!(
@@ -292,11 +292,11 @@ fn the_shard_bound_holds_all_connections_that_never_read_together_whatever_their
     // held at that moment (each request's charge turns into its answer's, at most
     // `answer / request` times larger) and by the one request each connection holding
     // nothing may still take (with its answer).
-    let request_cost = ringmq::remoting::backlog::REQUEST_COST + frame_len;
-    let answer_cost = response_len + ringmq::remoting::backlog::RESPONSE_HEADER_COST;
+    let request_cost = ringmq::server::backlog::REQUEST_COST + frame_len;
+    let answer_cost = response_len + ringmq::server::backlog::RESPONSE_HEADER_COST;
     let growth = answer_cost.div_ceil(request_cost);
     let bound = (SHARD_BYTES * (1 + growth) + CONNECTIONS * (request_cost + answer_cost)) as i64;
-    let held = |t: &ringmq::remoting::traffic::TrafficSnapshot| {
+    let held = |t: &ringmq::server::traffic::TrafficSnapshot| {
         t.queued_response_bytes + t.request_bytes_in_flight
     };
     let settled = until_all_paused(&node, &mut peers, |traffic| {

@@ -70,7 +70,7 @@ fn closed_by_node(stream: &mut TcpStream) -> bool {
     }
 }
 
-fn traffic(node: &NodeHandle) -> ringmq::remoting::traffic::TrafficSnapshot {
+fn traffic(node: &NodeHandle) -> ringmq::server::traffic::TrafficSnapshot {
     node.metrics().traffic_total()
 }
 

@@ -262,7 +262,7 @@ fn broker_consume_stats_list_every_subscription_group_with_the_total_lag() {
         &[("isOrder", "false")],
     ));
     assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-    let parsed = ringmq::tools::admin::fastjson::parse(&answer.body).unwrap();
+    let parsed = ringmq::remoting::fastjson::parse(&answer.body).unwrap();
     assert_eq!(parsed["brokerAddr"], node_addr(&parsed), "{parsed}");
     // Queues 2 and 3 count from 0: 3 + 3; queue 0 lags 2, queue 1 nothing.
     assert_eq!(parsed["totalDiff"], 8, "{parsed}");
@@ -282,7 +282,7 @@ fn broker_consume_stats_list_every_subscription_group_with_the_total_lag() {
         request::GET_BROKER_CONSUME_STATS,
         &[("isOrder", "true")],
     ));
-    let parsed = ringmq::tools::admin::fastjson::parse(&ordered.body).unwrap();
+    let parsed = ringmq::remoting::fastjson::parse(&ordered.body).unwrap();
     assert_eq!(parsed["totalDiff"], 0, "only ordered topics: {parsed}");
 }
 

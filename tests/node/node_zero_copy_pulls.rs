@@ -18,11 +18,11 @@ use common::{run_local, wait_for};
 use ringmq::client::{pull_request, send_request_v2, Client};
 use ringmq::io::file_body::{BodyChunk, FileBody, FileRange};
 use ringmq::node::NodeHandle;
-use ringmq::remoting::body_send::BodySend;
 use ringmq::remoting::codes::response;
-use ringmq::remoting::connection::{serve_connection, ConnectionLimits, RequestHandler};
-use ringmq::remoting::traffic::Traffic;
 use ringmq::remoting::RemotingCommand;
+use ringmq::server::body_send::BodySend;
+use ringmq::server::connection::{serve_connection, ConnectionLimits, RequestHandler};
+use ringmq::server::traffic::Traffic;
 use ringmq::store::segment::segment_name;
 
 const SEGMENT: u64 = 64 * 1024;

@@ -95,7 +95,7 @@ pub async fn broker_consume_stats(
 /// Broker offset minus consumer offset summed over a `ConsumeStats`'s queues, and how
 /// many queues it lists.
 fn diff_of(body: &[u8]) -> Result<(i64, usize), String> {
-    let parsed = crate::tools::admin::fastjson::parse(body).map_err(|error| error.to_string())?;
+    let parsed = crate::remoting::fastjson::parse(body).map_err(|error| error.to_string())?;
     let Some(table) = parsed
         .get("offsetTable")
         .and_then(|table| table.as_object())

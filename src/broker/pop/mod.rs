@@ -449,7 +449,7 @@ fn park(
 ) -> Result<
     (
         pull::ParkedGuard<'_>,
-        Option<crate::remoting::backlog::Parked>,
+        Option<crate::server::backlog::Parked>,
     ),
     (i32, String),
 > {
@@ -462,7 +462,7 @@ fn park(
             ),
         ));
     }
-    let connection = crate::remoting::backlog::try_park_current().map_err(|count| {
+    let connection = crate::server::backlog::try_park_current().map_err(|count| {
         (
             response::POLLING_FULL,
             format!(

@@ -295,7 +295,7 @@ async fn park_until_found(
     let deadline = tokio::time::Instant::now() + wait;
     // Parked, it no longer holds its connection's reads back (bounded per shard by the
     // caller, and per connection here: past that bound it answers at once).
-    let Ok(connection_parked) = crate::remoting::backlog::try_park_current() else {
+    let Ok(connection_parked) = crate::server::backlog::try_park_current() else {
         return Ok(outcome);
     };
     broker.parked.set(broker.parked.get() + 1);
@@ -314,7 +314,7 @@ async fn park_until_found(
                 }
             }
             // Nobody is left to answer.
-            () = crate::remoting::backlog::closed(&connection_parked) => return Ok(outcome),
+            () = crate::server::backlog::closed(&connection_parked) => return Ok(outcome),
         }
     }
 }

@@ -228,7 +228,7 @@ pub async fn send_message(
 /// [`send_message`] without awaiting: `respond` gets the response once the store has
 /// decided (at once for a refusal), from whatever runs on this shard then. What lets the
 /// connection take a send without a task
-/// ([`crate::remoting::connection::RequestHandler::handle_now`]).
+/// ([`crate::server::connection::RequestHandler::handle_now`]).
 pub fn send_message_then(
     broker: &Broker,
     request: &RemotingCommand,

@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::remoting::codes::request;
-use crate::remoting::connection::Outbound;
-use crate::remoting::outbound::NotQueued;
+use crate::server::connection::Outbound;
+use crate::server::outbound::NotQueued;
 
 use crate::broker::state::client_calls::CallError;
 use crate::remoting::{ExtFields, RemotingCommand, ONEWAY_FLAG};

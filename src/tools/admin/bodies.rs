@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::fastjson;
+use crate::remoting::fastjson;
 
 /// A message queue as RocketMQ names one.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]

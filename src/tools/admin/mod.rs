@@ -8,8 +8,8 @@
 //! - [`commands`]: one function per command: argument checks, calls, output.
 //! - [`wire`]: connections, bounded by `--timeout`, what response codes mean, and naming
 //!   an address that is the wrong thing (a broker given as the name server, an HTTP port).
-//! - [`bodies`]: typed readers of the response bodies; [`fastjson`]: the JSON reader that
-//!   accepts RocketMQ's non-standard object and integer map keys.
+//! - [`bodies`]: typed readers of the response bodies, through the codec's JSON reader
+//!   ([`crate::remoting::fastjson`]), which accepts RocketMQ's object and integer map keys.
 //! - [`message`]: stored records decoded into what the query commands print.
 //! - [`output`]: tables, `key: value` blocks and the JSON form; [`time`]: timestamps in
 //!   and out.
@@ -22,7 +22,6 @@ pub mod args;
 pub mod bodies;
 pub mod commands;
 pub mod error;
-pub mod fastjson;
 pub mod message;
 pub mod output;
 pub mod time;

@@ -62,7 +62,7 @@
 //!   `max_partial_frame_bytes` is closed. Every close for a limit is counted in the
 //!   shard's [`Traffic`] and logged (rate-limited per shard, see below).
 //! - Warnings are bounded: text a peer sent reaches a log line only through
-//!   [`log_safe`](super::log_safe), and connection-closing warnings pass a per-shard [`WarnLimiter`]
+//!   [`log_safe`](crate::remoting::log_safe), and connection-closing warnings pass a per-shard [`WarnLimiter`]
 //!   (repeated ones on one connection, its pauses, a per-connection one), so a flood of
 //!   hostile connections cannot flood the log.
 //!
@@ -85,13 +85,13 @@ use tokio::time::Instant;
 use super::admission::{Admission, Admitted};
 use super::backlog::{Backlog, BacklogBounds, InFlight};
 use super::body_send::{BodySend, BodySender};
-use super::command::RemotingCommand;
-use super::frame::{encode_response, take_frame};
-use super::log_safe::{log_safe_max, Warn, WarnLimiter};
 use super::outbound::Queued;
 use super::reply_batch::{self, ConnectionWriter};
 use super::traffic::{LimitEvent, Traffic};
 use crate::net::Connection;
+use crate::remoting::command::RemotingCommand;
+use crate::remoting::frame::{encode_response, take_frame};
+use crate::remoting::log_safe::{log_safe_max, Warn, WarnLimiter};
 
 pub use super::outbound::{NotQueued, Outbound};
 
@@ -699,7 +699,7 @@ mod tests {
         let mut big = response(1);
         big.body = vec![7u8; 4 * 1024 * 1024].into();
         let mut bytes = Vec::new();
-        super::super::frame::encode_frame(&big, &mut bytes).unwrap();
+        crate::remoting::frame::encode_frame(&big, &mut bytes).unwrap();
         // The start of the next frame stays behind.
         bytes.extend_from_slice(&[0, 0]);
         let mut buffer = BytesMut::with_capacity(small);
@@ -734,7 +734,7 @@ mod tests {
         let backlog = Backlog::new(BacklogBounds::per_connection(8, 1 << 20), traffic.clone());
         let (responses, mut queued) = Outbound::new(backlog.clone());
         let answer = response(1);
-        let cost = crate::remoting::backlog::response_cost(&answer);
+        let cost = crate::server::backlog::response_cost(&answer);
         reply(&responses, false, backlog.start_request(0)).send(answer);
         // Queued (and so charged) before a writer on any thread could see it.
         assert_eq!((backlog.requests(), backlog.bytes()), (0, cost));

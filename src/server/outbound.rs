@@ -24,7 +24,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::backlog::{response_cost, Backlog, InFlight};
-use super::command::RemotingCommand;
+use crate::remoting::command::RemotingCommand;
 
 /// A frame on the writer queue and what it was charged.
 #[derive(Debug)]
@@ -107,9 +107,9 @@ impl Outbound {
 mod tests {
     use super::*;
 
-    use crate::remoting::backlog::BacklogBounds;
     use crate::remoting::frame::test_response as response;
-    use crate::remoting::traffic::Traffic;
+    use crate::server::backlog::BacklogBounds;
+    use crate::server::traffic::Traffic;
 
     #[test]
     fn a_response_is_charged_before_its_request_ends_and_the_charge_travels_with_it() {

@@ -41,9 +41,9 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::backlog::Backlog;
-use super::command::RemotingCommand;
 use super::traffic::Traffic;
 use crate::net;
+use crate::remoting::command::RemotingCommand;
 
 /// Node-wide connection numbers, so a number never names two connections on any thread.
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -254,7 +254,7 @@ pub(crate) fn hold(number: u64, response: &RemotingCommand) -> bool {
         };
         let mut held = writer.held.borrow_mut();
         let before = held.len();
-        super::frame::encode_response(response, &mut held);
+        crate::remoting::frame::encode_response(response, &mut held);
         writer.backlog.queued(held.len() - before);
         drop(held);
         if !writer.in_batch.replace(true) {
@@ -294,7 +294,7 @@ mod tests {
         let (_read, write) = server.into_split();
         let traffic = Arc::new(Traffic::new());
         let backlog = Backlog::new(
-            crate::remoting::backlog::BacklogBounds::per_connection(1024, 1 << 20),
+            crate::server::backlog::BacklogBounds::per_connection(1024, 1 << 20),
             traffic.clone(),
         );
         let writer = ConnectionWriter::register(Box::new(write), traffic, backlog);

@@ -46,8 +46,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::command::RemotingCommand;
 use super::traffic::Traffic;
+use crate::remoting::command::RemotingCommand;
 
 /// The header bytes a queued response is charged for besides its body: a response frame's
 /// prefix and a typical JSON header (code, opaque, flag, a few extFields).
