@@ -6,18 +6,22 @@
 //! The crate is laid out along the path a message takes:
 //!
 //! - [`io`]: the disk I/O seam with its `uring`, `portable` and `sim` backends (D5).
-//! - [`net`]: the network seam, real TCP and a seeded simulated network (not yet under
-//!   the node's connections).
+//! - [`net`]: the network seam, real TCP and a seeded simulated network; every
+//!   connection of the node and the client goes through it.
 //! - [`store`]: one shard's embedded store: record codec, CommitLog, ConsumeQueues,
 //!   flush, checkpoint, recovery and offline inspection (D2 to D11).
-//! - [`remoting`]: the wire codec, plus [`server::connection`], which serves one TCP
-//!   connection on its shard. A pull's records travel as file ranges
+//! - [`remoting`]: the wire codec, pure (no I/O).
+//! - [`server`]: serving connections: [`server::connection`] serves one connection (of
+//!   any transport) on its shard. A pull's records travel as file ranges
 //!   ([`io::file_body`], read by [`store::read`]) that the connection writer sends
 //!   straight from the CommitLog files ([`server::body_send`], D8); every connection's
 //!   bytes are counted in [`server::traffic`].
 //! - [`broker`]: what each request means: send, pull (with long polling), offset queries.
-//! - [`node`]: the shard thread that owns the listener, the store and the connections
-//!   (`ringmq serve`), and the [`banner`] it prints; [`client`]: the in-project client.
+//! - [`shard`]: what a shard is, which queues it owns, its mailboxes, and the shard service
+//!   seam ([`shard::service`]) through which each feature engine joins a shard.
+//! - [`node`]: the running node (`ringmq serve`): its start, one shard's life, and a
+//!   one-shard node on the calling thread over any transport ([`node::local`]); the
+//!   [`banner`] it prints; [`client`]: the in-project client.
 //! - [`tools`]: programs built on the library, which nothing in the library imports:
 //!   [`tools::admin`] (`ringmq admin`, mqadmin's everyday commands against a running node)
 //!   and [`tools::bench`] (the load generators: `ringmq bench`, `bench produce|consume`,

@@ -96,7 +96,7 @@
 pub mod http;
 pub mod process;
 pub mod rates;
-mod sections;
+pub mod sections;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! puts a whole node on the simulated network ([`crate::net::sim`], which is
 //! single-threaded), beside its clients and, next, the other nodes of a cluster.
 //!
-//! It is the real node's shard ([`super::shard`]): the same config validation, store,
+//! It is the real node's shard (`node/shard.rs`): the same config validation, store,
 //! broker, feature engines, connection code and name server. What it leaves out is what
 //! only a process needs: shard threads and pinning (one shard, the caller's thread), and
 //! the Prometheus endpoint (its figures are in [`LocalNode::metrics`]). A config asking for

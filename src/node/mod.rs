@@ -5,7 +5,7 @@
 //! mailboxes between shards). Shard 0 also serves the embedded name server and runs the
 //! node-wide housekeeping (client expiry, the periodic consumer-offset write).
 //!
-//! [`start`] is the one entry, and a validated [`NodeConfig`] the one thing it starts
+//! [`start`] is the one entry, and a validated `NodeConfig` the one thing it starts
 //! from: `ringmq serve` builds that from broker.conf, TOML and flags, and the integration
 //! tests build it too (`tests/common`, with port 0), so a test node runs with settings a
 //! user could write and the start refuses what `ringmq serve` would. It validates the
@@ -14,14 +14,18 @@
 //! node-wide tables (`config/topics.json`, `config/consumerOffset.json`,
 //! `config/delayOffset.json`, `config/subscriptionGroup.json`; a corrupt one stops the
 //! start naming the file), then starts the shards and returns once every one serves, with
-//! the bound addresses and a [`NodeHandle`]. Each shard runs the delay scheduler of every
-//! level whose `SCHEDULE_TOPIC_XXXX` queue it owns (`broker/delay/mod.rs`) and registers the
-//! protected consumer groups (`retentionProtectedGroups`) on its store as retention holds
-//! before the store's first retention run (`broker/protected_groups.rs`). If one shard fails to start,
-//! the others are stopped cleanly and the start fails with that shard's error.
+//! the bound addresses and a [`NodeHandle`]. Each shard opens the feature engines of its
+//! service table (consumer-aware retention, delay levels, timers, POP; see
+//! [`crate::shard::service`]) before the store's first retention run. If one shard fails to
+//! start, the others are stopped cleanly and the start fails with that shard's error.
+//!
+//! Files: `start.rs` (the start's steps), `shard.rs` (one shard's life over any listener
+//! of the network seam, and the service table), `local.rs` ([`local::LocalNode`]: one
+//! shard on the calling thread over any transport, for the simulated-network tests), this
+//! file ([`NodeHandle`], the final table writes).
 //!
 //! Every listener's accept loop (broker and name server, all shards) admits connections
-//! through one node-wide [`Admission`]: at most `max_connections` open, and at most
+//! through one node-wide `Admission` (`server::admission`): at most `max_connections` open, and at most
 //! `max_partial_frame_bytes` held in frames still arriving; a connection beyond the first
 //! is closed as it is accepted, counted, and reported once per interval.
 //!
