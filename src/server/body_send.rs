@@ -68,16 +68,26 @@ impl BodySend {
 }
 
 impl std::str::FromStr for BodySend {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownBodySend;
+    fn from_str(text: &str) -> Result<Self, UnknownBodySend> {
         match text {
             "auto" => Ok(BodySend::Auto),
             "sendfile" => Ok(BodySend::Sendfile),
             "mmap" => Ok(BodySend::Mmap),
-            other => Err(format!(
-                "unknown body send mode '{other}': expected auto, sendfile or mmap"
-            )),
+            other => Err(UnknownBodySend(other.to_string())),
         }
+    }
+}
+
+/// A `bodySend` value that names no mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown body send mode '{0}': expected auto, sendfile or mmap")]
+pub struct UnknownBodySend(pub String);
+
+/// The key table's setters report a value's error as its text.
+impl From<UnknownBodySend> for String {
+    fn from(error: UnknownBodySend) -> String {
+        error.to_string()
     }
 }
 

@@ -81,16 +81,15 @@ impl Timers {
 
     /// Refuses a checkpoint that claims timer-queue entries past `queue_end`: recovery
     /// would index from there and the pending timers in between would never be delivered.
-    pub fn check_against_queue(&self, queue_end: u64) -> Result<(), String> {
+    pub fn check_against_queue(&self, queue_end: u64) -> Result<(), CheckpointAhead> {
         let store = self.store.borrow();
         let claims = store.checkpoint_claims();
         if claims > queue_end {
-            return Err(format!(
-                "{} says the timer queue was indexed up to offset {claims}, but the queue ends at {queue_end}: \
-                 the pending timers in between would be dropped; fix or remove it (without it every \
-                 pending timer is indexed again, and one delivered already may come twice)",
-                store.checkpoint_path().display()
-            ));
+            return Err(CheckpointAhead {
+                path: store.checkpoint_path(),
+                claims,
+                queue_end,
+            });
         }
         Ok(())
     }
@@ -114,6 +113,20 @@ impl Timers {
     pub fn checkpoint(&self) -> std::io::Result<()> {
         self.store.borrow_mut().checkpoint()
     }
+}
+
+/// A timer checkpoint that claims more of the timer queue than the queue holds.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} says the timer queue was indexed up to offset {claims}, but the queue ends at {queue_end}: \
+     the pending timers in between would be dropped; fix or remove it (without it every \
+     pending timer is indexed again, and one delivered already may come twice)",
+    path.display()
+)]
+pub struct CheckpointAhead {
+    pub path: std::path::PathBuf,
+    pub claims: u64,
+    pub queue_end: u64,
 }
 
 /// What became of a due key.

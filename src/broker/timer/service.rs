@@ -27,9 +27,7 @@ pub fn open(broker: &Rc<Broker>) -> anyhow::Result<Rc<dyn ShardService>> {
         queue,
         broker.config.timer_limits,
     )?;
-    timers
-        .check_against_queue(store.max_offset(super::TIMER_TOPIC, queue))
-        .map_err(anyhow::Error::msg)?;
+    timers.check_against_queue(store.max_offset(super::TIMER_TOPIC, queue))?;
     let timers = Rc::new(timers);
     super::holds::hold(store, &timers);
     broker.set_timers(timers.clone());

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use paths::{Direction, NetConfig, PathState};
+pub use paths::{BadNetConfig, Direction, NetConfig, PathState};
 pub use pipe::{SimConnection, SimReadHalf, SimWriteHalf};
 
 use super::{read_range, Connection, Listener, Transport, WriteHalf};
@@ -102,7 +102,7 @@ pub struct SimNet {
 }
 
 impl SimNet {
-    pub fn new(config: NetConfig) -> Result<SimNet, String> {
+    pub fn new(config: NetConfig) -> Result<SimNet, BadNetConfig> {
         config.validate()?;
         Ok(SimNet {
             state: Rc::new(RefCell::new(NetState {

@@ -56,24 +56,35 @@ impl Default for NetConfig {
 
 impl NetConfig {
     /// Refuses a configuration the draws cannot use.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BadNetConfig> {
         if self.min_delay > self.max_delay {
-            return Err(format!(
-                "min_delay {:?} exceeds max_delay {:?}",
-                self.min_delay, self.max_delay
-            ));
+            return Err(BadNetConfig::DelayRange {
+                min: self.min_delay,
+                max: self.max_delay,
+            });
         }
         if self.loss_percent > 100 || self.clog_percent > 100 {
-            return Err(format!(
-                "loss_percent {} and clog_percent {} must be percentages",
-                self.loss_percent, self.clog_percent
-            ));
+            return Err(BadNetConfig::NotAPercentage {
+                loss: self.loss_percent,
+                clog: self.clog_percent,
+            });
         }
         if self.connection_buffer_bytes == 0 || self.accept_backlog == 0 {
-            return Err("connection_buffer_bytes and accept_backlog must be at least 1".into());
+            return Err(BadNetConfig::ZeroBound);
         }
         Ok(())
     }
+}
+
+/// Why a [`NetConfig`] is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNetConfig {
+    #[error("min_delay {min:?} exceeds max_delay {max:?}")]
+    DelayRange { min: Duration, max: Duration },
+    #[error("loss_percent {loss} and clog_percent {clog} must be percentages")]
+    NotAPercentage { loss: u64, clog: u64 },
+    #[error("connection_buffer_bytes and accept_backlog must be at least 1")]
+    ZeroBound,
 }
 
 /// Which way a partition cuts.
@@ -288,7 +299,11 @@ mod tests {
             max_delay: Duration::from_millis(1),
             ..NetConfig::default()
         };
-        assert!(inverted.validate().unwrap_err().contains("min_delay"));
+        assert!(inverted
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("min_delay"));
         let loss = NetConfig {
             loss_percent: 101,
             ..NetConfig::default()
