@@ -159,8 +159,6 @@ pub struct NodeTables {
     pub request_modes: Arc<request_modes::RequestModes>,
     /// The node's settings as the admin requests read and change them.
     pub settings: Arc<live_settings::LiveSettings>,
-    /// What every shard's embedded name server shares.
-    pub namesrv: Arc<crate::namesrv::admin::NamesrvState>,
     /// The parked pops of any queue, which every shard's arrivals wake.
     pub pop_wakes: Arc<pop::wake::AnyQueueWakes>,
 }
@@ -182,13 +180,9 @@ impl NodeTables {
                 .path()
                 .with_file_name(request_modes::FILE_NAME),
         );
-        // The defaults until a node sets what it runs with ([`crate::node`] does at start).
-        let settings = crate::node_config::NodeConfig::default();
-        let namesrv =
-            crate::namesrv::admin::NamesrvState::new(settings.namesrv_port, settings.bind_address);
         NodeTables {
-            settings: Arc::new(live_settings::LiveSettings::new(settings, 0)),
-            namesrv: Arc::new(namesrv),
+            // Until a node sets what it runs with ([`crate::node`] does at start).
+            settings: Arc::new(live_settings::LiveSettings::unset()),
             pop_wakes: Arc::new(pop::wake::AnyQueueWakes::default()),
             request_modes: Arc::new(request_modes),
             delay_offsets: Arc::new(delay_offsets),
@@ -237,7 +231,6 @@ pub struct Broker {
     pub(crate) pops: std::cell::OnceCell<Rc<pop::Pops>>,
     pub(crate) request_modes: Arc<request_modes::RequestModes>,
     pub(crate) settings: Arc<live_settings::LiveSettings>,
-    pub(crate) namesrv: Arc<crate::namesrv::admin::NamesrvState>,
     pub(crate) pop_wakes: Arc<pop::wake::AnyQueueWakes>,
 }
 
@@ -265,7 +258,6 @@ impl Broker {
             pops: std::cell::OnceCell::new(),
             request_modes: tables.request_modes,
             settings: tables.settings,
-            namesrv: tables.namesrv,
             pop_wakes: tables.pop_wakes,
             topics: tables.topics,
             groups: tables.groups,

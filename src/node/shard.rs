@@ -24,6 +24,7 @@ use crate::config::StoreConfig;
 use crate::io::open_backend;
 use crate::metrics::rates::ShardSampler;
 use crate::metrics::ShardMetrics;
+use crate::namesrv::admin::NamesrvState;
 use crate::namesrv::NameServer;
 use crate::net::Listener;
 use crate::node_config::NodeConfig;
@@ -52,8 +53,8 @@ const SERVICES: &[OpenService] = &[
 pub(super) struct ShardStart<L> {
     pub id: u8,
     pub listener: L,
-    /// Shard 0 only.
-    pub namesrv_listener: Option<L>,
+    /// Shard 0 only: the embedded name server's listener and state.
+    pub namesrv: Option<(L, Arc<NamesrvState>)>,
     pub advertised: SocketAddr,
     pub inbox: MailboxReceiver,
     pub context: ShardContext,
@@ -76,7 +77,10 @@ impl<L> ShardStart<L> {
         Ok(ShardStart {
             id: self.id,
             listener: change(self.listener)?,
-            namesrv_listener: self.namesrv_listener.map(&mut change).transpose()?,
+            namesrv: match self.namesrv {
+                Some((listener, state)) => Some((change(listener)?, state)),
+                None => None,
+            },
             advertised: self.advertised,
             inbox: self.inbox,
             context: self.context,
@@ -119,12 +123,12 @@ pub(super) async fn run_shard<L: Listener>(
     broker.metrics().set_ready(true);
     ready(id);
     let traffic = broker.metrics().traffic.clone();
-    if let Some(listener) = listeners.namesrv {
+    if let Some((listener, state)) = listeners.namesrv {
         let handler = Rc::new(NameServer::new(
             broker.identity().clone(),
             broker.topics.clone(),
             broker.clock,
-            broker.namesrv.clone(),
+            state,
         ));
         let accepting = accept_connections(
             listener,
@@ -165,7 +169,7 @@ pub(super) async fn run_shard<L: Listener>(
 /// What a shard accepts on, and what it serves with besides its broker.
 struct ShardListeners<L> {
     broker: L,
-    namesrv: Option<L>,
+    namesrv: Option<(L, Arc<NamesrvState>)>,
     inbox: MailboxReceiver,
     admission: Arc<Admission>,
 }
@@ -178,7 +182,7 @@ async fn open_shard<L>(
     let ShardStart {
         id,
         listener,
-        namesrv_listener,
+        namesrv,
         advertised,
         inbox,
         context,
@@ -210,7 +214,7 @@ async fn open_shard<L>(
     ));
     let listeners = ShardListeners {
         broker: listener,
-        namesrv: namesrv_listener,
+        namesrv,
         inbox,
         admission,
     };

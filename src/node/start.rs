@@ -153,13 +153,15 @@ pub(super) struct NodeParts {
     pub settings: ShardSettings,
     pub tables: NodeTables,
     pub admission: Arc<Admission>,
+    /// What the embedded name server keeps (its config, its KV entries); served by shard 0.
+    pub namesrv: Arc<NamesrvState>,
 }
 
 impl NodeParts {
     /// Loads the node-wide tables from the store root of `running` and derives the shard
     /// settings; `namesrv_port` is the embedded name server's bound port.
     pub fn load(running: NodeConfig, namesrv_port: u16) -> anyhow::Result<NodeParts> {
-        let tables = load_tables(&running, namesrv_port)?;
+        let tables = load_tables(&running)?;
         let settings = ShardSettings {
             broker: node_config::broker_config(&running),
             connection: node_config::connection_limits(&running),
@@ -170,10 +172,15 @@ impl NodeParts {
             settings.config.max_partial_frame_bytes,
             settings.connection.warn_interval,
         );
+        let namesrv = Arc::new(NamesrvState::new(
+            namesrv_port,
+            settings.config.bind_address,
+        ));
         Ok(NodeParts {
             settings,
             tables,
             admission,
+            namesrv,
         })
     }
 
@@ -182,11 +189,12 @@ impl NodeParts {
     pub fn shard_starts<L>(
         &self,
         listeners: Vec<L>,
-        mut namesrv_listener: Option<L>,
+        namesrv_listener: Option<L>,
         advertised: SocketAddr,
         metrics: &NodeMetrics,
     ) -> Vec<ShardStart<L>> {
         let config = &self.settings.config;
+        let mut namesrv_listener = namesrv_listener;
         let (senders, inboxes): (Vec<_>, Vec<MailboxReceiver>) = (0..config.shards)
             .map(|_| mailbox::mailbox(config.shard_mailbox_capacity))
             .unzip();
@@ -196,7 +204,9 @@ impl NodeParts {
             .map(|((id, listener), inbox)| ShardStart {
                 id,
                 listener,
-                namesrv_listener: namesrv_listener.take(),
+                namesrv: namesrv_listener
+                    .take()
+                    .map(|listener| (listener, self.namesrv.clone())),
                 advertised,
                 inbox,
                 context: ShardContext::new(id, senders.clone()),
@@ -210,7 +220,7 @@ impl NodeParts {
 }
 
 /// The node-wide tables of `running`'s store root.
-fn load_tables(running: &NodeConfig, namesrv_port: u16) -> anyhow::Result<NodeTables> {
+fn load_tables(running: &NodeConfig) -> anyhow::Result<NodeTables> {
     let dir = &running.store_path_root_dir;
     let topics = TopicTable::load(
         dir,
@@ -223,8 +233,8 @@ fn load_tables(running: &NodeConfig, namesrv_port: u16) -> anyhow::Result<NodeTa
     tables.request_modes = Arc::new(crate::broker::tables::request_modes::RequestModes::load(
         dir,
     )?);
-    tables.settings = Arc::new(LiveSettings::new(running.clone(), Clock::system().now_ms()));
-    tables.namesrv = Arc::new(NamesrvState::new(namesrv_port, running.bind_address));
+    let live = Box::new(running.clone());
+    tables.settings = Arc::new(LiveSettings::new(live, Clock::system().now_ms()));
     Ok(tables)
 }
 

@@ -56,6 +56,7 @@ pub mod derive;
 mod key;
 mod keys;
 pub mod live;
+mod live_config;
 mod loader;
 mod parse;
 mod properties;

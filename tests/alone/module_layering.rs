@@ -71,37 +71,7 @@ struct Allowed {
 
 /// Every entry here is owed by a file this check's author could not edit in issue 24;
 /// remove an entry once its import is gone (the check then says it is stale).
-const ALLOWED: &[Allowed] = &[
-    Allowed {
-        from: "broker",
-        to: "node_config",
-        file: "broker/state/live_settings.rs",
-        why: "LiveSettings holds the NodeConfig the admin requests read and change \
-              (apply_live, broker_conf_text, Refused): the live settings belong with the \
-              node's config, handed to the broker behind a trait or as a value",
-    },
-    Allowed {
-        from: "broker",
-        to: "node_config",
-        file: "broker/admin/broker_config_requests.rs",
-        why: "UPDATE_BROKER_CONFIG answers with node_config::live::Refused; goes with \
-              live_settings.rs",
-    },
-    Allowed {
-        from: "broker",
-        to: "node_config",
-        file: "broker/mod.rs",
-        why: "NodeTables::in_memory starts the live settings from NodeConfig::default; \
-              goes with live_settings.rs",
-    },
-    Allowed {
-        from: "broker",
-        to: "namesrv",
-        file: "broker/mod.rs",
-        why: "Broker holds the embedded name server's shared state \
-              (namesrv::admin::NamesrvState); the node should hand both their share",
-    },
-];
+const ALLOWED: &[Allowed] = &[];
 
 // ---------------------------------------------------------------------------------------
 // Reading the sources.

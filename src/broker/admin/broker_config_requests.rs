@@ -15,7 +15,7 @@
 //! (29) naming the key (Java logs and ignores a value it cannot parse). No body changes
 //! nothing and is SUCCESS, as in Java.
 
-use crate::node_config::live::Refused;
+use crate::broker::state::live_settings::Refused;
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
