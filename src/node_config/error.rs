@@ -85,3 +85,75 @@ impl ValueError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of each kind, as it was when the parsers returned strings.
+    #[test]
+    fn messages_keep_their_text() {
+        let cases = [
+            (
+                ValueError::WrongType {
+                    expected: "a string",
+                    found: "an integer",
+                },
+                "expected a string, found an integer",
+            ),
+            (
+                ValueError::Negative { given: "-1".into() },
+                "-1 must not be negative",
+            ),
+            (
+                ValueError::TooLarge {
+                    given: "101".into(),
+                    max: 100,
+                },
+                "101 is too large (at most 100)",
+            ),
+            (
+                ValueError::HoursTooLong { hours: 87601 },
+                "87601 hours is more than ten years",
+            ),
+            (
+                ValueError::refused("yes", "is not true or false"),
+                "'yes' is not true or false",
+            ),
+            (
+                ValueError::UnsupportedRole { role: "SLAVE" },
+                "SLAVE is not supported yet (replication comes later); use ASYNC_MASTER",
+            ),
+            (
+                ValueError::UnsupportedExporter {
+                    given: "LOG".into(),
+                },
+                "LOG is not supported: ringmq serves PROM (its /metrics endpoint) or DISABLE",
+            ),
+            (
+                ValueError::NotAdvertisable {
+                    ip: "0.0.0.0".parse().unwrap(),
+                },
+                "0.0.0.0 cannot be advertised to clients; give the address they reach this node at",
+            ),
+            (
+                ValueError::Repeated { group: "G".into() },
+                "group 'G' is listed twice",
+            ),
+            (
+                ValueError::NotAnHour { hour: 24 },
+                "24 is not an hour of the day (0 to 23)",
+            ),
+            (
+                ValueError::Percent(Box::new(ValueError::TooLarge {
+                    given: "101".into(),
+                    max: 100,
+                })),
+                "101 is too large (at most 100) (percent)",
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
+    }
+}

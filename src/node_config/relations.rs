@@ -149,4 +149,53 @@ mod tests {
             (relation.check)(&config).unwrap();
         }
     }
+
+    /// The message of each broken relation, as `ringmq serve` prints it after the key.
+    #[test]
+    fn broken_relations_say_what_breaks_them() {
+        let broken = |change: fn(&mut NodeConfig)| {
+            let mut config = NodeConfig::default();
+            change(&mut config);
+            RELATIONS
+                .iter()
+                .find_map(|relation| (relation.check)(&config).err())
+                .expect("a relation breaks")
+                .to_string()
+        };
+        assert_eq!(
+            broken(|c| c.broker_id = 2),
+            "2 must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)"
+        );
+        assert_eq!(
+            broken(|c| c.namesrv_port = c.listen_port),
+            "10911 is also listen_port"
+        );
+        assert_eq!(
+            broken(|c| c.metrics_port = c.namesrv_port),
+            "9876 is also namesrv_port"
+        );
+        assert_eq!(
+            broken(|c| c.maped_file_size_commit_log = 8192),
+            format!(
+                "{} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a 8192-byte \
+                 CommitLog segment (maped_file_size_commit_log)",
+                NodeConfig::default().max_message_size
+            )
+        );
+        assert_eq!(
+            broken(|c| c.max_partial_frame_bytes = c.max_frame_size - 1),
+            format!(
+                "{} must be at least max_frame_size ({}): one whole frame must fit",
+                NodeConfig::default().max_frame_size - 1,
+                NodeConfig::default().max_frame_size
+            )
+        );
+        assert_eq!(
+            broken(|c| c.max_frame_size = c.max_message_size),
+            format!(
+                "{0} must be at least max_message_size ({0}) + {FRAME_HEADER_ROOM} bytes of header",
+                NodeConfig::default().max_message_size
+            )
+        );
+    }
 }

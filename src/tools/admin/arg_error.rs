@@ -23,3 +23,39 @@ pub enum DurationError {
     #[error("{text:?}: a timeout between 1ms and 1h")]
     OutOfRange { text: String },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of each kind, as it was when the parsers returned strings.
+    #[test]
+    fn messages_keep_their_text() {
+        let addr = AddrError::NotHostPort {
+            text: "h".into(),
+            why: "no port",
+        };
+        assert_eq!(addr.to_string(), "\"h\" is not host:port: no port");
+        assert_eq!(
+            AddrError::FromEnv(Box::new(addr)).to_string(),
+            "\"h\" is not host:port: no port (NAMESRV_ADDR holds it)"
+        );
+        let text = || "5x".to_string();
+        assert_eq!(
+            DurationError::NotANumber { text: text() }.to_string(),
+            "\"5x\" is not a duration (e.g. 500ms, 5s, 1m)"
+        );
+        assert_eq!(
+            DurationError::UnknownUnit {
+                text: text(),
+                unit: "x".into()
+            }
+            .to_string(),
+            "\"5x\": unknown unit \"x\" (ms, s or m)"
+        );
+        assert_eq!(
+            DurationError::OutOfRange { text: text() }.to_string(),
+            "\"5x\": a timeout between 1ms and 1h"
+        );
+    }
+}

@@ -56,3 +56,45 @@ impl From<BodyError> for super::error::AdminError {
         super::error::AdminError::Node(error.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BodyProblem::*;
+    use super::*;
+
+    /// The text of each kind, as it was when the readers returned strings.
+    #[test]
+    fn messages_keep_their_text() {
+        let what = "the topic stats";
+        let cases = [
+            (NoField { field: "maxOffset" }, "no `maxOffset`"),
+            (NoObject { field: "table" }, "no `table` object"),
+            (NoArray { field: "topicList" }, "no `topicList` array"),
+            (
+                NotAnObject {
+                    field: "offsetTable",
+                },
+                "`offsetTable` is not an object",
+            ),
+            (NotANumber { field: "perm" }, "`perm` is not a number"),
+            (
+                NotAQueue { key: "nope".into() },
+                "key \"nope\" is not a message queue",
+            ),
+            (
+                NotABrokerId { id: "x".into() },
+                "broker id \"x\" is not a number",
+            ),
+            (
+                NotAnOffset { key: "k".into() },
+                "the offset of k is not a number",
+            ),
+        ];
+        for (problem, text) in cases {
+            assert_eq!(
+                BodyError::new(what, problem).to_string(),
+                format!("{what}: {text}")
+            );
+        }
+    }
+}
