@@ -2,6 +2,7 @@
 //! line, next to the parser and printer that move its value in and out of [`NodeConfig`].
 //! The table of every key is [`super::keys::KEYS`].
 
+use super::error::ValueError;
 use super::parse::Value;
 use super::NodeConfig;
 
@@ -18,20 +19,20 @@ pub(super) struct Key {
     /// The doc line: what the setting means.
     pub meaning: &'static str,
     /// Parses a value into the field (refusing what its type cannot hold).
-    pub set: fn(&mut NodeConfig, Value) -> Result<(), String>,
+    pub set: fn(&mut NodeConfig, Value) -> Result<(), ValueError>,
     /// The field's value as a source would write it.
     pub get: fn(&NodeConfig) -> String,
 }
 
 impl Key {
     /// The key's own range check on `config`'s value; the message names the bound.
-    pub fn check(&self, config: &NodeConfig) -> Result<(), String> {
+    pub fn check(&self, config: &NodeConfig) -> Result<(), ValueError> {
         match &self.range {
             Range::Parsed(_) => Ok(()),
             Range::Number(bounds) => {
                 let text = (self.get)(config);
                 let value = text.parse::<u64>().map_err(|_| {
-                    format!("'{text}' is not a whole number (the key's printer is wrong)")
+                    ValueError::refused(&text, "is not a whole number (the key's printer is wrong)")
                 })?;
                 bounds.check(value)
             }
@@ -109,7 +110,7 @@ pub(super) enum Range {
     /// Any other rule on the key's own value; `doc` says what it wants.
     Rule {
         doc: &'static str,
-        check: fn(&NodeConfig) -> Result<(), String>,
+        check: fn(&NodeConfig) -> Result<(), ValueError>,
     },
 }
 
@@ -172,11 +173,14 @@ impl Bounds {
             && value.is_multiple_of(self.step)
     }
 
-    pub fn check(&self, value: u64) -> Result<(), String> {
+    pub fn check(&self, value: u64) -> Result<(), ValueError> {
         if self.contains(value) {
             Ok(())
         } else {
-            Err(format!("{value} must be {}", self.describe()))
+            Err(ValueError::OutOfRange {
+                value,
+                range: self.describe(),
+            })
         }
     }
 
@@ -202,18 +206,24 @@ mod tests {
     #[test]
     fn bounds_describe_and_check() {
         let ms = Bounds::at_least(1, Unit::Millis);
-        assert_eq!(ms.check(0).unwrap_err(), "0 must be at least 1 ms");
+        assert_eq!(
+            ms.check(0).unwrap_err().to_string(),
+            "0 must be at least 1 ms"
+        );
         assert!(ms.check(1).is_ok());
         let seconds = Bounds::at_least(1, Unit::Seconds);
-        assert_eq!(seconds.check(0).unwrap_err(), "0 must be at least 1 second");
+        assert_eq!(
+            seconds.check(0).unwrap_err().to_string(),
+            "0 must be at least 1 second"
+        );
         let ratio = Bounds::between(10, 95, Unit::Percent);
         assert_eq!(
-            ratio.check(96).unwrap_err(),
+            ratio.check(96).unwrap_err().to_string(),
             "96 must be between 10 and 95 (percent)"
         );
         let segment = Bounds::at_least(4096, Unit::Plain).multiple_of(4096);
         assert_eq!(
-            segment.check(1000).unwrap_err(),
+            segment.check(1000).unwrap_err().to_string(),
             "1000 must be a multiple of 4096, at least 4096"
         );
         assert!(segment.check(8192).is_ok());

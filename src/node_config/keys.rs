@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use super::error::ValueError;
 use super::key::Preset::{Constant, Machine, Text};
 use super::key::Range::{Number, Parsed, Rule};
 use super::key::{Bounds, Key, Unit};
@@ -38,7 +39,7 @@ macro_rules! key {
             default: $default,
             range: $range,
             meaning: $meaning,
-            set: |$c: &mut NodeConfig, $v: Value| -> Result<(), String> {
+            set: |$c: &mut NodeConfig, $v: Value| -> Result<(), ValueError> {
                 $set;
                 Ok(())
             },
@@ -444,7 +445,7 @@ pub(super) static KEYS: &[Key] = &[
         range: Number(Bounds::between(10, 95, Unit::Percent)),
         meaning: "disk use (%) at which expired files go at any hour",
         set: |c, v| c.disk_max_used_space_ratio =
-            uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
+            uint(v, 100).map_err(|e| ValueError::Percent(Box::new(e)))? as u8,
         get: |c| c.disk_max_used_space_ratio.to_string(),
     ),
     key!(
@@ -453,7 +454,7 @@ pub(super) static KEYS: &[Key] = &[
         range: Number(Bounds::between(10, 100, Unit::Percent)),
         meaning: "disk use (%) at which the oldest segments go even before they expire",
         set: |c, v| c.disk_space_clean_forcibly_ratio =
-            uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
+            uint(v, 100).map_err(|e| ValueError::Percent(Box::new(e)))? as u8,
         get: |c| c.disk_space_clean_forcibly_ratio.to_string(),
     ),
     key!(
@@ -462,7 +463,7 @@ pub(super) static KEYS: &[Key] = &[
         range: Number(Bounds::between(10, 100, Unit::Percent)),
         meaning: "disk use (%) at which sends are refused (SERVICE_NOT_AVAILABLE) until cleanup brings it below",
         set: |c, v| c.disk_space_warning_level_ratio =
-            uint(v, 100).map_err(|e| format!("{e} (percent)"))? as u8,
+            uint(v, 100).map_err(|e| ValueError::Percent(Box::new(e)))? as u8,
         get: |c| c.disk_space_warning_level_ratio.to_string(),
     ),
     key!(
@@ -759,38 +760,38 @@ pub(super) fn find_key(key: &str) -> Option<&'static Key> {
 // ---------------------------------------------------------------------------------------
 // The rules of the keys whose range is not a number.
 
-fn plain_name(name: &str) -> Result<(), String> {
+fn plain_name(name: &str) -> Result<(), ValueError> {
     if name.is_empty() {
-        return Err("must not be empty".into());
+        return Err(ValueError::Missing {
+            what: "must not be empty",
+        });
     }
     if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "'{name}' must not contain spaces or control characters"
+        return Err(ValueError::refused(
+            name,
+            "must not contain spaces or control characters",
         ));
     }
     Ok(())
 }
 
-fn supported_role(role: BrokerRole) -> Result<(), String> {
+fn supported_role(role: BrokerRole) -> Result<(), ValueError> {
     match role {
         BrokerRole::AsyncMaster => Ok(()),
-        role => Err(format!(
-            "{} is not supported yet (replication comes later); use ASYNC_MASTER",
-            role.as_str()
-        )),
+        role => Err(ValueError::UnsupportedRole {
+            role: role.as_str(),
+        }),
     }
 }
 
-fn advertisable(ip: std::net::IpAddr) -> Result<(), String> {
+fn advertisable(ip: std::net::IpAddr) -> Result<(), ValueError> {
     if ip.is_unspecified() || ip.is_multicast() {
-        return Err(format!(
-            "{ip} cannot be advertised to clients; give the address they reach this node at"
-        ));
+        return Err(ValueError::NotAdvertisable { ip });
     }
     Ok(())
 }
 
-fn host_ports(addr: &str) -> Result<(), String> {
+fn host_ports(addr: &str) -> Result<(), ValueError> {
     for part in addr.split(';') {
         let part = part.trim();
         let port = part
@@ -798,20 +799,27 @@ fn host_ports(addr: &str) -> Result<(), String> {
             .map(|(host, port)| (host, port.parse::<u16>()));
         match port {
             Some((host, Ok(port))) if !host.is_empty() && port != 0 => {}
-            _ => return Err(format!("'{part}' is not host:port (list several with ';')")),
+            _ => {
+                return Err(ValueError::refused(
+                    part,
+                    "is not host:port (list several with ';')",
+                ))
+            }
         }
     }
     Ok(())
 }
 
-fn non_empty_root(config: &NodeConfig) -> Result<(), String> {
+fn non_empty_root(config: &NodeConfig) -> Result<(), ValueError> {
     if config.store_path_root_dir.as_os_str().is_empty() {
-        return Err("is empty (the default is $HOME/store and HOME is not set)".into());
+        return Err(ValueError::Missing {
+            what: "is empty (the default is $HOME/store and HOME is not set)",
+        });
     }
     Ok(())
 }
 
-fn protected_groups(groups: &[String]) -> Result<(), String> {
+fn protected_groups(groups: &[String]) -> Result<(), ValueError> {
     for group in groups {
         crate::broker::naming::names::validate_group(group)?;
     }
@@ -820,7 +828,9 @@ fn protected_groups(groups: &[String]) -> Result<(), String> {
         .enumerate()
         .find_map(|(at, group)| groups[..at].contains(group).then_some(group))
     {
-        return Err(format!("group '{repeated}' is listed twice"));
+        return Err(ValueError::Repeated {
+            group: repeated.clone(),
+        });
     }
     Ok(())
 }
@@ -834,12 +844,14 @@ fn hours_text(hours: &[u8]) -> String {
         .join(";")
 }
 
-fn hours(hours: &[u8]) -> Result<(), String> {
+fn hours(hours: &[u8]) -> Result<(), ValueError> {
     if hours.is_empty() {
-        return Err("must name at least one hour of the day".into());
+        return Err(ValueError::Missing {
+            what: "must name at least one hour of the day",
+        });
     }
-    if let Some(hour) = hours.iter().find(|&&h| h > 23) {
-        return Err(format!("{hour} is not an hour of the day (0 to 23)"));
+    if let Some(&hour) = hours.iter().find(|&&h| h > 23) {
+        return Err(ValueError::NotAnHour { hour });
     }
     Ok(())
 }

@@ -207,7 +207,7 @@ impl ConfigLoader {
         value: Value,
     ) -> Result<(), ConfigError> {
         (def.set)(&mut self.config, value)
-            .map_err(|message| ConfigError::new(origin, spelled, message))?;
+            .map_err(|error| ConfigError::new(origin, spelled, error.to_string()))?;
         self.origins
             .insert(def.name, (origin.to_string(), spelled.to_string()));
         Ok(())

@@ -53,6 +53,7 @@
 //! shard n start at n << 56 (D4). Changing `shards` on an existing root is not supported.
 
 pub mod derive;
+pub mod error;
 mod key;
 mod keys;
 pub mod live;
@@ -105,15 +106,18 @@ impl MetricsExporter {
 }
 
 impl std::str::FromStr for MetricsExporter {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = error::ValueError;
+    fn from_str(text: &str) -> Result<Self, error::ValueError> {
         match text {
             "PROM" => Ok(MetricsExporter::Prom),
             "DISABLE" => Ok(MetricsExporter::Disable),
-            "OTLP_GRPC" | "LOG" => Err(format!(
-                "{text} is not supported: ringmq serves PROM (its /metrics endpoint) or DISABLE"
+            "OTLP_GRPC" | "LOG" => Err(error::ValueError::UnsupportedExporter {
+                given: text.to_string(),
+            }),
+            other => Err(error::ValueError::refused(
+                other,
+                "is not one of PROM, DISABLE",
             )),
-            other => Err(format!("'{other}' is not one of PROM, DISABLE")),
         }
     }
 }
@@ -414,10 +418,11 @@ impl NodeConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |key: &str, message: String| ConfigError::new("config", key, message);
         for key in keys::KEYS {
-            key.check(self).map_err(|message| fail(key.name, message))?;
+            key.check(self)
+                .map_err(|error| fail(key.name, error.to_string()))?;
         }
         for relation in relations::RELATIONS {
-            (relation.check)(self).map_err(|message| fail(relation.keys[0], message))?;
+            (relation.check)(self).map_err(|error| fail(relation.keys[0], error.to_string()))?;
         }
         // Backstop: the store's own checks, on the settings every shard shares.
         if let Err(message) = self.store_config_for_shard(0).validate() {

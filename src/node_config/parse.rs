@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::error::ValueError;
 use crate::config::FlushMode;
 use crate::io::IoChoice;
 
@@ -21,59 +22,77 @@ pub(super) enum Value<'a> {
     Bool(bool),
 }
 
-pub(super) fn text(value: Value<'_>) -> Result<&str, String> {
+pub(super) fn text(value: Value<'_>) -> Result<&str, ValueError> {
     match value {
         Value::Raw(s) | Value::Str(s) => Ok(s.trim()),
-        Value::Int(_) => Err("expected a string, found an integer".into()),
-        Value::Bool(_) => Err("expected a string, found a boolean".into()),
+        Value::Int(_) => Err(wrong_type("a string", "an integer")),
+        Value::Bool(_) => Err(wrong_type("a string", "a boolean")),
     }
 }
 
-pub(super) fn name(value: Value) -> Result<String, String> {
+pub(super) fn name(value: Value) -> Result<String, ValueError> {
     Ok(text(value)?.to_string())
 }
 
 /// A whole number, at most `max` (the field type's limit).
-pub(super) fn uint(value: Value, max: u64) -> Result<u64, String> {
+pub(super) fn uint(value: Value, max: u64) -> Result<u64, ValueError> {
     let number = match value {
-        Value::Int(n) if n < 0 => return Err(format!("{n} must not be negative")),
+        Value::Int(n) if n < 0 => {
+            return Err(ValueError::Negative {
+                given: n.to_string(),
+            })
+        }
         Value::Int(n) => n as u64,
         Value::Raw(s) => {
             let s = s.trim();
             match s.parse::<u64>() {
                 Ok(n) => n,
                 Err(_) if s.parse::<i64>().is_ok() => {
-                    return Err(format!("{s} must not be negative"))
+                    return Err(ValueError::Negative {
+                        given: s.to_string(),
+                    })
                 }
                 Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
-                    return Err(format!("{s} is too large (at most {max})"))
+                    return Err(ValueError::TooLarge {
+                        given: s.to_string(),
+                        max,
+                    })
                 }
-                Err(_) => return Err(format!("'{s}' is not a whole number")),
+                Err(_) => return Err(ValueError::refused(s, "is not a whole number")),
             }
         }
-        Value::Str(_) => return Err("expected an integer, found a string".into()),
-        Value::Bool(_) => return Err("expected an integer, found a boolean".into()),
+        Value::Str(_) => return Err(wrong_type("an integer", "a string")),
+        Value::Bool(_) => return Err(wrong_type("an integer", "a boolean")),
     };
     if number > max {
-        return Err(format!("{number} is too large (at most {max})"));
+        return Err(ValueError::TooLarge {
+            given: number.to_string(),
+            max,
+        });
     }
     Ok(number)
 }
 
-pub(super) fn port(value: Value) -> Result<u16, String> {
+pub(super) fn port(value: Value) -> Result<u16, ValueError> {
     match uint(value, u64::MAX)? {
         n @ 0..=65535 => Ok(n as u16),
-        n => Err(format!("{n} must be between 0 and 65535")),
+        n => Err(ValueError::OutOfRange {
+            value: n,
+            range: "between 0 and 65535".into(),
+        }),
     }
 }
 
+/// What `fileReservedTime` text must be.
+const NOT_A_RESERVED_TIME: &str = "is not a whole number of hours or a number with s, m or h";
+
 /// `fileReservedTime`: a whole number of hours (RocketMQ's unit, and the only form
 /// broker.conf has), or, as ringmq's own finer unit, a number with `s`, `m` or `h`.
-pub(super) fn reserved_time(value: Value) -> Result<Duration, String> {
+pub(super) fn reserved_time(value: Value) -> Result<Duration, ValueError> {
     const MAX_HOURS: u64 = 10 * 365 * 24;
-    let hours = |n: u64| -> Result<Duration, String> {
+    let hours = |n: u64| -> Result<Duration, ValueError> {
         if n > MAX_HOURS {
-            return Err(format!("{n} hours is more than ten years"));
+            return Err(ValueError::HoursTooLong { hours: n });
         }
         Ok(Duration::from_secs(n * 3600))
     };
@@ -89,45 +108,41 @@ pub(super) fn reserved_time(value: Value) -> Result<Duration, String> {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
-        _ => {
-            return Err(format!(
-                "'{text}' is not a whole number of hours or a number with s, m or h"
-            ))
-        }
+        _ => return Err(ValueError::refused(text, NOT_A_RESERVED_TIME)),
     };
-    let number: u64 = number.parse().map_err(|_| {
-        format!("'{text}' is not a whole number of hours or a number with s, m or h")
-    })?;
+    let number: u64 = number
+        .parse()
+        .map_err(|_| ValueError::refused(text, NOT_A_RESERVED_TIME))?;
     let seconds = number
         .checked_mul(scale)
         .filter(|&seconds| seconds <= MAX_HOURS * 3600)
-        .ok_or_else(|| format!("'{text}' is more than ten years"))?;
+        .ok_or_else(|| ValueError::refused(text, "is more than ten years"))?;
     Ok(Duration::from_secs(seconds))
 }
 
-pub(super) fn millis(value: Value) -> Result<Duration, String> {
+pub(super) fn millis(value: Value) -> Result<Duration, ValueError> {
     Ok(Duration::from_millis(uint(value, u64::MAX)?))
 }
 
-pub(super) fn flag(value: Value) -> Result<bool, String> {
+pub(super) fn flag(value: Value) -> Result<bool, ValueError> {
     match value {
         Value::Bool(b) => Ok(b),
         Value::Raw(s) if s.trim().eq_ignore_ascii_case("true") => Ok(true),
         Value::Raw(s) if s.trim().eq_ignore_ascii_case("false") => Ok(false),
-        Value::Raw(s) => Err(format!("'{}' is not true or false", s.trim())),
-        Value::Str(_) => Err("expected a boolean, found a string".into()),
-        Value::Int(_) => Err("expected a boolean, found an integer".into()),
+        Value::Raw(s) => Err(ValueError::refused(s.trim(), "is not true or false")),
+        Value::Str(_) => Err(wrong_type("a boolean", "a string")),
+        Value::Int(_) => Err(wrong_type("a boolean", "an integer")),
     }
 }
 
-pub(super) fn ip(value: Value) -> Result<IpAddr, String> {
+pub(super) fn ip(value: Value) -> Result<IpAddr, ValueError> {
     let s = text(value)?;
     s.parse()
-        .map_err(|_| format!("'{s}' is not an IP address (host names are not accepted)"))
+        .map_err(|_| ValueError::refused(s, "is not an IP address (host names are not accepted)"))
 }
 
 /// `deleteWhen`: `;`-separated hours of the day, returned ascending without repeats.
-pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, String> {
+pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, ValueError> {
     let s = match value {
         Value::Int(_) => return Ok(vec![uint(value, 23)? as u8]),
         other => text(other)?,
@@ -138,8 +153,9 @@ pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, String> {
         match part.parse::<u8>() {
             Ok(h) if h <= 23 && !part.is_empty() => hours.push(h),
             _ => {
-                return Err(format!(
-                    "'{part}' is not an hour of the day (00 to 23); list several with ';'"
+                return Err(ValueError::refused(
+                    part,
+                    "is not an hour of the day (00 to 23); list several with ';'",
                 ))
             }
         }
@@ -152,7 +168,7 @@ pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, String> {
 /// `retentionProtectedGroups`: `;`-separated consumer group names, each checked as
 /// requests check a group ([`crate::broker::naming::names::validate_group`]); returned in the
 /// order given without repeats. Empty text is no group.
-pub(super) fn group_names(value: Value) -> Result<Vec<String>, String> {
+pub(super) fn group_names(value: Value) -> Result<Vec<String>, ValueError> {
     let s = text(value)?;
     if s.is_empty() {
         return Ok(Vec::new());
@@ -161,8 +177,9 @@ pub(super) fn group_names(value: Value) -> Result<Vec<String>, String> {
     for part in s.split(';') {
         let part = part.trim();
         if part.is_empty() {
-            return Err(format!(
-                "'{s}' has an empty group name; list several with ';'"
+            return Err(ValueError::refused(
+                s,
+                "has an empty group name; list several with ';'",
             ));
         }
         crate::broker::naming::names::validate_group(part)?;
@@ -174,13 +191,16 @@ pub(super) fn group_names(value: Value) -> Result<Vec<String>, String> {
 }
 
 /// A path; a leading `~` is `$HOME`.
-pub(super) fn root_dir(value: Value) -> Result<PathBuf, String> {
+pub(super) fn root_dir(value: Value) -> Result<PathBuf, ValueError> {
     let s = text(value)?;
     if s.is_empty() {
-        return Err("must not be empty".into());
+        return Err(ValueError::Missing {
+            what: "must not be empty",
+        });
     }
     if s == "~" || s.starts_with("~/") {
-        let home = home_dir().ok_or_else(|| format!("'{s}' starts with ~ but HOME is not set"))?;
+        let home = home_dir()
+            .ok_or_else(|| ValueError::refused(s, "starts with ~ but HOME is not set"))?;
         return Ok(match s.strip_prefix("~/") {
             Some(rest) => home.join(rest),
             None => home,
@@ -189,12 +209,19 @@ pub(super) fn root_dir(value: Value) -> Result<PathBuf, String> {
     Ok(PathBuf::from(s))
 }
 
-pub(super) fn flush_mode(value: Value) -> Result<FlushMode, String> {
+pub(super) fn flush_mode(value: Value) -> Result<FlushMode, ValueError> {
     match text(value)? {
         "SYNC_FLUSH" => Ok(FlushMode::Sync),
         "ASYNC_FLUSH" => Ok(FlushMode::Async),
-        other => Err(format!("'{other}' is not one of SYNC_FLUSH, ASYNC_FLUSH")),
+        other => Err(ValueError::refused(
+            other,
+            "is not one of SYNC_FLUSH, ASYNC_FLUSH",
+        )),
     }
+}
+
+fn wrong_type(expected: &'static str, found: &'static str) -> ValueError {
+    ValueError::WrongType { expected, found }
 }
 
 pub(super) fn io_name(choice: IoChoice) -> &'static str {
@@ -220,19 +247,27 @@ mod tests {
         assert_eq!(uint(Value::Raw(" 42 "), 100), Ok(42));
         assert!(uint(Value::Raw("-1"), 100)
             .unwrap_err()
+            .to_string()
             .contains("negative"));
-        assert!(uint(Value::Int(-1), 100).unwrap_err().contains("negative"));
+        assert!(uint(Value::Int(-1), 100)
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
         assert!(uint(Value::Raw("1k"), 100)
             .unwrap_err()
+            .to_string()
             .contains("not a whole number"));
         assert!(uint(Value::Raw("101"), 100)
             .unwrap_err()
+            .to_string()
             .contains("at most 100"));
         assert!(uint(Value::Raw("99999999999999999999999"), 100)
             .unwrap_err()
+            .to_string()
             .contains("too large"));
         assert!(uint(Value::Str("5"), 100)
             .unwrap_err()
+            .to_string()
             .contains("found a string"));
         assert_eq!(flag(Value::Raw("TRUE")), Ok(true));
         assert!(flag(Value::Raw("yes")).is_err());
@@ -243,6 +278,7 @@ mod tests {
         assert!(port(Value::Raw("65536")).is_err());
         assert!(ip(Value::Raw("broker.local"))
             .unwrap_err()
+            .to_string()
             .contains("not an IP"));
         assert_eq!(flush_mode(Value::Raw("SYNC_FLUSH")), Ok(FlushMode::Sync));
         assert_eq!(
@@ -252,12 +288,15 @@ mod tests {
         assert_eq!(group_names(Value::Str("")), Ok(vec![]));
         assert!(group_names(Value::Raw("CG_a;"))
             .unwrap_err()
+            .to_string()
             .contains("empty group name"));
         assert!(group_names(Value::Raw("CG a"))
             .unwrap_err()
+            .to_string()
             .contains("character ' '"));
         assert!(group_names(Value::Int(3))
             .unwrap_err()
+            .to_string()
             .contains("found an integer"));
         assert!(flush_mode(Value::Raw("sync")).is_err());
     }

@@ -5,12 +5,33 @@
 use super::{NodeConfig, FRAME_HEADER_ROOM};
 use crate::config::{largest_message_for_segment, RECORD_OVERHEAD_MAX};
 
+/// A broken relation, reported against its first key: the values that break it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RelationError {
+    #[error("{id} must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)")]
+    MasterId { id: u64 },
+    /// `port` is also the port of the key `other`.
+    #[error("{port} is also {other}")]
+    SamePort { port: u16, other: &'static str },
+    #[error(
+        "{message_size} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a {segment}-byte \
+         CommitLog segment (maped_file_size_commit_log)"
+    )]
+    MessagePastSegment { message_size: usize, segment: u64 },
+    #[error("{partial} must be at least max_frame_size ({frame}): one whole frame must fit")]
+    PartialPastFrame { partial: usize, frame: usize },
+    #[error(
+        "{frame} must be at least max_message_size ({message_size}) + {FRAME_HEADER_ROOM} bytes of header"
+    )]
+    FramePastMessage { frame: usize, message_size: usize },
+}
+
 pub(super) struct Relation {
     /// The keys involved; the error names the first.
     pub keys: &'static [&'static str],
     /// The rule as the docs state it.
     pub doc: fn() -> String,
-    pub check: fn(&NodeConfig) -> Result<(), String>,
+    pub check: fn(&NodeConfig) -> Result<(), RelationError>,
 }
 
 /// Every relation, in the order they are checked.
@@ -20,9 +41,7 @@ pub(super) static RELATIONS: &[Relation] = &[
         doc: || "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0".into(),
         check: |c| match c.broker_id {
             0 => Ok(()),
-            id => Err(format!(
-                "{id} must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)"
-            )),
+            id => Err(RelationError::MasterId { id }),
         },
     },
     // Port 0 asks the system for a free port at start (tests, side-by-side runs), so it
@@ -32,7 +51,10 @@ pub(super) static RELATIONS: &[Relation] = &[
         doc: || "`namesrv_port` differs from `listen_port` (unless 0)".into(),
         check: |c| {
             if c.namesrv_port != 0 && c.namesrv_port == c.listen_port {
-                return Err(format!("{} is also listen_port", c.namesrv_port));
+                return Err(RelationError::SamePort {
+                    port: c.namesrv_port,
+                    other: "listen_port",
+                });
             }
             Ok(())
         },
@@ -52,7 +74,7 @@ pub(super) static RELATIONS: &[Relation] = &[
                 None
             };
             match other {
-                Some(other) => Err(format!("{port} is also {other}")),
+                Some(other) => Err(RelationError::SamePort { port, other }),
                 None => Ok(()),
             }
         },
@@ -68,11 +90,10 @@ pub(super) static RELATIONS: &[Relation] = &[
         check: |c| {
             let segment = c.maped_file_size_commit_log;
             if c.max_message_size as u64 > largest_message_for_segment(segment) {
-                return Err(format!(
-                    "{} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a {segment}-byte \
-                     CommitLog segment (maped_file_size_commit_log)",
-                    c.max_message_size
-                ));
+                return Err(RelationError::MessagePastSegment {
+                    message_size: c.max_message_size,
+                    segment,
+                });
             }
             Ok(())
         },
@@ -84,10 +105,10 @@ pub(super) static RELATIONS: &[Relation] = &[
         },
         check: |c| {
             if c.max_partial_frame_bytes < c.max_frame_size {
-                return Err(format!(
-                    "{} must be at least max_frame_size ({}): one whole frame must fit",
-                    c.max_partial_frame_bytes, c.max_frame_size
-                ));
+                return Err(RelationError::PartialPastFrame {
+                    partial: c.max_partial_frame_bytes,
+                    frame: c.max_frame_size,
+                });
             }
             Ok(())
         },
@@ -102,10 +123,10 @@ pub(super) static RELATIONS: &[Relation] = &[
         },
         check: |c| {
             if c.max_frame_size < c.max_message_size + FRAME_HEADER_ROOM {
-                return Err(format!(
-                    "{} must be at least max_message_size ({}) + {FRAME_HEADER_ROOM} bytes of header",
-                    c.max_frame_size, c.max_message_size
-                ));
+                return Err(RelationError::FramePastMessage {
+                    frame: c.max_frame_size,
+                    message_size: c.max_message_size,
+                });
             }
             Ok(())
         },
@@ -127,5 +148,54 @@ mod tests {
             }
             (relation.check)(&config).unwrap();
         }
+    }
+
+    /// The message of each broken relation, as `ringmq serve` prints it after the key.
+    #[test]
+    fn broken_relations_say_what_breaks_them() {
+        let broken = |change: fn(&mut NodeConfig)| {
+            let mut config = NodeConfig::default();
+            change(&mut config);
+            RELATIONS
+                .iter()
+                .find_map(|relation| (relation.check)(&config).err())
+                .expect("a relation breaks")
+                .to_string()
+        };
+        assert_eq!(
+            broken(|c| c.broker_id = 2),
+            "2 must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)"
+        );
+        assert_eq!(
+            broken(|c| c.namesrv_port = c.listen_port),
+            "10911 is also listen_port"
+        );
+        assert_eq!(
+            broken(|c| c.metrics_port = c.namesrv_port),
+            "9876 is also namesrv_port"
+        );
+        assert_eq!(
+            broken(|c| c.maped_file_size_commit_log = 8192),
+            format!(
+                "{} plus {RECORD_OVERHEAD_MAX} bytes of headers must fit a 8192-byte \
+                 CommitLog segment (maped_file_size_commit_log)",
+                NodeConfig::default().max_message_size
+            )
+        );
+        assert_eq!(
+            broken(|c| c.max_partial_frame_bytes = c.max_frame_size - 1),
+            format!(
+                "{} must be at least max_frame_size ({}): one whole frame must fit",
+                NodeConfig::default().max_frame_size - 1,
+                NodeConfig::default().max_frame_size
+            )
+        );
+        assert_eq!(
+            broken(|c| c.max_frame_size = c.max_message_size),
+            format!(
+                "{0} must be at least max_message_size ({0}) + {FRAME_HEADER_ROOM} bytes of header",
+                NodeConfig::default().max_message_size
+            )
+        );
     }
 }

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use super::arg_error::{AddrError, DurationError};
+
 /// The name server when neither `--namesrv` nor `NAMESRV_ADDR` gives one.
 pub const DEFAULT_NAMESRV: &str = "127.0.0.1:9876";
 
@@ -271,7 +273,7 @@ pub struct ResetOffsetArgs {
 /// One or more name servers, `host:port;host:port` as mqadmin's `-n` and `NAMESRV_ADDR`
 /// take them (spaces around each are ignored); each checked by [`parse_addr`]. Returns
 /// the list joined by `;`.
-pub fn parse_namesrv(text: &str) -> Result<String, String> {
+pub fn parse_namesrv(text: &str) -> Result<String, AddrError> {
     let addrs: Vec<&str> = text
         .split(';')
         .map(str::trim)
@@ -286,7 +288,7 @@ pub fn parse_namesrv(text: &str) -> Result<String, String> {
             // clap names the flag, not where the value came from.
             let from_env = std::env::var("NAMESRV_ADDR").is_ok_and(|env| env == text);
             return Err(if from_env {
-                format!("{why} (NAMESRV_ADDR holds it)")
+                AddrError::FromEnv(Box::new(why))
             } else {
                 why
             });
@@ -307,8 +309,11 @@ pub fn namesrv_list(text: &str) -> Vec<String> {
 /// `host:port`: a name or IPv4 address, or a bracketed IPv6 address (`[::1]:9876`), and
 /// a port from 1 to 65535. Only the shape is checked here (a usage error, exit 2, before
 /// any request); whether the name resolves is found when it is used.
-pub fn parse_addr(text: &str) -> Result<String, String> {
-    let usage = |why: &str| format!("{text:?} is not host:port: {why}");
+pub fn parse_addr(text: &str) -> Result<String, AddrError> {
+    let usage = |why: &'static str| AddrError::NotHostPort {
+        text: text.to_string(),
+        why,
+    };
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err(usage("no port"));
     };
@@ -337,23 +342,30 @@ pub fn parse_addr(text: &str) -> Result<String, String> {
 }
 
 /// `500ms`, `5s`, `2m`, or a bare number of seconds; positive.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
         Some(at) => text.split_at(at),
         None => (text, "s"),
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 5s, 1m)"))?;
+    let value: f64 = number.parse().map_err(|_| DurationError::NotANumber {
+        text: text.to_string(),
+    })?;
     let seconds = match unit {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s or m)")),
+        _ => {
+            return Err(DurationError::UnknownUnit {
+                text: text.to_string(),
+                unit: unit.to_string(),
+            })
+        }
     };
     if !(seconds > 0.0 && seconds <= 3600.0) {
-        return Err(format!("{text:?}: a timeout between 1ms and 1h"));
+        return Err(DurationError::OutOfRange {
+            text: text.to_string(),
+        });
     }
     Ok(Duration::from_secs_f64(seconds))
 }

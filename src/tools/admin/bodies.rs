@@ -10,6 +10,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::body_error::BodyError;
+use super::body_error::BodyProblem::{
+    NoArray, NoField, NoObject, NotABrokerId, NotANumber, NotAQueue, NotAnObject, NotAnOffset,
+};
 use crate::remoting::fastjson;
 
 /// A message queue as RocketMQ names one.
@@ -21,24 +25,32 @@ pub struct MessageQueue {
     pub queue_id: i32,
 }
 
-fn document(body: &[u8], what: &str) -> Result<Value, String> {
-    fastjson::parse(body).map_err(|error| format!("{what}: {error}"))
+fn document(body: &[u8], what: &str) -> Result<Value, BodyError> {
+    fastjson::parse(body).map_err(|error| BodyError::new(what, error.into()))
 }
 
-fn object<'a>(value: &'a Value, field: &str, what: &str) -> Result<&'a Map<String, Value>, String> {
+fn object<'a>(
+    value: &'a Value,
+    field: &'static str,
+    what: &str,
+) -> Result<&'a Map<String, Value>, BodyError> {
     match value.get(field) {
         Some(Value::Object(map)) => Ok(map),
-        Some(Value::Null) | None => Err(format!("{what}: no `{field}` object")),
-        Some(_) => Err(format!("{what}: `{field}` is not an object")),
+        Some(Value::Null) | None => Err(BodyError::new(what, NoObject { field })),
+        Some(_) => Err(BodyError::new(what, NotAnObject { field })),
     }
 }
 
 /// An optional object field: missing or null is empty.
-fn object_or_empty(value: &Value, field: &str, what: &str) -> Result<Map<String, Value>, String> {
+fn object_or_empty(
+    value: &Value,
+    field: &'static str,
+    what: &str,
+) -> Result<Map<String, Value>, BodyError> {
     match value.get(field) {
         Some(Value::Object(map)) => Ok(map.clone()),
         Some(Value::Null) | None => Ok(Map::new()),
-        Some(_) => Err(format!("{what}: `{field}` is not an object")),
+        Some(_) => Err(BodyError::new(what, NotAnObject { field })),
     }
 }
 
@@ -53,19 +65,19 @@ pub fn as_i64(value: &Value) -> Option<i64> {
     }
 }
 
-fn i64_field(value: &Value, field: &str, what: &str) -> Result<i64, String> {
+fn i64_field(value: &Value, field: &'static str, what: &str) -> Result<i64, BodyError> {
     match value.get(field) {
-        Some(found) => as_i64(found).ok_or_else(|| format!("{what}: `{field}` is not a number")),
-        None => Err(format!("{what}: no `{field}`")),
+        Some(found) => as_i64(found).ok_or_else(|| BodyError::new(what, NotANumber { field })),
+        None => Err(BodyError::new(what, NoField { field })),
     }
 }
 
-fn opt_i64_field(value: &Value, field: &str, what: &str) -> Result<Option<i64>, String> {
+fn opt_i64_field(value: &Value, field: &'static str, what: &str) -> Result<Option<i64>, BodyError> {
     match value.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(found) => as_i64(found)
             .map(Some)
-            .ok_or_else(|| format!("{what}: `{field}` is not a number")),
+            .ok_or_else(|| BodyError::new(what, NotANumber { field })),
     }
 }
 
@@ -86,7 +98,7 @@ fn as_text(value: &Value) -> String {
 }
 
 /// A map key naming a message queue, in either of fastjson's forms.
-pub fn message_queue(key: &str, what: &str) -> Result<MessageQueue, String> {
+pub fn message_queue(key: &str, what: &str) -> Result<MessageQueue, BodyError> {
     let value = fastjson::parse_key(key);
     let queue_id = i64_field(&value, "queueId", what)
         .ok()
@@ -97,12 +109,17 @@ pub fn message_queue(key: &str, what: &str) -> Result<MessageQueue, String> {
             broker_name: str_field(&value, "brokerName"),
             queue_id,
         }),
-        _ => Err(format!("{what}: key {key:?} is not a message queue")),
+        _ => Err(BodyError::new(
+            what,
+            NotAQueue {
+                key: key.to_string(),
+            },
+        )),
     }
 }
 
 /// `{"table":{"k":"v",...}}` (GET_BROKER_RUNTIME_INFO), sorted by key.
-pub fn kv_table(body: &[u8]) -> Result<BTreeMap<String, String>, String> {
+pub fn kv_table(body: &[u8]) -> Result<BTreeMap<String, String>, BodyError> {
     let what = "the runtime info (KVTable)";
     let doc = document(body, what)?;
     Ok(object(&doc, "table", what)?
@@ -126,13 +143,13 @@ impl BrokerData {
     }
 }
 
-fn broker_data(value: &Value, what: &str) -> Result<BrokerData, String> {
+fn broker_data(value: &Value, what: &str) -> Result<BrokerData, BodyError> {
     let mut broker_addrs = BTreeMap::new();
     for (id, addr) in object(value, "brokerAddrs", what)? {
         let id = id
             .trim()
             .parse()
-            .map_err(|_| format!("{what}: broker id {id:?} is not a number"))?;
+            .map_err(|_| BodyError::new(what, NotABrokerId { id: id.clone() }))?;
         broker_addrs.insert(id, as_text(addr));
     }
     Ok(BrokerData {
@@ -144,7 +161,7 @@ fn broker_data(value: &Value, what: &str) -> Result<BrokerData, String> {
 
 /// GET_BROKER_CLUSTER_INFO's ClusterInfo: every broker, with the cluster that lists it
 /// (`clusterAddrTable`) where the broker data does not say, sorted by cluster and name.
-pub fn cluster_info(body: &[u8]) -> Result<Vec<BrokerData>, String> {
+pub fn cluster_info(body: &[u8]) -> Result<Vec<BrokerData>, BodyError> {
     let what = "the cluster info";
     let doc = document(body, what)?;
     let mut cluster_of = BTreeMap::new();
@@ -169,13 +186,13 @@ pub fn cluster_info(body: &[u8]) -> Result<Vec<BrokerData>, String> {
 }
 
 /// `{"topicList":["a",...]}` (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), sorted.
-pub fn topic_list(body: &[u8]) -> Result<Vec<String>, String> {
+pub fn topic_list(body: &[u8]) -> Result<Vec<String>, BodyError> {
     let what = "the topic list";
     let doc = document(body, what)?;
     let list = doc
         .get("topicList")
         .and_then(Value::as_array)
-        .ok_or_else(|| format!("{what}: no `topicList` array"))?;
+        .ok_or_else(|| BodyError::new(what, NoArray { field: "topicList" }))?;
     let mut topics: Vec<String> = list.iter().map(as_text).collect();
     topics.sort();
     topics.dedup();
@@ -196,7 +213,7 @@ pub struct TopicConfig {
 }
 
 /// `{"topicConfigTable":{"t":{...}},"dataVersion":{...}}` (GET_ALL_TOPIC_CONFIG), by name.
-pub fn topic_config_table(body: &[u8]) -> Result<BTreeMap<String, TopicConfig>, String> {
+pub fn topic_config_table(body: &[u8]) -> Result<BTreeMap<String, TopicConfig>, BodyError> {
     let what = "the topic config table";
     let doc = document(body, what)?;
     let mut table = BTreeMap::new();
@@ -242,7 +259,7 @@ pub struct TopicRoute {
     pub queue_datas: Vec<QueueData>,
 }
 
-pub fn topic_route(body: &[u8]) -> Result<TopicRoute, String> {
+pub fn topic_route(body: &[u8]) -> Result<TopicRoute, BodyError> {
     let what = "the topic route";
     let doc = document(body, what)?;
     let mut broker_datas = Vec::new();
@@ -298,7 +315,7 @@ pub fn messages_held(queues: &[QueueStats]) -> i64 {
 }
 
 /// `{"offsetTable":{{mq}:{"minOffset":..,"maxOffset":..,"lastUpdateTimestamp":..}}}`.
-pub fn topic_stats(body: &[u8]) -> Result<Vec<QueueStats>, String> {
+pub fn topic_stats(body: &[u8]) -> Result<Vec<QueueStats>, BodyError> {
     let what = "the topic stats";
     let doc = document(body, what)?;
     let mut queues = Vec::new();
@@ -338,7 +355,7 @@ pub struct ConsumeStats {
 
 /// `{"offsetTable":{{mq}:{"brokerOffset":..,"consumerOffset":..,"pullOffset":..,
 /// "lastTimestamp":..}},"consumeTps":0.0}`.
-pub fn consume_stats(body: &[u8]) -> Result<ConsumeStats, String> {
+pub fn consume_stats(body: &[u8]) -> Result<ConsumeStats, BodyError> {
     let what = "the consume stats";
     let doc = document(body, what)?;
     let mut queues = Vec::new();
@@ -406,7 +423,7 @@ pub struct ConsumerConnection {
 }
 
 /// `{"connectionSet":[...],"subscriptionTable":{"t":{...}},"consumeType":..,...}`.
-pub fn consumer_connection(body: &[u8]) -> Result<ConsumerConnection, String> {
+pub fn consumer_connection(body: &[u8]) -> Result<ConsumerConnection, BodyError> {
     let what = "the consumer connections";
     let doc = document(body, what)?;
     let mut connections: Vec<Connection> = doc
@@ -460,7 +477,7 @@ pub struct GroupConfig {
 }
 
 /// `{"subscriptionGroupTable":{"g":{"groupName":"g",...}},"forbiddenTable":{},...}`.
-pub fn subscription_groups(body: &[u8]) -> Result<Vec<GroupConfig>, String> {
+pub fn subscription_groups(body: &[u8]) -> Result<Vec<GroupConfig>, BodyError> {
     let what = "the subscription group table";
     let doc = document(body, what)?;
     let mut groups = Vec::new();
@@ -493,7 +510,7 @@ pub struct QueueOffset {
 }
 
 /// `{"offsetTable":{{mq}:offset}}`.
-pub fn reset_offsets(body: &[u8]) -> Result<Vec<QueueOffset>, String> {
+pub fn reset_offsets(body: &[u8]) -> Result<Vec<QueueOffset>, BodyError> {
     let what = "the reset offsets";
     let doc = document(body, what)?;
     let mut queues = Vec::new();
@@ -501,7 +518,7 @@ pub fn reset_offsets(body: &[u8]) -> Result<Vec<QueueOffset>, String> {
         queues.push(QueueOffset {
             queue: message_queue(&key, what)?,
             offset: as_i64(&value)
-                .ok_or_else(|| format!("{what}: the offset of {key} is not a number"))?,
+                .ok_or_else(|| BodyError::new(what, NotAnOffset { key: key.clone() }))?,
         });
     }
     queues.sort_by(|a, b| a.queue.cmp(&b.queue));
@@ -530,6 +547,7 @@ mod tests {
         assert_eq!(pairs, [("a", "x"), ("n", "5"), ("z", "1")]);
         assert!(kv_table(br#"{"tabel":{}}"#)
             .unwrap_err()
+            .to_string()
             .contains("`table`"));
     }
 
@@ -562,6 +580,7 @@ mod tests {
         let bad = br#"{"offsetTable":{"nope":{"minOffset":0,"maxOffset":0}}}"#;
         assert!(topic_stats(bad)
             .unwrap_err()
+            .to_string()
             .contains("not a message queue"));
     }
 
@@ -632,6 +651,7 @@ mod tests {
             br#"{"topicConfigTable":{"t":{"readQueueNums":"x","writeQueueNums":1}}}"#
         )
         .unwrap_err()
+        .to_string()
         .contains("readQueueNums"));
         let route = topic_route(br#"{"brokerDatas":[{"brokerAddrs":{"0":"1.2.3.4:10911"},"brokerName":"b","cluster":"C"}],"filterServerTable":{},"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":8,"topicSysFlag":0,"writeQueueNums":8}]}"#).unwrap();
         assert_eq!(route.broker_datas[0].master(), Some("1.2.3.4:10911"));

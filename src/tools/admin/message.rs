@@ -4,9 +4,10 @@
 
 use serde::Serialize;
 
+use super::error::AdminError;
 use crate::broker::naming::ids::offset_msg_id;
 use crate::store::properties;
-use crate::store::record::{decode, Decoded, Verify, RECORD_CRC_KEY};
+use crate::store::record::{decode, DecodeError, Decoded, Verify, RECORD_CRC_KEY};
 
 /// Bytes of body text shown in human output before it is cut.
 pub const BODY_PREVIEW: usize = 200;
@@ -44,9 +45,26 @@ impl Message {
     }
 }
 
+/// Why a body of records could not be read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordsError {
+    /// A blank (end-of-segment) record, which no answer carries.
+    #[error("a blank record in a message body")]
+    Blank,
+    #[error("a record in the answer is unreadable: {0}")]
+    Unreadable(#[source] DecodeError),
+}
+
+/// A body of records the node sent that cannot be read is the node's error (exit 3).
+impl From<RecordsError> for AdminError {
+    fn from(error: RecordsError) -> Self {
+        AdminError::Node(error.to_string())
+    }
+}
+
 /// The records of a body, in order. Only structure is checked: records from a Java broker
 /// carry no record CRC to verify.
-pub fn decode_records(body: &[u8]) -> Result<Vec<Message>, String> {
+pub fn decode_records(body: &[u8]) -> Result<Vec<Message>, RecordsError> {
     let mut out = Vec::new();
     let mut rest = body;
     while !rest.is_empty() {
@@ -83,8 +101,8 @@ pub fn decode_records(body: &[u8]) -> Result<Vec<Message>, String> {
                 });
                 rest = &rest[view.total_size as usize..];
             }
-            Ok(Decoded::Blank { .. }) => return Err("a blank record in a message body".into()),
-            Err(error) => return Err(format!("a record in the answer is unreadable: {error}")),
+            Ok(Decoded::Blank { .. }) => return Err(RecordsError::Blank),
+            Err(error) => return Err(RecordsError::Unreadable(error)),
         }
     }
     Ok(out)

@@ -4,12 +4,13 @@
 //! offsets. mqadmin's habits carry over: `-n` or `NAMESRV_ADDR`, its short flags, `-c` to
 //! act on every master of a cluster.
 //!
-//! - [`args`]: the command line (clap).
+//! - [`args`]: the command line (clap); [`arg_error`]: why an option's value is refused.
 //! - [`commands`]: one function per command: argument checks, calls, output.
 //! - [`wire`]: connections, bounded by `--timeout`, what response codes mean, and naming
 //!   an address that is the wrong thing (a broker given as the name server, an HTTP port).
 //! - [`bodies`]: typed readers of the response bodies, through the codec's JSON reader
-//!   ([`crate::remoting::fastjson`]), which accepts RocketMQ's object and integer map keys.
+//!   ([`crate::remoting::fastjson`]), which accepts RocketMQ's object and integer map keys;
+//!   [`body_error`]: which body could not be read and why.
 //! - [`message`]: stored records decoded into what the query commands print.
 //! - [`output`]: tables, `key: value` blocks and the JSON form; [`time`]: timestamps in
 //!   and out.
@@ -18,8 +19,10 @@
 //!
 //! Errors go to stderr as one line; stdout carries only the result.
 
+pub mod arg_error;
 pub mod args;
 pub mod bodies;
+pub mod body_error;
 pub mod commands;
 pub mod error;
 pub mod message;

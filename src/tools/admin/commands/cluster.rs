@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::remoting::codes::request;
 
 use super::super::bodies::{self, BrokerData};
-use super::super::error::{node_error, not_found, AdminError, AdminResult};
+use super::super::error::{not_found, AdminError, AdminResult};
 use super::super::output::{Output, Table};
 use super::super::wire::{command, resolve};
 use super::Ctx;
@@ -27,7 +27,7 @@ async fn runtime_info(ctx: &Ctx, addr: SocketAddr) -> AdminResult<BTreeMap<Strin
         .wire
         .call_ok(addr, command(request::GET_BROKER_RUNTIME_INFO, &[]))
         .await?;
-    bodies::kv_table(&answer.body).map_err(node_error)
+    bodies::kv_table(&answer.body).map_err(AdminError::from)
 }
 
 /// The first figure of a RocketMQ TPS value (`"12.5 11.0 10.2"`: the last 10 s, 1 min,

@@ -21,7 +21,7 @@ use crate::remoting::codes::request;
 
 use super::super::args::{ConsumerProgressArgs, ResetOffsetArgs};
 use super::super::bodies;
-use super::super::error::{bad_input, node_error, not_found, AdminResult};
+use super::super::error::{bad_input, not_found, AdminResult};
 use super::super::output::{cell, fields, Output, Table};
 use super::super::time::{format_utc, now_ms, parse_timestamp};
 use super::super::wire::command;
@@ -36,7 +36,7 @@ pub async fn groups(ctx: &Ctx) -> AdminResult<Output> {
             command(request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG, &[]),
         )
         .await?;
-    let groups = bodies::subscription_groups(&answer.body).map_err(node_error)?;
+    let groups = bodies::subscription_groups(&answer.body)?;
     let mut table = Table::new(&[
         "group",
         "consume",
@@ -73,7 +73,7 @@ pub async fn progress(ctx: &Ctx, args: &ConsumerProgressArgs) -> AdminResult<Out
         cmd.put_ext("topic", topic);
     }
     let answer = ctx.wire.call_ok(broker, cmd).await?;
-    let stats = bodies::consume_stats(&answer.body).map_err(node_error)?;
+    let stats = bodies::consume_stats(&answer.body)?;
     if stats.queues.is_empty() {
         return Err(not_found(match &args.topic {
             Some(topic) => format!(
@@ -134,7 +134,7 @@ pub async fn connections(ctx: &Ctx, group: &str) -> AdminResult<Output> {
             ),
         )
         .await?;
-    let connection = bodies::consumer_connection(&answer.body).map_err(node_error)?;
+    let connection = bodies::consumer_connection(&answer.body)?;
     if connection.connections.is_empty() {
         return Err(not_found(format!(
             "no consumer of group {group} is online at {broker}"
@@ -269,7 +269,7 @@ async fn reset_on(
             ),
         )
         .await?;
-    let offsets = bodies::reset_offsets(&answer.body).map_err(node_error)?;
+    let offsets = bodies::reset_offsets(&answer.body)?;
     if offsets.is_empty() {
         return Err(not_found(format!(
             "group {} has no offsets on topic {} at {broker}",

@@ -32,7 +32,7 @@ use crate::remoting::codes::request;
 
 use super::super::args::{GroupCreateArgs, GroupDeleteArgs, GroupSettings, GroupUpdateArgs};
 use super::super::bodies::{self, as_i64};
-use super::super::error::{bad_input, node_error, not_found, AdminResult};
+use super::super::error::{bad_input, not_found, AdminResult};
 use super::super::output::{human, Output};
 use super::super::wire::command;
 use super::{check_group, Ctx};
@@ -110,7 +110,7 @@ async fn find_group(ctx: &Ctx, broker: SocketAddr, group: &str) -> AdminResult<O
             command(request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG, &[]),
         )
         .await?;
-    let groups = bodies::subscription_groups(&answer.body).map_err(node_error)?;
+    let groups = bodies::subscription_groups(&answer.body)?;
     Ok(groups
         .into_iter()
         .find(|g| g.group_name == group)

@@ -120,8 +120,7 @@ async fn query(
         response::QUERY_NOT_FOUND => return Err(nothing()),
         _ => return Err(refusal(request::QUERY_MESSAGE, broker, &answer)),
     }
-    let messages: Vec<Message> = decode_records(&answer.body)
-        .map_err(node_error)?
+    let messages: Vec<Message> = decode_records(&answer.body)?
         .into_iter()
         .filter(|m| m.topic == topic && keep(m))
         .collect();
@@ -238,7 +237,7 @@ pub async fn by_id(ctx: &Ctx, args: &QueryIdArgs) -> AdminResult<Output> {
         }
         _ => return Err(refusal(request::VIEW_MESSAGE_BY_ID, broker, &answer)),
     }
-    let messages = decode_records(&answer.body).map_err(node_error)?;
+    let messages = decode_records(&answer.body)?;
     if messages.len() != 1 || messages[0].commit_log_offset as u64 != offset {
         return Err(node_error(format!(
             "{broker} answered VIEW_MESSAGE_BY_ID of offset {offset} with {} records, not the one there",
@@ -297,7 +296,7 @@ pub async fn by_offset(ctx: &Ctx, args: &QueryOffsetArgs) -> AdminResult<Output>
         }
         _ => return Err(refusal(request::PULL_MESSAGE, broker, &answer)),
     }
-    let messages = decode_records(&answer.body).map_err(node_error)?;
+    let messages = decode_records(&answer.body)?;
     let Some(message) = messages.into_iter().next() else {
         return Err(node_error(format!(
             "{broker} answered a pull with no records"

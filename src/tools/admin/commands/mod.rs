@@ -213,7 +213,7 @@ impl Ctx {
             .wire
             .call_ok(namesrv, command(request::GET_BROKER_CLUSTER_INFO, &[]))
             .await?;
-        bodies::cluster_info(&answer.body).map_err(node_error)
+        bodies::cluster_info(&answer.body).map_err(AdminError::from)
     }
 
     /// The broker's topic table (GET_ALL_TOPIC_CONFIG, 21).
@@ -225,7 +225,7 @@ impl Ctx {
             .wire
             .call_ok(broker, command(request::GET_ALL_TOPIC_CONFIG, &[]))
             .await?;
-        bodies::topic_config_table(&answer.body).map_err(node_error)
+        bodies::topic_config_table(&answer.body).map_err(AdminError::from)
     }
 
     /// `topic`'s entry in the broker's table; an unknown topic is not found.

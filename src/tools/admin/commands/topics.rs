@@ -28,7 +28,7 @@ use crate::remoting::codes::{request, response};
 
 use super::super::args::{TopicCreateArgs, TopicUpdateArgs};
 use super::super::bodies::{self, TopicConfig};
-use super::super::error::{bad_input, node_error, not_found, AdminResult};
+use super::super::error::{bad_input, not_found, AdminResult};
 use super::super::output::{human, Output, Table};
 use super::super::time::format_utc;
 use super::super::wire::{command, refusal, Role};
@@ -88,7 +88,7 @@ async fn topic_names(ctx: &Ctx) -> AdminResult<(&'static str, Vec<String>, Vec<T
             .await?;
         match answer.code {
             response::SUCCESS => {
-                let topics = bodies::topic_list(&answer.body).map_err(node_error)?;
+                let topics = bodies::topic_list(&answer.body)?;
                 return Ok(("namesrv", topics, Vec::new()));
             }
             // A name server without 206 (then the broker's table is read), or a broker
@@ -318,7 +318,7 @@ pub async fn route(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
             ),
         )
         .await?;
-    let route = bodies::topic_route(&answer.body).map_err(node_error)?;
+    let route = bodies::topic_route(&answer.body)?;
     let mut brokers = Table::new(&["broker", "cluster", "#id", "addr"]);
     for broker in &route.broker_datas {
         for (id, addr) in &broker.broker_addrs {
@@ -355,7 +355,7 @@ pub async fn status(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
             command(request::GET_TOPIC_STATS_INFO, &[("topic", &topic)]),
         )
         .await?;
-    let queues = bodies::topic_stats(&answer.body).map_err(node_error)?;
+    let queues = bodies::topic_stats(&answer.body)?;
     let mut table = Table::new(&[
         "broker",
         "#queue",
