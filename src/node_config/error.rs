@@ -66,15 +66,8 @@ pub enum ValueError {
     Io(#[from] UnknownIoChoice),
     #[error(transparent)]
     DelayLevels(#[from] DelayLevelsError),
-    /// The text of a parser another module owns that still reports text (`body_send`).
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<String> for ValueError {
-    fn from(message: String) -> ValueError {
-        ValueError::Other(message)
-    }
+    #[error(transparent)]
+    BodySend(#[from] crate::server::body_send::UnknownBodySend),
 }
 
 impl ValueError {

@@ -84,13 +84,6 @@ impl std::str::FromStr for BodySend {
 #[error("unknown body send mode '{0}': expected auto, sendfile or mmap")]
 pub struct UnknownBodySend(pub String);
 
-/// The key table's setters report a value's error as its text.
-impl From<UnknownBodySend> for String {
-    fn from(error: UnknownBodySend) -> String {
-        error.to_string()
-    }
-}
-
 /// Logged once per process: a sendfile fallback is a property of the machine.
 static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 
