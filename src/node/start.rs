@@ -189,12 +189,11 @@ impl NodeParts {
     pub fn shard_starts<L>(
         &self,
         listeners: Vec<L>,
-        namesrv_listener: Option<L>,
+        mut namesrv_listener: Option<L>,
         advertised: SocketAddr,
         metrics: &NodeMetrics,
     ) -> Vec<ShardStart<L>> {
         let config = &self.settings.config;
-        let mut namesrv_listener = namesrv_listener;
         let (senders, inboxes): (Vec<_>, Vec<MailboxReceiver>) = (0..config.shards)
             .map(|_| mailbox::mailbox(config.shard_mailbox_capacity))
             .unzip();

@@ -80,7 +80,9 @@ impl SimCluster {
 
     /// Stops node `i` cleanly and starts it again on its directory and port.
     pub async fn restart(&mut self, i: usize) {
-        let node = self.nodes[i].take().expect("node {i} runs");
+        let node = self.nodes[i]
+            .take()
+            .unwrap_or_else(|| panic!("node {i} is not running"));
         node.shutdown()
             .await
             .unwrap_or_else(|error| panic!("node {i} stops cleanly: {error:#}"));
