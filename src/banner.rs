@@ -21,10 +21,14 @@ pub struct Running<'a> {
 }
 
 /// What the node bound, printed once it serves.
-pub struct Bound {
+pub struct Bound<'a> {
     pub broker: SocketAddr,
     pub advertised: SocketAddr,
-    pub namesrv: SocketAddr,
+    /// The embedded name server's bound address; `None` when the node registers with
+    /// `namesrv_addrs` instead.
+    pub namesrv: Option<SocketAddr>,
+    /// The external name servers the node registers with (`namesrvAddr`).
+    pub namesrv_addrs: &'a [SocketAddr],
     pub metrics: Option<SocketAddr>,
     pub shards: usize,
 }
@@ -43,15 +47,24 @@ pub fn starting(running: &Running) -> String {
 }
 
 /// The lines printed once the node serves, in order.
-pub fn serving(bound: &Bound) -> Vec<String> {
+pub fn serving(bound: &Bound<'_>) -> Vec<String> {
     let mut lines = vec![
         format!("ringmq: listening on {}", bound.broker),
         format!(
             "ringmq: clients are told {} (brokerIP1, in routes and message ids)",
             bound.advertised
         ),
-        format!("ringmq: name server listening on {}", bound.namesrv),
     ];
+    match bound.namesrv {
+        Some(namesrv) => lines.push(format!("ringmq: name server listening on {namesrv}")),
+        None => {
+            let list: Vec<String> = bound.namesrv_addrs.iter().map(|a| a.to_string()).collect();
+            lines.push(format!(
+                "ringmq: registering with the name servers {} (namesrvAddr)",
+                list.join(";")
+            ));
+        }
+    }
     if let Some(metrics) = bound.metrics {
         lines.push(format!("ringmq: metrics on http://{metrics}/metrics"));
     }
@@ -68,7 +81,8 @@ mod tests {
         let lines = serving(&Bound {
             broker: "0.0.0.0:10911".parse().unwrap(),
             advertised: "192.0.2.7:10911".parse().unwrap(),
-            namesrv: "0.0.0.0:9876".parse().unwrap(),
+            namesrv: Some("0.0.0.0:9876".parse().unwrap()),
+            namesrv_addrs: &[],
             metrics: None,
             shards: 2,
         });

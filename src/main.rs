@@ -689,6 +689,7 @@ fn print_serving_banner(node: &node::NodeHandle) {
         broker: node.bound_addr(),
         advertised: node.addr(),
         namesrv: node.namesrv_bound_addr(),
+        namesrv_addrs: node.name_servers(),
         metrics: node.metrics_bound_addr(),
         shards: node.shard_count(),
     }) {

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::shard::run_shard;
-use super::start::{prepare_store_root, NodeParts};
+use super::start::{prepare_store_root, resolve_name_servers, NodeParts};
 use super::write_tables;
 use crate::broker::NodeTables;
 use crate::metrics::NodeMetrics;
@@ -47,20 +47,31 @@ impl LocalNode {
             );
         }
         prepare_store_root(&config)?;
+        let name_servers = resolve_name_servers(&config)?;
         let bind = |port| SocketAddr::new(config.bind_address, port);
         let listener = transport.bind(bind(config.listen_port)).await?;
-        let namesrv = transport.bind(bind(config.namesrv_port)).await?;
+        // As in the real node: with external name servers the embedded one does not run.
+        let namesrv = match name_servers.is_empty() {
+            true => Some(transport.bind(bind(config.namesrv_port)).await?),
+            false => None,
+        };
         let port = listener.local_addr()?.port();
-        let namesrv_port = namesrv.local_addr()?.port();
+        let namesrv_port = namesrv.as_ref().map(Listener::local_addr).transpose()?;
         let addr = SocketAddr::new(config.broker_ip, port);
-        let namesrv_addr = SocketAddr::new(config.broker_ip, namesrv_port);
+        let namesrv_addr = match (namesrv_port, name_servers.first()) {
+            (Some(bound), _) => SocketAddr::new(config.broker_ip, bound.port()),
+            (None, Some(first)) => *first,
+            (None, None) => unreachable!("no name server is bound and none is configured"),
+        };
         let metrics = NodeMetrics::with_caps(1, node_config::stats_caps(&config));
         let mut running = config;
         running.listen_port = port;
-        running.namesrv_port = namesrv_port;
-        let parts = NodeParts::load(running, namesrv_port)?;
+        if let Some(bound) = namesrv_port {
+            running.namesrv_port = bound.port();
+        }
+        let parts = NodeParts::load(running, name_servers)?;
         let start = parts
-            .shard_starts(vec![listener], Some(namesrv), addr, &metrics)
+            .shard_starts(vec![listener], namesrv, addr, &metrics)
             .pop()
             .expect("one shard, one start");
         let (stop, stop_rx) = watch::channel(false);
@@ -68,7 +79,13 @@ impl LocalNode {
         let ready = move |_id| {
             let _ = ready_tx.send(());
         };
-        let mut shard = tokio::task::spawn_local(run_shard(parts.settings, start, stop_rx, ready));
+        let mut shard = tokio::task::spawn_local(run_shard(
+            parts.settings,
+            start,
+            transport.clone(),
+            stop_rx,
+            ready,
+        ));
         tokio::select! {
             served = ready_rx => if served.is_err() {
                 // The shard ended before it was ready: its error says why.
@@ -91,7 +108,8 @@ impl LocalNode {
         self.addr
     }
 
-    /// The address of the embedded name server.
+    /// The name server its clients ask for routes: the embedded one, else the first of
+    /// `namesrvAddr`.
     pub fn namesrv_addr(&self) -> SocketAddr {
         self.namesrv_addr
     }

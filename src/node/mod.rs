@@ -52,6 +52,7 @@ use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 
 pub mod local;
+mod registration;
 mod shard;
 mod start;
 
@@ -64,7 +65,9 @@ pub struct NodeHandle {
     /// What the broker and name-server listeners are bound to (the bind address, often
     /// the wildcard), as against what clients are told (`addr`, `namesrv_addr`).
     bound: SocketAddr,
-    namesrv_bound: SocketAddr,
+    /// `None` when the node registers with external name servers instead.
+    namesrv_bound: Option<SocketAddr>,
+    name_servers: Vec<SocketAddr>,
     stop: watch::Sender<bool>,
     shards: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     exited: Option<oneshot::Receiver<()>>,
@@ -79,7 +82,8 @@ impl NodeHandle {
         self.addr
     }
 
-    /// The address of the embedded name server: the broker IP and its bound port.
+    /// The name server clients of this node ask for routes: the embedded one (the broker
+    /// IP and its bound port), else the first of `namesrvAddr`.
     pub fn namesrv_addr(&self) -> SocketAddr {
         self.namesrv_addr
     }
@@ -95,9 +99,14 @@ impl NodeHandle {
         self.bound
     }
 
-    /// The address the name-server listener is bound to.
-    pub fn namesrv_bound_addr(&self) -> SocketAddr {
+    /// The address the embedded name server's listener is bound to, if it runs.
+    pub fn namesrv_bound_addr(&self) -> Option<SocketAddr> {
         self.namesrv_bound
+    }
+
+    /// The external name servers the node registers with (`namesrvAddr`), resolved.
+    pub fn name_servers(&self) -> &[SocketAddr] {
+        &self.name_servers
     }
 
     /// The address the Prometheus endpoint is bound to, if one serves.

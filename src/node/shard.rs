@@ -26,8 +26,9 @@ use crate::metrics::rates::ShardSampler;
 use crate::metrics::ShardMetrics;
 use crate::namesrv::admin::NamesrvState;
 use crate::namesrv::NameServer;
-use crate::net::Listener;
+use crate::net::{Listener, Transport};
 use crate::node_config::NodeConfig;
+use super::registration::{Registration, RegistrationSettings};
 use crate::server::admission::Admission;
 use crate::server::connection::{serve_admitted, ConnectionLimits, RequestHandler};
 use crate::server::traffic::{LimitEvent, Traffic};
@@ -97,20 +98,25 @@ impl<L> ShardStart<L> {
 #[derive(Clone)]
 pub(super) struct ShardSettings {
     pub config: Arc<NodeConfig>,
+    /// The resolved `namesrvAddr`: shard 0 registers the node with each.
+    pub name_servers: Vec<SocketAddr>,
     pub broker: BrokerConfig,
     pub connection: ConnectionLimits,
 }
 
-/// Runs one shard until `stop`; `ready` is called with its id once it serves.
-pub(super) async fn run_shard<L: Listener>(
+/// Runs one shard until `stop`; `ready` is called with its id once it serves. `transport`
+/// carries what the shard itself connects to (the name servers it registers with).
+pub(super) async fn run_shard<L: Listener, T: Transport>(
     settings: ShardSettings,
     start: ShardStart<L>,
+    transport: T,
     stop: watch::Receiver<bool>,
     ready: impl FnOnce(u8),
 ) -> anyhow::Result<()> {
     let id = start.id;
     let (broker, listeners) = open_shard(&settings, start).await?;
-    let services = open_services(&broker)?;
+    let mut services = open_services(&broker)?;
+    services.extend(open_node_services(&settings, &broker, transport));
     let store = broker.store().clone();
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let mut background: Vec<_> = core_tasks(&broker, listeners.inbox)
@@ -229,6 +235,31 @@ fn open_services(broker: &Rc<Broker>) -> anyhow::Result<Vec<Rc<dyn ShardService>
         .iter()
         .map(|open| open(broker).map_err(|error| anyhow::anyhow!("shard {id}: {error}")))
         .collect()
+}
+
+/// The services shard 0 runs for the whole node: the registration with the name servers of
+/// `namesrvAddr`. Opened after the engines, so it stops first at a clean stop: the name
+/// servers stop routing to this node before its engines and store go.
+fn open_node_services<T: Transport>(
+    settings: &ShardSettings,
+    broker: &Rc<Broker>,
+    transport: T,
+) -> Option<Rc<dyn ShardService>> {
+    if broker.shard().id() != 0 {
+        return None;
+    }
+    let config = &settings.config;
+    let advertised = broker.identity().store_host;
+    let registration = RegistrationSettings {
+        name_servers: settings.name_servers.clone(),
+        broker_id: config.broker_id,
+        // RocketMQ's default HA port; replication listens there once it runs.
+        ha_server_addr: SocketAddr::new(advertised.ip(), advertised.port().wrapping_add(1)),
+        period: config.register_name_server_period,
+        timeout: config.register_broker_timeout_mills,
+    };
+    let service = Registration::open(broker, registration, transport)?;
+    Some(Rc::new(service))
 }
 
 /// The tasks every shard runs whatever engines it has: its mailbox, the metrics sampler,

@@ -25,6 +25,7 @@ use crate::clock::Clock;
 use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 use crate::namesrv::admin::NamesrvState;
+use crate::net::tcp::Tcp;
 use crate::node_config::{self, MetricsExporter, NodeConfig};
 use crate::server::admission::Admission;
 use crate::shard::mailbox::{self, MailboxReceiver};
@@ -41,34 +42,39 @@ type ShardThread = std::thread::JoinHandle<anyhow::Result<()>>;
 /// picked free, and the settings GET_BROKER_CONFIG answers carry the picked ones.
 pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
     prepare_store_root(&config)?;
+    let name_servers = resolve_name_servers(&config)?;
     let (listeners, port) = bind_broker_listeners(&config)?;
     let bind_ip = config.bind_address;
     let advertised = SocketAddr::new(config.broker_ip, port);
-    let namesrv_listener = bind_listener(
-        SocketAddr::new(bind_ip, config.namesrv_port),
-        LISTEN_BACKLOG,
-        false,
-    )
-    .map_err(|error| {
-        anyhow::anyhow!(
-            "cannot listen on the name server port {}: {error}",
-            config.namesrv_port
-        )
-    })?;
-    let namesrv_bound = namesrv_listener.local_addr()?;
-    let namesrv_addr = SocketAddr::new(config.broker_ip, namesrv_bound.port());
+    // With external name servers the embedded one does not run: the node opens only the
+    // ports its config names, and routes come from the cluster's name servers.
+    let namesrv_listener = match name_servers.is_empty() {
+        true => Some(bind_namesrv_listener(&config)?),
+        false => None,
+    };
+    let namesrv_bound = namesrv_listener
+        .as_ref()
+        .map(std::net::TcpListener::local_addr)
+        .transpose()?;
+    let namesrv_addr = match (namesrv_bound, name_servers.first()) {
+        (Some(bound), _) => SocketAddr::new(config.broker_ip, bound.port()),
+        (None, Some(first)) => *first,
+        (None, None) => unreachable!("no name server is bound and none is configured"),
+    };
     let metrics = NodeMetrics::with_caps(config.shards, node_config::stats_caps(&config));
     let metrics_server = start_metrics_server(&config, &metrics)?;
     // The settings as they run: what GET_BROKER_CONFIG answers, and STOREHOST's port.
     let mut running = config;
     running.listen_port = port;
-    running.namesrv_port = namesrv_bound.port();
+    if let Some(bound) = namesrv_bound {
+        running.namesrv_port = bound.port();
+    }
     if let Some(server) = &metrics_server {
         running.metrics_port = server.addr().port();
     }
-    let parts = NodeParts::load(running, namesrv_addr.port())?;
+    let parts = NodeParts::load(running, name_servers.clone())?;
     let tables = parts.tables.clone();
-    let starts = parts.shard_starts(listeners, Some(namesrv_listener), advertised, &metrics);
+    let starts = parts.shard_starts(listeners, namesrv_listener, advertised, &metrics);
     let (stop, shards, exited) = spawn_shards(&parts.settings, starts)?;
     tracing::info!(%advertised, %namesrv_addr, shards = shards.len(), "node serving");
     Ok(NodeHandle {
@@ -76,6 +82,7 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         namesrv_addr,
         bound: SocketAddr::new(bind_ip, port),
         namesrv_bound,
+        name_servers,
         stop,
         shards,
         exited: Some(exited),
@@ -83,6 +90,39 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         metrics,
         metrics_server,
     })
+}
+
+/// The embedded name server's listener on `namesrvPort`.
+fn bind_namesrv_listener(config: &NodeConfig) -> anyhow::Result<std::net::TcpListener> {
+    let addr = SocketAddr::new(config.bind_address, config.namesrv_port);
+    bind_listener(addr, LISTEN_BACKLOG, false).map_err(|error| {
+        anyhow::anyhow!(
+            "cannot listen on the name server port {}: {error}",
+            config.namesrv_port
+        )
+    })
+}
+
+/// The name servers of `namesrvAddr`, resolved once at start (on the starting thread: a
+/// host name may need a DNS lookup, which blocks). A name that does not resolve fails the
+/// start naming it: a broker that silently registers nowhere is not in its cluster.
+pub(super) fn resolve_name_servers(config: &NodeConfig) -> anyhow::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let Some(list) = config.namesrv_addr.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let mut resolved = Vec::new();
+    for part in list.split(';').map(str::trim).filter(|part| !part.is_empty()) {
+        let addr = part
+            .to_socket_addrs()
+            .map_err(|error| anyhow::anyhow!("namesrvAddr: cannot resolve {part}: {error}"))?
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("namesrvAddr: {part} resolves to no address"))?;
+        if !resolved.contains(&addr) {
+            resolved.push(addr);
+        }
+    }
+    Ok(resolved)
 }
 
 /// Validates `config`, checks the store root was made for its shard count, and makes
@@ -159,10 +199,13 @@ pub(super) struct NodeParts {
 
 impl NodeParts {
     /// Loads the node-wide tables from the store root of `running` and derives the shard
-    /// settings; `namesrv_port` is the embedded name server's bound port.
-    pub fn load(running: NodeConfig, namesrv_port: u16) -> anyhow::Result<NodeParts> {
+    /// settings; `name_servers` are the resolved `namesrvAddr` (none: the embedded name
+    /// server on `running.namesrv_port` answers routes).
+    pub fn load(running: NodeConfig, name_servers: Vec<SocketAddr>) -> anyhow::Result<NodeParts> {
         let tables = load_tables(&running)?;
+        let namesrv_port = running.namesrv_port;
         let settings = ShardSettings {
+            name_servers,
             broker: node_config::broker_config(&running),
             connection: node_config::connection_limits(&running),
             config: Arc::new(running),
@@ -317,7 +360,7 @@ fn spawn_shard(
                 let ready = move |id| {
                     let _ = ready.send(id);
                 };
-                tokio::task::spawn_local(run_shard(settings, start, stop, ready))
+                tokio::task::spawn_local(run_shard(settings, start, Tcp, stop, ready))
                     .await
                     .unwrap_or_else(|error| Err(anyhow::anyhow!("shard {id} panicked: {error}")))
             })

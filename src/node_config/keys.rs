@@ -21,6 +21,14 @@ use crate::broker::naming::names::MAX_QUEUE_NUMS;
 use crate::config::{defaults, MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
 use crate::remoting::frame::DEFAULT_MAX_FRAME_LEN;
 
+/// `registerNameServerPeriod`: RocketMQ's 30 s, a quarter of the name server's 120 s
+/// heartbeat timeout, so three registrations may be lost before a broker expires.
+pub const REGISTER_PERIOD: Duration = Duration::from_secs(30);
+/// `registerBrokerTimeoutMills`: RocketMQ's 24 s, under the period so one slow name server
+/// never delays the next round.
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(24);
+const _: () = assert!(REGISTER_TIMEOUT.as_millis() < REGISTER_PERIOD.as_millis());
+
 macro_rules! key {
     (@ours rocketmq) => { false };
     (@ours ringmq) => { true };
@@ -179,7 +187,7 @@ pub(super) static KEYS: &[Key] = &[
         "namesrv_addr", rocketmq ["namesrvAddr"],
         default: Text(""),
         range: Rule { doc: "`host:port`, several `;`-separated; empty for none", check: |c| c.namesrv_addr.as_deref().map_or(Ok(()), host_ports) },
-        meaning: "external name servers; kept for later, the embedded one answers routes",
+        meaning: "external name servers the broker registers with (every `registerNameServerPeriod`, at once when its topics change, unregistered at a clean stop); set, the embedded name server does not run",
         set: |c, v| {
             let s = text(v)?;
             c.namesrv_addr = if s.is_empty() {
@@ -189,6 +197,22 @@ pub(super) static KEYS: &[Key] = &[
             }
         },
         get: |c| c.namesrv_addr.clone().unwrap_or_default(),
+    ),
+    key!(
+        "register_name_server_period", rocketmq ["registerNameServerPeriod"],
+        default: Constant(|| REGISTER_PERIOD.as_millis().to_string()),
+        range: Number(Bounds::between(1000, 60_000, Unit::Millis)),
+        meaning: "how often the broker registers with every name server of `namesrvAddr`, ms (RocketMQ clamps its value to 10-60 s; below 10 s is allowed here)",
+        set: |c, v| c.register_name_server_period = millis(v)?,
+        get: |c| c.register_name_server_period.as_millis().to_string(),
+    ),
+    key!(
+        "register_broker_timeout_mills", rocketmq ["registerBrokerTimeoutMills"],
+        default: Constant(|| REGISTER_TIMEOUT.as_millis().to_string()),
+        range: Number(Bounds::between(100, 60_000, Unit::Millis)),
+        meaning: "how long one registration with one name server may take (connect and answer), ms",
+        set: |c, v| c.register_broker_timeout_mills = millis(v)?,
+        get: |c| c.register_broker_timeout_mills.as_millis().to_string(),
     ),
     key!(
         "store_path_root_dir", rocketmq ["storePathRootDir"],

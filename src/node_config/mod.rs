@@ -175,6 +175,10 @@ pub struct NodeConfig {
     /// (group, topic) pairs each shard keeps per-group figures for.
     pub metrics_max_groups: usize,
     pub namesrv_addr: Option<String>,
+    /// `registerNameServerPeriod`: how often the broker registers with each name server.
+    pub register_name_server_period: Duration,
+    /// `registerBrokerTimeoutMills`: how long one registration may take.
+    pub register_broker_timeout_mills: Duration,
     pub store_path_root_dir: PathBuf,
     pub shards: u8,
     /// Pin shard n to the n-th CPU the process may use (best effort, logged when refused).
@@ -287,7 +291,7 @@ impl NodeConfig {
     /// work out (no `$HOME` for the store root) stays empty, and `validate` says so.
     #[allow(
         clippy::too_many_lines,
-        reason = "one placeholder per field of a 76-field struct literal; cutting it would split the fields, not steps"
+        reason = "one placeholder per field of a 78-field struct literal; cutting it would split the fields, not steps"
     )]
     fn unset() -> NodeConfig {
         NodeConfig {
@@ -306,6 +310,8 @@ impl NodeConfig {
             metrics_max_topics: 0,
             metrics_max_groups: 0,
             namesrv_addr: None,
+            register_name_server_period: Duration::ZERO,
+            register_broker_timeout_mills: Duration::ZERO,
             store_path_root_dir: PathBuf::new(),
             shards: 0,
             pin_shard_threads: false,

@@ -32,7 +32,7 @@
 //! | `deleteCommitLogFilesInterval`, `deleteConsumeQueueFilesInterval`, `destroyMapedFileIntervalForcibly`, `redeleteHangedFileInterval` | pacing of deletions RocketMQ spreads out; what is deleted follows `fileReservedTime`, `deleteWhen` and the disk ratios |
 //! | `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`, `longPollingEnable`, `shortPollingTimeMills`, `notifyConsumerIdsChangedEnable`, `messageIndexSafe`, `defaultQueryMaxNum` | read-path tuning; ringmq always long-polls and notifies, and bounds pulls with its own keys |
 //! | `enableScheduleMessageStats`, `clusterTopicEnable`, `brokerTopicEnable`, `traceTopicEnable`, `msgTraceTopicName` | statistics and convenience topics; nothing a client relies on for safety |
-//! | `fetchNamesrvAddrByAddressServer`, `registerBrokerTimeoutMills`, `registerNameServerPeriod`, `forceRegister` | name-server registration; the name server is embedded (D1) |
+//! | `fetchNamesrvAddrByAddressServer`, `forceRegister` | name-server discovery and Java's register-only-when-changed shortcut: ringmq takes `namesrvAddr` as given and always sends the whole registration, which is what `forceRegister=true` (RocketMQ's default) does |
 
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "brokerIP2",
@@ -91,8 +91,6 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "traceTopicEnable",
     "msgTraceTopicName",
     "fetchNamesrvAddrByAddressServer",
-    "registerBrokerTimeoutMills",
-    "registerNameServerPeriod",
     "forceRegister",
     "duplicationEnable",
     "enableConsumeQueueExt",

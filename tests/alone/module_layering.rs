@@ -31,6 +31,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("one shard's store and its settings", &["store"]),
     ("wire codec", &["remoting"]),
     ("network seam", &["net"]),
+    ("the in-project remoting client (over the network seam)", &["client"]),
     ("serving connections over the network seam", &["server"]),
     ("shards: routing, mailboxes, layout", &["shard"]),
     ("metrics", &["metrics"]),
@@ -40,7 +41,6 @@ const FLOORS: &[(&str, &[&str])] = &[
         &["node_config", "namesrv"],
     ),
     ("node", &["node"]),
-    ("the in-project client", &["client"]),
     (
         "tools built on the library",
         &["tools", "tools::admin", "tools::bench"],

@@ -278,6 +278,12 @@ impl TopicTable {
     }
 
     /// The table as `topics.json` holds it.
+    /// The table's data version counter: it moves on every change, so a reader that keeps
+    /// the last one it acted on (the name-server registration) sees changes by comparing.
+    pub fn data_version_counter(&self) -> i64 {
+        self.state.read(|table| table.data_version.counter)
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string(&*self.state.snapshot()).expect("the topic table serialises")
     }

@@ -1,0 +1,251 @@
+//! Registration with the external name servers of `namesrvAddr` (D1, RocketMQ's
+//! `BrokerOuterAPI.registerBrokerAll`): how a broker joins a cluster whose routes other
+//! processes answer.
+//!
+//! Runs on shard 0 only, for the whole node: the topic table is node-wide, so one
+//! registration describes every shard. What it sends is REGISTER_BROKER (103) with the
+//! whole topic table ([`crate::remoting::register_broker`]), to every name server at once
+//! and independently: one that is down or slow delays none of the others.
+//!
+//! When, and why:
+//! - at once when the shard serves, so a route exists before the first producer asks;
+//! - every `registerNameServerPeriod` (a name server drops a broker silent for its
+//!   heartbeat timeout, 120 s);
+//! - within [`CHANGE_POLL`] of a change of the topic table (its data version moved), so a
+//!   topic created on this broker reaches the routes without waiting for the period;
+//! - UNREGISTER_BROKER (104) to each at a clean stop, so routes stop naming this broker at
+//!   once instead of after the heartbeat timeout.
+//!
+//! Each attempt is bounded by `registerBrokerTimeoutMills` (connect and answer together).
+//! A failure is logged when a name server's state changes (reachable to not, and back),
+//! not on every round, so a dead name server does not fill the log.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::broker::Broker;
+use crate::client::Client;
+use crate::net::Transport;
+use crate::remoting::codes::response;
+use crate::remoting::register_broker::{self, RegisterBroker};
+use crate::remoting::RemotingCommand;
+use crate::shard::service::{LocalFuture, ShardService, ShardTask};
+
+/// How often the topic table's data version is looked at between registrations: the
+/// bound on how late a topic change reaches the name servers.
+pub const CHANGE_POLL: Duration = Duration::from_secs(1);
+
+/// What the registration of one node needs besides its broker.
+#[derive(Clone, Debug)]
+pub struct RegistrationSettings {
+    /// The name servers of `namesrvAddr`, resolved at start.
+    pub name_servers: Vec<SocketAddr>,
+    pub broker_id: u64,
+    /// Where slaves of this broker replicate from (`haServerAddr`).
+    pub ha_server_addr: SocketAddr,
+    pub period: Duration,
+    pub timeout: Duration,
+}
+
+/// One name server as the registration sees it.
+struct NameServerLink {
+    addr: SocketAddr,
+    /// The connection, kept between rounds; `None` before the first or after a failure.
+    client: RefCell<Option<Client>>,
+    /// Whether the last attempt succeeded: what a state change is logged against.
+    reachable: Cell<Option<bool>>,
+}
+
+/// The registration service of shard 0; its state is shared with its task and its stop.
+pub struct Registration<T: Transport> {
+    inner: Rc<Inner<T>>,
+}
+
+struct Inner<T: Transport> {
+    broker: Rc<Broker>,
+    settings: RegistrationSettings,
+    transport: T,
+    links: Vec<Rc<NameServerLink>>,
+}
+
+/// Why one registration with one name server failed.
+#[derive(Debug, thiserror::Error)]
+enum RegisterError {
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("request failed: {0}")]
+    Request(std::io::Error),
+    #[error("answered {code} ({remark})")]
+    Refused { code: i32, remark: String },
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
+impl<T: Transport> Registration<T> {
+    /// The service for `broker`, or `None` when there is no name server to register with.
+    pub fn open(
+        broker: &Rc<Broker>,
+        settings: RegistrationSettings,
+        transport: T,
+    ) -> Option<Registration<T>> {
+        if settings.name_servers.is_empty() {
+            return None;
+        }
+        let links = settings
+            .name_servers
+            .iter()
+            .map(|&addr| {
+                Rc::new(NameServerLink {
+                    addr,
+                    client: RefCell::new(None),
+                    reachable: Cell::new(None),
+                })
+            })
+            .collect();
+        let inner = Rc::new(Inner {
+            broker: broker.clone(),
+            settings,
+            transport,
+            links,
+        });
+        Some(Registration { inner })
+    }
+}
+
+impl<T: Transport> Inner<T> {
+    /// What this broker says of itself in every request.
+    fn identity(&self) -> RegisterBroker {
+        let identity = self.broker.identity();
+        RegisterBroker {
+            cluster_name: identity.cluster_name.clone(),
+            broker_name: identity.broker_name.clone(),
+            broker_addr: identity.store_host.to_string(),
+            broker_id: self.settings.broker_id,
+            ha_server_addr: self.settings.ha_server_addr.to_string(),
+        }
+    }
+
+    /// Registers with every name server at once; returns when each answered or timed out.
+    async fn register_all(self: &Rc<Self>) {
+        let body = register_broker::body_from_topic_table(&self.broker.topics.to_json());
+        let command = register_broker::register_request(&self.identity(), body);
+        self.send_to_all(command, "register").await;
+    }
+
+    /// Unregisters from every name server at once (a clean stop).
+    async fn unregister_all(self: &Rc<Self>) {
+        let command = register_broker::unregister_request(&self.identity());
+        self.send_to_all(command, "unregister").await;
+    }
+
+    /// Sends `command` to every name server concurrently and waits for every outcome.
+    async fn send_to_all(self: &Rc<Self>, command: RemotingCommand, what: &'static str) {
+        let rounds = self.links.iter().map(|link| {
+            let (this, command, link) = (self.clone(), command.clone(), link.clone());
+            async move { this.send_to(&link, command, what).await }
+        });
+        join_all(rounds).await;
+    }
+
+    /// Sends `command` to one name server within the timeout and logs a change of its state.
+    async fn send_to(&self, link: &NameServerLink, command: RemotingCommand, what: &'static str) {
+        let timeout = self.settings.timeout;
+        let outcome = tokio::time::timeout(timeout, self.exchange(link, command))
+            .await
+            .unwrap_or(Err(RegisterError::TimedOut(timeout)));
+        if outcome.is_err() {
+            link.client.replace(None);
+        }
+        let was = link.reachable.replace(Some(outcome.is_ok()));
+        match outcome {
+            Ok(()) if was != Some(true) => {
+                tracing::info!(name_server = %link.addr, "{what}ed with the name server");
+            }
+            Err(why) if was != Some(false) || what == "unregister" => {
+                tracing::warn!(name_server = %link.addr, "cannot {what} with the name server: {why}");
+            }
+            _ => {}
+        }
+    }
+
+    /// One request and its answer on the link's connection (made if there is none).
+    async fn exchange(
+        &self,
+        link: &NameServerLink,
+        command: RemotingCommand,
+    ) -> Result<(), RegisterError> {
+        let kept = link.client.borrow().clone();
+        let client = match kept {
+            Some(client) if !client.is_closed() => client,
+            _ => {
+                let client = Client::connect_over(&self.transport, link.addr)
+                    .await
+                    .map_err(RegisterError::Connect)?;
+                client.set_timeout(self.settings.timeout);
+                link.client.replace(Some(client.clone()));
+                client
+            }
+        };
+        let answer = client.request(command).await.map_err(RegisterError::Request)?;
+        if answer.code != response::SUCCESS {
+            return Err(RegisterError::Refused {
+                code: answer.code,
+                remark: answer.remark.unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Registers now, then every period and within [`CHANGE_POLL`] of a topic change.
+    async fn run(self: Rc<Self>) {
+        let mut registered_version = self.broker.topics.data_version_counter();
+        self.register_all().await;
+        let mut since = tokio::time::Instant::now();
+        let mut ticks = tokio::time::interval(CHANGE_POLL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let version = self.broker.topics.data_version_counter();
+            if version == registered_version && since.elapsed() < self.settings.period {
+                continue;
+            }
+            registered_version = version;
+            since = tokio::time::Instant::now();
+            self.register_all().await;
+        }
+    }
+}
+
+impl<T: Transport> ShardService for Registration<T> {
+    fn name(&self) -> &'static str {
+        "name server registration"
+    }
+
+    fn tasks(&self) -> Vec<ShardTask> {
+        vec![ShardTask::new(
+            "name server registration",
+            self.inner.clone().run(),
+        )]
+    }
+
+    fn stop(&self) -> LocalFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.unregister_all().await })
+    }
+}
+
+/// Runs `futures` concurrently on the current task and waits for all of them.
+async fn join_all<F: std::future::Future<Output = ()>>(futures: impl Iterator<Item = F>) {
+    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        pending.retain_mut(|future| future.as_mut().poll(cx).is_pending());
+        if pending.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
