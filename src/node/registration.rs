@@ -29,7 +29,10 @@ use crate::broker::Broker;
 use crate::client::Client;
 use crate::net::Transport;
 use crate::remoting::codes::response;
-use crate::remoting::register_broker::{self, RegisterBroker};
+use crate::broker::tables::topics::{DataVersion, TopicTable};
+use crate::remoting::register_broker::{
+    self, RegisterBrokerBody, RegisterBrokerHeader, RegisteredTopic, UnregisterBrokerHeader,
+};
 use crate::remoting::RemotingCommand;
 use crate::shard::service::{LocalFuture, ShardService, ShardTask};
 
@@ -115,28 +118,36 @@ impl<T: Transport> Registration<T> {
 }
 
 impl<T: Transport> Inner<T> {
-    /// What this broker says of itself in every request.
-    fn identity(&self) -> RegisterBroker {
+    /// What this broker says of itself when it registers.
+    fn header(&self) -> RegisterBrokerHeader {
         let identity = self.broker.identity();
-        RegisterBroker {
-            cluster_name: identity.cluster_name.clone(),
+        RegisterBrokerHeader {
             broker_name: identity.broker_name.clone(),
             broker_addr: identity.store_host.to_string(),
-            broker_id: self.settings.broker_id,
+            cluster_name: identity.cluster_name.clone(),
             ha_server_addr: self.settings.ha_server_addr.to_string(),
+            broker_id: broker_id(self.settings.broker_id),
+            heartbeat_timeout_millis: None,
+            enable_acting_master: false,
         }
     }
 
     /// Registers with every name server at once; returns when each answered or timed out.
     async fn register_all(self: &Rc<Self>) {
-        let body = register_broker::body_from_topic_table(&self.broker.topics.to_json());
-        let command = register_broker::register_request(&self.identity(), body);
+        let body = registration_body(&self.broker.topics);
+        let command = register_broker::encode_register_broker(&self.header(), &body);
         self.send_to_all(command, "register").await;
     }
 
     /// Unregisters from every name server at once (a clean stop).
     async fn unregister_all(self: &Rc<Self>) {
-        let command = register_broker::unregister_request(&self.identity());
+        let header = self.header();
+        let command = register_broker::encode_unregister_broker(&UnregisterBrokerHeader {
+            broker_name: header.broker_name,
+            broker_addr: header.broker_addr,
+            cluster_name: header.cluster_name,
+            broker_id: header.broker_id,
+        });
         self.send_to_all(command, "unregister").await;
     }
 
@@ -200,14 +211,14 @@ impl<T: Transport> Inner<T> {
 
     /// Registers now, then every period and within [`CHANGE_POLL`] of a topic change.
     async fn run(self: Rc<Self>) {
-        let mut registered_version = self.broker.topics.data_version_counter();
+        let mut registered_version = self.broker.topics.data_version();
         self.register_all().await;
         let mut since = tokio::time::Instant::now();
         let mut ticks = tokio::time::interval(CHANGE_POLL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let version = self.broker.topics.data_version_counter();
+            let version = self.broker.topics.data_version();
             if version == registered_version && since.elapsed() < self.settings.period {
                 continue;
             }
@@ -234,6 +245,52 @@ impl<T: Transport> ShardService for Registration<T> {
         let inner = self.inner.clone();
         Box::pin(async move { inner.unregister_all().await })
     }
+}
+
+/// The register body: every topic of the node-wide table (system, retry and DLQ topics
+/// included, as Java sends them) and the table's data version.
+fn registration_body(topics: &TopicTable) -> RegisterBrokerBody {
+    let DataVersion {
+        counter,
+        state_version,
+        timestamp,
+    } = topics.data_version();
+    let topics = topics
+        .all()
+        .into_iter()
+        .map(|config| {
+            let topic = RegisteredTopic {
+                topic_name: config.topic_name.clone(),
+                read_queue_nums: queue_count(config.read_queue_nums),
+                write_queue_nums: queue_count(config.write_queue_nums),
+                perm: config.perm,
+                topic_filter_type: config.topic_filter_type,
+                topic_sys_flag: config.topic_sys_flag,
+                order: config.order,
+                attributes: config.attributes,
+            };
+            (config.topic_name, topic)
+        })
+        .collect();
+    RegisterBrokerBody {
+        topics,
+        data_version: register_broker::DataVersion {
+            timestamp,
+            counter,
+            state_version,
+        },
+        filter_server_list: Vec::new(),
+    }
+}
+
+/// A queue count as the wire's i32 (counts are bounded far below it by `MAX_QUEUE_NUMS`).
+fn queue_count(count: u32) -> i32 {
+    i32::try_from(count).unwrap_or_else(|_| panic!("queue count {count} exceeds i32"))
+}
+
+/// The broker id as the wire's long (`brokerId` is bounded by i64::MAX at parse).
+fn broker_id(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or_else(|_| panic!("broker id {id} exceeds i64"))
 }
 
 /// Runs `futures` concurrently on the current task and waits for all of them.

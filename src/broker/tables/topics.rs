@@ -278,10 +278,10 @@ impl TopicTable {
     }
 
     /// The table as `topics.json` holds it.
-    /// The table's data version counter: it moves on every change, so a reader that keeps
-    /// the last one it acted on (the name-server registration) sees changes by comparing.
-    pub fn data_version_counter(&self) -> i64 {
-        self.state.read(|table| table.data_version.counter)
+    /// The table's data version: it moves on every change, so a reader that keeps the
+    /// last one it acted on (the name-server registration) sees changes by comparing.
+    pub fn data_version(&self) -> DataVersion {
+        self.state.read(|table| table.data_version.clone())
     }
 
     pub fn to_json(&self) -> String {
