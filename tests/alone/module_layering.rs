@@ -33,6 +33,10 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("network seam", &["net"]),
     ("serving connections over the network seam", &["server"]),
     ("shards: routing, mailboxes, layout", &["shard"]),
+    (
+        "per-shard replication: the HA wire, epochs, the stream state machines",
+        &["replication"],
+    ),
     ("metrics", &["metrics"]),
     ("broker: what each request means", &["broker"]),
     (

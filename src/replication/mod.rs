@@ -1,0 +1,9 @@
+//! Per-shard replication, the pure parts (issue 25, item 3): bytes in, bytes and decisions
+//! out; no sockets, no runtime, no disk I/O. The node's HA service (a thin I/O layer)
+//! reads and writes the sockets and the store and asks these modules what to do.
+//!
+//! - [`epochs`]: one shard store's epoch history and the consistent point of two of them.
+//! - [`epoch_file`]: the text of the `epochFileCheckpoint` file that holds that history.
+
+pub mod epoch_file;
+pub mod epochs;
