@@ -11,4 +11,5 @@
 pub mod decode;
 pub mod epoch_file;
 pub mod epochs;
+pub mod master_state;
 pub mod wire;
