@@ -12,4 +12,5 @@ pub mod decode;
 pub mod epoch_file;
 pub mod epochs;
 pub mod master_state;
+pub mod slave_state;
 pub mod wire;
