@@ -48,6 +48,7 @@ pub mod node;
 pub mod node_config;
 pub mod quiet_pipe;
 pub mod remoting;
+pub mod replication;
 pub mod rng;
 pub mod server;
 pub mod shard;

@@ -34,6 +34,10 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("the in-project remoting client (over the network seam)", &["client"]),
     ("serving connections over the network seam", &["server"]),
     ("shards: routing, mailboxes, layout", &["shard"]),
+    (
+        "per-shard replication: the HA wire, epochs, the stream state machines",
+        &["replication"],
+    ),
     ("metrics", &["metrics"]),
     ("broker: what each request means", &["broker"]),
     (
