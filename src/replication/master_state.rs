@@ -25,11 +25,13 @@
 //! The master's epoch history must cover every byte it serves: its first entry starts at
 //! or below its min offset. The caller's "become master" step appends (epoch, max offset),
 //! and when the history is empty, (epoch, min offset), claiming a log written before
-//! replication. A master with no history is refused at the handshake.
+//! replication. A master with no history is refused at the handshake. The reply carries
+//! at most the newest [`EPOCHS_MAX`] entries (the most RocketMQ's reply buffer holds).
 
 use super::epochs::EpochCache;
 use super::wire::{
-    FrameHeader, FromSlave, HandshakeReply, Refusal, RefusalReason, SlaveHandshake, FRAME_BODY_MAX,
+    FrameHeader, FromSlave, HandshakeReply, Refusal, RefusalReason, SlaveHandshake, EPOCHS_MAX,
+    FRAME_BODY_MAX,
 };
 
 /// Who this master is, for checking a handshake.
@@ -260,7 +262,7 @@ impl MasterStream {
         };
         Ok(MasterEvent::Reply(HandshakeReply {
             master_max: log.max_offset,
-            epochs: log.epochs.clone(),
+            epochs: newest_epochs(log.epochs),
         }))
     }
 
@@ -385,6 +387,16 @@ impl MasterStream {
         assert!(end >= next, "frame end {end} before its start {next}");
         end - next
     }
+}
+
+/// The history for a reply: all of it, or its newest [`EPOCHS_MAX`] entries. Older ones
+/// only matter to a slave whose newest shared epoch is that old; without them it finds no
+/// consistent point and is refused, never truncated wrongly, since each kept entry's end
+/// is still the next kept entry's start.
+fn newest_epochs(epochs: &EpochCache) -> EpochCache {
+    let entries = epochs.entries();
+    let newest = &entries[entries.len().saturating_sub(EPOCHS_MAX)..];
+    EpochCache::from_entries(newest).expect("a suffix of a valid history is valid")
 }
 
 fn covering(

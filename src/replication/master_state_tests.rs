@@ -333,3 +333,30 @@ fn a_slave_refusal_ends_the_stream_without_an_answer() {
     );
     assert_eq!(error.refusal(), None);
 }
+
+#[test]
+fn a_long_history_sends_its_newest_entries_only() {
+    let entries: Vec<(u32, u64)> = (0..EPOCHS_MAX as u32 + 5)
+        .map(|at| (at + 1, u64::from(at) * 10))
+        .collect();
+    let epochs = history(&entries);
+    let mut stream = MasterStream::new(identity(), settings());
+    let facts = log(&epochs, 0, 20_000);
+    let Ok(MasterEvent::Reply(reply)) =
+        stream.on_message(FromSlave::Handshake(handshake()), &facts)
+    else {
+        panic!("a reply");
+    };
+    assert_eq!(reply.epochs.len(), EPOCHS_MAX);
+    assert_eq!(
+        reply.epochs.entries()[0],
+        EpochEntry {
+            epoch: 6,
+            start: 50
+        }
+    );
+    assert_eq!(reply.epochs.last(), epochs.last());
+    let mut bytes = Vec::new();
+    reply.encode(&mut bytes);
+    assert_eq!(bytes.len(), 36 + 12 * EPOCHS_MAX);
+}
