@@ -501,7 +501,11 @@ async fn find_end(
     let starts = files.borrow().starts();
     for (index, &start) in starts.iter().enumerate().rev() {
         let bytes = files.borrow().read_bytes(start, to_usize(file_size))?;
-        let lead = if index == 0 { leading_unwritten(&bytes) } else { 0 };
+        let lead = if index == 0 {
+            leading_unwritten(&bytes)
+        } else {
+            0
+        };
         let mut valid = 0u64;
         let mut last_record_end = LogPos::default();
         for chunk in bytes.chunks_exact(ENTRY_BYTES).skip(to_usize(lead)) {

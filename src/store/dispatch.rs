@@ -121,7 +121,12 @@ impl std::error::Error for DispatchError {}
 /// at its master's minimum (`replica.rs`), so a queue's first record there continues
 /// entries that are nowhere to be had. With the whole history a gap is damage. The one
 /// rule for the appender, recovery and a replica's check of its master's records.
-pub(crate) fn may_begin_queue_at(shared: &Shared, empty: bool, max: u64, queue_offset: u64) -> bool {
+pub(crate) fn may_begin_queue_at(
+    shared: &Shared,
+    empty: bool,
+    max: u64,
+    queue_offset: u64,
+) -> bool {
     empty && queue_offset > max && shared.log_start() > shared.config.offset_base()
 }
 

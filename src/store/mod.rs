@@ -315,8 +315,9 @@ pub(crate) struct Shared {
     /// `diskSpaceWarningLevelRatio` (`retention.rs`).
     pub space_refusal: RefCell<Option<String>>,
     pub retention: Cell<retention::RetentionStats>,
-    /// A retention run is under way.
-    pub cleaning: Cell<bool>,
+    /// Held by a retention run (a second run meanwhile does nothing) and by a replica's
+    /// truncation, which cuts the files retention trims.
+    pub cleaning: tokio::sync::Mutex<()>,
     /// Who keeps records from retention ([`Store::add_retention_holds`]).
     pub retention_holds: RefCell<Vec<Rc<dyn retention_holds::RetentionHolds>>>,
     /// Held by the checkpointer's round and by a replica's truncation, which lowers the

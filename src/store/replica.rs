@@ -223,6 +223,20 @@ impl<'a> BusyGuard<'a> {
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
         self.0.busy.set(false);
+        // Whatever the operation did, those waiting for the slot (a stop) look again.
+        self.0.progress.notify_waiters();
+    }
+}
+
+/// Waits until no replica operation holds the slot, then takes it.
+async fn wait_for_slot(state: &ReplicaState) -> BusyGuard<'_> {
+    loop {
+        // Created before the check: a release after it wakes this wait.
+        let released = state.progress.notified();
+        if let Some(guard) = BusyGuard::take(state) {
+            return guard;
+        }
+        released.await;
     }
 }
 
@@ -311,28 +325,18 @@ impl Store {
         check_writable(shared)?;
         let _busy = BusyGuard::take(&shared.replica).ok_or(ReplicaAppendError::Busy)?;
         let segment_end = check_frame(shared, at, to_u64(bytes.len()))?;
-        let plan = if shared.replica.blank_until.get().is_some() && at == segment_end {
+        let blank_until = shared.replica.blank_until.get();
+        if blank_until == Some(at) {
             // The master skipped the rest of the blank: the next segment starts here.
             shared.replica.reset(at);
-            return apply(shared, at, bytes).await;
-        } else if shared.replica.blank_until.get().is_some() {
+        }
+        let plan = if blank_until.is_some_and(|end| end != at) {
             plan_in_blank(shared.log.written_pos(), at, &bytes, segment_end)
         } else {
             plan_frame(shared, &bytes, segment_end)
         };
         apply_plan(shared, at, &bytes, plan, segment_end).await
     }
-}
-
-/// The frame at the start of a segment after a skipped blank: planned and applied.
-async fn apply(
-    shared: &Shared,
-    at: u64,
-    bytes: Bytes,
-) -> Result<ReplicaAppended, ReplicaAppendError> {
-    let segment_end = check_frame(shared, at, to_u64(bytes.len()))?;
-    let plan = plan_frame(shared, &bytes, segment_end);
-    apply_plan(shared, at, &bytes, plan, segment_end).await
 }
 
 fn plan_frame(shared: &Shared, bytes: &Bytes, segment_end: u64) -> Plan {
@@ -401,7 +405,10 @@ async fn apply_plan(
                 StoreError::from_io(&format!("creating CommitLog segment {segment_end}"), &error)
             })?;
     }
-    let write_end = plan.fault.as_ref().map_or(at + to_u64(frame.len()), |f| f.0);
+    let write_end = plan
+        .fault
+        .as_ref()
+        .map_or(at + to_u64(frame.len()), |f| f.0);
     if write_end > at {
         write_bytes(shared, at, frame.slice(..to_usize(write_end - at))).await?;
     }
@@ -473,7 +480,10 @@ async fn write_bytes(shared: &Shared, at: u64, bytes: Bytes) -> Result<(), Store
         .segment_file(segment_start)
         .await
         .map_err(|error| {
-            StoreError::from_io(&format!("creating CommitLog segment {segment_start}"), &error)
+            StoreError::from_io(
+                &format!("creating CommitLog segment {segment_start}"),
+                &error,
+            )
         })?;
     let len = bytes.len();
     if let Err(error) = shared.disk.write_at(file, at - segment_start, bytes).await {
@@ -506,7 +516,16 @@ async fn make_durable(shared: &Shared, end: u64) -> Result<(), StoreError> {
     if shared.config.flush_mode == FlushMode::Sync {
         super::segment::SegmentSet::sync_range(&log.segments, log.flushed_pos(), end)
             .await
-            .map_err(|error| poison(shared, LogIoError::RangeSync { from, to: end, error }))?;
+            .map_err(|error| {
+                poison(
+                    shared,
+                    LogIoError::RangeSync {
+                        from,
+                        to: end,
+                        error,
+                    },
+                )
+            })?;
         shared.update_stats(|stats| stats.log_syncs += 1);
         log.set_flushed_pos(end);
     }
@@ -568,6 +587,9 @@ pub(crate) async fn drop_incomplete(shared: &Shared) -> Result<(), StoreError> {
     if shared.role.get() != StoreRole::Replica || shared.poisoned().is_some() {
         return Ok(());
     }
+    // An append under way finishes first; the stop refuses later ones (`closing`), which
+    // it sets before this returns and anything else runs.
+    let _busy = wait_for_slot(&shared.replica).await;
     let (records_end, received) = (shared.log.written_pos(), shared.replica.received.get());
     if received > records_end {
         cut_incomplete(shared, records_end, received).await?;

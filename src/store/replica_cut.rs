@@ -136,7 +136,10 @@ impl Store {
     /// every handshake, to the last offset its master's log agrees with (to its own
     /// records' end when they agree: that drops an incomplete record). See the module
     /// docs for the steps and what a crash between them leaves.
-    pub async fn truncate_replica(&self, to: u64) -> Result<ReplicaTruncated, ReplicaTruncateError> {
+    pub async fn truncate_replica(
+        &self,
+        to: u64,
+    ) -> Result<ReplicaTruncated, ReplicaTruncateError> {
         let shared = &self.shared;
         if shared.role.get() != StoreRole::Replica {
             return Err(ReplicaTruncateError::NotReplica);
@@ -147,6 +150,9 @@ impl Store {
         }
         check_boundary(shared, to)?;
         let from = super::replica::received_end(shared);
+        // Retention, the checkpointer and the flusher wait: each reads or moves what the
+        // cut moves back.
+        let _cleaning = shared.cleaning.lock().await;
         let _checkpointing = shared.checkpoint_lock.lock().await;
         let _flushing = shared.flush_lock.lock().await;
         let removed_segments = cut(shared, to).await.map_err(|error| {
@@ -235,9 +241,8 @@ fn check_boundary(shared: &Shared, to: u64) -> Result<(), ReplicaTruncateError> 
 
 /// The steps of the module docs; returns the segments removed.
 async fn cut(shared: &Shared, to: u64) -> Result<usize, StoreError> {
-    let io_error = |context: &'static str| {
-        move |error: std::io::Error| StoreError::from_io(context, &error)
-    };
+    let io_error =
+        |context: &'static str| move |error: std::io::Error| StoreError::from_io(context, &error);
     flush::lower_checkpoint(shared, to).await?;
     let removed = cut_log_at(shared, to)
         .await

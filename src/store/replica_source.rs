@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use super::position::to_usize;
+use super::position::{to_u64, to_usize};
 use super::{Store, StoreError};
 
 /// Why [`Store::replica_range`] has no range for an offset.
@@ -54,7 +54,7 @@ impl Store {
         let segment_end = shared.log.segment_start(next) + shared.log.segment_size();
         let end = written
             .min(segment_end)
-            .min(next.saturating_add(cap as u64));
+            .min(next.saturating_add(to_u64(cap)));
         if end == next {
             return Ok(None);
         }

@@ -34,9 +34,16 @@ fn assert_prefix(master: &Store, replica: &Store, context: &str) {
         at += len;
     }
     for (topic, queue_id) in replica.queues() {
-        let (min, max) = (replica.min_offset(&topic, queue_id), replica.max_offset(&topic, queue_id));
-        let ours = replica.queue_entries(&topic, queue_id, min, 10_000).unwrap();
-        let theirs = master.queue_entries(&topic, queue_id, min, ours.len()).unwrap();
+        let (min, max) = (
+            replica.min_offset(&topic, queue_id),
+            replica.max_offset(&topic, queue_id),
+        );
+        let ours = replica
+            .queue_entries(&topic, queue_id, min, 10_000)
+            .unwrap();
+        let theirs = master
+            .queue_entries(&topic, queue_id, min, ours.len())
+            .unwrap();
         assert_eq!(ours, theirs, "{context}: entries of {topic}/{queue_id}");
         assert_eq!(ours.len() as u64, max - min);
         if let Some(last) = ours.last() {
@@ -52,7 +59,11 @@ fn assert_prefix(master: &Store, replica: &Store, context: &str) {
 fn a_replica_crashing_mid_stream_recovers_whole_records_and_goes_on() {
     for_seeds(0..6, "replica crash simulation", |seed| {
         let mut rng = Rng::new(seed);
-        let flush = if rng.chance(50) { FlushMode::Sync } else { FlushMode::Async };
+        let flush = if rng.chance(50) {
+            FlushMode::Sync
+        } else {
+            FlushMode::Async
+        };
         let (master_sim, replica_sim) = (sim_disk(seed), sim_disk(seed ^ 0x5eed));
         let master_config = config("/master", BrokerRole::AsyncMaster, flush);
         let mut replica_config = config("/replica", BrokerRole::Slave, flush);
@@ -81,7 +92,11 @@ fn a_replica_crashing_mid_stream_recovers_whole_records_and_goes_on() {
                     let Some(range) = master.replica_range(next, cap).unwrap() else {
                         break;
                     };
-                    if replica.append_replica(range.start, range.bytes).await.is_err() {
+                    if replica
+                        .append_replica(range.start, range.bytes)
+                        .await
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -96,8 +111,19 @@ fn a_replica_crashing_mid_stream_recovers_whole_records_and_goes_on() {
             let end = replica.replica_progress().records_end;
             replica.truncate_replica(end).await.unwrap();
             stream(&master, &replica, &mut rng).await;
-            assert_byte_identical(&*as_disk(&master_sim), "/master", &*as_disk(&replica_sim), "/replica", "caught up");
-            super::replica_stream::assert_same_answers(&master, &replica, &keys("c", 150), "caught up");
+            assert_byte_identical(
+                &*as_disk(&master_sim),
+                "/master",
+                &*as_disk(&replica_sim),
+                "/replica",
+                "caught up",
+            );
+            super::replica_stream::assert_same_answers(
+                &master,
+                &replica,
+                &keys("c", 150),
+                "caught up",
+            );
             replica.shutdown().await.unwrap();
             master.shutdown().await.unwrap();
         });
