@@ -123,7 +123,7 @@ pub struct StoreConfig {
     pub flush_mode: FlushMode,
     /// `brokerRole`: with `flush_mode`, what a put waits for before it is visible and
     /// answered (`store/waiters.rs`): SYNC_MASTER also waits for a replica's confirmation.
-    /// The store does not run as a SLAVE yet ([`StoreConfig::validate`]).
+    /// A SLAVE's store refuses puts: its master's stream writes it (`store/replica.rs`).
     pub broker_role: BrokerRole,
     /// `mapedFileSizeCommitLog`: CommitLog segment size in bytes.
     pub commit_log_segment_size: u64,
@@ -376,10 +376,6 @@ impl StoreConfig {
         if self.slave_timeout.is_zero() {
             return Err("slaveTimeout: must be at least 1 ms".into());
         }
-        if self.broker_role == BrokerRole::Slave {
-            // A slave's log is written by the replicated bytes, not by puts: not built yet.
-            return Err("brokerRole: the store cannot run as a SLAVE yet".into());
-        }
         if self.max_batch_bytes < MIN_BATCH_BYTES {
             return Err(format!(
                 "maxBatchBytes: {} must be at least {MIN_BATCH_BYTES}",
@@ -448,14 +444,16 @@ mod tests {
     }
 
     #[test]
-    fn a_store_runs_as_either_master_but_not_yet_as_a_slave() {
+    fn a_store_runs_in_every_role() {
         let mut config = StoreConfig::test_min("/tmp/x");
-        for role in [BrokerRole::AsyncMaster, BrokerRole::SyncMaster] {
+        for role in [
+            BrokerRole::AsyncMaster,
+            BrokerRole::SyncMaster,
+            BrokerRole::Slave,
+        ] {
             config.broker_role = role;
             assert_eq!(config.validate(), Ok(()), "{role:?}");
         }
-        config.broker_role = BrokerRole::Slave;
-        assert!(config.validate().unwrap_err().starts_with("brokerRole"));
         config.broker_role = BrokerRole::SyncMaster;
         config.slave_timeout = Duration::ZERO;
         assert!(config.validate().unwrap_err().starts_with("slaveTimeout"));

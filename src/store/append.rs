@@ -244,6 +244,16 @@ fn reached(shared: &Shared, condition: AckCondition, end: u64) {
     shared.waiters.borrow_mut().advance(condition, end);
 }
 
+/// Empties the queue of waiters and restarts it at `end`, the log's written end, with the
+/// conditions the store's config requires: at open, and when a replica becomes a master
+/// (`replica.rs`).
+pub(crate) fn restart_waiters(shared: &Shared, end: u64) {
+    *shared.waiters.borrow_mut() = super::waiters::Waiters::new(
+        AckCondition::required(shared.config.flush_mode, shared.config.broker_role),
+        end,
+    );
+}
+
 /// Whether a batch written now waits for a replica, and what its puts hear when released:
 /// a store that requires a replica but has none attached waives it (SlaveNotAvailable,
 /// as RocketMQ 4.9's `isSlaveOK` check).

@@ -212,7 +212,7 @@ impl ConsumeQueue {
 
     /// Opens the queue in `dir`, finding its end: the first entry that is not written, or
     /// (when `cut_at` is given, after a crash) whose record starts at or past `cut_at`.
-    /// Entries past the end are zeroed and wholly-dead files removed.
+    /// Entries past the end are zeroed and wholly-dead files removed ([`find_end`]).
     pub async fn load(
         disk: Rc<dyn Disk>,
         dir: &Path,
@@ -223,43 +223,8 @@ impl ConsumeQueue {
     ) -> io::Result<ConsumeQueue> {
         let file_size = entries_per_file * CQ_ENTRY_LEN;
         let files = RefCell::new(SegmentSet::load(disk, dir, file_size, 0)?);
-        let starts = files.borrow().starts();
-        let mut end_entry = 0;
-        let mut last_record_end = LogPos::default();
-        for (index, &start) in starts.iter().enumerate().rev() {
-            let bytes = files.borrow().read_bytes(start, to_usize(file_size))?;
-            let mut valid = 0u64;
-            for chunk in bytes.chunks_exact(ENTRY_BYTES) {
-                let entry = CqEntry::decode(chunk);
-                if !entry.is_written() {
-                    break;
-                }
-                let past_cut = cut_at.is_some_and(|cut| entry.position() >= cut);
-                let out_of_order = valid > 0 && entry.position() < last_record_end;
-                if past_cut || out_of_order {
-                    break;
-                }
-                last_record_end = entry.end();
-                valid += 1;
-            }
-            if valid == 0 && index > 0 {
-                files.borrow_mut().remove_from(start)?;
-                last_record_end = LogPos::default();
-                continue;
-            }
-            end_entry = start / CQ_ENTRY_LEN + valid;
-            if valid < entries_per_file {
-                SegmentSet::zero_tail(&files, end_entry * CQ_ENTRY_LEN).await?;
-            }
-            if index + 1 < starts.len() {
-                files.borrow_mut().remove_from(starts[index + 1])?;
-            }
-            break;
-        }
-        let min_offset = starts
-            .first()
-            .map(|start| start / CQ_ENTRY_LEN)
-            .unwrap_or(0);
+        let (end_entry, last_record_end) = find_end(&files, entries_per_file, cut_at).await?;
+        let min_offset = first_entry(&files.borrow(), entries_per_file)?.unwrap_or(end_entry);
         Ok(ConsumeQueue {
             topic: topic.to_string(),
             queue_id,
@@ -274,6 +239,55 @@ impl ConsumeQueue {
             reserved: Cell::new(0),
             appended: Cell::new((0, 0)),
         })
+    }
+
+    /// Cuts the queue before its first entry whose record starts at or past `cut`, as
+    /// recovery's [`ConsumeQueue::load`] does after a crash (the same [`find_end`]), on a
+    /// live queue: its tail is written out first, the cut entries are zeroed on disk and
+    /// synced. A replica truncating to its master's log (`replica_cut.rs`) calls it.
+    pub async fn cut_from(&self, cut: LogPos) -> io::Result<()> {
+        self.write_out().await?;
+        let entries_per_file = self.files.borrow().size() / CQ_ENTRY_LEN;
+        let (end, last_record_end) = find_end(&self.files, entries_per_file, Some(cut)).await?;
+        self.sync().await?;
+        let mut state = self.state.borrow_mut();
+        assert!(
+            state.tail.is_empty() && end <= state.written,
+            "consume queue {}/{}: a cut at {cut} found its end at {end}, past the {} entries \
+             written ({} in the tail)",
+            self.topic,
+            self.queue_id,
+            state.written,
+            state.tail.len()
+        );
+        state.written = end;
+        state.min_offset = state.min_offset.min(end);
+        state.last_record_end = last_record_end;
+        self.reserved.set(0);
+        Ok(())
+    }
+
+    /// Makes a queue with no entries begin at `offset`, past its end: its old files (no
+    /// entry of them is live) are removed, and entries go on from `offset`, the entries
+    /// before it in its first file left unwritten ([`find_end`] skips them). Only where
+    /// the log lacks the queue's history ([`super::dispatch::may_begin_queue_at`]).
+    pub fn begin_at(&self, offset: QueueOffset) -> io::Result<()> {
+        let mut state = self.state.borrow_mut();
+        let (min, end) = (state.min_offset, state.end());
+        assert!(
+            min == end && offset.get() > end,
+            "consume queue {}/{} may begin at {offset} only when empty and before it: it \
+             holds [{min}, {end})",
+            self.topic,
+            self.queue_id
+        );
+        self.files.borrow_mut().remove_from(0)?;
+        state.min_offset = offset.get();
+        state.written = offset.get();
+        state.dirty.clear();
+        state.last_record_end = LogPos::default();
+        self.reserved.set(offset.get());
+        Ok(())
     }
 
     /// A queue with no entries yet; its directory (and the parents' entries) made durable.
@@ -470,6 +484,86 @@ impl ConsumeQueue {
     pub fn close(&self) {
         self.files.borrow_mut().close_all();
     }
+}
+
+/// Finds a queue's end in its files: the first entry that is not written, out of order,
+/// or (with `cut_at`) whose record starts at or past `cut_at`. The first file's leading
+/// unwritten entries, before a written one, are skipped: a queue that began past its
+/// file's start ([`ConsumeQueue::begin_at`]). Zeroes the entries past the end (syncing
+/// what it zeroed) and removes the files wholly past it. Returns the end and the end of
+/// the last entry's record. The one home of the cut for recovery and truncation.
+async fn find_end(
+    files: &RefCell<SegmentSet>,
+    entries_per_file: u64,
+    cut_at: Option<LogPos>,
+) -> io::Result<(u64, LogPos)> {
+    let file_size = entries_per_file * CQ_ENTRY_LEN;
+    let starts = files.borrow().starts();
+    for (index, &start) in starts.iter().enumerate().rev() {
+        let bytes = files.borrow().read_bytes(start, to_usize(file_size))?;
+        let lead = if index == 0 {
+            leading_unwritten(&bytes)
+        } else {
+            0
+        };
+        let mut valid = 0u64;
+        let mut last_record_end = LogPos::default();
+        for chunk in bytes.chunks_exact(ENTRY_BYTES).skip(to_usize(lead)) {
+            let entry = CqEntry::decode(chunk);
+            if !entry.is_written() {
+                break;
+            }
+            let past_cut = cut_at.is_some_and(|cut| entry.position() >= cut);
+            let out_of_order = valid > 0 && entry.position() < last_record_end;
+            if past_cut || out_of_order {
+                break;
+            }
+            last_record_end = entry.end();
+            valid += 1;
+        }
+        if valid == 0 && index > 0 {
+            files.borrow_mut().remove_from(start)?;
+            continue;
+        }
+        let end_entry = start / CQ_ENTRY_LEN + lead + valid;
+        if lead + valid < entries_per_file {
+            SegmentSet::zero_tail(files, end_entry * CQ_ENTRY_LEN).await?;
+        }
+        if index + 1 < starts.len() {
+            files.borrow_mut().remove_from(starts[index + 1])?;
+        }
+        return Ok((end_entry, last_record_end));
+    }
+    Ok((0, LogPos::default()))
+}
+
+/// How many unwritten entries open a file before its first written one (0 when it holds
+/// none: an empty file is no queue that began late).
+fn leading_unwritten(bytes: &[u8]) -> u64 {
+    let lead = bytes
+        .chunks_exact(ENTRY_BYTES)
+        .take_while(|chunk| !CqEntry::decode(chunk).is_written())
+        .count();
+    if lead * ENTRY_BYTES >= bytes.len() {
+        0
+    } else {
+        to_u64(lead)
+    }
+}
+
+/// The queue offset of the first file's first written entry (`None` without files or
+/// without a written entry in the first file).
+fn first_entry(files: &SegmentSet, entries_per_file: u64) -> io::Result<Option<u64>> {
+    let Some(start) = files.first_start() else {
+        return Ok(None);
+    };
+    let first = files.read_bytes(start, ENTRY_BYTES)?;
+    if CqEntry::decode(&first).is_written() {
+        return Ok(Some(start / CQ_ENTRY_LEN));
+    }
+    let bytes = files.read_bytes(start, to_usize(entries_per_file * CQ_ENTRY_LEN))?;
+    let lead = leading_unwritten(&bytes);
+    Ok((lead > 0).then_some(start / CQ_ENTRY_LEN + lead))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! ```text
 //!   appender: a released batch (append.rs)         ─┐
 //!   recovery: a valid record past the safe offset  ─┼─▶ dispatch_record ─▶ ConsumeQueue entry
-//!   (next) a slave applying replicated bytes (D14) ─┘                    ─▶ IndexFile keys
+//!   replica: a whole record of its master's log    ─┘                    ─▶ IndexFile keys
+//!            (replica.rs, D14)
 //! ```
 //!
 //! The entry is derived from the record alone ([`DispatchRecord`]): its position and size,
@@ -79,15 +80,66 @@ pub(crate) struct Dispatched {
     pub indexed: io::Result<usize>,
 }
 
+/// Why [`dispatch_record`] could not make a record findable.
+#[derive(Debug)]
+pub(crate) enum DispatchError {
+    /// The queue refused the entry: its queue offset does not continue the queue.
+    Queue(QueueAppendError),
+    /// An empty queue could not begin at the record's queue offset
+    /// ([`may_begin_queue_at`]): removing its old files failed.
+    Begin {
+        topic: String,
+        queue_id: i32,
+        queue_offset: u64,
+        error: io::Error,
+    },
+}
+
+impl std::fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DispatchError::Queue(refused) => refused.fmt(f),
+            DispatchError::Begin {
+                topic,
+                queue_id,
+                queue_offset,
+                error,
+            } => write!(
+                f,
+                "consume queue {topic}/{queue_id} could not begin at queue offset \
+                 {queue_offset}: {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DispatchError {}
+
+/// Whether a queue with no entries (`empty`, its end `max`) may begin at `queue_offset`,
+/// past its end. Only when the store's log lacks the shard's earlier history: it starts
+/// past the shard's base because retention deleted segments, or because a replica began
+/// at its master's minimum (`replica.rs`), so a queue's first record there continues
+/// entries that are nowhere to be had. With the whole history a gap is damage. The one
+/// rule for the appender, recovery and a replica's check of its master's records.
+pub(crate) fn may_begin_queue_at(
+    shared: &Shared,
+    empty: bool,
+    max: u64,
+    queue_offset: u64,
+) -> bool {
+    empty && queue_offset > max && shared.log_start() > shared.config.offset_base()
+}
+
 /// Appends `record`'s entry to `queue` (its queue: the caller found it) and indexes its
 /// keys (a duplicate's too: the index skips the keys it holds). An entry the queue refuses
 /// (a queue offset that does not continue it) is the error, with the queue's words;
-/// nothing is indexed then.
+/// nothing is indexed then. An empty queue begins at the record's queue offset where
+/// [`may_begin_queue_at`] allows.
 pub(crate) fn dispatch_record(
     shared: &Shared,
     queue: &ConsumeQueue,
     record: &DispatchRecord<'_>,
-) -> Result<Dispatched, QueueAppendError> {
+) -> Result<Dispatched, DispatchError> {
     assert!(
         queue.topic == record.topic && queue.queue_id == record.queue_id,
         "the record at {} of {}/{} was dispatched to queue {}/{}",
@@ -97,10 +149,23 @@ pub(crate) fn dispatch_record(
         queue.topic,
         queue.queue_id
     );
-    let entry = queue.append(
-        record.queue_offset,
-        record.entry(&shared.config.schedule_delays_ms),
-    )?;
+    let (min, max) = (queue.min_offset(), queue.max_offset());
+    if may_begin_queue_at(shared, min == max, max, record.queue_offset.get()) {
+        queue
+            .begin_at(record.queue_offset)
+            .map_err(|error| DispatchError::Begin {
+                topic: record.topic.to_string(),
+                queue_id: record.queue_id,
+                queue_offset: record.queue_offset.get(),
+                error,
+            })?;
+    }
+    let entry = queue
+        .append(
+            record.queue_offset,
+            record.entry(&shared.config.schedule_delays_ms),
+        )
+        .map_err(DispatchError::Queue)?;
     Ok(Dispatched {
         entry,
         indexed: index_record(shared, record),

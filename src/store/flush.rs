@@ -55,6 +55,9 @@ pub(crate) async fn run_async_flusher(shared: Rc<Shared>) {
         if !enough_pages && last_sync.elapsed() < config.flush_thorough_interval {
             continue;
         }
+        let _flushing = shared.flush_lock.lock().await;
+        // A replica's truncation may have moved the positions back meanwhile.
+        let (flushed, written) = (shared.log.flushed_pos(), shared.log.written_pos());
         if let Err(cause) = sync_log(&shared, flushed, written).await {
             shared.poison(cause.to_string());
             return;
@@ -165,6 +168,7 @@ pub(crate) async fn run_checkpointer(shared: Rc<Shared>) {
         if shared.closing.get() || shared.poisoned().is_some() {
             return;
         }
+        let _checkpointing = shared.checkpoint_lock.lock().await;
         match checkpoint(&shared, false).await {
             Ok(()) => {}
             // Queue entries stay in memory and the old checkpoint stays valid, so a full
@@ -232,6 +236,25 @@ pub(crate) async fn checkpoint(shared: &Shared, clean: bool) -> Result<(), Store
     };
     *shared.checkpoint.borrow_mut() = Some(file);
     result
+}
+
+/// Lowers the checkpoint's safe offset to `to` at most, durably (a crash from then on
+/// recovers from at or below `to`): the first step of a replica's truncation
+/// (`replica_cut.rs`), the one place the safe offset moves back. The caller holds the
+/// checkpoint lock.
+pub(crate) async fn lower_checkpoint(shared: &Shared, to: u64) -> Result<(), StoreError> {
+    let Some(mut file) = shared.checkpoint.borrow_mut().take() else {
+        return Ok(());
+    };
+    let result = match file.last() {
+        Some(last) if last.safe_offset <= to && !last.clean => Ok(()),
+        last => {
+            let safe = last.map_or(to, |last| last.safe_offset.min(to));
+            file.write(safe, 0, false, shared.clock.now_ms()).await
+        }
+    };
+    *shared.checkpoint.borrow_mut() = Some(file);
+    result.map_err(|error| StoreError::from_io("lowering the checkpoint", &error))
 }
 
 pub(crate) async fn shutdown(shared: &Rc<Shared>) -> Result<(), StoreError> {

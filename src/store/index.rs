@@ -178,6 +178,15 @@ impl Index {
         Ok(())
     }
 
+    /// Cuts every entry whose record starts at or past `cut`, on a live index, as
+    /// recovery's cut after a crash does (the same [`Index::recover`] once everything is
+    /// written out): a replica truncating to its master's log (`replica_cut.rs`). The
+    /// newest file's header and slots reach the disk at the next write-out.
+    pub async fn cut_from(&self, cut: u64) -> io::Result<()> {
+        self.write_out_and_sync(false).await?;
+        self.recover(cut)
+    }
+
     /// After a crash: cuts entries at or past `safe`, removes files left empty, rebuilds
     /// the newest file's slots and header from its entries.
     fn recover(&self, safe: u64) -> io::Result<()> {

@@ -52,6 +52,10 @@ pub mod query;
 pub mod read;
 pub mod record;
 mod recovery;
+pub mod replica;
+mod replica_cut;
+mod replica_source;
+mod replica_verify;
 pub mod retention;
 pub mod retention_holds;
 pub mod scan;
@@ -106,6 +110,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("store directory {0} is in use by another process")]
     Locked(String),
+    /// The store is a replica: its log is written by its master's stream
+    /// ([`Store::append_replica`]), never by puts (RocketMQ's slave refuses sends).
+    #[error("the store is a replica: puts are refused, its log follows its master's")]
+    Replica,
 }
 
 impl StoreError {
@@ -307,10 +315,21 @@ pub(crate) struct Shared {
     /// `diskSpaceWarningLevelRatio` (`retention.rs`).
     pub space_refusal: RefCell<Option<String>>,
     pub retention: Cell<retention::RetentionStats>,
-    /// A retention run is under way.
-    pub cleaning: Cell<bool>,
+    /// Held by a retention run (a second run meanwhile does nothing) and by a replica's
+    /// truncation, which cuts the files retention trims.
+    pub cleaning: tokio::sync::Mutex<()>,
     /// Who keeps records from retention ([`Store::add_retention_holds`]).
     pub retention_holds: RefCell<Vec<Rc<dyn retention_holds::RetentionHolds>>>,
+    /// Held by the checkpointer's round and by a replica's truncation, which lowers the
+    /// checkpoint and cuts the queues the checkpoint writes out (`replica_cut.rs`).
+    pub checkpoint_lock: tokio::sync::Mutex<()>,
+    /// Held by the ASYNC_FLUSH flusher's sync and by a replica's truncation, which moves
+    /// the log's positions back.
+    pub flush_lock: tokio::sync::Mutex<()>,
+    /// Master (written by puts) or replica (written by its master's stream).
+    pub role: Cell<replica::StoreRole>,
+    /// A replica's stream state: the received end, the incomplete record (`replica.rs`).
+    pub replica: replica::ReplicaState,
 }
 
 impl Shared {
@@ -512,6 +531,9 @@ impl Store {
         }
         if shared.closing.get() {
             return Err(StoreError::ShuttingDown);
+        }
+        if shared.role.get() == replica::StoreRole::Replica {
+            return Err(StoreError::Replica);
         }
         if let Some(why) = shared.space_refusal.borrow().as_ref() {
             shared.update_retention(|stats| stats.puts_refused_for_space += 1);
@@ -881,6 +903,8 @@ impl Store {
     /// checkpoint and removes the abort marker. A poisoned store keeps its abort marker so
     /// the next start recovers by scanning.
     pub async fn shutdown(&self) -> Result<(), StoreError> {
+        // A replica's incomplete record must not outlive the run (`replica.rs`).
+        replica::drop_incomplete(&self.shared).await?;
         flush::shutdown(&self.shared).await
     }
 }

@@ -220,8 +220,14 @@ fn new_shared(
         index,
         space_refusal: RefCell::new(None),
         retention: Cell::new(Default::default()),
-        cleaning: Cell::new(false),
+        cleaning: tokio::sync::Mutex::new(()),
         retention_holds: RefCell::new(Vec::new()),
+        checkpoint_lock: tokio::sync::Mutex::new(()),
+        flush_lock: tokio::sync::Mutex::new(()),
+        role: Cell::new(super::replica::StoreRole::for_broker_role(
+            config.broker_role,
+        )),
+        replica: super::replica::ReplicaState::new(safe),
         config,
         disk,
         clock,
@@ -257,11 +263,9 @@ async fn recover_or_resume(shared: &Shared, found: &FoundState) -> Result<u64, S
 async fn resume_at(shared: &Shared, end: u64, clean: bool) -> Result<(), StoreError> {
     shared.log.reset_positions(end);
     shared.dispatched_pos.set(end);
+    shared.replica.reset(end);
     trim_to_log_start(shared)?;
-    *shared.waiters.borrow_mut() = Waiters::new(
-        AckCondition::required(shared.config.flush_mode, shared.config.broker_role),
-        end,
-    );
+    super::append::restart_waiters(shared, end);
     super::flush::checkpoint(shared, false).await?;
     let dir = &shared.config.dir;
     let marker = shared
@@ -355,24 +359,13 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<Recovered, StoreError
         }
         ScanStop::Refused(error) => return Err(error),
     };
-    let segments = shared.log.segments.clone();
-    let size = shared.log.segment_size();
-    let end_segment = segments.borrow().start_of(end);
     let io_error =
         |error: std::io::Error| StoreError::from_io("cutting the CommitLog tail", &error);
-    let before = segments.borrow().starts().len();
-    segments
-        .borrow_mut()
-        .remove_from(end_segment + size)
-        .map_err(io_error)?;
-    let removed = before - segments.borrow().starts().len();
+    let removed = cut_log_at(shared, end).await.map_err(io_error)?;
     if removed > 0 {
         cut.push_str(&format!(", removed {removed} later segment(s)"));
     }
-    SegmentSet::zero_tail(&segments, end)
-        .await
-        .map_err(io_error)?;
-    SegmentSet::sync_range(&segments, safe, end)
+    SegmentSet::sync_range(&shared.log.segments, safe, end)
         .await
         .map_err(io_error)?;
     Ok(Recovered {
@@ -380,6 +373,21 @@ async fn recover_log(shared: &Shared, safe: u64) -> Result<Recovered, StoreError
         records: recovered,
         cut,
     })
+}
+
+/// Cuts the CommitLog at `end`, a record boundary: removes every later segment and zeroes
+/// (and syncs) the rest of `end`'s segment, so nothing past it can be read or scanned as a
+/// record again. Returns how many segments it removed. Recovery cuts a torn tail with it,
+/// a replica's truncation the records its master does not have (`replica_cut.rs`).
+pub(crate) async fn cut_log_at(shared: &Shared, end: u64) -> std::io::Result<usize> {
+    let segments = &shared.log.segments;
+    let size = shared.log.segment_size();
+    let end_segment = segments.borrow().start_of(end);
+    let before = segments.borrow().starts().len();
+    segments.borrow_mut().remove_from(end_segment + size)?;
+    let removed = before - segments.borrow().starts().len();
+    SegmentSet::zero_tail(segments, end).await?;
+    Ok(removed)
 }
 
 /// Dispatches the valid record at `phys` again (`dispatch.rs`, as the appender did). A record whose

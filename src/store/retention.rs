@@ -207,15 +207,13 @@ pub(crate) async fn run_cleaner(shared: Rc<Shared>) {
 /// One cleaner run (see the module docs). A run asked for while another is under way
 /// (the timer's and [`super::Store::clean_now`]) does nothing and reports nothing deleted.
 pub(crate) async fn clean(shared: &Shared) -> Result<CleanupReport, StoreError> {
-    if shared.cleaning.replace(true) {
+    let Ok(_cleaning) = shared.cleaning.try_lock() else {
         return Ok(CleanupReport {
             log_start: shared.log_start(),
             ..CleanupReport::default()
         });
-    }
-    let outcome = clean_exclusively(shared).await;
-    shared.cleaning.set(false);
-    outcome
+    };
+    clean_exclusively(shared).await
 }
 
 async fn clean_exclusively(shared: &Shared) -> Result<CleanupReport, StoreError> {

@@ -98,7 +98,7 @@ impl<E: fmt::Display> ScanEnd<E> {
 
 /// Sorts a decoder error into the stop it makes. Exhaustive on purpose: a new decoder
 /// error must be placed on one side of the cut line or the other.
-fn stop_for<E>(error: DecodeError) -> ScanStop<E> {
+pub(crate) fn stop_for<E>(error: DecodeError) -> ScanStop<E> {
     match error {
         DecodeError::BadMagic(magic) => ScanStop::Invalid(InvalidRecord::Magic(magic)),
         error @ (DecodeError::Truncated { .. } | DecodeError::SizeMismatch { .. }) => {
@@ -238,13 +238,19 @@ fn hand_on<E>(
     view: &RecordView<'_>,
     visit: &mut impl FnMut(u64, &RecordView<'_>) -> Result<(), E>,
 ) -> Result<(), ScanStop<E>> {
-    if LogPos::from_stored(view.phys_offset) != Some(LogPos::new(here)) {
+    if !claims_position(here, view) {
         return Err(ScanStop::Inconsistent(format!(
             "record with a valid CRC32C claims phys offset {}",
             view.phys_offset
         )));
     }
     visit(here, view).map_err(ScanStop::Refused)
+}
+
+/// Whether the record's phys offset field names `here`, where it lies: what the appender
+/// wrote into every record (a replica checks its master's records the same way).
+pub(crate) fn claims_position(here: u64, view: &RecordView<'_>) -> bool {
+    LogPos::from_stored(view.phys_offset) == Some(LogPos::new(here))
 }
 
 fn stop<E>(end: u64, stop: ScanStop<E>) -> ScanEnd<E> {

@@ -75,8 +75,8 @@ impl AckCondition {
 
     /// What a store running `flush_mode` as `role` requires before a message is visible
     /// and answered (D7, D14): the flush mode's condition, and under SYNC_MASTER a
-    /// replica's confirmation as well. Panics for a SLAVE, whose log no put writes (the
-    /// store's config refuses it).
+    /// replica's confirmation as well. A SLAVE's store refuses puts (`replica.rs`): the
+    /// flush mode's condition is what it would need once promoted.
     pub fn required(flush_mode: FlushMode, role: BrokerRole) -> &'static [AckCondition] {
         match (role, flush_mode) {
             (BrokerRole::AsyncMaster, mode) => AckCondition::for_flush_mode(mode),
@@ -86,9 +86,8 @@ impl AckCondition {
             (BrokerRole::SyncMaster, FlushMode::Async) => {
                 &[AckCondition::Written, AckCondition::Replicated]
             }
-            (BrokerRole::Slave, mode) => {
-                panic!("a SLAVE store has no put conditions ({mode:?}): its config is refused")
-            }
+            // A replica refuses puts; promoted, it acknowledges like an ASYNC_MASTER.
+            (BrokerRole::Slave, mode) => AckCondition::for_flush_mode(mode),
         }
     }
 }

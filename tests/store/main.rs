@@ -18,6 +18,8 @@ mod io_backends;
 mod pop_crash_simulation;
 mod record_golden;
 mod recovery_refuses_undispatchable_records;
+mod replica_crash_simulation;
+mod replica_stream;
 mod store_data_writes;
 mod store_index;
 mod store_put_and_read;
