@@ -53,6 +53,7 @@
 //! - [`fastjson`]: a reader for the JSON bodies Java brokers send (object and integer keys).
 //! - [`log_safe`]: the one way text a peer sent reaches a log line (escaped, truncated),
 //!   and the limiter for repeated warnings.
+//! - [`register_broker`]: REGISTER_BROKER / UNREGISTER_BROKER headers and body, both ways.
 //! - [`requests`]: builders of the requests the in-project client and tools send.
 //!
 //! Serving connections (sockets, backlogs, zero-copy bodies) is [`crate::server`]'s, over
@@ -66,6 +67,7 @@ pub mod fastjson;
 pub mod frame;
 pub mod json_header;
 pub mod log_safe;
+pub mod register_broker;
 pub mod requests;
 pub mod send_header;
 
