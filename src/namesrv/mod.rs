@@ -19,10 +19,18 @@
 //!   answered here, nor routes on the broker port.
 //!
 //! JSON is always standard (quoted broker-id keys), whatever the request's version.
+//!
+//! Beside it, the standalone name server (`ringmq namesrv`), which knows every broker group
+//! that registers: [`registry`] (who is registered, pure), [`handler`] (the requests),
+//! [`config`] (namesrv.conf), [`standalone`] (the one-thread process). Both answer in the
+//! JSON shapes of [`route`].
 
 pub mod admin;
+pub mod config;
+pub mod handler;
 pub mod registry;
 pub mod route;
+pub mod standalone;
 
 use std::net::SocketAddr;
 use std::rc::Rc;

@@ -7,17 +7,18 @@
 //! - **Register** (REGISTER_BROKER): the broker name joins its cluster, the broker's id
 //!   maps to its address in the group, and its liveness entry (keyed by broker address)
 //!   records the time, the heartbeat timeout from the header (default
-//!   [`DEFAULT_HEARTBEAT_TIMEOUT_MS`]), the HA address, the data version and the
+//!   [`RegistryLimits::default_heartbeat_timeout_ms`], 120 s), the HA address, the data version and the
 //!   connection it came on. Only a **master** (id 0) defines the group's queue data, and
 //!   only when its data version changed or it registers first; a slave's registration
 //!   never changes queue data. A slave's answer carries the master's address and HA
 //!   address when the master is registered. An address registered again under another
 //!   (name, id) leaves its old place first; an id registered again at another address
 //!   drops the old address's liveness entry.
-//! - Where ringmq differs: a master's registration **replaces** the group's topic set
-//!   (a topic the master no longer lists loses this group's queue data), which Java does
-//!   only with `deleteTopicWithBrokerRegistration=true` (default false, leaving a deleted
-//!   topic routed until an admin deletes it from the name server).
+//! - Where ringmq differs by default: a master's registration **replaces** the group's
+//!   topic set (a topic the master no longer lists loses this group's queue data), which
+//!   Java does only with `deleteTopicWithBrokerRegistration=true` (default false, leaving
+//!   a deleted topic routed until an admin deletes it from the name server). With
+//!   [`RegistryLimits::replace_topics_on_register`] false, ringmq does as Java's default.
 //! - **Unregister** (UNREGISTER_BROKER, a closed connection, an expiry): as Java's
 //!   `unRegisterBroker`, the liveness entry goes, the id leaves its group; a group left
 //!   with no broker is removed with its queue data (a topic left with no group is
@@ -67,6 +68,11 @@ const FLAG_UNIT_SUB: i32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegistryLimits {
     pub max_brokers: usize,
+    /// A broker's timeout when its registration sets none.
+    pub default_heartbeat_timeout_ms: i64,
+    /// Whether a master's registration drops its group's topics it no longer lists
+    /// (`deleteTopicWithBrokerRegistration`; see the module doc).
+    pub replace_topics_on_register: bool,
     pub register: RegisterLimits,
 }
 
@@ -74,6 +80,8 @@ impl Default for RegistryLimits {
     fn default() -> RegistryLimits {
         RegistryLimits {
             max_brokers: DEFAULT_MAX_BROKERS,
+            default_heartbeat_timeout_ms: DEFAULT_HEARTBEAT_TIMEOUT_MS,
+            replace_topics_on_register: true,
             register: RegisterLimits::default(),
         }
     }
@@ -208,7 +216,7 @@ impl Registry {
                 last_update_ms: now_ms,
                 timeout_ms: header
                     .heartbeat_timeout_millis
-                    .unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT_MS),
+                    .unwrap_or(self.limits.default_heartbeat_timeout_ms),
                 ha_server_addr: header.ha_server_addr.clone(),
                 data_version: request.body.data_version,
                 connection,
@@ -259,12 +267,14 @@ impl Registry {
     /// group's queue data, and topics it no longer lists lose the group.
     fn replace_queue_data(&mut self, broker_name: &str, request: &RegisterBrokerRequest) {
         let listed = &request.body.topics;
-        self.topics.retain(|topic, queues| {
-            if !listed.contains_key(topic) {
-                queues.remove(broker_name);
-            }
-            !queues.is_empty()
-        });
+        if self.limits.replace_topics_on_register {
+            self.topics.retain(|topic, queues| {
+                if !listed.contains_key(topic) {
+                    queues.remove(broker_name);
+                }
+                !queues.is_empty()
+            });
+        }
         for (name, topic) in listed {
             self.topics.entry(name.clone()).or_default().insert(
                 broker_name.to_owned(),

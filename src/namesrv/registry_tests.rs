@@ -117,6 +117,32 @@ fn a_master_registration_replaces_its_topic_set_when_its_version_changes() {
 }
 
 #[test]
+fn without_replacement_a_dropped_topic_keeps_its_route_as_in_java() {
+    let mut registry = Registry::new(RegistryLimits {
+        replace_topics_on_register: false,
+        default_heartbeat_timeout_ms: 5,
+        ..RegistryLimits::default()
+    });
+    registry
+        .register(
+            &request("a", 0, "10.0.0.1:10911", &[("T", 4), ("Old", 1)], 1),
+            None,
+            0,
+        )
+        .unwrap();
+    registry
+        .register(&request("a", 0, "10.0.0.1:10911", &[("T", 2)], 2), None, 0)
+        .unwrap();
+    assert_eq!(queue_nums(&registry, "T"), [("a".to_owned(), 2)]);
+    assert_eq!(queue_nums(&registry, "Old"), [("a".to_owned(), 1)]);
+    assert_eq!(
+        registry.expire(6).len(),
+        1,
+        "the configured default timeout"
+    );
+}
+
+#[test]
 fn brokers_expire_past_their_own_timeout_by_the_injected_clock() {
     let mut registry = Registry::new(RegistryLimits::default());
     let mut quick = request("a", 0, "10.0.0.1:10911", &[("T", 4)], 1);
