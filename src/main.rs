@@ -54,6 +54,17 @@ enum Command {
     /// mqadmin's everyday commands against a running node, over the remoting protocol.
     /// Exit codes: 0 done, 1 not found, 2 bad input, 3 the node failed or is unreachable.
     Admin(ringmq::tools::admin::args::AdminArgs),
+    /// The standalone name server (brokers register with it, clients read routes from
+    /// it), configured by a RocketMQ namesrv.conf.
+    Namesrv(NamesrvArgs),
+}
+
+/// `ringmq namesrv -c namesrv.conf`, as RocketMQ's `mqnamesrv -c`.
+#[derive(Args)]
+struct NamesrvArgs {
+    /// A RocketMQ namesrv.conf (properties); without one, the defaults (port 9876).
+    #[arg(short = 'c', long = "conf")]
+    conf: Option<PathBuf>,
 }
 
 /// `ringmq serve`: settings come from defaults, then `--config` (TOML), then
@@ -622,6 +633,7 @@ fn main() -> ExitCode {
         Command::Store(StoreCommand::Verify { dir, json }) => verify(&dir, json),
         Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
         Command::Admin(args) => Ok(ringmq::tools::admin::run(args)),
+        Command::Namesrv(args) => namesrv(args),
     };
     match outcome {
         Ok(code) => code,
@@ -681,6 +693,27 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("ringmq: a shard stopped on its own");
         ExitCode::from(1)
     })
+}
+
+/// Runs the standalone name server until SIGINT or SIGTERM (exit 0); a bad config is exit 2.
+fn namesrv(args: NamesrvArgs) -> anyhow::Result<ExitCode> {
+    use ringmq::namesrv::{config::NamesrvConfig, standalone};
+    let loaded = match NamesrvConfig::load(args.conf.as_deref()) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("ringmq: bad configuration: {error}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    standalone::run(&loaded.config, |addr| {
+        eprintln!("ringmq: name server {version} listening on {addr}");
+    })?;
+    eprintln!("ringmq: stopped cleanly");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The addresses the node serves on, one line each, once it listens.

@@ -19,9 +19,18 @@
 //!   answered here, nor routes on the broker port.
 //!
 //! JSON is always standard (quoted broker-id keys), whatever the request's version.
+//!
+//! Beside it, the standalone name server (`ringmq namesrv`), which knows every broker group
+//! that registers: [`registry`] (who is registered, pure), [`handler`] (the requests),
+//! [`config`] (namesrv.conf), [`standalone`] (the one-thread process). Both answer in the
+//! JSON shapes of [`route`].
 
 pub mod admin;
+pub mod config;
+pub mod handler;
+pub mod registry;
 pub mod route;
+pub mod standalone;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -36,7 +45,7 @@ use crate::remoting::RemotingCommand;
 use crate::server::connection::RequestHandler;
 use crate::store::topic::validate_topic;
 
-use route::BrokerEntry;
+use route::{BrokerData, QueueData};
 
 /// The name-server request handler of one shard: the node's identity and the node-wide
 /// topic table are all it reads (and the clock, to stamp a topic it auto-creates).
@@ -63,12 +72,14 @@ impl NameServer {
         }
     }
 
-    fn entry(&self) -> BrokerEntry<'_> {
+    /// This node, as the master of its broker group.
+    fn entry(&self) -> BrokerData {
         let identity = &self.identity;
-        BrokerEntry {
-            cluster: &identity.cluster_name,
-            broker_name: &identity.broker_name,
-            addr: identity.store_host,
+        BrokerData {
+            cluster: identity.cluster_name.clone(),
+            broker_name: identity.broker_name.clone(),
+            addrs: std::collections::BTreeMap::from([(0, identity.store_host.to_string())]),
+            enable_acting_master: false,
         }
     }
 
@@ -78,18 +89,13 @@ impl NameServer {
             request::GET_ROUTEINFO_BY_TOPIC => self.route(request),
             request::GET_BROKER_CLUSTER_INFO => {
                 RemotingCommand::response_to(request, response::SUCCESS, None)
-                    .with_body(route::cluster_info_json(&self.entry()).into_bytes())
+                    .with_body(route::cluster_info_json(&[self.entry()]).into_bytes())
             }
             request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
-                let names: Vec<String> = self
-                    .topics
-                    .all()
-                    .into_iter()
-                    .map(|config| config.topic_name)
-                    .collect();
-                let body = serde_json::json!({ "topicList": names });
+                let configs = self.topics.all();
+                let names = configs.iter().map(|config| config.topic_name.as_str());
                 RemotingCommand::response_to(request, response::SUCCESS, None)
-                    .with_body(body.to_string().into_bytes())
+                    .with_body(route::topic_list_json(names, None).into_bytes())
             }
             request::WIPE_WRITE_PERM_OF_BROKER => admin::write_perm(
                 &self.state,
@@ -151,8 +157,22 @@ impl NameServer {
             }
         };
         config.perm = self.state.route_perm(topic, config.perm);
-        RemotingCommand::response_to(request, response::SUCCESS, None)
-            .with_body(route::topic_route_json(&self.entry(), &config).into_bytes())
+        // The topic table holds queue counts far below i32::MAX; saturating cannot change one.
+        let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let queues = QueueData {
+            read_queue_nums: count(config.read_queue_nums),
+            write_queue_nums: count(config.write_queue_nums),
+            perm: config.perm,
+            topic_sys_flag: config.topic_sys_flag,
+        };
+        let entry = self.entry();
+        RemotingCommand::response_to(request, response::SUCCESS, None).with_body(
+            route::topic_route_json(
+                std::slice::from_ref(&entry),
+                &[(&entry.broker_name, queues)],
+            )
+            .into_bytes(),
+        )
     }
 }
 

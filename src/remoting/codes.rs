@@ -97,6 +97,18 @@ pub mod request {
         REGISTER_TOPIC_IN_NAMESRV = 217,
         /// Broker to consumer.
         RESET_CONSUMER_CLIENT_OFFSET = 220,
+        /// Name server (`mqadmin topicList -c`); from `RequestCode.java`.
+        GET_TOPICS_BY_CLUSTER = 224,
+        /// Name server; from `RequestCode.java`.
+        GET_SYSTEM_TOPIC_LIST_FROM_NS = 304,
+        /// Name server; from `RequestCode.java`.
+        GET_UNIT_TOPIC_LIST = 311,
+        /// Name server; from `RequestCode.java`.
+        GET_HAS_UNIT_SUB_TOPIC_LIST = 312,
+        /// Name server; from `RequestCode.java`.
+        GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST = 313,
+        /// Broker to name server (when `forceRegister=false`); from `RequestCode.java`.
+        QUERY_DATA_VERSION = 322,
         /// Admin tools (`mqadmin resetOffsetByTime`); from `RequestCode.java`.
         INVOKE_BROKER_TO_RESET_OFFSET = 222,
         /// Broker to consumer.

@@ -436,6 +436,28 @@ fn string_list(value: &Value, field: &str) -> Result<Vec<String>, RegisterError>
     }
 }
 
+/// A `DataVersion` as JSON (QUERY_DATA_VERSION's request and response bodies).
+pub fn encode_data_version(version: &DataVersion) -> Vec<u8> {
+    json!({
+        "counter": version.counter,
+        "stateVersion": version.state_version,
+        "timestamp": version.timestamp,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Reads a `DataVersion` body (standard or fastjson JSON); missing fields are 0.
+pub fn decode_data_version(bytes: &[u8]) -> Result<DataVersion, RegisterError> {
+    let value = fastjson::parse(bytes)?;
+    let version = as_object(&value, "(body)")?;
+    Ok(DataVersion {
+        timestamp: int(version, "timestamp", "timestamp", 0)?,
+        counter: int(version, "counter", "counter", 0)?,
+        state_version: int(version, "stateVersion", "stateVersion", 0)?,
+    })
+}
+
 /// The SUCCESS response to `request` with `result`'s fields in the header (absent fields
 /// are left out, as Java leaves null fields out).
 pub fn encode_register_response(

@@ -257,3 +257,18 @@ fn unregister_round_trips_and_names_a_missing_field() {
         "missing header field `brokerId`"
     );
 }
+
+#[test]
+fn a_data_version_round_trips_and_garbage_is_an_error() {
+    let version = DataVersion {
+        timestamp: 5,
+        counter: 6,
+        state_version: 7,
+    };
+    assert_eq!(
+        decode_data_version(&encode_data_version(&version)),
+        Ok(version)
+    );
+    assert!(decode_data_version(b"[1]").is_err());
+    assert!(decode_data_version(br#"{"counter":"x"}"#).is_err());
+}

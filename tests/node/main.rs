@@ -49,5 +49,6 @@ mod node_timer_messages;
 mod node_topics_and_routes;
 mod node_zero_copy_pulls;
 mod remoting_codec;
+mod standalone_namesrv;
 mod state_files_checked_on_start;
 mod tables_validated_on_load;

@@ -17,6 +17,7 @@ mod kill_during_pop;
 mod kill_during_retention;
 mod kill_during_timer_delivery;
 mod kill_process;
+mod namesrv_standalone;
 mod node_banner;
 mod node_clean_shutdown;
 mod node_logs;

@@ -1,0 +1,195 @@
+//! The standalone name server process (`ringmq namesrv -c namesrv.conf`): one thread, a
+//! current-thread tokio runtime with a `LocalSet`, listening through the network seam on
+//! the one port its config names (no metrics or other port, so several run side by side
+//! on one host), serving every connection with one [`Standalone`] handler, and scanning
+//! for expired brokers every `scanNotActiveBrokerInterval`. SIGTERM or SIGINT stops it:
+//! the listener closes, every connection sees the stop, and [`run`] returns.
+//!
+//! Connections are bounded as the node's are ([`Admission`]: `maxConnections`,
+//! `maxPartialFrameBytes`), with the per-connection limits of [`connection_limits`].
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::net::{Listener, Transport};
+use crate::server::admission::Admission;
+use crate::server::connection::{self, serve_admitted, ConnectionLimits};
+use crate::server::traffic::Traffic;
+
+use super::config::NamesrvConfig;
+use super::handler::Standalone;
+
+/// Requests read and not yet answered on one connection before it stops reading: a
+/// broker or client sends a few at a time; the node's default.
+const MAX_REQUESTS_IN_FLIGHT_PER_CONNECTION: usize = 1024;
+/// Bytes held for one connection before it stops reading (the node's default).
+const MAX_QUEUED_RESPONSE_BYTES_PER_CONNECTION: usize = 4 * 1024 * 1024;
+/// All connections together: the node's defaults for one shard.
+const MAX_REQUESTS_IN_FLIGHT: usize = 131_072;
+const MAX_QUEUED_RESPONSE_BYTES: usize = 1024 * 1024 * 1024;
+/// How long a frame still arriving may go without 64 KiB more (the node's default).
+const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an `accept` failure (out of descriptors) pauses accepting.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Why the name server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum StandaloneError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot watch for SIGTERM and SIGINT: {0}")]
+    Signals(std::io::Error),
+}
+
+/// The limits of one connection.
+pub fn connection_limits(config: &NamesrvConfig) -> ConnectionLimits {
+    ConnectionLimits {
+        max_frame_len: config.max_frame_size,
+        read_buffer: connection::READ_BUFFER,
+        body_send: Default::default(),
+        max_requests_in_flight: MAX_REQUESTS_IN_FLIGHT_PER_CONNECTION,
+        // No request parks here.
+        max_parked_requests: 1,
+        max_queued_response_bytes: MAX_QUEUED_RESPONSE_BYTES_PER_CONNECTION,
+        shard_max_requests_in_flight: MAX_REQUESTS_IN_FLIGHT,
+        shard_max_queued_response_bytes: MAX_QUEUED_RESPONSE_BYTES,
+        frame_timeout: FRAME_TIMEOUT,
+        idle_timeout: config.server_channel_max_idle_time,
+        warn_burst: connection::WARN_BURST,
+        warn_interval: connection::WARN_INTERVAL,
+        socket_send_buffer: 0,
+    }
+}
+
+/// Serves on `transport` until `stop` turns true; `ready` gets the bound address once
+/// the listener is open. Runs inside a `LocalSet`.
+pub async fn serve<T: Transport>(
+    transport: &T,
+    config: &NamesrvConfig,
+    clock: Clock,
+    stop: watch::Receiver<bool>,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), StandaloneError> {
+    let addr = SocketAddr::new(config.bind_address, config.listen_port);
+    let listener = transport
+        .bind(addr)
+        .await
+        .map_err(|source| StandaloneError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StandaloneError::Bind { addr, source })?;
+    let handler = Rc::new(Standalone::new(
+        config.registry_limits(),
+        clock,
+        config.properties_text(),
+    ));
+    let scan = tokio::task::spawn_local(scan_loop(
+        handler.clone(),
+        config.scan_not_active_broker_interval,
+        stop.clone(),
+    ));
+    ready(bound);
+    accept_loop(listener, handler, config, stop).await;
+    scan.abort();
+    // Let every connection see the stop before the runtime goes.
+    tokio::task::yield_now().await;
+    Ok(())
+}
+
+/// Unregisters expired brokers every `interval` until `stop`.
+async fn scan_loop(handler: Rc<Standalone>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {
+                handler.expire();
+            }
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+    }
+}
+
+async fn accept_loop<L: Listener>(
+    listener: L,
+    handler: Rc<Standalone>,
+    config: &NamesrvConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let limits = connection_limits(config);
+    let admission = Admission::new(
+        config.max_connections,
+        config.max_partial_frame_bytes,
+        limits.warn_interval,
+    );
+    let traffic = Arc::new(Traffic::new());
+    let for_connections = stop.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(admitted) = admission.admit() else {
+                        drop(stream);
+                        if let Some(report) = admission.refused() {
+                            tracing::warn!(
+                                %peer,
+                                refused = report.refused,
+                                max_connections = report.max_connections,
+                                "maxConnections are open; refusing connections"
+                            );
+                        }
+                        continue;
+                    };
+                    tokio::task::spawn_local(serve_admitted(
+                        stream,
+                        peer,
+                        handler.clone(),
+                        limits,
+                        traffic.clone(),
+                        admitted,
+                        for_connections.clone(),
+                    ));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+    }
+}
+
+/// The process: serves over TCP on one thread until SIGTERM or SIGINT; `ready` gets the
+/// bound address (the caller prints its start line).
+pub fn run(config: &NamesrvConfig, ready: impl FnOnce(SocketAddr)) -> Result<(), StandaloneError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StandaloneError::Runtime)?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate()).map_err(StandaloneError::Signals)?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(StandaloneError::Signals)?;
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::task::spawn_local(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            let _ = stop_tx.send(true);
+        });
+        serve(&crate::net::tcp::Tcp, config, Clock::system(), stop, ready).await
+    })
+}
