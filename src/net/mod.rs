@@ -72,6 +72,17 @@ pub trait Connection: AsyncRead + AsyncWrite + Unpin + 'static {
 
     /// Splits the connection into halves that can be used from different tasks.
     fn into_split(self) -> (Self::ReadHalf, Self::WriteHalf);
+
+    /// The kernel socket as a std stream, to hand the connection to another shard's
+    /// thread: `Err(self)` from a backend without one (the simulated network runs every
+    /// node on one thread, so nothing is handed there); `Ok(Err(_))` when the kernel
+    /// refused the conversion.
+    fn into_std(self) -> Result<io::Result<std::net::TcpStream>, Self>
+    where
+        Self: Sized,
+    {
+        Err(self)
+    }
 }
 
 /// The writing end of a split connection, as the node's connection writer drives it: from

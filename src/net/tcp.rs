@@ -73,6 +73,10 @@ impl Connection for TcpStream {
     fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
         TcpStream::into_split(self)
     }
+
+    fn into_std(self) -> Result<io::Result<std::net::TcpStream>, Self> {
+        Ok(TcpStream::into_std(self))
+    }
 }
 
 impl WriteHalf for OwnedWriteHalf {

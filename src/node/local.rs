@@ -15,7 +15,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::shard::run_shard;
+use super::replication::ha_port;
 use super::start::{prepare_store_root, resolve_name_servers, NodeParts};
+use crate::config::BrokerRole;
 use super::write_tables;
 use crate::broker::NodeTables;
 use crate::metrics::NodeMetrics;
@@ -27,6 +29,8 @@ use crate::node_config::{self, NodeConfig};
 pub struct LocalNode {
     addr: SocketAddr,
     namesrv_addr: SocketAddr,
+    /// A master's HA address (its slaves' `haMasterAddress`); `None` for a slave.
+    ha_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     shard: Option<JoinHandle<anyhow::Result<()>>>,
     tables: NodeTables,
@@ -56,6 +60,16 @@ impl LocalNode {
             false => None,
         };
         let port = listener.local_addr()?.port();
+        let ha_listener = match config.broker_role {
+            BrokerRole::Slave => None,
+            _ => Some(transport.bind(bind(ha_port(&config))).await?),
+        };
+        let ha_listener_bound = ha_listener
+            .as_ref()
+            .map(Listener::local_addr)
+            .transpose()?
+            .map(|bound| bound.port());
+        let ha_bound = ha_listener_bound.unwrap_or_else(|| ha_port(&config));
         let namesrv_port = namesrv.as_ref().map(Listener::local_addr).transpose()?;
         let addr = SocketAddr::new(config.broker_ip, port);
         let namesrv_addr = match (namesrv_port, name_servers.first()) {
@@ -69,9 +83,10 @@ impl LocalNode {
         if let Some(bound) = namesrv_port {
             running.namesrv_port = bound.port();
         }
+        running.ha_listen_port = Some(ha_bound);
         let parts = NodeParts::load(running, name_servers)?;
         let start = parts
-            .shard_starts(vec![listener], namesrv, addr, &metrics)
+            .shard_starts(vec![listener], namesrv, ha_listener, addr, &metrics)
             .pop()
             .expect("one shard, one start");
         let (stop, stop_rx) = watch::channel(false);
@@ -93,9 +108,11 @@ impl LocalNode {
             },
             ended_first = &mut shard => return Err(ended(ended_first)),
         }
+        let ha_addr = ha_listener_bound.map(|port| SocketAddr::new(addr.ip(), port));
         Ok(LocalNode {
             addr,
             namesrv_addr,
+            ha_addr,
             stop,
             shard: Some(shard),
             tables: parts.tables,
@@ -114,8 +131,22 @@ impl LocalNode {
         self.namesrv_addr
     }
 
+    /// Where a master's slaves stream from; `None` for a slave.
+    pub fn ha_addr(&self) -> Option<SocketAddr> {
+        self.ha_addr
+    }
+
     pub fn metrics(&self) -> &NodeMetrics {
         &self.metrics
+    }
+
+    /// Stops the node as a kill does: its shard aborted wherever it was (mid-write too),
+    /// nothing written out; returns once the shard is gone and its listeners closed.
+    pub async fn kill(mut self) {
+        if let Some(shard) = self.shard.take() {
+            shard.abort();
+            let _ = shard.await;
+        }
     }
 
     /// Stops the node as a clean shutdown does: connections end, the engines and the

@@ -53,6 +53,7 @@ use crate::metrics::NodeMetrics;
 
 pub mod local;
 mod registration;
+mod replication;
 mod shard;
 mod start;
 

@@ -36,6 +36,8 @@ use crate::remoting::register_broker::{
 use crate::remoting::RemotingCommand;
 use crate::shard::service::{LocalFuture, ShardService, ShardTask};
 
+use super::replication::MasterAddress;
+
 /// How often the topic table's data version is looked at between registrations: the
 /// bound on how late a topic change reaches the name servers.
 pub const CHANGE_POLL: Duration = Duration::from_secs(1);
@@ -50,6 +52,10 @@ pub struct RegistrationSettings {
     pub ha_server_addr: SocketAddr,
     pub period: Duration,
     pub timeout: Duration,
+    /// Where a slave learns its master's HA address from the name servers' answers.
+    pub master: MasterAddress,
+    /// `haMasterAddress` is set: it wins over what name servers answer.
+    pub master_configured: bool,
 }
 
 /// One name server as the registration sees it.
@@ -206,7 +212,23 @@ impl<T: Transport> Inner<T> {
                 remark: answer.remark.unwrap_or_default(),
             });
         }
+        self.learn_master(&answer);
         Ok(())
+    }
+
+    /// A slave's registration is answered with its master's HA address (when the master
+    /// registered): where its shards stream from, unless `haMasterAddress` says.
+    fn learn_master(&self, answer: &RemotingCommand) {
+        if self.settings.broker_id == 0 || answer.ext_fields.get("haServerAddr").is_none() {
+            return;
+        }
+        let result = register_broker::decode_register_response(answer);
+        let learned = result.ha_server_addr.as_deref().and_then(|addr| addr.parse().ok());
+        if let Some(addr) = learned {
+            self.settings
+                .master
+                .learned(addr, self.settings.master_configured);
+        }
     }
 
     /// Registers now, then every period and within [`CHANGE_POLL`] of a topic change.

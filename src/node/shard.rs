@@ -29,6 +29,8 @@ use crate::namesrv::NameServer;
 use crate::net::{Listener, Transport};
 use crate::node_config::NodeConfig;
 use super::registration::{Registration, RegistrationSettings};
+use super::replication::{MasterAddress, ReplicationStart};
+use crate::config::BrokerRole;
 use crate::server::admission::Admission;
 use crate::server::connection::{serve_admitted, ConnectionLimits, RequestHandler};
 use crate::server::traffic::{LimitEvent, Traffic};
@@ -56,6 +58,8 @@ pub(super) struct ShardStart<L> {
     pub listener: L,
     /// Shard 0 only: the embedded name server's listener and state.
     pub namesrv: Option<(L, Arc<NamesrvState>)>,
+    /// The HA port's listener (shard 0 of a master) and the stream handoff.
+    pub replication: ReplicationStart<L>,
     pub advertised: SocketAddr,
     pub inbox: MailboxReceiver,
     pub context: ShardContext,
@@ -82,6 +86,11 @@ impl<L> ShardStart<L> {
                 Some((listener, state)) => Some((change(listener)?, state)),
                 None => None,
             },
+            replication: ReplicationStart {
+                listener: self.replication.listener.map(&mut change).transpose()?,
+                senders: self.replication.senders,
+                inbox: self.replication.inbox,
+            },
             advertised: self.advertised,
             inbox: self.inbox,
             context: self.context,
@@ -100,6 +109,10 @@ pub(super) struct ShardSettings {
     pub config: Arc<NodeConfig>,
     /// The resolved `namesrvAddr`: shard 0 registers the node with each.
     pub name_servers: Vec<SocketAddr>,
+    /// A slave's master HA address, shared by every shard.
+    pub master: MasterAddress,
+    /// The HA port this node's slaves replicate from (bound: a picked free port written in).
+    pub ha_port: u16,
     pub broker: BrokerConfig,
     pub connection: ConnectionLimits,
 }
@@ -114,14 +127,29 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     ready: impl FnOnce(u8),
 ) -> anyhow::Result<()> {
     let id = start.id;
-    let (broker, listeners) = open_shard(&settings, start).await?;
+    let (broker, listeners, replication) = open_shard(&settings, start).await?;
     let mut services = open_services(&broker)?;
+    // A slave runs none of the engines' tasks: delay levels, timers and POP revive write
+    // to the log, which only its master does (their state still opens, for reads).
+    let engines = services.len();
+    let engines_run = settings.config.broker_role != BrokerRole::Slave;
+    let config = &settings.config;
+    let master = &settings.master;
+    services.push(
+        super::replication::open(config, &broker, replication, transport.clone(), master).await?,
+    );
     services.extend(open_node_services(&settings, &broker, transport));
     let store = broker.store().clone();
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
     let mut background: Vec<_> = core_tasks(&broker, listeners.inbox)
         .into_iter()
-        .chain(services.iter().flat_map(|service| service.tasks()))
+        .chain(
+            services
+                .iter()
+                .enumerate()
+                .filter(|&(at, _)| engines_run || at >= engines)
+                .flat_map(|(_, service)| service.tasks()),
+        )
         .map(|task| tokio::task::spawn_local(store.watch(task.name, task.future)))
         .collect();
     tracing::info!(shard = id, advertised = %broker.identity().store_host, backend = store.backend_name(), "shard serving");
@@ -184,11 +212,12 @@ struct ShardListeners<L> {
 async fn open_shard<L>(
     settings: &ShardSettings,
     start: ShardStart<L>,
-) -> anyhow::Result<(Rc<Broker>, ShardListeners<L>)> {
+) -> anyhow::Result<(Rc<Broker>, ShardListeners<L>, ReplicationStart<L>)> {
     let ShardStart {
         id,
         listener,
         namesrv,
+        replication,
         advertised,
         inbox,
         context,
@@ -224,7 +253,7 @@ async fn open_shard<L>(
         inbox,
         admission,
     };
-    Ok((broker, listeners))
+    Ok((broker, listeners, replication))
 }
 
 /// Opens every engine of [`SERVICES`] on the shard, in order; the first failure fails the
@@ -253,8 +282,9 @@ fn open_node_services<T: Transport>(
     let registration = RegistrationSettings {
         name_servers: settings.name_servers.clone(),
         broker_id: config.broker_id,
-        // RocketMQ's default HA port; replication listens there once it runs.
-        ha_server_addr: SocketAddr::new(advertised.ip(), advertised.port().wrapping_add(1)),
+        ha_server_addr: SocketAddr::new(advertised.ip(), settings.ha_port),
+        master: settings.master.clone(),
+        master_configured: config.ha_master_address.is_some(),
         period: config.register_name_server_period,
         timeout: config.register_broker_timeout_mills,
     };

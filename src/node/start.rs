@@ -13,7 +13,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use super::replication::{self, MasterAddress, ReplicationStart};
 use super::shard::{run_shard, ShardSettings, ShardStart};
+use crate::config::BrokerRole;
 use super::NodeHandle;
 use crate::broker::delay::offsets::DelayOffsets;
 use crate::broker::state::live_settings::LiveSettings;
@@ -61,6 +63,11 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         (None, Some(first)) => *first,
         (None, None) => unreachable!("no name server is bound and none is configured"),
     };
+    let ha_listener = bind_ha_listener(&config)?;
+    let ha_port = match &ha_listener {
+        Some(listener) => listener.local_addr()?.port(),
+        None => replication::ha_port(&config),
+    };
     let metrics = NodeMetrics::with_caps(config.shards, node_config::stats_caps(&config));
     let metrics_server = start_metrics_server(&config, &metrics)?;
     // The settings as they run: what GET_BROKER_CONFIG answers, and STOREHOST's port.
@@ -72,9 +79,10 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
     if let Some(server) = &metrics_server {
         running.metrics_port = server.addr().port();
     }
+    running.ha_listen_port = Some(ha_port);
     let parts = NodeParts::load(running, name_servers.clone())?;
     let tables = parts.tables.clone();
-    let starts = parts.shard_starts(listeners, namesrv_listener, advertised, &metrics);
+    let starts = parts.shard_starts(listeners, namesrv_listener, ha_listener, advertised, &metrics);
     let (stop, shards, exited) = spawn_shards(&parts.settings, starts)?;
     tracing::info!(%advertised, %namesrv_addr, shards = shards.len(), "node serving");
     Ok(NodeHandle {
@@ -90,6 +98,33 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         metrics,
         metrics_server,
     })
+}
+
+/// A master's HA listener on `haListenPort` (else the broker port + 1); a slave has none.
+fn bind_ha_listener(config: &NodeConfig) -> anyhow::Result<Option<std::net::TcpListener>> {
+    if config.broker_role == BrokerRole::Slave {
+        return Ok(None);
+    }
+    // From the configured ports: `listenPort` 0 (a free port) makes the HA port free too.
+    let port = replication::ha_port(config);
+    let addr = SocketAddr::new(config.bind_address, port);
+    let listener = bind_listener(addr, LISTEN_BACKLOG, false)
+        .map_err(|error| anyhow::anyhow!("cannot listen on the HA port {port} (haListenPort): {error}"))?;
+    Ok(Some(listener))
+}
+
+/// `haMasterAddress`, resolved once at start like the name servers.
+pub(super) fn resolve_ha_master(config: &NodeConfig) -> anyhow::Result<Option<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let Some(addr) = config.ha_master_address.as_deref() else {
+        return Ok(None);
+    };
+    let resolved = addr
+        .to_socket_addrs()
+        .map_err(|error| anyhow::anyhow!("haMasterAddress: cannot resolve {addr}: {error}"))?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("haMasterAddress: {addr} resolves to no address"))?;
+    Ok(Some(resolved))
 }
 
 /// The embedded name server's listener on `namesrvPort`.
@@ -204,8 +239,11 @@ impl NodeParts {
     pub fn load(running: NodeConfig, name_servers: Vec<SocketAddr>) -> anyhow::Result<NodeParts> {
         let tables = load_tables(&running)?;
         let namesrv_port = running.namesrv_port;
+        let master = MasterAddress::new(resolve_ha_master(&running)?);
         let settings = ShardSettings {
             name_servers,
+            master,
+            ha_port: replication::ha_port(&running),
             broker: node_config::broker_config(&running),
             connection: node_config::connection_limits(&running),
             config: Arc::new(running),
@@ -233,6 +271,7 @@ impl NodeParts {
         &self,
         listeners: Vec<L>,
         mut namesrv_listener: Option<L>,
+        mut ha_listener: Option<L>,
         advertised: SocketAddr,
         metrics: &NodeMetrics,
     ) -> Vec<ShardStart<L>> {
@@ -240,15 +279,23 @@ impl NodeParts {
         let (senders, inboxes): (Vec<_>, Vec<MailboxReceiver>) = (0..config.shards)
             .map(|_| mailbox::mailbox(config.shard_mailbox_capacity))
             .unzip();
+        let (handoff_senders, handoff_inboxes) = replication::handoff_channels(config.shards);
         (0u8..)
             .zip(listeners)
             .zip(inboxes)
-            .map(|((id, listener), inbox)| ShardStart {
+            .zip(handoff_inboxes)
+            .map(|(((id, listener), inbox), handoff)| ShardStart {
                 id,
                 listener,
                 namesrv: namesrv_listener
                     .take()
                     .map(|listener| (listener, self.namesrv.clone())),
+                // Shard 0 accepts every stream and hands each to the shard it names.
+                replication: ReplicationStart {
+                    listener: ha_listener.take(),
+                    senders: if id == 0 { handoff_senders.clone() } else { Vec::new() },
+                    inbox: handoff,
+                },
                 advertised,
                 inbox,
                 context: ShardContext::new(id, senders.clone()),

@@ -16,7 +16,7 @@ use super::parse::{
     flag, flush_mode, group_names, home_dir, hours_of_day, io_name, ip, millis, name, port,
     reserved_time, root_dir, text, uint, Value,
 };
-use super::{default_shards, BrokerRole, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
+use super::{default_shards, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
 use crate::broker::naming::names::MAX_QUEUE_NUMS;
 use crate::config::{defaults, MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
 use crate::remoting::frame::DEFAULT_MAX_FRAME_LEN;
@@ -28,6 +28,14 @@ pub const REGISTER_PERIOD: Duration = Duration::from_secs(30);
 /// never delays the next round.
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(24);
 const _: () = assert!(REGISTER_TIMEOUT.as_millis() < REGISTER_PERIOD.as_millis());
+/// `haSendHeartbeatInterval`: RocketMQ's 5 s.
+pub const HA_HEARTBEAT: Duration = Duration::from_secs(5);
+/// `haHousekeepingInterval`: RocketMQ's 20 s, four heartbeats.
+pub const HA_HOUSEKEEPING: Duration = Duration::from_secs(20);
+/// `haTransferBatchSize`: RocketMQ's 32 KiB.
+pub const HA_BATCH: u32 = 32 * 1024;
+/// `haSlaveFallbehindMax`: RocketMQ's 256 MiB.
+pub const HA_FALLBEHIND_MAX: u64 = 256 * 1024 * 1024;
 
 macro_rules! key {
     (@ours rocketmq) => { false };
@@ -96,8 +104,8 @@ pub(super) static KEYS: &[Key] = &[
     key!(
         "broker_role", rocketmq ["brokerRole"],
         default: Text("ASYNC_MASTER"),
-        range: Rule { doc: "`ASYNC_MASTER`; `SYNC_MASTER` and `SLAVE` parse but do not run yet", check: |c| supported_role(c.broker_role) },
-        meaning: "`ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE`; only `ASYNC_MASTER` runs for now (replication is D14)",
+        range: Parsed("`ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE`"),
+        meaning: "a master acknowledges on its own write (`ASYNC_MASTER`) or once a slave holds the message too (`SYNC_MASTER`, D14); a `SLAVE` copies its master's CommitLog per shard and refuses sends",
         set: |c, v| c.broker_role = text(v)?.parse()?,
         get: |c| c.broker_role.as_str().into(),
     ),
@@ -213,6 +221,68 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "how long one registration with one name server may take (connect and answer), ms",
         set: |c, v| c.register_broker_timeout_mills = millis(v)?,
         get: |c| c.register_broker_timeout_mills.as_millis().to_string(),
+    ),
+    key!(
+        "ha_listen_port", rocketmq ["haListenPort"],
+        default: Text(""),
+        range: Rule { doc: "a port; empty for `listenPort` + 1 (0 picks a free one)", check: |_| Ok(()) },
+        meaning: "port a master's slaves replicate from (one stream per shard, all on this port); a master listens on it, a slave does not",
+        set: |c, v| {
+            let s = text(v)?;
+            c.ha_listen_port = if s.trim().is_empty() { None } else { Some(port(Value::Raw(s))?) }
+        },
+        get: |c| c.ha_listen_port.map(|p| p.to_string()).unwrap_or_default(),
+    ),
+    key!(
+        "ha_master_address", rocketmq ["haMasterAddress"],
+        default: Text(""),
+        range: Rule { doc: "`host:port`; empty to learn it from the name servers", check: |c| c.ha_master_address.as_deref().map_or(Ok(()), host_ports) },
+        meaning: "a slave's master HA address (its `haListenPort`); when empty the slave learns it from the name servers' answer to its registration",
+        set: |c, v| {
+            let s = text(v)?;
+            c.ha_master_address = if s.trim().is_empty() { None } else { Some(s.trim().to_string()) }
+        },
+        get: |c| c.ha_master_address.clone().unwrap_or_default(),
+    ),
+    key!(
+        "ha_send_heartbeat_interval", rocketmq ["haSendHeartbeatInterval"],
+        default: Constant(|| HA_HEARTBEAT.as_millis().to_string()),
+        range: Number(Bounds::between(100, 60_000, Unit::Millis)),
+        meaning: "a master sends an empty frame, and a slave its offset, after this long without one, ms",
+        set: |c, v| c.ha_send_heartbeat_interval = millis(v)?,
+        get: |c| c.ha_send_heartbeat_interval.as_millis().to_string(),
+    ),
+    key!(
+        "ha_housekeeping_interval", rocketmq ["haHousekeepingInterval"],
+        default: Constant(|| HA_HOUSEKEEPING.as_millis().to_string()),
+        range: Number(Bounds::between(1000, 600_000, Unit::Millis)),
+        meaning: "either side of an HA stream closes it after this long without hearing from the other, ms",
+        set: |c, v| c.ha_housekeeping_interval = millis(v)?,
+        get: |c| c.ha_housekeeping_interval.as_millis().to_string(),
+    ),
+    key!(
+        "ha_transfer_batch_size", rocketmq ["haTransferBatchSize"],
+        default: Constant(|| HA_BATCH.to_string()),
+        range: Number(Bounds::between(4096, crate::replication::wire::FRAME_BODY_MAX as u64, Unit::Plain)),
+        meaning: "largest frame of CommitLog bytes a master sends a slave",
+        set: |c, v| c.ha_transfer_batch_size = uint(v, crate::replication::wire::FRAME_BODY_MAX as u64)? as u32,
+        get: |c| c.ha_transfer_batch_size.to_string(),
+    ),
+    key!(
+        "ha_slave_fallbehind_max", rocketmq ["haSlaveFallbehindMax"],
+        default: Constant(|| HA_FALLBEHIND_MAX.to_string()),
+        range: Number(AT_LEAST_1),
+        meaning: "a SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once while no slave is within this many bytes of its log",
+        set: |c, v| c.ha_slave_fallbehind_max = uint(v, u64::MAX)?,
+        get: |c| c.ha_slave_fallbehind_max.to_string(),
+    ),
+    key!(
+        "sync_from_last_file", rocketmq ["syncFromLastFile"],
+        default: Text("false"),
+        range: Parsed("`true` or `false`"),
+        meaning: "an empty slave starts at its master's last CommitLog segment instead of its whole retained history",
+        set: |c, v| c.sync_from_last_file = flag(v)?,
+        get: |c| c.sync_from_last_file.to_string(),
     ),
     key!(
         "store_path_root_dir", rocketmq ["storePathRootDir"],
@@ -797,15 +867,6 @@ fn plain_name(name: &str) -> Result<(), ValueError> {
         ));
     }
     Ok(())
-}
-
-fn supported_role(role: BrokerRole) -> Result<(), ValueError> {
-    match role {
-        BrokerRole::AsyncMaster => Ok(()),
-        role => Err(ValueError::UnsupportedRole {
-            role: role.as_str(),
-        }),
-    }
 }
 
 fn advertisable(ip: std::net::IpAddr) -> Result<(), ValueError> {

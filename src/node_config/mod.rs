@@ -175,6 +175,15 @@ pub struct NodeConfig {
     /// (group, topic) pairs each shard keeps per-group figures for.
     pub metrics_max_groups: usize,
     pub namesrv_addr: Option<String>,
+    /// `haListenPort`; `None` is `listen_port` + 1.
+    pub ha_listen_port: Option<u16>,
+    /// `haMasterAddress`: a slave's master HA address, else learned from the name servers.
+    pub ha_master_address: Option<String>,
+    pub ha_send_heartbeat_interval: Duration,
+    pub ha_housekeeping_interval: Duration,
+    pub ha_transfer_batch_size: u32,
+    pub ha_slave_fallbehind_max: u64,
+    pub sync_from_last_file: bool,
     /// `registerNameServerPeriod`: how often the broker registers with each name server.
     pub register_name_server_period: Duration,
     /// `registerBrokerTimeoutMills`: how long one registration may take.
@@ -291,7 +300,7 @@ impl NodeConfig {
     /// work out (no `$HOME` for the store root) stays empty, and `validate` says so.
     #[allow(
         clippy::too_many_lines,
-        reason = "one placeholder per field of a 78-field struct literal; cutting it would split the fields, not steps"
+        reason = "one placeholder per field of an 85-field struct literal; cutting it would split the fields, not steps"
     )]
     fn unset() -> NodeConfig {
         NodeConfig {
@@ -310,6 +319,13 @@ impl NodeConfig {
             metrics_max_topics: 0,
             metrics_max_groups: 0,
             namesrv_addr: None,
+            ha_listen_port: None,
+            ha_master_address: None,
+            ha_send_heartbeat_interval: Duration::ZERO,
+            ha_housekeeping_interval: Duration::ZERO,
+            ha_transfer_batch_size: 0,
+            ha_slave_fallbehind_max: 0,
+            sync_from_last_file: false,
             register_name_server_period: Duration::ZERO,
             register_broker_timeout_mills: Duration::ZERO,
             store_path_root_dir: PathBuf::new(),

@@ -2,7 +2,7 @@
 //! it relates; a broken one is reported against the first of them (the key to change).
 //! [`NodeConfig::validate`] checks them after every key's own range.
 
-use super::{NodeConfig, FRAME_HEADER_ROOM};
+use super::{BrokerRole, NodeConfig, FRAME_HEADER_ROOM};
 use crate::config::{largest_message_for_segment, RECORD_OVERHEAD_MAX};
 
 /// A broken relation, reported against its first key: the values that break it.
@@ -10,6 +10,10 @@ use crate::config::{largest_message_for_segment, RECORD_OVERHEAD_MAX};
 pub enum RelationError {
     #[error("{id} must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)")]
     MasterId { id: u64 },
+    #[error("0 is the master's id: a SLAVE's broker_id is above 0")]
+    SlaveId,
+    #[error("a SLAVE needs haMasterAddress or namesrvAddr to find its master")]
+    SlaveWithoutMaster,
     /// `port` is also the port of the key `other`.
     #[error("{port} is also {other}")]
     SamePort { port: u16, other: &'static str },
@@ -38,10 +42,41 @@ pub(super) struct Relation {
 pub(super) static RELATIONS: &[Relation] = &[
     Relation {
         keys: &["broker_id", "broker_role"],
-        doc: || "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0".into(),
-        check: |c| match c.broker_id {
-            0 => Ok(()),
-            id => Err(RelationError::MasterId { id }),
+        doc: || "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0, a `SLAVE` above 0".into(),
+        check: |c| match (c.broker_role, c.broker_id) {
+            (BrokerRole::Slave, 0) => Err(RelationError::SlaveId),
+            (BrokerRole::Slave, _) | (_, 0) => Ok(()),
+            (_, id) => Err(RelationError::MasterId { id }),
+        },
+    },
+    Relation {
+        keys: &["ha_master_address", "broker_role", "namesrv_addr"],
+        doc: || "a `SLAVE` names its master (`ha_master_address`) or name servers to learn it from (`namesrv_addr`)".into(),
+        check: |c| match c.broker_role {
+            BrokerRole::Slave if c.ha_master_address.is_none() && c.namesrv_addr.is_none() => {
+                Err(RelationError::SlaveWithoutMaster)
+            }
+            _ => Ok(()),
+        },
+    },
+    Relation {
+        keys: &["ha_listen_port", "listen_port", "namesrv_port", "metrics_port"],
+        doc: || "`ha_listen_port` differs from `listen_port`, `namesrv_port` and `metrics_port` (unless 0)".into(),
+        check: |c| {
+            let Some(port) = c.ha_listen_port.filter(|&p| p != 0) else {
+                return Ok(());
+            };
+            let other = [
+                (c.listen_port, "listen_port"),
+                (c.namesrv_port, "namesrv_port"),
+                (c.metrics_port, "metrics_port"),
+            ]
+            .into_iter()
+            .find(|&(p, _)| p == port);
+            match other {
+                Some((_, other)) => Err(RelationError::SamePort { port, other }),
+                None => Ok(()),
+            }
         },
     },
     // Port 0 asks the system for a free port at start (tests, side-by-side runs), so it

@@ -24,7 +24,10 @@
 //!
 //! | keys | why ignoring them is safe |
 //! |---|---|
-//! | `brokerIP2`, `haListenPort`, `haMasterAddress`, `haSendHeartbeatInterval`, `haHousekeepingInterval`, `haTransferBatchSize`, `haMaxGapNotInSync`, `slaveReadEnable`, `duplicationEnable` | replication settings; `brokerRole` already refuses every role but `ASYNC_MASTER`, so none of them has anything to act on |
+//! | `brokerIP2` | a second address for the HA port; ringmq advertises `brokerIP1` for both |
+//! | `haMaxGapNotInSync` | RocketMQ 5's in-sync-set gap; ringmq's SYNC_MASTER waits for one slave within `haSlaveFallbehindMax` |
+//! | `slaveReadEnable` | a master never sends consumers to its slave; they read the master, which holds every message the slave does |
+//! | `duplicationEnable` | RocketMQ's duplicate-write switch for a promoted slave; ringmq's slave log is byte-identical to its master's |
 //! | `enablePropertyFilter`, `filterServerNums`, `filterSupportRetry`, `enableCalcFilterBitMap`, `enableConsumeQueueExt` | SQL92 filtering: ringmq refuses SQL92 subscriptions on every pull, so nothing is delivered unfiltered |
 //! | thread pools and queues (`*ThreadPoolNums`, `*QueueCapacity`, `server*Threads`, `clientWorkerThreads`), `serverSocketRcvBufSize`, `useEpollNativeSelector`, `useReentrantLockWhenPutMessage`, `waitTimeMillsInSendQueue`, `osPageCacheBusyTimeOutMills`, `putMessageTimeout` | Java's threading and socket tuning; ringmq is thread-per-core and bounds its queues with its own keys |
 //! | `warmMapedFileEnable`, `flushLeastPagesWhenWarmMapedFile`, `flushCommitLogTimed`, `flushConsumeQueueLeastPages`, `flushConsumeQueueThoroughInterval`, `commitIntervalCommitLog`, `commitCommitLogLeastPages`, `commitCommitLogThoroughInterval` | flush tuning; durability follows `flushDiskType` and the `flushCommitLog*` keys ringmq has; ConsumeQueues are rebuilt from the CommitLog |
@@ -36,11 +39,6 @@
 
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "brokerIP2",
-    "haListenPort",
-    "haMasterAddress",
-    "haSendHeartbeatInterval",
-    "haHousekeepingInterval",
-    "haTransferBatchSize",
     "haMaxGapNotInSync",
     "slaveReadEnable",
     "enablePropertyFilter",

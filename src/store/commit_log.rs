@@ -105,6 +105,9 @@ pub struct CommitLog {
     write_pos: Cell<u64>,
     written_pos: Cell<u64>,
     flushed_pos: Cell<u64>,
+    /// Woken when the written position grows: the HA streams send what is written before
+    /// it is visible (under SYNC_MASTER nothing is visible before a slave holds it).
+    written_grew: tokio::sync::Notify,
     /// The next segment being preallocated in the background, so a roll rarely waits.
     preallocating: RefCell<Option<(u64, PreallocationTask)>>,
 }
@@ -119,6 +122,7 @@ impl CommitLog {
             write_pos: Cell::new(end),
             written_pos: Cell::new(end),
             flushed_pos: Cell::new(end),
+            written_grew: tokio::sync::Notify::new(),
             preallocating: RefCell::new(None),
         }
     }
@@ -174,6 +178,14 @@ impl CommitLog {
              encoded position {write}"
         );
         self.written_pos.set(pos);
+        if pos > written {
+            self.written_grew.notify_waiters();
+        }
+    }
+
+    /// Resolves when the written position grows after this call.
+    pub fn written_grew(&self) -> tokio::sync::futures::Notified<'_> {
+        self.written_grew.notified()
     }
 
     /// A sync up to `pos` completed (the bytes are durable).

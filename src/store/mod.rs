@@ -781,6 +781,12 @@ impl Store {
         self.shared.arrivals.notified()
     }
 
+    /// Resolves when the CommitLog's written position grows after this call (what a
+    /// master's HA streams wait on: written bytes go to slaves before they are visible).
+    pub fn log_written(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.log.written_grew()
+    }
+
     /// The CommitLog's positions: flushed, written, next append, and replicated.
     pub fn log_positions(&self) -> LogPositions {
         let log = &self.shared.log;

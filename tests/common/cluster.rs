@@ -46,22 +46,37 @@ impl SimCluster {
             _dirs: Vec::new(),
         };
         for i in 0..count {
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let mut config = node_config(dir.path());
-            config.bind_address = node_ip(i);
-            config.broker_ip = node_ip(i);
-            configure(i, &mut config);
-            let node = LocalNode::start(config.clone(), &cluster.net.host(node_ip(i)))
-                .await
-                .unwrap_or_else(|error| panic!("node {i} starts: {error:#}"));
-            // A restart listens where clients were told to connect.
-            config.listen_port = node.addr().port();
-            config.namesrv_port = node.namesrv_addr().port();
-            cluster.nodes.push(Some(node));
-            cluster.configs.push(config);
-            cluster._dirs.push(dir);
+            cluster.add_node(|config| configure(i, config)).await;
         }
         cluster
+    }
+
+    /// Starts one more node (the next index) with the test defaults changed by
+    /// `configure`, on a directory of its own.
+    pub async fn add_node(&mut self, configure: impl FnOnce(&mut NodeConfig)) {
+        let i = self.nodes.len();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut config = node_config(dir.path());
+        config.bind_address = node_ip(i);
+        config.broker_ip = node_ip(i);
+        configure(&mut config);
+        let node = LocalNode::start(config.clone(), &self.net.host(node_ip(i)))
+            .await
+            .unwrap_or_else(|error| panic!("node {i} starts: {error:#}"));
+        // A restart listens where clients (and slaves) were told to connect.
+        config.listen_port = node.addr().port();
+        config.namesrv_port = node.namesrv_addr().port();
+        if let Some(ha) = node.ha_addr() {
+            config.ha_listen_port = Some(ha.port());
+        }
+        self.nodes.push(Some(node));
+        self.configs.push(config);
+        self._dirs.push(dir);
+    }
+
+    /// Node `i`'s host address.
+    pub fn ip(&self, i: usize) -> IpAddr {
+        node_ip(i)
     }
 
     pub fn len(&self) -> usize {
@@ -89,6 +104,41 @@ impl SimCluster {
         let node = LocalNode::start(self.configs[i].clone(), &self.net.host(node_ip(i)))
             .await
             .unwrap_or_else(|error| panic!("node {i} restarts: {error:#}"));
+        self.nodes[i] = Some(node);
+    }
+
+    /// Node `i`'s master HA address (its slaves' `haMasterAddress`).
+    pub fn ha_addr(&self, i: usize) -> SocketAddr {
+        let port = self.configs[i]
+            .ha_listen_port
+            .unwrap_or_else(|| panic!("node {i} has no HA port"));
+        SocketAddr::new(node_ip(i), port)
+    }
+
+    /// Node `i`'s store root.
+    pub fn store_dir(&self, i: usize) -> &std::path::Path {
+        self._dirs[i].path()
+    }
+
+    /// Stops node `i` as a kill does: its tasks aborted mid-write, nothing written out.
+    pub async fn kill(&mut self, i: usize) {
+        let node = self.nodes[i]
+            .take()
+            .unwrap_or_else(|| panic!("node {i} is not running"));
+        node.kill().await;
+    }
+
+    /// Starts node `i` again on its directory and ports, its config changed by `change`
+    /// (a slave promoted, an old master made a slave).
+    pub async fn start_again(&mut self, i: usize, change: impl FnOnce(&mut NodeConfig)) {
+        assert!(self.nodes[i].is_none(), "node {i} is still running");
+        change(&mut self.configs[i]);
+        let node = LocalNode::start(self.configs[i].clone(), &self.net.host(node_ip(i)))
+            .await
+            .unwrap_or_else(|error| panic!("node {i} starts again: {error:#}"));
+        if let Some(ha) = node.ha_addr() {
+            self.configs[i].ha_listen_port = Some(ha.port());
+        }
         self.nodes[i] = Some(node);
     }
 

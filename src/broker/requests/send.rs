@@ -36,6 +36,7 @@ use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
 use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
 use crate::store::topic::{SCHEDULE_TOPIC, TIMER_TOPIC};
+use crate::store::replica::StoreRole;
 use crate::store::{properties, PutResult, PutStatus, StoreError};
 
 use crate::broker::tables::persisted_table::WriteFailed;
@@ -52,9 +53,10 @@ fn error_code(error: &StoreError) -> i32 {
     match error {
         StoreError::MessageIllegal(_) => response::MESSAGE_ILLEGAL,
         StoreError::Busy(_) => response::SYSTEM_BUSY,
-        StoreError::Poisoned(_) | StoreError::DiskFull(_) | StoreError::ShuttingDown => {
-            response::SERVICE_NOT_AVAILABLE
-        }
+        StoreError::Poisoned(_)
+        | StoreError::DiskFull(_)
+        | StoreError::ShuttingDown
+        | StoreError::Replica => response::SERVICE_NOT_AVAILABLE,
         _ => response::SYSTEM_ERROR,
     }
 }
@@ -69,6 +71,14 @@ impl Broker {
     /// creatable (auto-create, system topics); the queue id must be below its write
     /// queue count.
     fn check_send_header(&self, header: &SendMessageRequestHeader) -> Result<i32, (i32, String)> {
+        // A slave's log is its master's (D14): refused before the topic check, so a send
+        // to a slave never creates a topic there either. RocketMQ's status and words.
+        if self.store().role() == StoreRole::Replica {
+            return Err((
+                response::SERVICE_NOT_AVAILABLE,
+                "message store is slave mode, so putting message is forbidden".into(),
+            ));
+        }
         if let Err(why) = names::validate_topic(&header.topic) {
             return Err((response::MESSAGE_ILLEGAL, why.to_string()));
         }

@@ -1,0 +1,217 @@
+//! A master shard's replication state: its epoch, its slaves' streams, and what they
+//! mean for the store's puts (D7, D14).
+//!
+//! Becoming master appends a new epoch starting at the log's written end (at its start
+//! when the shard has no history yet: the log written before replication is claimed by
+//! the first epoch) and saves the history before any stream is served, so every byte a
+//! slave receives is labelled by an epoch that survives a restart.
+//!
+//! The store hears two things from here:
+//! - the replication watermark ([`Store::confirm_replicated`]): the highest ack of any
+//!   streaming slave. It only moves forward (a slave that reconnects lower does not pull
+//!   it back), and never past the written end (an ack never passes what was sent);
+//! - whether a replica is attached ([`Store::set_replica_attached`]): a slave is streaming
+//!   and within `haSlaveFallbehindMax` of the written end. Under SYNC_MASTER a put made
+//!   while none is attached is answered SLAVE_NOT_AVAILABLE at once (its flush alone
+//!   releases it), never held.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::epoch_store::{EpochStore, EpochStoreError};
+use super::epochs::{EpochCache, EpochEntry, EpochError};
+use super::master_link::facts;
+use super::master_state::{MasterIdentity, MasterLog, MasterSettings};
+use crate::store::Store;
+
+/// What a master shard's replication runs with.
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    pub identity: MasterIdentity,
+    pub stream: MasterSettings,
+    pub heartbeat: Duration,
+    pub housekeeping: Duration,
+    /// `haSlaveFallbehindMax`: how far behind a slave may be and still count as attached.
+    pub fallbehind_max: u64,
+}
+
+/// Why a shard could not become master.
+#[derive(Debug, thiserror::Error)]
+pub enum BecomeMasterError {
+    #[error(transparent)]
+    Epochs(#[from] EpochStoreError),
+    #[error("the epoch history cannot take epoch {epoch} at {start}: {error}")]
+    History {
+        epoch: u32,
+        start: u64,
+        error: EpochError,
+    },
+}
+
+/// One slave's stream as the master sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkState {
+    pub peer: SocketAddr,
+    /// Set once the first report chose where the stream starts.
+    pub streaming: bool,
+    /// What the slave holds, by its last report.
+    pub ack: u64,
+}
+
+/// A master shard's replication state, shared by its streams.
+pub struct MasterSide {
+    pub(super) store: Store,
+    pub(super) identity: MasterIdentity,
+    pub(super) stream_settings: MasterSettings,
+    pub(super) heartbeat: Duration,
+    pub(super) housekeeping: Duration,
+    epochs: EpochCache,
+    fallbehind_max: u64,
+    links: RefCell<BTreeMap<u64, LinkState>>,
+    next_link: Cell<u64>,
+    bytes_sent: Cell<u64>,
+    started: tokio::time::Instant,
+}
+
+impl MasterSide {
+    /// Makes `store`'s shard a master: a new epoch from its written end, saved, then the
+    /// state its streams share.
+    pub async fn become_master(
+        store: Store,
+        epochs: &EpochStore,
+        config: MasterConfig,
+    ) -> Result<Rc<MasterSide>, BecomeMasterError> {
+        let mut history = epochs.history();
+        let epoch = history.last_epoch().map_or(1, |last| last + 1);
+        let start = if history.is_empty() {
+            store.log_start()
+        } else {
+            store.log_positions().written
+        };
+        history
+            .append(EpochEntry { epoch, start })
+            .map_err(|error| BecomeMasterError::History {
+                epoch,
+                start,
+                error,
+            })?;
+        epochs.save(history.clone()).await?;
+        tracing::info!(
+            shard = config.identity.shard_index,
+            epoch,
+            start,
+            "shard is master of its replication stream"
+        );
+        Ok(Rc::new(MasterSide {
+            store,
+            identity: config.identity,
+            stream_settings: config.stream,
+            heartbeat: config.heartbeat,
+            housekeeping: config.housekeeping,
+            epochs: history,
+            fallbehind_max: config.fallbehind_max,
+            links: RefCell::new(BTreeMap::new()),
+            next_link: Cell::new(0),
+            bytes_sent: Cell::new(0),
+            started: tokio::time::Instant::now(),
+        }))
+    }
+
+    /// The store's facts for a stream's state machine.
+    pub(super) fn log_facts(&self) -> MasterLog<'_> {
+        facts(&self.store, self.store.log_positions().replicated, &self.epochs)
+    }
+
+    /// Milliseconds on the stream clock (monotonic; tests may pause it).
+    pub(super) fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A new stream from `peer`; its id names it in the other calls.
+    pub(super) fn open_link(&self, peer: SocketAddr) -> u64 {
+        let id = self.next_link.get();
+        self.next_link.set(id + 1);
+        self.links.borrow_mut().insert(
+            id,
+            LinkState {
+                peer,
+                streaming: false,
+                ack: 0,
+            },
+        );
+        tracing::info!(shard = self.identity.shard_index, %peer, "slave connected");
+        id
+    }
+
+    /// The stream `link` ended.
+    pub(super) fn close_link(&self, link: u64) {
+        if let Some(state) = self.links.borrow_mut().remove(&link) {
+            tracing::info!(
+                shard = self.identity.shard_index,
+                peer = %state.peer,
+                ack = state.ack,
+                "slave disconnected"
+            );
+        }
+        self.update_store();
+    }
+
+    /// The stream `link` starts at `from`: the slave holds everything below it.
+    pub(super) fn started(&self, link: u64, from: u64) {
+        self.set_link(link, |state| {
+            state.streaming = true;
+            state.ack = from;
+        });
+    }
+
+    /// The slave of `link` holds every byte below `offset`.
+    pub(super) fn acked(&self, link: u64, offset: u64) {
+        self.set_link(link, |state| state.ack = offset);
+    }
+
+    pub(super) fn sent(&self, bytes: u32) {
+        self.bytes_sent.set(self.bytes_sent.get() + u64::from(bytes));
+    }
+
+    fn set_link(&self, link: u64, change: impl FnOnce(&mut LinkState)) {
+        if let Some(state) = self.links.borrow_mut().get_mut(&link) {
+            change(state);
+        }
+        self.update_store();
+    }
+
+    /// Moves the watermark to the best streaming ack and says whether a slave is attached.
+    fn update_store(&self) {
+        let written = self.store.log_positions().written;
+        let links = self.links.borrow();
+        let streaming = links.values().filter(|state| state.streaming);
+        let best = streaming.clone().map(|state| state.ack).max();
+        let attached = streaming
+            .clone()
+            .any(|state| written.saturating_sub(state.ack) <= self.fallbehind_max);
+        if let Some(best) = best {
+            if best > self.store.log_positions().replicated {
+                self.store.confirm_replicated(best.min(written));
+            }
+        }
+        self.store.set_replica_attached(attached);
+    }
+
+    /// Every stream now, for status and metrics.
+    pub fn links(&self) -> Vec<LinkState> {
+        self.links.borrow().values().copied().collect()
+    }
+
+    /// Bytes of log sent to slaves since this shard became master.
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent.get()
+    }
+
+    /// The epoch this master writes under.
+    pub fn epoch(&self) -> u32 {
+        self.epochs.last_epoch().expect("a master has an epoch")
+    }
+}

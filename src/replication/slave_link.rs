@@ -1,0 +1,239 @@
+//! The slave's end of one shard's HA stream: connect to the master, hand [`SlaveStream`]
+//! what arrives, and apply its plans to the store and the epoch history, in the plan's
+//! order, before the next message.
+//!
+//! Before the handshake the store drops an incomplete record it may hold from an earlier
+//! stream (the log then ends at a record boundary, which is what the consistent point and
+//! the first report need). Reports carry what the store says the slave holds
+//! ([`crate::store::replica::ReplicaProgress::ack`]: written whole records under
+//! ASYNC_FLUSH, synced ones under SYNC_FLUSH), never bytes of a record still incomplete.
+//!
+//! The stream ends on any error after sending the refusal, if there is one; the caller
+//! reconnects after a pause. Between streams nothing is written to the store.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::decode::{FromMasterDecoder, WireError};
+use super::epoch_store::{EpochStore, EpochStoreError};
+use super::epochs::{EpochCache, EpochError};
+use super::slave_state::{SlaveError, SlaveIdentity, SlaveLog, SlavePlan, SlaveStream};
+use super::wire::{encode_report, Refusal};
+use crate::net::{Connection, Transport};
+use crate::store::replica::{ReplicaAppendError, ReplicaStartError, ReplicaTruncateError};
+use crate::store::Store;
+
+/// What a slave shard's stream runs with.
+#[derive(Clone, Debug)]
+pub struct SlaveConfig {
+    pub identity: SlaveIdentity,
+    /// How often to report when nothing else prompts one (`haSendHeartbeatInterval`).
+    pub heartbeat: Duration,
+    /// A master silent this long is dropped (`haHousekeepingInterval`).
+    pub housekeeping: Duration,
+}
+
+/// Why a slave's stream ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SlaveLinkError {
+    #[error("cannot connect to the master at {addr}: {error}")]
+    Connect {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("the connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the master sent bytes that are not the HA wire: {0}")]
+    Wire(#[from] WireError),
+    #[error("{0}")]
+    Stream(#[from] SlaveError),
+    #[error(transparent)]
+    Epochs(#[from] EpochStoreError),
+    #[error("the epoch history cannot take the master's entry: {0}")]
+    History(#[from] EpochError),
+    #[error("appending the master's bytes: {0}")]
+    Append(#[from] ReplicaAppendError),
+    #[error("truncating to the consistent point: {0}")]
+    Truncate(#[from] ReplicaTruncateError),
+    #[error("restarting from the master's first offset: {0}")]
+    Restart(#[from] ReplicaStartError),
+    #[error("the master closed the stream")]
+    Closed,
+    #[error("nothing heard from the master for {0:?} (haHousekeepingInterval)")]
+    Silent(Duration),
+}
+
+/// One slave shard's replication state.
+pub struct SlaveSide {
+    pub(super) store: Store,
+    pub(super) epochs: EpochStore,
+    pub(super) config: SlaveConfig,
+    started: tokio::time::Instant,
+}
+
+impl SlaveSide {
+    pub fn new(store: Store, epochs: EpochStore, config: SlaveConfig) -> Rc<SlaveSide> {
+        Rc::new(SlaveSide {
+            store,
+            epochs,
+            config,
+            started: tokio::time::Instant::now(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The store's facts for the state machine, with `history` the epochs in force.
+    fn facts<'a>(&self, history: &'a EpochCache) -> SlaveLog<'a> {
+        SlaveLog {
+            min_offset: self.store.log_start(),
+            max_offset: self.store.replica_progress().next_at,
+            epochs: history,
+        }
+    }
+
+    /// Runs one stream to `master` until it ends.
+    pub async fn stream_from<T: Transport>(
+        self: &Rc<Self>,
+        transport: &T,
+        master: SocketAddr,
+    ) -> Result<(), SlaveLinkError> {
+        let mut connection = transport
+            .connect(master)
+            .await
+            .map_err(|error| SlaveLinkError::Connect {
+                addr: master,
+                error,
+            })?;
+        self.drop_incomplete_record().await?;
+        let mut stream = SlaveStream::new(
+            self.config.identity.clone(),
+            u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX),
+        );
+        let mut out = Vec::new();
+        stream.handshake().encode(&mut out);
+        connection.write_all(&out).await?;
+        let result = self.run(&mut connection, &mut stream).await;
+        if let Err(SlaveLinkError::Stream(error)) = &result {
+            if let Some(refusal) = error.refusal() {
+                send_refusal(&mut connection, &refusal).await;
+            }
+        }
+        result
+    }
+
+    /// A record left incomplete by an earlier stream is cut: the log ends at a record.
+    async fn drop_incomplete_record(&self) -> Result<(), SlaveLinkError> {
+        let progress = self.store.replica_progress();
+        if progress.next_at > progress.records_end {
+            self.store.truncate_replica(progress.records_end).await?;
+        }
+        Ok(())
+    }
+
+    async fn run<C: Connection>(
+        &self,
+        connection: &mut C,
+        stream: &mut SlaveStream,
+    ) -> Result<(), SlaveLinkError> {
+        let mut decoder = FromMasterDecoder::new();
+        let mut buffer = vec![0u8; 64 * 1024];
+        let mut heard = tokio::time::Instant::now();
+        let mut reported_once = false;
+        loop {
+            while let Some(message) = decoder.next()? {
+                let history = self.epochs.history();
+                let plan = stream.on_message(message, &self.facts(&history), self.now_ms())?;
+                if let Some(offset) = self.apply(plan).await? {
+                    self.report(connection, offset, &mut reported_once).await?;
+                }
+            }
+            let history = self.epochs.history();
+            if let Some(offset) = stream.report_due(&self.facts(&history), self.now_ms()) {
+                self.report(connection, offset, &mut reported_once).await?;
+            }
+            let space = decoder.space().min(buffer.len());
+            tokio::select! {
+                read = connection.read(&mut buffer[..space]) => match read? {
+                    0 => {
+                        decoder.finish()?;
+                        return Err(SlaveLinkError::Closed);
+                    }
+                    n => {
+                        decoder.feed(&buffer[..n])?;
+                        heard = tokio::time::Instant::now();
+                    }
+                },
+                _ = tokio::time::sleep(self.config.heartbeat) => {}
+                _ = tokio::time::sleep_until(heard + self.config.housekeeping) => {
+                    return Err(SlaveLinkError::Silent(self.config.housekeeping));
+                }
+            }
+        }
+    }
+
+    /// Applies one plan in its order; returns the offset to report, if any.
+    async fn apply(&self, plan: SlavePlan) -> Result<Option<u64>, SlaveLinkError> {
+        let shard = self.config.identity.shard_index;
+        if let Some(to) = plan.truncate_to {
+            let truncated = self.store.truncate_replica(to).await?;
+            let mut history = self.epochs.history();
+            history.truncate_from(to);
+            self.epochs.save(history).await?;
+            tracing::warn!(
+                shard,
+                from = truncated.from,
+                to,
+                "slave log truncated to the point its master's log agrees with"
+            );
+        }
+        if let Some(at) = plan.restart_at {
+            tracing::warn!(shard, at, "the master restarts this slave from its first offset");
+            self.epochs.save(EpochCache::new()).await?;
+            self.store.start_replica_at(at).await?;
+        }
+        if let Some(entry) = plan.append_epoch {
+            let mut history = self.epochs.history();
+            history.append(entry)?;
+            self.epochs.save(history).await?;
+        }
+        if let Some(append) = plan.append {
+            self.store
+                .append_replica(append.offset, Bytes::from(append.body))
+                .await?;
+        }
+        Ok(plan.report)
+    }
+
+    /// Sends a report: the plan's offset the first time (the stream's start point), then
+    /// what the store holds.
+    async fn report<C: Connection>(
+        &self,
+        connection: &mut C,
+        planned: u64,
+        reported_once: &mut bool,
+    ) -> Result<(), SlaveLinkError> {
+        let offset = match *reported_once {
+            false => planned,
+            true => self.store.replica_progress().ack,
+        };
+        *reported_once = true;
+        let mut out = Vec::new();
+        encode_report(offset, &mut out);
+        connection.write_all(&out).await?;
+        Ok(())
+    }
+}
+
+/// Tells the master why the stream ends; a failure to is of no consequence.
+async fn send_refusal<C: Connection>(connection: &mut C, refusal: &Refusal) {
+    let mut out = Vec::new();
+    refusal.encode(&mut out);
+    let _ = connection.write_all(&out).await;
+}

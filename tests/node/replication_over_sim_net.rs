@@ -1,0 +1,220 @@
+//! A broker group on the simulated network (D14): a master and a slave, each a one-shard
+//! node of the cluster harness. What it shows: the slave's CommitLog is a byte prefix of
+//! its master's at every look and equal once it caught up; SYNC_MASTER answers SEND_OK only
+//! for what the slave holds, SLAVE_NOT_AVAILABLE at once with no slave, and within
+//! `slaveTimeout` when the slave dies; a slave refuses sends; an old master with an
+//! unreplicated tail, restarted as the slave of the promoted one, is truncated to the
+//! shared prefix and never spliced.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::cluster::SimCluster;
+use common::run_local;
+use ringmq::config::BrokerRole;
+use ringmq::net::sim::{Direction, NetConfig};
+use ringmq::node_config::NodeConfig;
+use ringmq::remoting::codes::response;
+
+const TOPIC: &str = "Replicated";
+const MASTER: usize = 0;
+const SLAVE: usize = 1;
+/// How long the slave may take to catch up in these tests (all local, tiny logs).
+const CATCH_UP: Duration = Duration::from_secs(10);
+
+/// The shard's CommitLog, every segment in order, without the zeros after its end.
+fn log_bytes(cluster: &SimCluster, node: usize) -> Vec<u8> {
+    let dir = cluster.store_dir(node).join("shard-0").join("commitlog");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .map(|entries| entries.map(|entry| entry.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let mut bytes = Vec::new();
+    for name in names {
+        bytes.extend(std::fs::read(dir.join(name)).unwrap());
+    }
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    bytes
+}
+
+/// Waits until the slave's log equals the master's, checking at every look that it is a
+/// prefix; fails after [`CATCH_UP`].
+async fn wait_caught_up(cluster: &SimCluster, master: usize, slave: usize) {
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let (ahead, behind) = (log_bytes(cluster, master), log_bytes(cluster, slave));
+        assert!(
+            ahead.starts_with(&behind),
+            "node {slave}'s log ({} bytes) is not a prefix of node {master}'s ({} bytes)",
+            behind.len(),
+            ahead.len()
+        );
+        if ahead == behind {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {slave} holds {} of node {master}'s {} bytes after {CATCH_UP:?}",
+            behind.len(),
+            ahead.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn master(role: BrokerRole) -> impl Fn(&mut NodeConfig) {
+    move |config| {
+        config.broker_role = role;
+        config.broker_id = 0;
+    }
+}
+
+fn slave_of(ha: std::net::SocketAddr) -> impl Fn(&mut NodeConfig) {
+    move |config| {
+        config.broker_role = BrokerRole::Slave;
+        config.broker_id = 1;
+        config.ha_master_address = Some(ha.to_string());
+    }
+}
+
+/// Starts a master with `role` and no slave yet (node 1 is started by the test).
+async fn group(role: BrokerRole) -> SimCluster {
+    SimCluster::start(1, NetConfig::default(), |_, config| master(role)(config)).await
+}
+
+/// Sends `count` messages to `node` and returns their answer codes.
+async fn send(cluster: &SimCluster, node: usize, count: usize, tag: &str) -> Vec<i32> {
+    let client = cluster.client(0, node).await.expect("the client connects");
+    client.set_timeout(Duration::from_secs(10));
+    let mut codes = Vec::new();
+    for n in 0..count {
+        let body = format!("{tag}-{n}");
+        let answer = client
+            .send_message(TOPIC, (n % 2) as i32, body.as_bytes(), None, None)
+            .await
+            .expect("the send is answered");
+        codes.push(answer.code);
+    }
+    codes
+}
+
+#[test]
+fn a_slave_copies_its_master_byte_for_byte_and_serves_reads() {
+    run_local(false, async {
+        let mut cluster = group(BrokerRole::AsyncMaster).await;
+        assert!(send(&cluster, MASTER, 50, "before").await.iter().all(|&c| c == 0));
+        cluster.add_node(slave_of(cluster.ha_addr(MASTER))).await;
+        wait_caught_up(&cluster, MASTER, SLAVE).await;
+        assert!(send(&cluster, MASTER, 50, "after").await.iter().all(|&c| c == 0));
+        wait_caught_up(&cluster, MASTER, SLAVE).await;
+        for queue in 0..2 {
+            let on_master = cluster.read_queue(MASTER, TOPIC, queue).await;
+            assert_eq!(on_master.len(), 50);
+            assert_eq!(cluster.read_queue(SLAVE, TOPIC, queue).await, on_master);
+        }
+        let refused = send(&cluster, SLAVE, 1, "to-slave").await;
+        assert_eq!(refused, [response::SERVICE_NOT_AVAILABLE], "a slave refuses sends");
+        cluster.shutdown().await;
+    });
+}
+
+#[test]
+fn sync_master_answers_slave_not_available_without_a_slave_and_ok_with_one() {
+    run_local(false, async {
+        let mut cluster = group(BrokerRole::SyncMaster).await;
+        let alone = send(&cluster, MASTER, 3, "alone").await;
+        assert_eq!(alone, [response::SLAVE_NOT_AVAILABLE; 3]);
+        cluster.add_node(slave_of(cluster.ha_addr(MASTER))).await;
+        wait_caught_up(&cluster, MASTER, SLAVE).await;
+        let paired = wait_for_send_ok(&cluster).await;
+        assert!(paired, "SYNC_MASTER answers SEND_OK once its slave streams");
+        let codes = send(&cluster, MASTER, 20, "paired").await;
+        assert!(codes.iter().all(|&c| c == response::SUCCESS), "{codes:?}");
+        // Every SEND_OK is on the slave the moment it is answered.
+        let held: usize = {
+            let mut held = 0;
+            for queue in 0..2 {
+                held += cluster.read_queue(SLAVE, TOPIC, queue).await.len();
+            }
+            held
+        };
+        assert!(held >= 20, "the slave holds {held} messages after 20 SEND_OK");
+        cluster.shutdown().await;
+    });
+}
+
+/// Sends until one is SEND_OK (the slave attaches asynchronously after it connects).
+async fn wait_for_send_ok(cluster: &SimCluster) -> bool {
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    while tokio::time::Instant::now() < deadline {
+        if send(cluster, MASTER, 1, "probe").await == [response::SUCCESS] {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[test]
+fn sync_master_answers_within_slave_timeout_when_its_slave_dies_and_resumes_after() {
+    run_local(false, async {
+        let mut cluster = group(BrokerRole::SyncMaster).await;
+        cluster.add_node(slave_of(cluster.ha_addr(MASTER))).await;
+        assert!(wait_for_send_ok(&cluster).await);
+        // The slave stops answering: its path from the master is cut both ways.
+        let (master_ip, slave_ip) = (cluster.ip(MASTER), cluster.ip(SLAVE));
+        cluster.net.partition(master_ip, slave_ip, Direction::Both);
+        let started = tokio::time::Instant::now();
+        let codes = send(&cluster, MASTER, 2, "cut").await;
+        let took = started.elapsed();
+        assert!(
+            codes
+                .iter()
+                .all(|&c| c == response::FLUSH_SLAVE_TIMEOUT || c == response::SLAVE_NOT_AVAILABLE),
+            "{codes:?}"
+        );
+        assert!(took < Duration::from_secs(8), "two sends took {took:?}");
+        cluster.net.heal_all();
+        assert!(wait_for_send_ok(&cluster).await, "SEND_OK again after the heal");
+        wait_caught_up(&cluster, MASTER, SLAVE).await;
+        cluster.shutdown().await;
+    });
+}
+
+#[test]
+fn an_old_master_with_an_unreplicated_tail_is_truncated_when_it_follows_the_new_one() {
+    run_local(false, async {
+        let mut cluster = group(BrokerRole::AsyncMaster).await;
+        cluster.add_node(slave_of(cluster.ha_addr(MASTER))).await;
+        assert!(send(&cluster, MASTER, 30, "shared").await.iter().all(|&c| c == 0));
+        wait_caught_up(&cluster, MASTER, SLAVE).await;
+        // The slave is cut off; the old master acknowledges a tail only it holds.
+        let (master_ip, slave_ip) = (cluster.ip(MASTER), cluster.ip(SLAVE));
+        cluster.net.partition(master_ip, slave_ip, Direction::Both);
+        assert!(send(&cluster, MASTER, 10, "lost").await.iter().all(|&c| c == 0));
+        cluster.kill(MASTER).await;
+        cluster.kill(SLAVE).await;
+        cluster.net.heal_all();
+        // The slave is promoted; it writes a different tail under a new epoch.
+        cluster.start_again(SLAVE, master(BrokerRole::AsyncMaster)).await;
+        assert!(send(&cluster, SLAVE, 5, "new").await.iter().all(|&c| c == 0));
+        let new_master = cluster.ha_addr(SLAVE);
+        cluster.start_again(MASTER, slave_of(new_master)).await;
+        wait_caught_up(&cluster, SLAVE, MASTER).await;
+        let bodies: Vec<String> = cluster
+            .read_queue(MASTER, TOPIC, 0)
+            .await
+            .into_iter()
+            .map(|(_, body)| body)
+            .collect();
+        assert!(
+            !bodies.iter().any(|body| body.starts_with("lost")),
+            "the unreplicated tail is gone: {bodies:?}"
+        );
+        assert!(bodies.iter().any(|body| body.starts_with("new")), "{bodies:?}");
+        cluster.shutdown().await;
+    });
+}
