@@ -761,3 +761,36 @@ fn a_blank_record_holding_anything_but_zeros_is_refused() {
         master.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_crash_while_a_replica_starts_at_a_later_base_leaves_it_empty_or_started() {
+    let base = 3 * 16 * 1024;
+    let replica_config = config("/replica", BrokerRole::Slave, FlushMode::Sync);
+    for ops in 1..10 {
+        let sim = sim_disk(40 + ops);
+        run_local(true, async {
+            let replica = open(&sim, &replica_config).await;
+            sim.crash_after_ops(ops);
+            let _ = replica.start_replica_at(base).await;
+            if !sim.is_crashed() {
+                sim.crash_now();
+            }
+        });
+        sim.restart();
+        run_local(true, async {
+            let replica = open(&sim, &replica_config).await;
+            let progress = replica.replica_progress();
+            assert!(
+                [0, base].contains(&replica.log_start()) && progress.next_at == replica.log_start(),
+                "crash after {ops} ops: the log starts at {} and goes on at {}",
+                replica.log_start(),
+                progress.next_at
+            );
+            if replica.log_start() == 0 {
+                replica.start_replica_at(base).await.unwrap();
+            }
+            assert_eq!(replica.replica_progress().next_at, base);
+            replica.shutdown().await.unwrap();
+        });
+    }
+}
