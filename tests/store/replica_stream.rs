@@ -794,3 +794,65 @@ fn a_crash_while_a_replica_starts_at_a_later_base_leaves_it_empty_or_started() {
         });
     }
 }
+
+#[test]
+fn a_replica_below_its_masters_retention_starts_again_at_the_masters_minimum() {
+    let (master_sim, replica_sim) = (sim_disk(61), sim_disk(62));
+    let mut master_config = config("/master", BrokerRole::AsyncMaster, FlushMode::Sync);
+    master_config.retention.file_reserved = std::time::Duration::ZERO;
+    master_config.retention.delete_when = (0..24).collect();
+    master_config.retention.delete_batch_max = 100;
+    let replica_config = config("/replica", BrokerRole::Slave, FlushMode::Sync);
+    run_local(true, async {
+        let mut rng = Rng::new(61);
+        let master = open(&master_sim, &master_config).await;
+        let replica = open(&replica_sim, &replica_config).await;
+        put_some(&master, &mut rng, 20, "early").await;
+        stream(&master, &replica, &mut rng).await;
+        // The replica is away while the master writes on and deletes what it had.
+        put_some(&master, &mut rng, 120, "away").await;
+        let written = master.log_positions().written;
+        for _ in 0..100 {
+            if master.checkpointed_safe_offset() >= written {
+                break;
+            }
+            tokio::time::sleep(master_config.checkpoint_interval).await;
+        }
+        master.clean_now().await.unwrap();
+        let start = master.log_start();
+        let next = replica.replica_progress().next_at;
+        use ringmq::store::replica::ReplicaRangeError;
+        assert_eq!(
+            master.replica_range(next, 100),
+            Err(ReplicaRangeError::BelowStart { next, start })
+        );
+        let restarted = replica.restart_replica_at(start).await.unwrap();
+        assert_eq!((restarted.from, restarted.to), (next, start));
+        assert_eq!(replica.log_start(), start);
+        put_some(&master, &mut rng, 20, "back").await;
+        stream(&master, &replica, &mut rng).await;
+        assert_byte_identical(
+            &*as_disk(&master_sim),
+            "/master",
+            &*as_disk(&replica_sim),
+            "/replica",
+            "restarted",
+        );
+        assert_same_answers(&master, &replica, &keys("back", 20), "restarted");
+        for key in keys("early", 20) {
+            for topic in TOPICS {
+                let found = replica.lookup_keys(topic, &key, 8, 0, i64::MAX).unwrap();
+                assert!(
+                    found.records.is_empty(),
+                    "{key} of {topic} outlived the restart"
+                );
+            }
+        }
+        replica_sim.crash_now();
+        replica_sim.restart();
+        let replica = open(&replica_sim, &replica_config).await;
+        assert_same_answers(&master, &replica, &keys("back", 20), "restarted, recovered");
+        replica.shutdown().await.unwrap();
+        master.shutdown().await.unwrap();
+    });
+}
