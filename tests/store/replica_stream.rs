@@ -856,3 +856,39 @@ fn a_replica_below_its_masters_retention_starts_again_at_the_masters_minimum() {
         master.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn whole_records_a_replica_takes_wake_its_long_polls_and_partial_ones_do_not() {
+    let (master_sim, replica_sim) = (sim_disk(71), sim_disk(72));
+    run_local(true, async {
+        let master = open(
+            &master_sim,
+            &config("/master", BrokerRole::AsyncMaster, FlushMode::Async),
+        )
+        .await;
+        let replica = open(
+            &replica_sim,
+            &config("/replica", BrokerRole::Slave, FlushMode::Async),
+        )
+        .await;
+        put_some(&master, &mut Rng::new(71), 2, "w").await;
+        let first = master.queue_entries("Orders", 0, 0, 1).unwrap();
+        let whole = master.replica_range(0, 1 << 20).unwrap().unwrap().bytes;
+        let wait = std::time::Duration::from_secs(1);
+        let arrived = replica.arrivals();
+        replica.append_replica(0, whole.slice(..10)).await.unwrap();
+        assert!(
+            tokio::time::timeout(wait, arrived).await.is_err(),
+            "woken by a partial record"
+        );
+        let arrived = replica.arrivals();
+        replica.append_replica(10, whole.slice(10..)).await.unwrap();
+        assert!(
+            tokio::time::timeout(wait, arrived).await.is_ok(),
+            "not woken by whole records"
+        );
+        assert_eq!(replica.queue_entries("Orders", 0, 0, 1).unwrap(), first);
+        replica.shutdown().await.unwrap();
+        master.shutdown().await.unwrap();
+    });
+}
