@@ -212,7 +212,7 @@ impl ConsumeQueue {
 
     /// Opens the queue in `dir`, finding its end: the first entry that is not written, or
     /// (when `cut_at` is given, after a crash) whose record starts at or past `cut_at`.
-    /// Entries past the end are zeroed and wholly-dead files removed ([`find_end`]).
+    /// Entries past the end are zeroed and wholly-dead files removed (`find_end`).
     pub async fn load(
         disk: Rc<dyn Disk>,
         dir: &Path,
@@ -242,7 +242,7 @@ impl ConsumeQueue {
     }
 
     /// Cuts the queue before its first entry whose record starts at or past `cut`, as
-    /// recovery's [`ConsumeQueue::load`] does after a crash (the same [`find_end`]), on a
+    /// recovery's [`ConsumeQueue::load`] does after a crash (the same `find_end`), on a
     /// live queue: its tail is written out first, the cut entries are zeroed on disk and
     /// synced. A replica truncating to its master's log (`replica_cut.rs`) calls it.
     pub async fn cut_from(&self, cut: LogPos) -> io::Result<()> {
@@ -269,8 +269,8 @@ impl ConsumeQueue {
 
     /// Makes a queue with no entries begin at `offset`, past its end: its old files (no
     /// entry of them is live) are removed, and entries go on from `offset`, the entries
-    /// before it in its first file left unwritten ([`find_end`] skips them). Only where
-    /// the log lacks the queue's history ([`super::dispatch::may_begin_queue_at`]).
+    /// before it in its first file left unwritten (`find_end` skips them). Only where
+    /// the log lacks the queue's history (`dispatch.rs`, `may_begin_queue_at`).
     pub fn begin_at(&self, offset: QueueOffset) -> io::Result<()> {
         let mut state = self.state.borrow_mut();
         let (min, end) = (state.min_offset, state.end());

@@ -179,7 +179,7 @@ impl Index {
     }
 
     /// Cuts every entry whose record starts at or past `cut`, on a live index, as
-    /// recovery's cut after a crash does (the same [`Index::recover`] once everything is
+    /// recovery's cut after a crash does (the same `Index::recover` once everything is
     /// written out): a replica truncating to its master's log (`replica_cut.rs`). The
     /// newest file's header and slots reach the disk at the next write-out.
     pub async fn cut_from(&self, cut: u64) -> io::Result<()> {

@@ -28,6 +28,28 @@
 //! The cleaner task (`retention.rs`) deletes expired segments, keeping what the holders
 //! registered through the retention-hold seam (`retention_holds.rs`) still need.
 //!
+//! A store is a master or a replica ([`replica::StoreRole`]: a SLAVE's store opens as a
+//! replica, [`Store::set_role`] switches). A master's log is written by puts; a replica's
+//! by byte ranges of its master's log, so it is byte-identical to its master per shard
+//! (physical offsets carry the shard id, D4, and mean the same on both):
+//!
+//! ```text
+//!   master: puts ─▶ appender ─▶ CommitLog ─▶ replica_range(next, cap)  (replica_source.rs)
+//!                                                 │ frames (HA stream)
+//!   replica:  append_replica(at, bytes) ◀─────────┘                    (replica.rs)
+//!             check (replica_verify.rs) ─▶ write ─▶ durable ─▶ dispatch (dispatch.rs)
+//!             start_replica_at(base), truncate_replica(to)             (replica_cut.rs)
+//! ```
+//!
+//! Replica invariants: puts are refused ([`StoreError::Replica`]) and a master refuses
+//! frames; a frame starts where the last ended and stays in one segment; the CommitLog's
+//! positions (written, flushed, the checkpoint's safe offset) and what is visible stay at
+//! whole records, each checked as recovery checks them before it is written and
+//! dispatched by the one dispatch function; an incomplete record at a frame's end is
+//! written (byte identity) but never visible, and recovery or a stop cuts it; a refused
+//! record's bytes are zeroed; a truncation is recovery's cut at a chosen offset, made
+//! durable. What a replica reports to its master is [`replica::ReplicaProgress::ack`].
+//!
 //! Every one of these tasks runs under watch (`watch.rs`): a panic poisons the store with
 //! its message, like a failed write (D11), instead of leaving the shard up with nobody
 //! writing.

@@ -139,6 +139,11 @@ fn find_state(
             dir.join(COMMIT_LOG_DIR).display()
         )));
     }
+    // Nothing below the first present segment exists to scan: retention deleted it (it
+    // deletes only below the safe offset, so this changes nothing then), or a replica
+    // began its log at its master's minimum and stopped before its first checkpoint
+    // there (`replica_cut.rs`).
+    let safe = segments.first_start().map_or(safe, |first| safe.max(first));
     let found = FoundState {
         clean: !crashed && last.is_some_and(|last| last.clean),
         fresh: segments.is_empty() && last.is_none(),

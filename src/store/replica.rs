@@ -537,6 +537,7 @@ async fn make_durable(shared: &Shared, end: u64) -> Result<(), StoreError> {
 /// file: it poisons the store.
 fn dispatch_plan(shared: &Shared, plan: &Plan) -> Result<(), StoreError> {
     let hook = shared.visible_hook.borrow().clone();
+    let mut last_topic: Option<String> = None;
     for &offset in &plan.records {
         let phys = plan.start + to_u64(offset);
         let Ok(Decoded::Record(view)) = record::decode(&plan.buf[offset..], Verify::Structure)
@@ -558,12 +559,18 @@ fn dispatch_plan(shared: &Shared, plan: &Plan) -> Result<(), StoreError> {
             shared.update_stats(|stats| stats.index_errors += 1);
             tracing::warn!("replicated record at {phys} is stored but not indexed: {error}");
         }
+        // Once per run of one topic, as the appender tells it.
         if let Some(hook) = &hook {
-            hook(view.topic);
+            if last_topic.as_deref() != Some(view.topic) {
+                hook(view.topic);
+                last_topic = Some(view.topic.to_string());
+            }
         }
     }
-    if !plan.records.is_empty() {
+    if plan.records_end > shared.dispatched_pos.get() {
         shared.dispatched_pos.set(plan.records_end);
+    }
+    if !plan.records.is_empty() {
         shared.arrivals.notify_waiters();
     }
     Ok(())

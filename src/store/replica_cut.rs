@@ -1,6 +1,7 @@
 //! Where a replica's log begins and ends other than by appends: an empty replica starting
-//! at its master's first segment ([`Store::start_replica_at`]), and a replica cut back to
-//! the last point its master's log agrees with ([`Store::truncate_replica`]).
+//! at its master's first segment ([`Store::start_replica_at`]), one that fell below what
+//! its master retains starting again there ([`Store::restart_replica_at`]), and a replica
+//! cut back to the last point its master's log agrees with ([`Store::truncate_replica`]).
 //!
 //! The truncation is recovery's cut at a chosen offset, with recovery's code (one home):
 //!
@@ -106,16 +107,7 @@ impl Store {
             return Err(error.into());
         }
         check_empty(shared)?;
-        let shard_base = shared.config.offset_base();
-        let segment_size = shared.log.segment_size();
-        let same_shard = base >> 56 == shard_base >> 56;
-        if base < shard_base || !(base - shard_base).is_multiple_of(segment_size) || !same_shard {
-            return Err(ReplicaStartError::NotSegmentBase {
-                base,
-                shard_base,
-                segment_size,
-            });
-        }
+        check_segment_base(shared, base)?;
         shared.log.segment_file(base).await.map_err(|error| {
             StoreError::from_io(&format!("creating CommitLog segment {base}"), &error)
         })?;
@@ -172,6 +164,107 @@ impl Store {
             removed_segments,
         })
     }
+}
+
+/// Refuses an offset that is not a segment base of the store's shard.
+fn check_segment_base(shared: &Shared, base: u64) -> Result<(), ReplicaStartError> {
+    let shard_base = shared.config.offset_base();
+    let segment_size = shared.log.segment_size();
+    let same_shard = base >> 56 == shard_base >> 56;
+    if base < shard_base || !(base - shard_base).is_multiple_of(segment_size) || !same_shard {
+        return Err(ReplicaStartError::NotSegmentBase {
+            base,
+            shard_base,
+            segment_size,
+        });
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Starts a replica's log again at `base`, a segment base (its master's minimum, when
+    /// the replica fell below what its master retains): every segment, every queue entry
+    /// and every index file goes, then the log begins at `base` as
+    /// [`Store::start_replica_at`] makes it. A crash part way leaves the store empty or
+    /// started at `base` (recovery scans from the first present segment), never a mix.
+    pub async fn restart_replica_at(
+        &self,
+        base: u64,
+    ) -> Result<ReplicaTruncated, ReplicaStartError> {
+        let shared = &self.shared;
+        if shared.role.get() != StoreRole::Replica {
+            return Err(ReplicaStartError::NotReplica);
+        }
+        let _busy = BusyGuard::take(&shared.replica).ok_or(ReplicaStartError::Busy)?;
+        if let Some(error) = shared.poisoned() {
+            return Err(error.into());
+        }
+        check_segment_base(shared, base)?;
+        let from = super::replica::received_end(shared);
+        let _cleaning = shared.cleaning.lock().await;
+        let _checkpointing = shared.checkpoint_lock.lock().await;
+        let _flushing = shared.flush_lock.lock().await;
+        let removed_segments = restart(shared, base).await.map_err(|error| {
+            let cause = format!("starting the replica's log again at {base}: {error}");
+            shared.poison(cause.clone());
+            StoreError::Poisoned(cause)
+        })?;
+        shared.replica.update_stats(|stats| stats.truncations += 1);
+        shared.replica.notify_progress();
+        tracing::warn!(
+            "replica {} starts again at its master's offset {base}: dropped its log up to \
+             {from} ({removed_segments} segment(s))",
+            shared.config.dir.display()
+        );
+        Ok(ReplicaTruncated {
+            from,
+            to: base,
+            removed_segments,
+        })
+    }
+}
+
+/// The steps of [`Store::restart_replica_at`]; returns the segments removed.
+async fn restart(shared: &Shared, base: u64) -> Result<usize, StoreError> {
+    let io_error =
+        |context: &'static str| move |error: std::io::Error| StoreError::from_io(context, &error);
+    let shard_base = shared.config.offset_base();
+    // From here a crash recovers an empty store, or (once the new segment exists) one
+    // started at `base`.
+    flush::lower_checkpoint(shared, shard_base).await?;
+    let removed = shared.log.segments.borrow().starts().len();
+    shared
+        .log
+        .segments
+        .borrow_mut()
+        .remove_from(shard_base)
+        .map_err(io_error("removing the CommitLog"))?;
+    cut_entries(shared, shard_base).await?;
+    shared
+        .log
+        .segment_file(base)
+        .await
+        .map_err(io_error("creating the CommitLog segment"))?;
+    move_to(shared, base);
+    flush::checkpoint(shared, false).await?;
+    Ok(removed)
+}
+
+/// Cuts every ConsumeQueue and the index before their first entry at or past `to`.
+async fn cut_entries(shared: &Shared, to: u64) -> Result<(), StoreError> {
+    for queue in shared.all_queues() {
+        queue
+            .cut_from(LogPos::new(to))
+            .await
+            .map_err(|error| StoreError::from_io("cutting a consume queue", &error))?;
+    }
+    if let Some(index) = &shared.index {
+        index
+            .cut_from(to)
+            .await
+            .map_err(|error| StoreError::from_io("cutting the index", &error))?;
+    }
+    Ok(())
 }
 
 /// Refuses a store that holds anything: records, segments or queues.
@@ -247,18 +340,7 @@ async fn cut(shared: &Shared, to: u64) -> Result<usize, StoreError> {
     let removed = cut_log_at(shared, to)
         .await
         .map_err(io_error("cutting the CommitLog"))?;
-    for queue in shared.all_queues() {
-        queue
-            .cut_from(LogPos::new(to))
-            .await
-            .map_err(io_error("cutting a consume queue"))?;
-    }
-    if let Some(index) = &shared.index {
-        index
-            .cut_from(to)
-            .await
-            .map_err(io_error("cutting the index"))?;
-    }
+    cut_entries(shared, to).await?;
     // What stays must be durable before the positions say so: under ASYNC_FLUSH the
     // flusher may not have synced it yet.
     let flushed = shared.log.flushed_pos().min(to);

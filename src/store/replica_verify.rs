@@ -292,3 +292,177 @@ fn check_record(
     next_offsets.insert(key, offset + 1);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::rc::Rc;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::config::{BrokerRole, StoreConfig};
+    use crate::io::sim::{SimConfig, SimDisk};
+    use crate::store::record::{encode_blank, encode_into, RecordInput};
+    use crate::store::Store;
+
+    const SEGMENT: u64 = 64 * 1024;
+
+    fn run<F: std::future::Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        tokio::task::LocalSet::new().block_on(&runtime, future)
+    }
+
+    async fn replica() -> Store {
+        let mut config = StoreConfig::test_min("/replica");
+        config.broker_role = BrokerRole::Slave;
+        let disk = Rc::new(SimDisk::new(SimConfig::with_seed(3)));
+        Store::open(config, disk, Clock::starting_at(0))
+            .await
+            .expect("open")
+    }
+
+    /// A record of queue Orders/0 at `phys` with queue offset `queue_offset`.
+    fn record(queue_offset: i64, phys: i64) -> Vec<u8> {
+        let body = Bytes::from_static(b"checked");
+        let input = RecordInput {
+            topic: "Orders".to_string(),
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp: 1,
+            born_host: SocketAddr::from(([10, 0, 0, 1], 1)),
+            store_host: SocketAddr::from(([10, 0, 0, 2], 2)),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body_crc: record::body_crc(&body),
+            body,
+            properties: String::new(),
+        };
+        let mut out = Vec::new();
+        encode_into(&input, queue_offset, phys, 2, &mut out).expect("encode");
+        out
+    }
+
+    #[test]
+    fn a_frame_ending_inside_a_header_keeps_it_incomplete() {
+        run(async {
+            let store = replica().await;
+            let first = record(0, 0);
+            let mut bytes = first.clone();
+            bytes.extend_from_slice(&record(1, first.len() as i64)[..5]);
+            let plan = plan(
+                &store.shared,
+                0,
+                &Bytes::new(),
+                &Bytes::from(bytes),
+                SEGMENT,
+            );
+            assert_eq!(plan.records, vec![0]);
+            assert_eq!(plan.records_end, first.len() as u64);
+            assert_eq!(plan.incomplete().len(), 5);
+            assert!(plan.fault.is_none());
+        });
+    }
+
+    #[test]
+    fn two_records_of_one_queue_in_a_frame_must_continue_each_other() {
+        run(async {
+            let store = replica().await;
+            let first = record(0, 0);
+            let mut bytes = first.clone();
+            bytes.extend_from_slice(&record(0, first.len() as i64));
+            let plan = plan(
+                &store.shared,
+                0,
+                &Bytes::new(),
+                &Bytes::from(bytes),
+                SEGMENT,
+            );
+            assert_eq!(plan.records, vec![0]);
+            assert!(
+                matches!(
+                    &plan.fault,
+                    Some((at, RecordFault::QueueOffset { expected: 1, .. })) if *at == first.len() as u64
+                ),
+                "{:?}",
+                plan.fault
+            );
+        });
+    }
+
+    #[test]
+    fn a_record_longer_than_its_segments_rest_is_refused_before_it_completes() {
+        run(async {
+            let store = replica().await;
+            let whole = record(0, (SEGMENT - 100) as i64);
+            let plan = plan(
+                &store.shared,
+                SEGMENT - 100,
+                &Bytes::new(),
+                &Bytes::copy_from_slice(&whole[..50]),
+                SEGMENT,
+            );
+            assert!(
+                matches!(
+                    plan.fault,
+                    Some((_, RecordFault::Invalid(InvalidRecord::Size(_))))
+                ),
+                "{:?}",
+                plan.fault
+            );
+        });
+    }
+
+    #[test]
+    fn a_blank_must_reach_its_segment_end_and_hold_zeros() {
+        run(async {
+            let store = replica().await;
+            let mut short = Vec::new();
+            encode_blank(100, &mut short);
+            let at = SEGMENT - 200;
+            let plan_short = plan(
+                &store.shared,
+                at,
+                &Bytes::new(),
+                &Bytes::from(short),
+                SEGMENT,
+            );
+            assert!(matches!(
+                plan_short.fault,
+                Some((_, RecordFault::Invalid(_)))
+            ));
+            let mut dirty = Vec::new();
+            encode_blank(200, &mut dirty);
+            dirty.extend_from_slice(&[0, 0, 9]);
+            let plan_dirty = plan(
+                &store.shared,
+                at,
+                &Bytes::new(),
+                &Bytes::from(dirty),
+                SEGMENT,
+            );
+            assert_eq!(
+                plan_dirty.fault,
+                Some((at, RecordFault::BlankNotZero { at: at + 10 }))
+            );
+            let mut clean = Vec::new();
+            encode_blank(200, &mut clean);
+            let plan_clean = plan(
+                &store.shared,
+                at,
+                &Bytes::new(),
+                &Bytes::from(clean),
+                SEGMENT,
+            );
+            assert!(plan_clean.closes_segment && plan_clean.fault.is_none());
+            assert_eq!(plan_clean.records_end, SEGMENT);
+            assert_eq!(plan_clean.blank_until, Some(SEGMENT));
+        });
+    }
+}

@@ -761,3 +761,134 @@ fn a_blank_record_holding_anything_but_zeros_is_refused() {
         master.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_crash_while_a_replica_starts_at_a_later_base_leaves_it_empty_or_started() {
+    let base = 3 * 16 * 1024;
+    let replica_config = config("/replica", BrokerRole::Slave, FlushMode::Sync);
+    for ops in 1..10 {
+        let sim = sim_disk(40 + ops);
+        run_local(true, async {
+            let replica = open(&sim, &replica_config).await;
+            sim.crash_after_ops(ops);
+            let _ = replica.start_replica_at(base).await;
+            if !sim.is_crashed() {
+                sim.crash_now();
+            }
+        });
+        sim.restart();
+        run_local(true, async {
+            let replica = open(&sim, &replica_config).await;
+            let progress = replica.replica_progress();
+            assert!(
+                [0, base].contains(&replica.log_start()) && progress.next_at == replica.log_start(),
+                "crash after {ops} ops: the log starts at {} and goes on at {}",
+                replica.log_start(),
+                progress.next_at
+            );
+            if replica.log_start() == 0 {
+                replica.start_replica_at(base).await.unwrap();
+            }
+            assert_eq!(replica.replica_progress().next_at, base);
+            replica.shutdown().await.unwrap();
+        });
+    }
+}
+
+#[test]
+fn a_replica_below_its_masters_retention_starts_again_at_the_masters_minimum() {
+    let (master_sim, replica_sim) = (sim_disk(61), sim_disk(62));
+    let mut master_config = config("/master", BrokerRole::AsyncMaster, FlushMode::Sync);
+    master_config.retention.file_reserved = std::time::Duration::ZERO;
+    master_config.retention.delete_when = (0..24).collect();
+    master_config.retention.delete_batch_max = 100;
+    let replica_config = config("/replica", BrokerRole::Slave, FlushMode::Sync);
+    run_local(true, async {
+        let mut rng = Rng::new(61);
+        let master = open(&master_sim, &master_config).await;
+        let replica = open(&replica_sim, &replica_config).await;
+        put_some(&master, &mut rng, 20, "early").await;
+        stream(&master, &replica, &mut rng).await;
+        // The replica is away while the master writes on and deletes what it had.
+        put_some(&master, &mut rng, 120, "away").await;
+        let written = master.log_positions().written;
+        for _ in 0..100 {
+            if master.checkpointed_safe_offset() >= written {
+                break;
+            }
+            tokio::time::sleep(master_config.checkpoint_interval).await;
+        }
+        master.clean_now().await.unwrap();
+        let start = master.log_start();
+        let next = replica.replica_progress().next_at;
+        use ringmq::store::replica::ReplicaRangeError;
+        assert_eq!(
+            master.replica_range(next, 100),
+            Err(ReplicaRangeError::BelowStart { next, start })
+        );
+        let restarted = replica.restart_replica_at(start).await.unwrap();
+        assert_eq!((restarted.from, restarted.to), (next, start));
+        assert_eq!(replica.log_start(), start);
+        put_some(&master, &mut rng, 20, "back").await;
+        stream(&master, &replica, &mut rng).await;
+        assert_byte_identical(
+            &*as_disk(&master_sim),
+            "/master",
+            &*as_disk(&replica_sim),
+            "/replica",
+            "restarted",
+        );
+        assert_same_answers(&master, &replica, &keys("back", 20), "restarted");
+        for key in keys("early", 20) {
+            for topic in TOPICS {
+                let found = replica.lookup_keys(topic, &key, 8, 0, i64::MAX).unwrap();
+                assert!(
+                    found.records.is_empty(),
+                    "{key} of {topic} outlived the restart"
+                );
+            }
+        }
+        replica_sim.crash_now();
+        replica_sim.restart();
+        let replica = open(&replica_sim, &replica_config).await;
+        assert_same_answers(&master, &replica, &keys("back", 20), "restarted, recovered");
+        replica.shutdown().await.unwrap();
+        master.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn whole_records_a_replica_takes_wake_its_long_polls_and_partial_ones_do_not() {
+    let (master_sim, replica_sim) = (sim_disk(71), sim_disk(72));
+    run_local(true, async {
+        let master = open(
+            &master_sim,
+            &config("/master", BrokerRole::AsyncMaster, FlushMode::Async),
+        )
+        .await;
+        let replica = open(
+            &replica_sim,
+            &config("/replica", BrokerRole::Slave, FlushMode::Async),
+        )
+        .await;
+        put_some(&master, &mut Rng::new(71), 2, "w").await;
+        let first = master.queue_entries("Orders", 0, 0, 1).unwrap();
+        let whole = master.replica_range(0, 1 << 20).unwrap().unwrap().bytes;
+        let wait = std::time::Duration::from_secs(1);
+        let arrived = replica.arrivals();
+        replica.append_replica(0, whole.slice(..10)).await.unwrap();
+        assert!(
+            tokio::time::timeout(wait, arrived).await.is_err(),
+            "woken by a partial record"
+        );
+        let arrived = replica.arrivals();
+        replica.append_replica(10, whole.slice(10..)).await.unwrap();
+        assert!(
+            tokio::time::timeout(wait, arrived).await.is_ok(),
+            "not woken by whole records"
+        );
+        assert_eq!(replica.queue_entries("Orders", 0, 0, 1).unwrap(), first);
+        replica.shutdown().await.unwrap();
+        master.shutdown().await.unwrap();
+    });
+}
