@@ -14,12 +14,12 @@ use std::net::SocketAddr;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::shard::run_shard;
 use super::replication::ha_port;
+use super::shard::run_shard;
 use super::start::{prepare_store_root, resolve_name_servers, NodeParts};
-use crate::config::BrokerRole;
 use super::write_tables;
 use crate::broker::NodeTables;
+use crate::config::BrokerRole;
 use crate::metrics::NodeMetrics;
 use crate::net::{Listener, Transport};
 use crate::node_config::{self, NodeConfig};
@@ -138,15 +138,6 @@ impl LocalNode {
 
     pub fn metrics(&self) -> &NodeMetrics {
         &self.metrics
-    }
-
-    /// Stops the node as a kill does: its shard aborted wherever it was (mid-write too),
-    /// nothing written out; returns once the shard is gone and its listeners closed.
-    pub async fn kill(mut self) {
-        if let Some(shard) = self.shard.take() {
-            shard.abort();
-            let _ = shard.await;
-        }
     }
 
     /// Stops the node as a clean shutdown does: connections end, the engines and the

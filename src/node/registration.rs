@@ -25,11 +25,11 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::broker::tables::topics::{DataVersion, TopicTable};
 use crate::broker::Broker;
 use crate::client::Client;
 use crate::net::Transport;
 use crate::remoting::codes::response;
-use crate::broker::tables::topics::{DataVersion, TopicTable};
 use crate::remoting::register_broker::{
     self, RegisterBrokerBody, RegisterBrokerHeader, RegisteredTopic, UnregisterBrokerHeader,
 };
@@ -205,7 +205,10 @@ impl<T: Transport> Inner<T> {
                 client
             }
         };
-        let answer = client.request(command).await.map_err(RegisterError::Request)?;
+        let answer = client
+            .request(command)
+            .await
+            .map_err(RegisterError::Request)?;
         if answer.code != response::SUCCESS {
             return Err(RegisterError::Refused {
                 code: answer.code,
@@ -223,7 +226,10 @@ impl<T: Transport> Inner<T> {
             return;
         }
         let result = register_broker::decode_register_response(answer);
-        let learned = result.ha_server_addr.as_deref().and_then(|addr| addr.parse().ok());
+        let learned = result
+            .ha_server_addr
+            .as_deref()
+            .and_then(|addr| addr.parse().ok());
         if let Some(addr) = learned {
             self.settings
                 .master

@@ -18,8 +18,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::registration::{Registration, RegistrationSettings};
+use super::replication::{MasterAddress, ReplicationStart};
 use crate::broker::{Broker, BrokerConfig, BrokerIdentity, NodeTables};
 use crate::clock::Clock;
+use crate::config::BrokerRole;
 use crate::config::StoreConfig;
 use crate::io::open_backend;
 use crate::metrics::rates::ShardSampler;
@@ -28,9 +31,6 @@ use crate::namesrv::admin::NamesrvState;
 use crate::namesrv::NameServer;
 use crate::net::{Listener, Transport};
 use crate::node_config::NodeConfig;
-use super::registration::{Registration, RegistrationSettings};
-use super::replication::{MasterAddress, ReplicationStart};
-use crate::config::BrokerRole;
 use crate::server::admission::Admission;
 use crate::server::connection::{serve_admitted, ConnectionLimits, RequestHandler};
 use crate::server::traffic::{LimitEvent, Traffic};
@@ -141,17 +141,19 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     services.extend(open_node_services(&settings, &broker, transport));
     let store = broker.store().clone();
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
-    let mut background: Vec<_> = core_tasks(&broker, listeners.inbox)
-        .into_iter()
-        .chain(
-            services
-                .iter()
-                .enumerate()
-                .filter(|&(at, _)| engines_run || at >= engines)
-                .flat_map(|(_, service)| service.tasks()),
-        )
-        .map(|task| tokio::task::spawn_local(store.watch(task.name, task.future)))
-        .collect();
+    let mut background = Background(
+        core_tasks(&broker, listeners.inbox)
+            .into_iter()
+            .chain(
+                services
+                    .iter()
+                    .enumerate()
+                    .filter(|&(at, _)| engines_run || at >= engines)
+                    .flat_map(|(_, service)| service.tasks()),
+            )
+            .map(|task| tokio::task::spawn_local(store.watch(task.name, task.future)))
+            .collect(),
+    );
     tracing::info!(shard = id, advertised = %broker.identity().store_host, backend = store.backend_name(), "shard serving");
     // `/health` answers 200 once every shard got here: its store open and recovered.
     broker.metrics().set_ready(true);
@@ -173,7 +175,7 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
             listeners.admission.clone(),
             None,
         );
-        background.push(tokio::task::spawn_local(
+        background.0.push(tokio::task::spawn_local(
             store.watch("name server listener", Box::pin(accepting)),
         ));
     }
@@ -190,14 +192,25 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     broker.metrics().set_ready(false);
     // Let every connection see the stop and abort its requests before the store goes.
     tokio::task::yield_now().await;
-    for task in background {
-        task.abort();
-    }
+    drop(background);
     for service in services.iter().rev() {
         service.stop().await;
     }
     store.shutdown().await?;
     Ok(())
+}
+
+/// The shard's background tasks, aborted when it is dropped: at a clean stop, and when
+/// the shard's own task is aborted (a node on the simulated network killed), so nothing
+/// of a stopped shard goes on running, its listeners included.
+struct Background(Vec<tokio::task::JoinHandle<Option<()>>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// What a shard accepts on, and what it serves with besides its broker.

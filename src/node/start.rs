@@ -15,7 +15,6 @@ use tokio::sync::{oneshot, watch};
 
 use super::replication::{self, MasterAddress, ReplicationStart};
 use super::shard::{run_shard, ShardSettings, ShardStart};
-use crate::config::BrokerRole;
 use super::NodeHandle;
 use crate::broker::delay::offsets::DelayOffsets;
 use crate::broker::state::live_settings::LiveSettings;
@@ -24,6 +23,7 @@ use crate::broker::tables::subscription_groups::SubscriptionGroups;
 use crate::broker::tables::topics::TopicTable;
 use crate::broker::NodeTables;
 use crate::clock::Clock;
+use crate::config::BrokerRole;
 use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 use crate::namesrv::admin::NamesrvState;
@@ -82,7 +82,13 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
     running.ha_listen_port = Some(ha_port);
     let parts = NodeParts::load(running, name_servers.clone())?;
     let tables = parts.tables.clone();
-    let starts = parts.shard_starts(listeners, namesrv_listener, ha_listener, advertised, &metrics);
+    let starts = parts.shard_starts(
+        listeners,
+        namesrv_listener,
+        ha_listener,
+        advertised,
+        &metrics,
+    );
     let (stop, shards, exited) = spawn_shards(&parts.settings, starts)?;
     tracing::info!(%advertised, %namesrv_addr, shards = shards.len(), "node serving");
     Ok(NodeHandle {
@@ -108,8 +114,9 @@ fn bind_ha_listener(config: &NodeConfig) -> anyhow::Result<Option<std::net::TcpL
     // From the configured ports: `listenPort` 0 (a free port) makes the HA port free too.
     let port = replication::ha_port(config);
     let addr = SocketAddr::new(config.bind_address, port);
-    let listener = bind_listener(addr, LISTEN_BACKLOG, false)
-        .map_err(|error| anyhow::anyhow!("cannot listen on the HA port {port} (haListenPort): {error}"))?;
+    let listener = bind_listener(addr, LISTEN_BACKLOG, false).map_err(|error| {
+        anyhow::anyhow!("cannot listen on the HA port {port} (haListenPort): {error}")
+    })?;
     Ok(Some(listener))
 }
 
@@ -147,7 +154,11 @@ pub(super) fn resolve_name_servers(config: &NodeConfig) -> anyhow::Result<Vec<So
         return Ok(Vec::new());
     };
     let mut resolved = Vec::new();
-    for part in list.split(';').map(str::trim).filter(|part| !part.is_empty()) {
+    for part in list
+        .split(';')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+    {
         let addr = part
             .to_socket_addrs()
             .map_err(|error| anyhow::anyhow!("namesrvAddr: cannot resolve {part}: {error}"))?
@@ -293,7 +304,11 @@ impl NodeParts {
                 // Shard 0 accepts every stream and hands each to the shard it names.
                 replication: ReplicationStart {
                     listener: ha_listener.take(),
-                    senders: if id == 0 { handoff_senders.clone() } else { Vec::new() },
+                    senders: if id == 0 {
+                        handoff_senders.clone()
+                    } else {
+                        Vec::new()
+                    },
                     inbox: handoff,
                 },
                 advertised,

@@ -42,7 +42,9 @@ pub(super) struct Relation {
 pub(super) static RELATIONS: &[Relation] = &[
     Relation {
         keys: &["broker_id", "broker_role"],
-        doc: || "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0, a `SLAVE` above 0".into(),
+        doc: || {
+            "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0, a `SLAVE` above 0".into()
+        },
         check: |c| match (c.broker_role, c.broker_id) {
             (BrokerRole::Slave, 0) => Err(RelationError::SlaveId),
             (BrokerRole::Slave, _) | (_, 0) => Ok(()),
@@ -51,7 +53,9 @@ pub(super) static RELATIONS: &[Relation] = &[
     },
     Relation {
         keys: &["ha_master_address", "broker_role", "namesrv_addr"],
-        doc: || "a `SLAVE` names its master (`ha_master_address`) or name servers to learn it from (`namesrv_addr`)".into(),
+        doc: || {
+            "a `SLAVE` names its master (`ha_master_address`) or name servers to learn it from (`namesrv_addr`)".into()
+        },
         check: |c| match c.broker_role {
             BrokerRole::Slave if c.ha_master_address.is_none() && c.namesrv_addr.is_none() => {
                 Err(RelationError::SlaveWithoutMaster)
@@ -60,8 +64,15 @@ pub(super) static RELATIONS: &[Relation] = &[
         },
     },
     Relation {
-        keys: &["ha_listen_port", "listen_port", "namesrv_port", "metrics_port"],
-        doc: || "`ha_listen_port` differs from `listen_port`, `namesrv_port` and `metrics_port` (unless 0)".into(),
+        keys: &[
+            "ha_listen_port",
+            "listen_port",
+            "namesrv_port",
+            "metrics_port",
+        ],
+        doc: || {
+            "`ha_listen_port` differs from `listen_port`, `namesrv_port` and `metrics_port` (unless 0)".into()
+        },
         check: |c| {
             let Some(port) = c.ha_listen_port.filter(|&p| p != 0) else {
                 return Ok(());

@@ -140,9 +140,13 @@ mod tests {
         let store = EpochStore::load(dir.path()).unwrap();
         run(store.save(history(&[(1, 0), (3, 100)]))).unwrap();
         let path = dir.path().join(EPOCH_FILE);
-        let text = std::fs::read_to_string(&path).unwrap().replace("3-100", "3-101");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("3-100", "3-101");
         std::fs::write(&path, text).unwrap();
-        let error = EpochStore::load(dir.path()).err().expect("a bad CRC is refused");
+        let error = EpochStore::load(dir.path())
+            .err()
+            .expect("a bad CRC is refused");
         let message = error.to_string();
         assert!(
             message.contains("epochFileCheckpoint") && message.contains("damaged"),
@@ -154,7 +158,9 @@ mod tests {
     fn a_failed_save_keeps_the_old_history() {
         let dir = tempfile::tempdir().unwrap();
         let store = EpochStore::load(&dir.path().join("missing-dir")).unwrap();
-        let error = run(store.save(history(&[(1, 0)]))).err().expect("no directory");
+        let error = run(store.save(history(&[(1, 0)])))
+            .err()
+            .expect("no directory");
         assert!(error.to_string().contains("cannot write"), "{error}");
         assert!(store.history().is_empty());
     }

@@ -161,7 +161,9 @@ async fn send_frames<C: Connection>(
         let range = side
             .store
             .replica_range(header.offset, header.body_len as usize)?
-            .filter(|range| range.start == header.offset && range.bytes.len() == header.body_len as usize)
+            .filter(|range| {
+                range.start == header.offset && range.bytes.len() == header.body_len as usize
+            })
             .ok_or(LinkError::ShortRange {
                 offset: header.offset,
                 planned: header.body_len,

@@ -122,7 +122,11 @@ impl MasterSide {
 
     /// The store's facts for a stream's state machine.
     pub(super) fn log_facts(&self) -> MasterLog<'_> {
-        facts(&self.store, self.store.log_positions().replicated, &self.epochs)
+        facts(
+            &self.store,
+            self.store.log_positions().replicated,
+            &self.epochs,
+        )
     }
 
     /// Milliseconds on the stream clock (monotonic; tests may pause it).
@@ -173,7 +177,8 @@ impl MasterSide {
     }
 
     pub(super) fn sent(&self, bytes: u32) {
-        self.bytes_sent.set(self.bytes_sent.get() + u64::from(bytes));
+        self.bytes_sent
+            .set(self.bytes_sent.get() + u64::from(bytes));
     }
 
     fn set_link(&self, link: u64, change: impl FnOnce(&mut LinkState)) {

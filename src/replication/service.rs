@@ -113,7 +113,11 @@ impl<L: Listener> ShardService for MasterService<L> {
 /// Accepts slaves' streams on the HA port (shard 0) and serves or hands each.
 async fn accept_streams<L: Listener>(side: Rc<MasterSide>, listener: L, senders: HandoffSenders) {
     let senders = Rc::new(senders);
+    // The streams end with this task (a dropped set aborts its tasks): none outlives the
+    // shard's stop.
+    let mut streams = tokio::task::JoinSet::new();
     loop {
+        while streams.try_join_next().is_some() {}
         let (connection, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
@@ -123,7 +127,7 @@ async fn accept_streams<L: Listener>(side: Rc<MasterSide>, listener: L, senders:
             }
         };
         let (side, senders) = (side.clone(), senders.clone());
-        tokio::task::spawn_local(async move {
+        streams.spawn_local(async move {
             route_stream(side, connection, peer, &senders).await;
         });
     }
@@ -182,7 +186,9 @@ async fn finish<C: crate::net::Connection>(
 
 /// Serves the streams shard 0 handed to this shard.
 async fn serve_handed(side: Rc<MasterSide>, mut inbox: HandoffInbox) {
+    let mut streams = tokio::task::JoinSet::new();
     while let Some(handed) = inbox.recv().await {
+        while streams.try_join_next().is_some() {}
         let connection = match tokio::net::TcpStream::from_std(handed.stream) {
             Ok(connection) => connection,
             Err(error) => {
@@ -190,7 +196,7 @@ async fn serve_handed(side: Rc<MasterSide>, mut inbox: HandoffInbox) {
                 continue;
             }
         };
-        tokio::task::spawn_local(finish(
+        streams.spawn_local(finish(
             side.clone(),
             connection,
             handed.peer,
@@ -228,7 +234,11 @@ impl<T: Transport> ShardService for SlaveService<T> {
     fn tasks(&self) -> Vec<ShardTask> {
         vec![ShardTask::new(
             "replication stream",
-            follow_master(self.side.clone(), self.transport.clone(), self.master.clone()),
+            follow_master(
+                self.side.clone(),
+                self.transport.clone(),
+                self.master.clone(),
+            ),
         )]
     }
 }

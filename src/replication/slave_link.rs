@@ -104,13 +104,14 @@ impl SlaveSide {
         transport: &T,
         master: SocketAddr,
     ) -> Result<(), SlaveLinkError> {
-        let mut connection = transport
-            .connect(master)
-            .await
-            .map_err(|error| SlaveLinkError::Connect {
-                addr: master,
-                error,
-            })?;
+        let mut connection =
+            transport
+                .connect(master)
+                .await
+                .map_err(|error| SlaveLinkError::Connect {
+                    addr: master,
+                    error,
+                })?;
         self.drop_incomplete_record().await?;
         let mut stream = SlaveStream::new(
             self.config.identity.clone(),
@@ -194,9 +195,13 @@ impl SlaveSide {
             );
         }
         if let Some(at) = plan.restart_at {
-            tracing::warn!(shard, at, "the master restarts this slave from its first offset");
+            tracing::warn!(
+                shard,
+                at,
+                "the master restarts this slave from its first offset"
+            );
             self.epochs.save(EpochCache::new()).await?;
-            self.store.start_replica_at(at).await?;
+            self.store.restart_replica_at(at).await?;
         }
         if let Some(entry) = plan.append_epoch {
             let mut history = self.epochs.history();

@@ -31,7 +31,10 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("one shard's store and its settings", &["store"]),
     ("wire codec", &["remoting"]),
     ("network seam", &["net"]),
-    ("the in-project remoting client (over the network seam)", &["client"]),
+    (
+        "the in-project remoting client (over the network seam)",
+        &["client"],
+    ),
     ("serving connections over the network seam", &["server"]),
     ("shards: routing, mailboxes, layout", &["shard"]),
     (

@@ -66,9 +66,9 @@ impl SimCluster {
         // A restart listens where clients (and slaves) were told to connect.
         config.listen_port = node.addr().port();
         config.namesrv_port = node.namesrv_addr().port();
-        if let Some(ha) = node.ha_addr() {
-            config.ha_listen_port = Some(ha.port());
-        }
+        // A slave has no HA port; promoted later, it takes a free one (its ports + 1 may be
+        // another listener's on the simulated host).
+        config.ha_listen_port = Some(node.ha_addr().map_or(0, |ha| ha.port()));
         self.nodes.push(Some(node));
         self.configs.push(config);
         self._dirs.push(dir);
@@ -120,12 +120,14 @@ impl SimCluster {
         self._dirs[i].path()
     }
 
-    /// Stops node `i` as a kill does: its tasks aborted mid-write, nothing written out.
-    pub async fn kill(&mut self, i: usize) {
+    /// Stops node `i` cleanly and leaves it stopped ([`SimCluster::start_again`]).
+    pub async fn stop(&mut self, i: usize) {
         let node = self.nodes[i]
             .take()
             .unwrap_or_else(|| panic!("node {i} is not running"));
-        node.kill().await;
+        node.shutdown()
+            .await
+            .unwrap_or_else(|error| panic!("node {i} stops cleanly: {error:#}"));
     }
 
     /// Starts node `i` again on its directory and ports, its config changed by `change`

@@ -35,8 +35,8 @@ use crate::remoting::codes::response;
 use crate::remoting::send_header::{decode_batch, SendMessageRequestHeader};
 use crate::remoting::RemotingCommand;
 use crate::store::record::{body_crc, RecordInput};
-use crate::store::topic::{SCHEDULE_TOPIC, TIMER_TOPIC};
 use crate::store::replica::StoreRole;
+use crate::store::topic::{SCHEDULE_TOPIC, TIMER_TOPIC};
 use crate::store::{properties, PutResult, PutStatus, StoreError};
 
 use crate::broker::tables::persisted_table::WriteFailed;
