@@ -175,6 +175,10 @@ pub struct NodeConfig {
     /// (group, topic) pairs each shard keeps per-group figures for.
     pub metrics_max_groups: usize,
     pub namesrv_addr: Option<String>,
+    /// `registerNameServerPeriod`: how often the broker registers with each name server.
+    pub register_name_server_period: Duration,
+    /// `registerBrokerTimeoutMills`: how long one registration may take.
+    pub register_broker_timeout_mills: Duration,
     /// `haListenPort`; `None` is `listen_port` + 1.
     pub ha_listen_port: Option<u16>,
     /// `haMasterAddress`: a slave's master HA address, else learned from the name servers.
@@ -184,10 +188,6 @@ pub struct NodeConfig {
     pub ha_transfer_batch_size: u32,
     pub ha_slave_fallbehind_max: u64,
     pub sync_from_last_file: bool,
-    /// `registerNameServerPeriod`: how often the broker registers with each name server.
-    pub register_name_server_period: Duration,
-    /// `registerBrokerTimeoutMills`: how long one registration may take.
-    pub register_broker_timeout_mills: Duration,
     pub store_path_root_dir: PathBuf,
     pub shards: u8,
     /// Pin shard n to the n-th CPU the process may use (best effort, logged when refused).
@@ -319,6 +319,8 @@ impl NodeConfig {
             metrics_max_topics: 0,
             metrics_max_groups: 0,
             namesrv_addr: None,
+            register_name_server_period: Duration::ZERO,
+            register_broker_timeout_mills: Duration::ZERO,
             ha_listen_port: None,
             ha_master_address: None,
             ha_send_heartbeat_interval: Duration::ZERO,
@@ -326,8 +328,6 @@ impl NodeConfig {
             ha_transfer_batch_size: 0,
             ha_slave_fallbehind_max: 0,
             sync_from_last_file: false,
-            register_name_server_period: Duration::ZERO,
-            register_broker_timeout_mills: Duration::ZERO,
             store_path_root_dir: PathBuf::new(),
             shards: 0,
             pin_shard_threads: false,
