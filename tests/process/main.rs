@@ -12,11 +12,15 @@
 mod common;
 
 mod admin_commands;
+mod broker_registers_with_a_name_server_that_starts_late;
+mod brokers_register_with_every_name_server;
+mod cluster_broker_conf_refusals;
 mod kill_during_delay_delivery;
 mod kill_during_pop;
 mod kill_during_retention;
 mod kill_during_timer_delivery;
 mod kill_process;
+mod name_servers_drop_a_broker_that_dies_or_stops;
 mod namesrv_standalone;
 mod node_banner;
 mod node_clean_shutdown;

@@ -1,0 +1,132 @@
+//! Brokers as real processes registering with standalone name servers (`namesrvAddr`):
+//! two broker groups of one cluster behind two name servers are routed by each, a topic
+//! created after the start reaches the routes within the change poll (not the period),
+//! and what a broker registers is its whole topic table with each topic's queue counts,
+//! perm and system flag as the broker holds them.
+
+use std::time::{Duration, Instant};
+
+use crate::common::process_cluster::{
+    cluster_info, create_topic, master_addr, route, routed_to, topic_list, topic_table, BrokerSpec,
+    ProcessCluster,
+};
+
+/// The period the brokers of these tests register at: far past every bound below, so
+/// only the registration on a topic change can explain a route appearing in time.
+const LONG_PERIOD_MS: u64 = 60_000;
+/// How soon a topic change reaches the routes: the broker's change poll (1 s) plus a
+/// registration round, with room for a loaded machine; far under [`LONG_PERIOD_MS`].
+const CHANGE_BOUND: Duration = Duration::from_secs(10);
+
+fn master(name: &str) -> BrokerSpec {
+    BrokerSpec::master(name).set("registerNameServerPeriod", LONG_PERIOD_MS)
+}
+
+#[test]
+fn two_groups_behind_two_name_servers_are_routed_and_listed_by_each() {
+    let mut cluster = ProcessCluster::start(2, vec![master("broker-a"), master("broker-b")]);
+    let a = cluster.broker("broker-a-0").addr;
+    let b = cluster.broker("broker-b-0").addr;
+    let created = Instant::now();
+    create_topic(a, "ClusterTopic", 4, 4, 6);
+    create_topic(b, "ClusterTopic", 4, 4, 6);
+    create_topic(a, "OnlyOnA", 2, 2, 6);
+    for namesrv in cluster.name_servers.iter().map(|n| n.addr) {
+        cluster.wait_until(CHANGE_BOUND, "both groups in ClusterTopic's route", || {
+            routed_to(namesrv, "ClusterTopic", &["broker-a", "broker-b"])
+        });
+        cluster.wait_until(CHANGE_BOUND, "broker-a alone in OnlyOnA's route", || {
+            routed_to(namesrv, "OnlyOnA", &["broker-a"])
+        });
+        let found = route(namesrv, "ClusterTopic").expect("a route");
+        assert_eq!(
+            master_addr(&found, "broker-a"),
+            Some(a.to_string()),
+            "{found}"
+        );
+        assert_eq!(
+            master_addr(&found, "broker-b"),
+            Some(b.to_string()),
+            "{found}"
+        );
+        for queues in found["queueDatas"].as_array().unwrap() {
+            assert_eq!(queues["writeQueueNums"], 4, "{found}");
+            assert_eq!(queues["readQueueNums"], 4, "{found}");
+            assert_eq!(queues["perm"], 6, "{found}");
+        }
+        let info = cluster_info(namesrv);
+        assert_eq!(
+            info["clusterAddrTable"]["DefaultCluster"],
+            serde_json::json!(["broker-a", "broker-b"]),
+            "{info}"
+        );
+        assert_eq!(
+            info["brokerAddrTable"]["broker-a"]["brokerAddrs"]["0"],
+            a.to_string()
+        );
+        assert_eq!(
+            info["brokerAddrTable"]["broker-b"]["brokerAddrs"]["0"],
+            b.to_string()
+        );
+        assert_eq!(
+            info["brokerAddrTable"]["broker-b"]["cluster"],
+            "DefaultCluster"
+        );
+    }
+    // Not the period: the topics were created long before the next periodic round.
+    assert!(
+        created.elapsed() < Duration::from_millis(LONG_PERIOD_MS),
+        "the routes took {:?}",
+        created.elapsed()
+    );
+}
+
+#[test]
+fn a_registration_carries_every_topic_with_its_queue_counts_perm_and_flags() {
+    let mut cluster = ProcessCluster::start(1, vec![master("broker-a")]);
+    let broker = cluster.broker("broker-a-0").addr;
+    let namesrv = cluster.name_servers[0].addr;
+    // Read and write counts apart, and perms other than the default, so a swapped or
+    // defaulted field shows.
+    create_topic(broker, "WiderReads", 8, 4, 6);
+    create_topic(broker, "ReadOnly", 2, 2, 4);
+    create_topic(broker, "WriteOnly", 3, 3, 2);
+    cluster.wait_until(CHANGE_BOUND, "the last topic created in the routes", || {
+        routed_to(namesrv, "WriteOnly", &["broker-a"])
+    });
+    let table = topic_table(broker);
+    // Every topic the broker holds, and no other, is what the name server knows.
+    let held: Vec<String> = table.keys().cloned().collect();
+    assert_eq!(topic_list(namesrv), held);
+    for (topic, config) in &table {
+        let found = route(namesrv, topic)
+            .unwrap_or_else(|| panic!("{topic} is not routed; the broker holds {config}"));
+        let queues = found["queueDatas"].as_array().unwrap();
+        assert_eq!(queues.len(), 1, "{topic}: {found}");
+        let queues = &queues[0];
+        assert_eq!(queues["brokerName"], "broker-a", "{topic}: {found}");
+        for field in ["readQueueNums", "writeQueueNums", "perm", "topicSysFlag"] {
+            assert_eq!(
+                queues[field], config[field],
+                "{topic}: {field} routed as {} but held as {} ({config})",
+                queues[field], config[field]
+            );
+        }
+    }
+    let wide = &route(namesrv, "WiderReads").unwrap()["queueDatas"][0];
+    assert_eq!(
+        (
+            wide["readQueueNums"].as_u64(),
+            wide["writeQueueNums"].as_u64()
+        ),
+        (Some(8), Some(4))
+    );
+    assert_eq!(
+        route(namesrv, "ReadOnly").unwrap()["queueDatas"][0]["perm"],
+        4
+    );
+    assert_eq!(
+        route(namesrv, "WriteOnly").unwrap()["queueDatas"][0]["perm"],
+        2
+    );
+}
