@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::process_cluster::{
-    cluster_info, create_topic, master_addr, route, routed_to, topic_list, topic_table, BrokerSpec,
-    ProcessCluster,
+    cluster_info, create_topic, master_addr, route, routed_to, send, topic_list, topic_table,
+    BrokerSpec, ProcessCluster,
 };
 
 /// The period the brokers of these tests register at: far past every bound below, so
@@ -95,8 +95,11 @@ fn a_registration_carries_every_topic_with_its_queue_counts_perm_and_flags() {
         routed_to(namesrv, "WriteOnly", &["broker-a"])
     });
     let table = topic_table(broker);
-    // Every topic the broker holds, and no other, is what the name server knows.
-    let held: Vec<String> = table.keys().cloned().collect();
+    // Every topic the broker holds, and no other but the auto-create template (see
+    // below), is what the name server knows.
+    let mut held: Vec<String> = table.keys().cloned().collect();
+    held.push("TBW102".into());
+    held.sort();
     assert_eq!(topic_list(namesrv), held);
     for (topic, config) in &table {
         let found = route(namesrv, topic)
@@ -129,4 +132,45 @@ fn a_registration_carries_every_topic_with_its_queue_counts_perm_and_flags() {
         route(namesrv, "WriteOnly").unwrap()["queueDatas"][0]["perm"],
         2
     );
+}
+
+/// A Java producer sending to a topic no name server knows asks for the route of the
+/// template topic `TBW102` and sends to the brokers it names, which create the topic
+/// (`autoCreateTopicEnable`). So a broker that auto-creates registers `TBW102`, as Java's
+/// does (perm 7: read, write, inherit), and one that does not, does not.
+#[test]
+fn brokers_that_auto_create_topics_are_routed_for_the_template_topic() {
+    let mut cluster = ProcessCluster::start(
+        1,
+        vec![
+            master("broker-a"),
+            master("broker-b").set("autoCreateTopicEnable", false),
+        ],
+    );
+    let namesrv = cluster.name_servers[0].addr;
+    cluster.wait_until(CHANGE_BOUND, "TBW102 routed to broker-a alone", || {
+        routed_to(namesrv, "TBW102", &["broker-a"])
+    });
+    let template = route(namesrv, "TBW102").unwrap();
+    let queues = &template["queueDatas"][0];
+    assert_eq!(queues["perm"], 7, "{template}");
+    assert_eq!(
+        queues["writeQueueNums"], queues["readQueueNums"],
+        "{template}"
+    );
+    assert!(queues["writeQueueNums"].as_u64() > Some(0), "{template}");
+    // What the producer does next: send to the unknown topic on a broker the template
+    // names; the broker creates it and the routes have it within the change poll.
+    let a = master_addr(&template, "broker-a").unwrap().parse().unwrap();
+    assert_eq!(route(namesrv, "MadeBySending"), None);
+    let answer = send(a, "MadeBySending", 0, b"first");
+    assert_eq!(
+        answer.code,
+        ringmq::remoting::codes::response::SUCCESS,
+        "{:?}",
+        answer.remark
+    );
+    cluster.wait_until(CHANGE_BOUND, "the auto-created topic routed", || {
+        routed_to(namesrv, "MadeBySending", &["broker-a"])
+    });
 }
