@@ -141,6 +141,8 @@ pub struct Proc {
     pub log: PathBuf,
     /// Where it listens (the port its file names), on loopback.
     pub addr: SocketAddr,
+    /// What its file says.
+    props: Props,
     child: Option<Child>,
     lives: u32,
 }
@@ -159,9 +161,23 @@ impl Proc {
             conf,
             log: dir.join(format!("{name}.log")),
             addr: SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port),
+            props: props.clone(),
             child: None,
             lives: 0,
         }
+    }
+
+    /// What its file says (`haListenPort`, `storePathRootDir`, ...).
+    pub fn props(&self) -> &Props {
+        &self.props
+    }
+
+    /// Sets `key` in its file, for its next start (an old master restarted as a slave, a
+    /// changed period). `listenPort` stays: the others know it by that port.
+    pub fn set(&mut self, key: &str, value: impl ToString) {
+        assert_ne!(key, "listenPort", "{} keeps its port", self.name);
+        self.props.set(key, value);
+        std::fs::write(&self.conf, self.props.render()).expect("rewrite the config file");
     }
 
     fn command(&self) -> Command {

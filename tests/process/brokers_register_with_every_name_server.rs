@@ -140,7 +140,7 @@ fn a_registration_carries_every_topic_with_its_queue_counts_perm_and_flags() {
 /// does (perm 7: read, write, inherit), and one that does not, does not.
 #[test]
 fn brokers_that_auto_create_topics_are_routed_for_the_template_topic() {
-    let mut cluster = ProcessCluster::start(
+    let cluster = ProcessCluster::start(
         1,
         vec![
             master("broker-a"),

@@ -1,7 +1,8 @@
 //! The `process` test binary: tests that run the built `ringmq` executable as a real
 //! process (`CARGO_BIN_EXE_ringmq`): SIGKILL at seeded moments and the model check of what
 //! survived, clean shutdown, what `serve` prints and logs, `ringmq admin` and
-//! `ringmq store verify`/`dump`, refusals at start, output into a closed pipe.
+//! `ringmq store verify`/`dump`, refusals at start, output into a closed pipe, and clusters of
+//! standalone name servers and brokers (`common::process_cluster`).
 //!
 //! One binary, one module per former test file (its name kept, so
 //! `cargo test --test process kill_process::` selects what `--test kill_process` did).
