@@ -20,6 +20,7 @@
 //! where the others were told it is. Another process may take such a port in between;
 //! the start then fails with `Address already in use`, naming it.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -273,6 +274,49 @@ impl Proc {
     /// The pid of the running process.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
+    }
+
+    /// The TCP ports the running process listens on (its socket descriptors matched
+    /// against the kernel's table of listening sockets).
+    pub fn listening_ports(&self) -> BTreeSet<u16> {
+        let pid = self.pid();
+        let mut inodes = BTreeSet::new();
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).expect("its descriptors") {
+            let Ok(target) = std::fs::read_link(fd.expect("a descriptor").path()) else {
+                continue; // closed meanwhile
+            };
+            let target = target.to_string_lossy().into_owned();
+            if let Some(inode) = target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'))
+            {
+                inodes.insert(inode.to_string());
+            }
+        }
+        let mut ports = BTreeSet::new();
+        for table in ["tcp", "tcp6"] {
+            let text =
+                std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // sl local_address rem_address st ... inode; st 0A is LISTEN.
+                if fields.len() > 9 && fields[3] == "0A" && inodes.contains(fields[9]) {
+                    let port = fields[1].rsplit(':').next().expect("address:port");
+                    ports.insert(u16::from_str_radix(port, 16).expect("a hex port"));
+                }
+            }
+        }
+        ports
+    }
+
+    /// The ports its file names (every value of a key ending in `Port`).
+    pub fn named_ports(&self) -> BTreeSet<u16> {
+        self.props
+            .0
+            .iter()
+            .filter(|(key, _)| key.ends_with("Port"))
+            .filter_map(|(_, value)| value.parse().ok())
+            .collect()
     }
 
     /// SIGKILL and reap: a crash, its sockets closed by the kernel.

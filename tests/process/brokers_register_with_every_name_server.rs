@@ -174,3 +174,31 @@ fn brokers_that_auto_create_topics_are_routed_for_the_template_topic() {
         routed_to(namesrv, "MadeBySending", &["broker-a"])
     });
 }
+
+/// Several name servers and brokers share a host only if each opens just the ports its
+/// file names: a broker with `namesrvAddr` runs no embedded name server (no `namesrvPort`
+/// listener), and one with `metricsExporterType=DISABLE` no metrics endpoint.
+#[test]
+fn every_process_of_a_cluster_listens_only_on_the_ports_its_file_names() {
+    let mut cluster = ProcessCluster::start(2, vec![master("broker-a"), master("broker-b")]);
+    for process in cluster.name_servers.iter().chain(&cluster.brokers) {
+        let listening = process.listening_ports();
+        assert!(
+            listening.contains(&process.addr.port()),
+            "{} does not listen on {}: {listening:?}",
+            process.name,
+            process.addr
+        );
+        assert!(
+            listening.is_subset(&process.named_ports()),
+            "{} listens on {listening:?}, its file names {:?}",
+            process.name,
+            process.named_ports()
+        );
+    }
+    // The same after a restart from the same file.
+    let broker = cluster.broker("broker-a-0");
+    broker.kill();
+    broker.start();
+    assert_eq!(broker.listening_ports(), [broker.addr.port()].into());
+}
