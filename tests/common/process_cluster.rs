@@ -11,6 +11,11 @@
 //! lines, which replace a harness key of the same name (`brokerRole`, `haListenPort`,
 //! `haMasterAddress`, `registerNameServerPeriod`, ...).
 //!
+//! [`ProcessCluster::new`] writes the name servers' files without starting them, so a test
+//! can add keys first ([`Proc::set`], e.g. a short `brokerHeartbeatTimeoutMillis`) or
+//! start one late. A process can also be paused (SIGSTOP: a host gone silent, its
+//! connections open) and resumed.
+//!
 //! Each process's stdout and stderr go to a log file of its own, every life appended after
 //! a `==== start N ====` line, logging at [`LOG_LEVEL`]; [`ProcessCluster::logs`] gathers them for failure messages,
 //! and [`ProcessCluster::wait_until`] prints them when a condition is not met in time.
@@ -329,14 +334,29 @@ impl Proc {
         child.wait().expect("reap");
     }
 
-    /// SIGTERM, the operator's stop, and waits (at most [`STOP_LIMIT`]) for the exit.
+    /// Sends `signal` to the running process.
     #[allow(unsafe_code)]
-    pub fn stop(&mut self) -> ExitStatus {
+    fn signal(&self, signal: libc::c_int) {
         let pid = self.pid() as libc::pid_t;
         // SAFETY: kill(2) takes plain integers; `pid` is this harness's child, not yet
         // reaped, so the pid cannot have been reused.
-        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(sent, 0, "SIGTERM {} ({pid})", self.name);
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "signal {signal} to {} ({pid})", self.name);
+    }
+
+    /// SIGSTOP: a host gone silent. Its connections stay open and nothing arrives on them.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Proc::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// SIGTERM, the operator's stop, and waits (at most [`STOP_LIMIT`]) for the exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
         let deadline = Instant::now() + STOP_LIMIT;
         loop {
             if let Some(status) = self.exited() {
@@ -373,6 +393,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // SIGKILL ends a stopped (paused) process too.
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

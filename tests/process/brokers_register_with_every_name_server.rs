@@ -24,7 +24,9 @@ fn master(name: &str) -> BrokerSpec {
 
 #[test]
 fn two_groups_behind_two_name_servers_are_routed_and_listed_by_each() {
-    let mut cluster = ProcessCluster::start(2, vec![master("broker-a"), master("broker-b")]);
+    // broker-b with two shards: one registration (shard 0's) describes the whole node.
+    let groups = vec![master("broker-a"), master("broker-b").set("shards", 2)];
+    let mut cluster = ProcessCluster::start(2, groups);
     let a = cluster.broker("broker-a-0").addr;
     let b = cluster.broker("broker-b-0").addr;
     let created = Instant::now();

@@ -2,7 +2,8 @@
 //! killed with SIGKILL is dropped at once by every name server (its registration
 //! connection closed), routes name only the other group and sends to it go on; restarted
 //! from the same file it is routed again; a broker stopped with SIGTERM unregisters
-//! (UNREGISTER_BROKER) before it exits, so the routes have dropped it when it is gone.
+//! (UNREGISTER_BROKER) before it exits, so the routes have dropped it when it is gone; a
+//! broker gone silent with its connection open expires after its heartbeat timeout.
 
 use std::time::Duration;
 
@@ -105,4 +106,48 @@ fn a_broker_stopped_with_sigterm_has_unregistered_when_it_exits() {
             namesrv.name
         );
     }
+}
+
+/// The name servers' heartbeat timeout in the silent-broker test, ms: short, and three
+/// registration periods, so a broker that registers is never expired by a late round.
+const HEARTBEAT_MS: u64 = 3000;
+const SHORT_PERIOD_MS: u64 = 1000;
+
+/// A broker that goes silent with its connection open (a paused process: a host whose
+/// network vanished, as the name servers see it) stays routed until its heartbeat timeout
+/// passes, is then dropped by the expiry scan, and is routed again once it registers after
+/// resuming.
+#[test]
+fn a_silent_broker_expires_after_its_heartbeat_timeout_and_returns_when_it_registers() {
+    let mut cluster = ProcessCluster::new(1);
+    cluster.name_servers[0].set("brokerHeartbeatTimeoutMillis", HEARTBEAT_MS);
+    cluster.name_servers[0].set("scanNotActiveBrokerInterval", 200);
+    cluster.start_name_servers();
+    for name in ["broker-a", "broker-b"] {
+        let spec = BrokerSpec::master(name).set("registerNameServerPeriod", SHORT_PERIOD_MS);
+        let i = cluster.add_broker(spec);
+        create_topic(cluster.brokers[i].addr, TOPIC, 4, 4, 6);
+    }
+    let namesrv = cluster.name_servers[0].addr;
+    cluster.wait_until(AT_ONCE, "both groups routed", || {
+        routed_to(namesrv, TOPIC, &["broker-a", "broker-b"])
+    });
+    let paused = std::time::Instant::now();
+    cluster.broker("broker-a-0").pause();
+    cluster.wait_until(AT_ONCE, "the silent broker-a expired", || {
+        routed_to(namesrv, TOPIC, &["broker-b"])
+    });
+    // It was registered at most a period before the pause: not dropped before its timeout.
+    let silent = paused.elapsed();
+    assert!(
+        silent >= Duration::from_millis(HEARTBEAT_MS - SHORT_PERIOD_MS),
+        "dropped {silent:?} after going silent\n{}",
+        cluster.logs()
+    );
+    let log = cluster.name_servers[0].log_text();
+    assert!(log.contains("broker expired"), "{log}");
+    cluster.broker("broker-a-0").resume();
+    cluster.wait_until(AT_ONCE, "broker-a routed again after resuming", || {
+        routed_to(namesrv, TOPIC, &["broker-a", "broker-b"])
+    });
 }
