@@ -12,6 +12,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admin_acts_on_every_master_of_a_cluster;
 mod admin_commands;
 mod broker_registers_with_a_name_server_that_starts_late;
 mod brokers_register_with_every_name_server;
