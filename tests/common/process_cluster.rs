@@ -17,13 +17,15 @@
 //! connections open) and resumed.
 //!
 //! Each process's stdout and stderr go to a log file of its own, every life appended after
-//! a `==== start N ====` line, logging at [`LOG_LEVEL`]; [`ProcessCluster::logs`] gathers them for failure messages,
-//! and [`ProcessCluster::wait_until`] prints them when a condition is not met in time.
+//! a `==== start N ====` line, logging at [`LOG_LEVEL`]; [`ProcessCluster::logs`] gathers
+//! them for failure messages, and [`ProcessCluster::wait_until`] prints them when a
+//! condition is not met in time.
 //!
 //! Ports are picked free by binding port 0 and closing ([`free_port`]) before the file is
 //! written: a file names every port it opens, and a process restarted from it listens
-//! where the others were told it is. Another process may take such a port in between;
-//! the start then fails with `Address already in use`, naming it.
+//! where the others were told it is. Another process's outgoing connection may hold such
+//! a port for a while (the ports come from the ephemeral range); a start refused with
+//! `Address already in use` is tried again until [`START_LIMIT`].
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -202,9 +204,31 @@ impl Proc {
     }
 
     /// Starts it from its file and waits until it says it listens where the file says.
-    /// Panics (with its log) if it exits first or takes longer than [`START_LIMIT`].
+    /// Panics (with its log) if it exits first or takes longer than [`START_LIMIT`]; a
+    /// start refused because its port is held is tried again within that limit.
     pub fn start(&mut self) {
         assert!(!self.is_running(), "{} is already running", self.name);
+        let deadline = Instant::now() + START_LIMIT;
+        while let Err(status) = self.start_once(deadline) {
+            let held = self
+                .log_text()
+                .lines()
+                .last()
+                .is_some_and(|line| line.contains("Address already in use"));
+            if !held || Instant::now() >= deadline {
+                panic!(
+                    "{} exited ({status}) before listening:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// One start: `Ok` once it listens where its file says, its exit status if it exits
+    /// first; panics past `deadline`.
+    fn start_once(&mut self, deadline: Instant) -> Result<(), ExitStatus> {
         self.lives += 1;
         let mut log = OpenOptions::new()
             .create(true)
@@ -221,7 +245,6 @@ impl Proc {
             .spawn()
             .unwrap_or_else(|error| panic!("spawn {}: {error}", self.name));
         self.child = Some(child);
-        let deadline = Instant::now() + START_LIMIT;
         loop {
             if let Some(bound) = self.listening_since(from) {
                 assert_eq!(
@@ -231,14 +254,10 @@ impl Proc {
                     self.name,
                     self.log_tail()
                 );
-                return;
+                return Ok(());
             }
             if let Some(status) = self.exited() {
-                panic!(
-                    "{} exited ({status}) before listening:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
+                return Err(status);
             }
             assert!(
                 Instant::now() < deadline,
