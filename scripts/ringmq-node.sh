@@ -7,6 +7,10 @@
 #   scripts/ringmq-node.sh restart-broker DIR        SIGTERM, wait, start again (same ports)
 #   scripts/ringmq-node.sh kill-broker DIR           SIGKILL
 #   scripts/ringmq-node.sh stop DIR                  SIGTERM, then SIGKILL past the deadline
+#   scripts/ringmq-node.sh start-cluster DIR         a standalone name server and two master
+#       groups (broker-a, broker-b) registered with it; DIR/env: NAMESRV_ADDR, BROKER_A_ADDR,
+#       BROKER_B_ADDR and the PIDs NAMESRV_PID, BROKER_A_PID, BROKER_B_PID
+#   scripts/ringmq-node.sh stop-cluster DIR          SIGTERM each of them (SIGKILL past the deadline)
 # Env: RINGMQ_BIN (default target/debug/ringmq, built when missing), FLUSH (sync|async,
 #      default sync), RINGMQ_SET ("key=value key=value", passed as --set each).
 set -euo pipefail
@@ -84,7 +88,69 @@ stop_pid() {
   done
 }
 
+# Starts `ringmq ARGS...` in the background with its output in OUT and waits (bounded)
+# until OUT has a line starting with READY; prints its pid.
+start_until() {
+  local out=$1 ready=$2; shift 2
+  nohup "$(bin)" "$@" >"$out" 2>&1 </dev/null &
+  local pid=$! deadline=$((SECONDS + START_DEADLINE_S))
+  until grep -qs "^$ready" "$out"; do
+    alive "$pid" || { cat "$out" >&2; die "ringmq $1 exited during start"; }
+    ((SECONDS < deadline)) || die "ringmq $1 printed no '$ready' within ${START_DEADLINE_S} s"
+    sleep 0.05
+  done
+  echo "$pid"
+}
+
+# The standalone name server and the two groups of start-cluster.
+start_cluster() {
+  local dir=$1 namesrv_port pid group port
+  namesrv_port=$(free_port)
+  printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$namesrv_port" >"$dir/namesrv.conf"
+  pid=$(start_until "$dir/namesrv.out" "ringmq: name server " namesrv -c "$dir/namesrv.conf")
+  { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$pid"; } >"$dir/env"
+  for group in a b; do
+    port=$(free_port)
+    cat >"$dir/broker-$group.conf" <<CONF
+brokerClusterName=DefaultCluster
+brokerName=broker-$group
+brokerId=0
+brokerRole=ASYNC_MASTER
+namesrvAddr=127.0.0.1:$namesrv_port
+listenPort=$port
+bindAddress=127.0.0.1
+brokerIP1=127.0.0.1
+storePathRootDir=$dir/store-$group
+metricsExporterType=DISABLE
+flushDiskType=$([[ "${FLUSH:-sync}" == sync ]] && echo SYNC_FLUSH || echo ASYNC_FLUSH)
+shards=1
+pinShardThreads=false
+CONF
+    local args=(serve --broker-conf "$dir/broker-$group.conf")
+    for setting in ${RINGMQ_SET:-}; do args+=(--set "$setting"); done
+    pid=$(start_until "$dir/broker-$group.out" "ringmq: listening on " "${args[@]}")
+    local upper=${group^^}
+    { echo "BROKER_${upper}_ADDR=127.0.0.1:$port"; echo "BROKER_${upper}_PID=$pid"; } >>"$dir/env"
+  done
+}
+
 case "${1:-}" in
+  start-cluster)
+    dir=${2:?usage: start-cluster DIR}
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    start_cluster "$dir"
+    cat "$dir/env"
+    ;;
+  stop-cluster)
+    dir=$(cd "${2:?usage: stop-cluster DIR}" && pwd)
+    [[ -f "$dir/env" ]] || exit 0
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    stop_pid "${BROKER_A_PID:-}"
+    stop_pid "${BROKER_B_PID:-}"
+    stop_pid "${NAMESRV_PID:-}"
+    ;;
   start)
     dir=${2:?usage: start DIR}
     mkdir -p "$dir"
@@ -116,7 +182,7 @@ case "${1:-}" in
     stop_pid "${BROKER_PID:-}"
     ;;
   *)
-    sed -n '2,12p' "$0" >&2
+    sed -n '2,16p' "$0" >&2
     exit 2
     ;;
 esac

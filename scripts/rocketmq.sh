@@ -12,6 +12,10 @@
 #   scripts/rocketmq.sh kill-broker DIR      SIGKILL the broker (no restart)
 #   scripts/rocketmq.sh stop DIR             stop both by PID (SIGTERM, then SIGKILL)
 #   scripts/rocketmq.sh classpath            print the classpath (resolving it first)
+#   scripts/rocketmq.sh start-cluster DIR    a name server and two master groups (broker-a,
+#       broker-b) registered with it; DIR/env: NAMESRV_ADDR, BROKER_A_ADDR, BROKER_B_ADDR and
+#       the PIDs NAMESRV_PID, BROKER_A_PID, BROKER_B_PID
+#   scripts/rocketmq.sh stop-cluster DIR     stop the three by PID (SIGTERM, then SIGKILL)
 #
 # Heaps fit a 2-core, 24 GiB machine that runs other processes beside it: 512 MiB for the
 # name server, 1 GiB for the broker (NAMESRV_HEAP, BROKER_HEAP override). Logs go to
@@ -136,8 +140,77 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
+# Writes DIR/broker-G.conf for group G registering with the name server on port $2.
+write_group_conf() {
+  local dir=$1 namesrv_port=$2 group=$3 port=$4
+  mkdir -p "$dir/store-$group"
+  cat >"$dir/broker-$group.conf" <<CONF
+brokerClusterName=DefaultCluster
+brokerName=broker-$group
+brokerId=0
+brokerRole=ASYNC_MASTER
+flushDiskType=${FLUSH:-SYNC_FLUSH}
+listenPort=$port
+bindAddress=127.0.0.1
+haListenPort=$((port + 1))
+namesrvAddr=127.0.0.1:$namesrv_port
+brokerIP1=127.0.0.1
+brokerIP2=127.0.0.1
+storePathRootDir=$dir/store-$group
+storePathCommitLog=$dir/store-$group/commitlog
+autoCreateTopicEnable=true
+autoCreateSubscriptionGroup=true
+CONF
+}
+
+# Starts group G's broker of start-cluster and waits (bounded) for its "boot success".
+start_group() {
+  local dir=$1 group=$2 port=$3
+  local out="$dir/broker-$group.out"
+  ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${BROKER_HEAP:-1g}" "$dir") \
+    -Duser.home="$dir/home-$group" \
+    -cp "$(classpath)" org.apache.rocketmq.broker.BrokerStartup -c "$dir/broker-$group.conf" \
+    >>"$out" 2>&1 </dev/null &
+  local pid=$! upper=${group^^}
+  { echo "BROKER_${upper}_ADDR=127.0.0.1:$port"; echo "BROKER_${upper}_PID=$pid"; } >>"$dir/env"
+  wait_port "$port" "$pid" "RocketMQ broker-$group"
+  local deadline=$((SECONDS + START_DEADLINE_S))
+  until grep -q "boot success" "$out"; do
+    ((SECONDS < deadline)) || die "broker-$group printed no 'boot success' within ${START_DEADLINE_S} s"
+    kill -0 "$pid" 2>/dev/null || die "broker-$group (pid $pid) exited during start; see $out"
+    sleep 0.2
+  done
+}
+
 cmd=${1:-}
 case "$cmd" in
+  start-cluster)
+    dir=${2:?usage: start-cluster DIR}
+    mkdir -p "$dir/home" "$dir/home-a" "$dir/home-b"
+    dir=$(cd "$dir" && pwd)
+    namesrv_port=$(free_port)
+    printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$namesrv_port" >"$dir/namesrv.conf"
+    ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${NAMESRV_HEAP:-512m}" "$dir") \
+      -cp "$(classpath)" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" \
+      >"$dir/namesrv.out" 2>&1 </dev/null &
+    { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$!"; } >"$dir/env"
+    wait_port "$namesrv_port" "$!" "RocketMQ name server"
+    for group in a b; do
+      port=$(free_broker_port)
+      write_group_conf "$dir" "$namesrv_port" "$group" "$port"
+      start_group "$dir" "$group" "$port"
+    done
+    cat "$dir/env"
+    ;;
+  stop-cluster)
+    dir=$(cd "${2:?usage: stop-cluster DIR}" && pwd)
+    [[ -f "$dir/env" ]] || exit 0
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    stop_pid "${BROKER_A_PID:-}" "RocketMQ broker-a"
+    stop_pid "${BROKER_B_PID:-}" "RocketMQ broker-b"
+    stop_pid "${NAMESRV_PID:-}" "RocketMQ name server"
+    ;;
   start)
     dir=${2:?usage: start DIR}
     extra=${3:-}
@@ -206,7 +279,7 @@ CONF
     classpath; echo
     ;;
   *)
-    sed -n '2,20p' "$0" >&2
+    sed -n '2,24p' "$0" >&2
     exit 2
     ;;
 esac

@@ -275,15 +275,27 @@ impl<T: Transport> ShardService for Registration<T> {
     }
 }
 
+/// RocketMQ's `TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`: the template topic a Java
+/// producer asks the name servers for when its own topic has no route; it then sends to
+/// the brokers the template's route names, and they create the topic.
+const AUTO_CREATE_TEMPLATE: &str = "TBW102";
+/// The template's perm in a Java broker's registration: read, write and inherit
+/// (`PermName.PERM_INHERIT`, 1).
+const AUTO_CREATE_TEMPLATE_PERM: i32 = 7;
+
 /// The register body: every topic of the node-wide table (system, retry and DLQ topics
-/// included, as Java sends them) and the table's data version.
-fn registration_body(topics: &TopicTable) -> RegisterBrokerBody {
+/// included, as Java sends them), the table's data version, and, while the broker
+/// creates topics on their first send (`autoCreateTopicEnable`), the template topic
+/// [`AUTO_CREATE_TEMPLATE`] as Java's table holds it: without it a producer going through
+/// standalone name servers never finds a broker to auto-create its topic on. A live change
+/// of `autoCreateTopicEnable` reaches the name servers with the next registration.
+fn registration_body(table: &TopicTable) -> RegisterBrokerBody {
     let DataVersion {
         counter,
         state_version,
         timestamp,
-    } = topics.data_version();
-    let topics = topics
+    } = table.data_version();
+    let mut topics: std::collections::BTreeMap<String, RegisteredTopic> = table
         .all()
         .into_iter()
         .map(|config| {
@@ -300,6 +312,12 @@ fn registration_body(topics: &TopicTable) -> RegisterBrokerBody {
             (config.topic_name, topic)
         })
         .collect();
+    if table.auto_create() && !topics.contains_key(AUTO_CREATE_TEMPLATE) {
+        let queues = queue_count(table.default_queue_nums());
+        let mut template = RegisteredTopic::new(AUTO_CREATE_TEMPLATE, queues);
+        template.perm = AUTO_CREATE_TEMPLATE_PERM;
+        topics.insert(AUTO_CREATE_TEMPLATE.into(), template);
+    }
     RegisterBrokerBody {
         topics,
         data_version: register_broker::DataVersion {
@@ -333,4 +351,22 @@ async fn join_all<F: std::future::Future<Output = ()>>(futures: impl Iterator<It
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_topic_is_registered_while_topics_are_auto_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let creating = TopicTable::load(dir.path(), true, 4).unwrap();
+        let body = registration_body(&creating);
+        let template = &body.topics[AUTO_CREATE_TEMPLATE];
+        let shape = (template.read_queue_nums, template.write_queue_nums);
+        assert_eq!((shape, template.perm), ((4, 4), 7));
+        let not_creating = TopicTable::load(dir.path(), false, 4).unwrap();
+        let body = registration_body(&not_creating);
+        assert!(body.topics.is_empty(), "{:?}", body.topics);
+    }
 }

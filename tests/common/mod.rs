@@ -15,6 +15,7 @@ use ringmq::store::record::{body_crc, decode, Decoded, RecordInput, RecordView, 
 pub mod cluster;
 pub mod log;
 pub mod model;
+pub mod process_cluster;
 pub mod raw;
 pub mod serve;
 

@@ -1,7 +1,8 @@
 //! The `process` test binary: tests that run the built `ringmq` executable as a real
 //! process (`CARGO_BIN_EXE_ringmq`): SIGKILL at seeded moments and the model check of what
 //! survived, clean shutdown, what `serve` prints and logs, `ringmq admin` and
-//! `ringmq store verify`/`dump`, refusals at start, output into a closed pipe.
+//! `ringmq store verify`/`dump`, refusals at start, output into a closed pipe, and clusters of
+//! standalone name servers and brokers (`common::process_cluster`).
 //!
 //! One binary, one module per former test file (its name kept, so
 //! `cargo test --test process kill_process::` selects what `--test kill_process` did).
@@ -11,12 +12,18 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admin_acts_on_every_master_of_a_cluster;
 mod admin_commands;
+mod broker_registers_with_a_name_server_that_starts_late;
+mod brokers_register_with_every_name_server;
+mod cluster_broker_conf_refusals;
+mod cluster_quick_start_configs_load;
 mod kill_during_delay_delivery;
 mod kill_during_pop;
 mod kill_during_retention;
 mod kill_during_timer_delivery;
 mod kill_process;
+mod name_servers_drop_a_broker_that_dies_or_stops;
 mod namesrv_standalone;
 mod node_banner;
 mod node_clean_shutdown;

@@ -73,6 +73,16 @@ public final class Target {
         }
     }
 
+    /** The runner's directory (DIR): scenarios that start processes of their own put them under it. */
+    Path dir() {
+        return dir;
+    }
+
+    /** The control script: its verbs start and stop the processes of a scenario. */
+    Path control() {
+        return control;
+    }
+
     public String namesrvAddr() {
         return env().get("NAMESRV_ADDR");
     }

@@ -1,0 +1,76 @@
+//! `ringmq admin` against standalone name servers (as processes): `-c CLUSTER topic-create`
+//! creates the topic on every master the name servers list for the cluster, so its route
+//! merges both groups on each name server; `cluster` lists every group with what each
+//! broker reports; `-n` takes several name servers, `;`-separated, as mqadmin does.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::process_cluster::{routed_to, topic_table, BrokerSpec, ProcessCluster};
+
+/// How soon a topic change reaches the routes (the change poll, 1 s, and a round).
+const CHANGE_BOUND: Duration = Duration::from_secs(10);
+
+fn admin(namesrv: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_ringmq"))
+        .args(["admin", "-n", namesrv])
+        .args(args)
+        .output()
+        .expect("run ringmq admin");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (
+        output.status.success(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
+#[test]
+fn a_cluster_topic_create_reaches_every_master_and_both_name_servers_route_it() {
+    let groups = vec![
+        BrokerSpec::master("broker-a"),
+        BrokerSpec::master("broker-b"),
+    ];
+    let mut cluster = ProcessCluster::start(2, groups);
+    let namesrv = cluster.namesrv_addr();
+    let (ok, out, err) = admin(
+        &namesrv,
+        &[
+            "-c",
+            "DefaultCluster",
+            "topic-create",
+            "-t",
+            "Orders",
+            "-r",
+            "4",
+            "-w",
+            "4",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    for broker in ["broker-a-0", "broker-b-0"] {
+        let addr = cluster.broker(broker).addr;
+        assert!(
+            out.contains(&format!("created topic Orders on {addr}")),
+            "{out}"
+        );
+        let table = topic_table(addr);
+        assert_eq!(table["Orders"]["writeQueueNums"], 4, "{broker}: {table:?}");
+    }
+    for addr in cluster.name_servers.iter().map(|n| n.addr) {
+        cluster.wait_until(CHANGE_BOUND, "Orders routed to both groups", || {
+            routed_to(addr, "Orders", &["broker-a", "broker-b"])
+        });
+    }
+    let (ok, out, err) = admin(&namesrv, &["cluster"]);
+    assert!(ok, "{out}{err}");
+    for broker in ["broker-a-0", "broker-b-0"] {
+        let addr = cluster.broker(broker).addr.to_string();
+        let name = broker.trim_end_matches("-0");
+        assert!(
+            out.lines()
+                .any(|line| line.contains(name) && line.contains(&addr)),
+            "{name} at {addr} not listed:\n{out}"
+        );
+    }
+}
