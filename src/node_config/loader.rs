@@ -172,10 +172,15 @@ impl ConfigLoader {
                         // maxMessageSize against the default maxFrameSize): blame the set
                         // one, and name the default one as the key to raise.
                         Some((origin, spelled)) => {
-                            let raise = find_snake(&error.key)
-                                .map_or(error.key.clone(), |def| def.conf[0].to_string());
+                            let def = find_snake(&error.key);
+                            let raise =
+                                def.map_or(error.key.clone(), |def| def.conf[0].to_string());
+                            // A number is raised; a text or a choice is set.
+                            let numeric = def
+                                .is_none_or(|def| (def.get)(&self.config).parse::<f64>().is_ok());
+                            let verb = if numeric { "raise" } else { "set" };
                             error.message = format!(
-                                "{} {}; {} is at its default: raise {raise} ({} in TOML)",
+                                "{} {}; {} is at its default: {verb} {raise} ({} in TOML)",
                                 error.key, error.message, error.key, error.key
                             );
                             error.origin = origin;

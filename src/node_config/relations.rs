@@ -10,9 +10,9 @@ use crate::config::{largest_message_for_segment, RECORD_OVERHEAD_MAX};
 pub enum RelationError {
     #[error("{id} must be 0 for a master (ASYNC_MASTER, SYNC_MASTER)")]
     MasterId { id: u64 },
-    #[error("0 is the master's id: a SLAVE's broker_id is above 0")]
+    #[error("0 is the master's id: a SLAVE's is above 0")]
     SlaveId,
-    #[error("a SLAVE needs haMasterAddress or namesrvAddr to find its master")]
+    #[error("is empty and so is namesrv_addr: a SLAVE needs one of them to find its master")]
     SlaveWithoutMaster,
     /// `port` is also the port of the key `other`.
     #[error("{port} is also {other}")]

@@ -313,7 +313,7 @@ fn recognised_rocketmq_keys_only_warn() {
     loader
         .broker_conf_str(
             "broker.conf",
-            "brokerIP2=10.0.0.2\nhaListenPort=10912\nenablePropertyFilter=true\n\
+            "brokerIP2=10.0.0.2\nslaveReadEnable=true\nenablePropertyFilter=true\n\
              enableDLegerCommitLog=false\ntransientStorePoolEnable = false\nlistenPort=10911\n",
         )
         .unwrap();
@@ -322,7 +322,7 @@ fn recognised_rocketmq_keys_only_warn() {
     assert_eq!(warnings.len(), 6, "{warnings:?}");
     for key in [
         "broker.conf: brokerIP2",
-        "broker.conf: haListenPort",
+        "broker.conf: slaveReadEnable",
         "broker.conf: enablePropertyFilter",
         "broker.conf: enableDLegerCommitLog",
         "broker.conf: transientStorePoolEnable",
@@ -429,8 +429,8 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
     ),
     ("brokerId=-3", "brokerId", "negative"),
     ("brokerId=1", "brokerId", "master"),
-    ("brokerRole=SYNC_MASTER", "brokerRole", "not supported yet"),
-    ("brokerRole=SLAVE", "brokerRole", "not supported yet"),
+    ("brokerRole=SLAVE", "brokerRole", "a SLAVE's is above 0; broker_id is at its default: raise brokerId"),
+    ("brokerRole=SLAVE\nbrokerId=1", "brokerRole", "a SLAVE needs one of them to find its master; ha_master_address is at its default: set haMasterAddress"),
     ("brokerRole=MASTER", "brokerRole", "ASYNC_MASTER"),
     ("brokerIP1=broker.example.com", "brokerIP1", "not an IP"),
     ("brokerIP1=0.0.0.0", "brokerIP1", "cannot be advertised"),
