@@ -52,28 +52,14 @@ impl LocalNode {
         }
         prepare_store_root(&config)?;
         let name_servers = resolve_name_servers(&config)?;
-        let bind = |port| SocketAddr::new(config.bind_address, port);
-        let listener = transport.bind(bind(config.listen_port)).await?;
-        // As in the real node: with external name servers the embedded one does not run.
-        let namesrv = match name_servers.is_empty() {
-            true => Some(transport.bind(bind(config.namesrv_port)).await?),
-            false => None,
-        };
-        let port = listener.local_addr()?.port();
-        let ha_listener = match config.broker_role {
-            BrokerRole::Slave => None,
-            _ => Some(transport.bind(bind(ha_port(&config))).await?),
-        };
-        let ha_listener_bound = ha_listener
-            .as_ref()
-            .map(Listener::local_addr)
-            .transpose()?
-            .map(|bound| bound.port());
+        let bound = bind_all(&config, transport, name_servers.is_empty()).await?;
+        let (listener, namesrv, ha_listener) = (bound.broker, bound.namesrv, bound.ha);
+        let (port, namesrv_port, ha_listener_bound) =
+            (bound.port, bound.namesrv_port, bound.ha_port);
         let ha_bound = ha_listener_bound.unwrap_or_else(|| ha_port(&config));
-        let namesrv_port = namesrv.as_ref().map(Listener::local_addr).transpose()?;
         let addr = SocketAddr::new(config.broker_ip, port);
         let namesrv_addr = match (namesrv_port, name_servers.first()) {
-            (Some(bound), _) => SocketAddr::new(config.broker_ip, bound.port()),
+            (Some(bound), _) => SocketAddr::new(config.broker_ip, bound),
             (None, Some(first)) => *first,
             (None, None) => unreachable!("no name server is bound and none is configured"),
         };
@@ -81,7 +67,7 @@ impl LocalNode {
         let mut running = config;
         running.listen_port = port;
         if let Some(bound) = namesrv_port {
-            running.namesrv_port = bound.port();
+            running.namesrv_port = bound;
         }
         running.ha_listen_port = Some(ha_bound);
         let parts = NodeParts::load(running, name_servers)?;
@@ -158,6 +144,53 @@ impl Drop for LocalNode {
             shard.abort();
         }
     }
+}
+
+/// What a local node listens on, and the ports picked.
+struct Bound<L> {
+    broker: L,
+    port: u16,
+    /// The embedded name server's, unless the node registers with external ones.
+    namesrv: Option<L>,
+    namesrv_port: Option<u16>,
+    /// A master's HA port's; a slave has none.
+    ha: Option<L>,
+    ha_port: Option<u16>,
+}
+
+/// Binds the node's listeners through `transport`, as the real node does: the embedded
+/// name server only when `embedded_namesrv` (no `namesrvAddr`), the HA port only on a
+/// master.
+async fn bind_all<T: Transport>(
+    config: &NodeConfig,
+    transport: &T,
+    embedded_namesrv: bool,
+) -> anyhow::Result<Bound<T::Listener>> {
+    let bind = |port| SocketAddr::new(config.bind_address, port);
+    let broker = transport.bind(bind(config.listen_port)).await?;
+    let namesrv = match embedded_namesrv {
+        true => Some(transport.bind(bind(config.namesrv_port)).await?),
+        false => None,
+    };
+    let ha = match config.broker_role {
+        BrokerRole::Slave => None,
+        _ => Some(transport.bind(bind(ha_port(config))).await?),
+    };
+    let port_of = |listener: &Option<T::Listener>| -> std::io::Result<Option<u16>> {
+        Ok(listener
+            .as_ref()
+            .map(Listener::local_addr)
+            .transpose()?
+            .map(|a| a.port()))
+    };
+    Ok(Bound {
+        port: broker.local_addr()?.port(),
+        namesrv_port: port_of(&namesrv)?,
+        ha_port: port_of(&ha)?,
+        broker,
+        namesrv,
+        ha,
+    })
 }
 
 /// The error of a shard that ended before it served.

@@ -158,9 +158,7 @@ mod tests {
     fn a_failed_save_keeps_the_old_history() {
         let dir = tempfile::tempdir().unwrap();
         let store = EpochStore::load(&dir.path().join("missing-dir")).unwrap();
-        let error = run(store.save(history(&[(1, 0)])))
-            .err()
-            .expect("no directory");
+        let error = run(store.save(history(&[(1, 0)]))).expect_err("no directory");
         assert!(error.to_string().contains("cannot write"), "{error}");
         assert!(store.history().is_empty());
     }
