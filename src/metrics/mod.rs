@@ -279,6 +279,27 @@ pub struct ShardMetrics {
     pub gets_uncounted: AtomicU64,
     /// Set once the shard's store is open and recovered and the shard serves.
     ready: AtomicBool,
+    /// The shard's replication at the sampler's last second (D14).
+    replication: Locked<ReplicationFigures>,
+}
+
+/// One shard's replication at the sampler's last second.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicationFigures {
+    /// `true` on a slave shard.
+    pub slave: bool,
+    /// A master: each streaming slave's address and how many bytes of the written log it
+    /// does not hold yet. A slave: its master's address and its own lag is not known here
+    /// (the master's figure is the one to watch).
+    pub peers: Vec<(String, u64)>,
+    /// A slave: whether its stream to its master is up.
+    pub connected: bool,
+    /// Bytes of log sent (master) or appended (slave) since the start.
+    pub bytes: u64,
+    /// The replication watermark (master) or the slave's acknowledged end, within the shard.
+    pub offset: u64,
+    /// Truncations a slave made to agree with its master.
+    pub truncations: u64,
 }
 
 /// A shard's CommitLog at the sampler's last second.
@@ -340,6 +361,7 @@ impl ShardMetrics {
             unconsumed_lost: Locked::default(),
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
             delay: Locked::default(),
+            replication: Locked::default(),
             caps: StatsCaps::default(),
             rates: Locked::default(),
             keys: Locked::default(),
@@ -396,6 +418,14 @@ impl ShardMetrics {
     }
 
     /// The CommitLog's figures (the shard's sampler, once a second).
+    pub fn set_replication(&self, figures: ReplicationFigures) {
+        *self.replication.lock() = figures;
+    }
+
+    pub fn replication(&self) -> ReplicationFigures {
+        self.replication.lock().clone()
+    }
+
     pub fn set_log(&self, log: LogFigures) {
         *self.log.lock() = log;
     }
@@ -938,6 +968,7 @@ const SECTIONS: &[Section] = &[
     delivery,
     sections::timer::render,
     sections::pop::render,
+    sections::replication::render,
     render_latency,
     render_log,
     render_keys,

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::broker::Broker;
 use crate::config::BrokerRole;
+use crate::metrics::ReplicationFigures;
 use crate::net::{Listener, Transport};
 use crate::node_config::NodeConfig;
 use crate::replication::epoch_store::EpochStore;
@@ -80,14 +81,111 @@ pub struct ReplicationStart<L> {
     pub inbox: HandoffInbox,
 }
 
-/// Opens the shard's replication service for the node's role.
+/// Opens the shard's replication service for the node's role, and the sampler that puts
+/// its figures on the metrics page once a second.
 pub async fn open<L: Listener, T: Transport>(
     config: &NodeConfig,
     broker: &Rc<Broker>,
     start: ReplicationStart<L>,
     transport: T,
     master: &MasterAddress,
-) -> anyhow::Result<Rc<dyn ShardService>> {
+) -> anyhow::Result<Vec<Rc<dyn ShardService>>> {
+    let (service, side) = open_role(config, broker, start, transport, master).await?;
+    let sampler = Rc::new(Sampler {
+        broker: broker.clone(),
+        side,
+    });
+    Ok(vec![service, sampler])
+}
+
+/// The side a shard's replication runs, for its figures.
+enum Side {
+    Master(Rc<MasterSide>),
+    Slave(Rc<SlaveSide>),
+}
+
+/// Copies a shard's replication figures into its metrics once a second.
+struct Sampler {
+    broker: Rc<Broker>,
+    side: Side,
+}
+
+impl ShardService for Sampler {
+    fn name(&self) -> &'static str {
+        "replication metrics"
+    }
+
+    fn tasks(&self) -> Vec<crate::shard::service::ShardTask> {
+        let (broker, side) = (
+            self.broker.clone(),
+            match &self.side {
+                Side::Master(side) => Side::Master(side.clone()),
+                Side::Slave(side) => Side::Slave(side.clone()),
+            },
+        );
+        vec![crate::shard::service::ShardTask::new(
+            "replication metrics",
+            async move {
+                let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    broker.metrics().set_replication(figures(&side));
+                }
+            },
+        )]
+    }
+}
+
+/// Offsets carry the shard id in their top byte (D4); figures are within the shard.
+const WITHIN_SHARD: u64 = (1 << 56) - 1;
+
+fn figures(side: &Side) -> ReplicationFigures {
+    match side {
+        Side::Master(side) => {
+            let positions = side.store().log_positions();
+            let peers = side
+                .links()
+                .into_iter()
+                .filter(|link| link.streaming)
+                .map(|link| {
+                    (
+                        link.peer.to_string(),
+                        positions.written.saturating_sub(link.ack),
+                    )
+                })
+                .collect();
+            ReplicationFigures {
+                slave: false,
+                peers,
+                connected: false,
+                bytes: side.bytes_sent(),
+                offset: positions.replicated & WITHIN_SHARD,
+                truncations: 0,
+            }
+        }
+        Side::Slave(side) => {
+            let stats = side.store().replica_stats();
+            ReplicationFigures {
+                slave: true,
+                peers: Vec::new(),
+                connected: side.connected(),
+                bytes: stats.bytes,
+                offset: side.store().replica_progress().ack & WITHIN_SHARD,
+                truncations: stats.truncations,
+            }
+        }
+    }
+}
+
+/// Opens the replication service of the node's role on this shard.
+async fn open_role<L: Listener, T: Transport>(
+    config: &NodeConfig,
+    broker: &Rc<Broker>,
+    start: ReplicationStart<L>,
+    transport: T,
+    master: &MasterAddress,
+) -> anyhow::Result<(Rc<dyn ShardService>, Side)> {
     let store = broker.store().clone();
     let shard = broker.shard().id();
     let epochs = EpochStore::load(&store.config().dir)
@@ -112,8 +210,8 @@ pub async fn open<L: Listener, T: Transport>(
                 housekeeping: config.ha_housekeeping_interval,
             },
         );
-        let service = SlaveService::new(side, transport, master.receiver.clone());
-        return Ok(Rc::new(service));
+        let service = SlaveService::new(side.clone(), transport, master.receiver.clone());
+        return Ok((Rc::new(service), Side::Slave(side)));
     }
     let master_config = MasterConfig {
         identity: MasterIdentity {
@@ -134,8 +232,8 @@ pub async fn open<L: Listener, T: Transport>(
     let side = MasterSide::become_master(store, &epochs, master_config)
         .await
         .map_err(|error| anyhow::anyhow!("shard {shard}: {error}"))?;
-    let service = MasterService::new(side, start.listener, start.senders, start.inbox);
-    Ok(Rc::new(service))
+    let service = MasterService::new(side.clone(), start.listener, start.senders, start.inbox);
+    Ok((Rc::new(service), Side::Master(side)))
 }
 
 fn millis(duration: std::time::Duration) -> u64 {

@@ -135,7 +135,7 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     let engines_run = settings.config.broker_role != BrokerRole::Slave;
     let config = &settings.config;
     let master = &settings.master;
-    services.push(
+    services.extend(
         super::replication::open(config, &broker, replication, transport.clone(), master).await?,
     );
     services.extend(open_node_services(&settings, &broker, transport));

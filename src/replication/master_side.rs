@@ -215,6 +215,11 @@ impl MasterSide {
         self.bytes_sent.get()
     }
 
+    /// The master's store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The epoch this master writes under.
     pub fn epoch(&self) -> u32 {
         self.epochs.last_epoch().expect("a master has an epoch")

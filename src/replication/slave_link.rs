@@ -73,6 +73,8 @@ pub struct SlaveSide {
     pub(super) epochs: EpochStore,
     pub(super) config: SlaveConfig,
     started: tokio::time::Instant,
+    /// Whether a stream to the master is up (for status and metrics).
+    connected: std::cell::Cell<bool>,
 }
 
 impl SlaveSide {
@@ -82,7 +84,18 @@ impl SlaveSide {
             epochs,
             config,
             started: tokio::time::Instant::now(),
+            connected: std::cell::Cell::new(false),
         })
+    }
+
+    /// Whether a stream to the master is up.
+    pub fn connected(&self) -> bool {
+        self.connected.get()
+    }
+
+    /// The slave's store.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     fn now_ms(&self) -> u64 {
@@ -120,7 +133,9 @@ impl SlaveSide {
         let mut out = Vec::new();
         stream.handshake().encode(&mut out);
         connection.write_all(&out).await?;
+        self.connected.set(true);
         let result = self.run(&mut connection, &mut stream).await;
+        self.connected.set(false);
         if let Err(SlaveLinkError::Stream(error)) = &result {
             if let Some(refusal) = error.refusal() {
                 send_refusal(&mut connection, &refusal).await;

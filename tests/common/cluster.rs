@@ -115,6 +115,15 @@ impl SimCluster {
         SocketAddr::new(node_ip(i), port)
     }
 
+    /// Node `i`'s metrics page, as its Prometheus endpoint would serve it.
+    pub fn metrics_page(&self, i: usize) -> String {
+        self.nodes[i]
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {i} is not running"))
+            .metrics()
+            .render()
+    }
+
     /// Node `i`'s store root.
     pub fn store_dir(&self, i: usize) -> &std::path::Path {
         self._dirs[i].path()

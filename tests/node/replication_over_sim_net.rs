@@ -165,6 +165,23 @@ fn sync_master_answers_slave_not_available_without_a_slave_and_ok_with_one() {
     });
 }
 
+/// Waits until node `node`'s metrics page has a line starting with `sample` (the
+/// figures are sampled once a second).
+async fn wait_for_sample(cluster: &SimCluster, node: usize, sample: &str) {
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let page = cluster.metrics_page(node);
+        if page.lines().any(|line| line.starts_with(sample)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {node}'s metrics have no `{sample}` after {CATCH_UP:?}:\n{page}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Sends until one is SEND_OK (the slave attaches asynchronously after it connects).
 async fn wait_for_send_ok(cluster: &SimCluster) -> bool {
     let deadline = tokio::time::Instant::now() + CATCH_UP;

@@ -3,4 +3,5 @@
 
 pub mod delay;
 pub mod pop;
+pub mod replication;
 pub mod timer;
