@@ -31,5 +31,6 @@ mod node_logs;
 mod node_port_held_by_another_process;
 mod output_into_a_closed_pipe;
 mod pop_reset_survives_restarts;
+mod serve_c_loads_a_broker_conf_as_mqbroker_does;
 mod timer_limits;
 mod verify_and_dump;
