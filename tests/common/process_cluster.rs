@@ -41,6 +41,7 @@ use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 use serde_json::Value;
 
+use super::process_replication::commit_log_bytes;
 use super::{run_local, TEST_SEGMENT};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
@@ -343,6 +344,25 @@ impl Proc {
             .collect()
     }
 
+    /// Where it listens for its slaves as a master (`haListenPort`, on loopback).
+    pub fn ha_addr(&self) -> SocketAddr {
+        let port = self
+            .props
+            .get("haListenPort")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("{} names no haListenPort", self.name));
+        SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)
+    }
+
+    /// Shard `shard`'s CommitLog as the files hold it now (see [`commit_log_bytes`]).
+    pub fn commit_log(&self, shard: u8) -> Vec<u8> {
+        let root = self
+            .props
+            .get("storePathRootDir")
+            .unwrap_or_else(|| panic!("{} names no storePathRootDir", self.name));
+        commit_log_bytes(Path::new(root), shard)
+    }
+
     /// SIGKILL and reap: a crash, its sockets closed by the kernel.
     pub fn kill(&mut self) {
         let mut child = self
@@ -489,6 +509,9 @@ impl ProcessCluster {
         props.set("brokerId", spec.id);
         props.set("namesrvAddr", self.namesrv_addr());
         props.set("listenPort", free_port());
+        // Named in every file, not left to its default (listenPort + 1, which another
+        // process may hold): a master opens it, and a slave restarted as a master too.
+        props.set("haListenPort", free_port());
         props.set("bindAddress", Ipv4Addr::LOCALHOST);
         props.set("brokerIP1", Ipv4Addr::LOCALHOST);
         props.set("storePathRootDir", store.display());
