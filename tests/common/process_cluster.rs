@@ -384,8 +384,32 @@ impl Proc {
     }
 
     /// SIGSTOP: a host gone silent. Its connections stay open and nothing arrives on them.
+    /// Returns once every thread of it is stopped (the signal stops them one by one, and
+    /// a thread still running could take a message the test means it to miss).
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        while !self.all_threads_stopped() {
+            assert!(
+                Instant::now() < deadline,
+                "{} not stopped {REQUEST_TIMEOUT:?} after SIGSTOP",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether every thread of the process is in state `T` (stopped by a signal).
+    fn all_threads_stopped(&self) -> bool {
+        let tasks = format!("/proc/{}/task", self.pid());
+        std::fs::read_dir(tasks)
+            .expect("its threads")
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+            // `pid (comm) S ...`: the state follows the command's closing parenthesis.
+            .all(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
     }
 
     /// SIGCONT after [`Proc::pause`].
