@@ -75,8 +75,9 @@ struct ServeArgs {
     /// A TOML file of settings (snake_case keys).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A RocketMQ broker.conf (camelCase keys it shares with ringmq).
-    #[arg(long)]
+    /// A RocketMQ broker.conf (camelCase keys it shares with ringmq); `-c` as in
+    /// RocketMQ's `mqbroker -c broker.conf`.
+    #[arg(short = 'c', long)]
     broker_conf: Option<PathBuf>,
     /// Override one setting, `key=value` (either spelling); repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]

@@ -63,6 +63,13 @@ pub enum SlaveLinkError {
     Restart(#[from] ReplicaStartError),
     #[error("the master closed the stream")]
     Closed,
+    /// Closed before any answer to the handshake: most often the address is not a
+    /// master's HA port (a remoting port, a slave's, another program's), so say so.
+    #[error(
+        "{addr} closed the connection without answering the handshake: is it a ringmq \
+         master's haListenPort?"
+    )]
+    ClosedUnanswered { addr: SocketAddr },
     #[error("nothing heard from the master for {0:?} (haHousekeepingInterval)")]
     Silent(Duration),
 }
@@ -134,7 +141,12 @@ impl SlaveSide {
         stream.handshake().encode(&mut out);
         connection.write_all(&out).await?;
         self.connected.set(true);
-        let result = self.run(&mut connection, &mut stream).await;
+        let result = match self.run(&mut connection, &mut stream).await {
+            Err(SlaveLinkError::Closed) if !stream.answered() => {
+                Err(SlaveLinkError::ClosedUnanswered { addr: master })
+            }
+            result => result,
+        };
         self.connected.set(false);
         if let Err(SlaveLinkError::Stream(error)) = &result {
             if let Some(refusal) = error.refusal() {

@@ -173,6 +173,12 @@ impl SlaveStream {
         }
     }
 
+    /// Whether the master answered the handshake: a stream closed before is one that
+    /// reached something other than a master's HA port, most likely.
+    pub fn answered(&self) -> bool {
+        self.phase != Phase::AwaitReply
+    }
+
     /// The first message of the stream.
     pub fn handshake(&self) -> SlaveHandshake {
         let identity = &self.identity;

@@ -77,6 +77,13 @@ fn the_handshake_carries_the_identity() {
 }
 
 #[test]
+fn a_stream_is_answered_once_the_reply_arrives() {
+    let empty = EpochCache::new();
+    assert!(!SlaveStream::new(identity(), 5000).answered());
+    assert!(streaming(&empty, 0).answered());
+}
+
+#[test]
 fn the_reply_truncates_to_the_consistent_point_and_reports_it() {
     let local = history(&[(1, 0), (2, 1000)]);
     let mut stream = SlaveStream::new(identity(), 5000);

@@ -41,6 +41,7 @@ use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 use serde_json::Value;
 
+use super::process_replication::commit_log_bytes;
 use super::{run_local, TEST_SEGMENT};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
@@ -343,6 +344,25 @@ impl Proc {
             .collect()
     }
 
+    /// Where it listens for its slaves as a master (`haListenPort`, on loopback).
+    pub fn ha_addr(&self) -> SocketAddr {
+        let port = self
+            .props
+            .get("haListenPort")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("{} names no haListenPort", self.name));
+        SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)
+    }
+
+    /// Shard `shard`'s CommitLog as the files hold it now (see [`commit_log_bytes`]).
+    pub fn commit_log(&self, shard: u8) -> Vec<u8> {
+        let root = self
+            .props
+            .get("storePathRootDir")
+            .unwrap_or_else(|| panic!("{} names no storePathRootDir", self.name));
+        commit_log_bytes(Path::new(root), shard)
+    }
+
     /// SIGKILL and reap: a crash, its sockets closed by the kernel.
     pub fn kill(&mut self) {
         let mut child = self
@@ -364,8 +384,32 @@ impl Proc {
     }
 
     /// SIGSTOP: a host gone silent. Its connections stay open and nothing arrives on them.
+    /// Returns once every thread of it is stopped (the signal stops them one by one, and
+    /// a thread still running could take a message the test means it to miss).
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        while !self.all_threads_stopped() {
+            assert!(
+                Instant::now() < deadline,
+                "{} not stopped {REQUEST_TIMEOUT:?} after SIGSTOP",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether every thread of the process is in state `T` (stopped by a signal).
+    fn all_threads_stopped(&self) -> bool {
+        let tasks = format!("/proc/{}/task", self.pid());
+        std::fs::read_dir(tasks)
+            .expect("its threads")
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+            // `pid (comm) S ...`: the state follows the command's closing parenthesis.
+            .all(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
     }
 
     /// SIGCONT after [`Proc::pause`].
@@ -489,6 +533,9 @@ impl ProcessCluster {
         props.set("brokerId", spec.id);
         props.set("namesrvAddr", self.namesrv_addr());
         props.set("listenPort", free_port());
+        // Named in every file, not left to its default (listenPort + 1, which another
+        // process may hold): a master opens it, and a slave restarted as a master too.
+        props.set("haListenPort", free_port());
         props.set("bindAddress", Ipv4Addr::LOCALHOST);
         props.set("brokerIP1", Ipv4Addr::LOCALHOST);
         props.set("storePathRootDir", store.display());

@@ -133,6 +133,20 @@ fn a_slave_copies_its_master_byte_for_byte_and_serves_reads() {
             [response::SERVICE_NOT_AVAILABLE],
             "a slave refuses sends"
         );
+        let master_samples = [
+            "ringmq_replication_streams{shard=\"0\"} 1",
+            "ringmq_replication_lag_bytes{shard=\"0\",slave=",
+        ];
+        for sample in master_samples {
+            wait_for_sample(&cluster, MASTER, sample).await;
+        }
+        let slave_samples = [
+            "ringmq_replication_role{shard=\"0\",role=\"slave\"} 1",
+            "ringmq_replication_streams{shard=\"0\"} 1",
+        ];
+        for sample in slave_samples {
+            wait_for_sample(&cluster, SLAVE, sample).await;
+        }
         cluster.shutdown().await;
     });
 }

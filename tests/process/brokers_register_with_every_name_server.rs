@@ -202,5 +202,9 @@ fn every_process_of_a_cluster_listens_only_on_the_ports_its_file_names() {
     let broker = cluster.broker("broker-a-0");
     broker.kill();
     broker.start();
-    assert_eq!(broker.listening_ports(), [broker.addr.port()].into());
+    // A master: its remoting port and its HA port (haListenPort).
+    assert_eq!(
+        broker.listening_ports(),
+        [broker.addr.port(), broker.ha_addr().port()].into()
+    );
 }

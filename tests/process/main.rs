@@ -12,8 +12,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod a_master_and_its_slave_listen_only_on_their_named_ports;
+mod a_slave_with_a_bad_master_or_config_keeps_serving_and_says_why;
 mod admin_acts_on_every_master_of_a_cluster;
 mod admin_commands;
+mod an_empty_slave_copies_a_master_of_several_segments;
 mod broker_registers_with_a_name_server_that_starts_late;
 mod brokers_register_with_every_name_server;
 mod cluster_broker_conf_refusals;
@@ -29,7 +32,11 @@ mod node_banner;
 mod node_clean_shutdown;
 mod node_logs;
 mod node_port_held_by_another_process;
+mod old_master_restarted_as_slave_loses_its_unreplicated_tail;
 mod output_into_a_closed_pipe;
 mod pop_reset_survives_restarts;
+mod serve_c_loads_a_broker_conf_as_mqbroker_does;
+mod sync_master_answers_within_slave_timeout_when_its_slave_is_killed;
+mod sync_master_killed_under_load_leaves_every_send_ok_on_its_slave;
 mod timer_limits;
 mod verify_and_dump;
