@@ -14,6 +14,7 @@ mod common;
 mod bench_delivery;
 mod bench_wire;
 mod client_plumbing;
+mod local_node_kill;
 mod cluster_over_sim_net;
 mod metrics_count_unknown_request_codes_under_one_label;
 mod metrics_endpoint_serves_scrapes_past_slow_clients;
