@@ -242,6 +242,9 @@ pub struct Send {
 #[derive(Default)]
 pub struct History {
     sends: RefCell<Vec<Send>>,
+    /// Bumped by [`History::forget_acks`]: an answer to a send made in an earlier term is
+    /// forgotten too, whenever it arrives (the network may deliver it after the failover).
+    term: std::cell::Cell<u64>,
 }
 
 /// What the checker found; empty lists mean the history holds.
@@ -305,6 +308,72 @@ impl History {
             outcome: outcome.clone(),
         });
         outcome
+    }
+
+    /// Turns every acknowledgement so far, and every later one to a send made before now
+    /// ([`History::send_in_term`]), into an unknown outcome, saying `why`: an
+    /// ASYNC_MASTER's acknowledged tail that its slave had not copied is lost at a
+    /// failover (truncated on the old master), and its offsets are given to other sends.
+    pub fn forget_acks(&self, why: &str) {
+        self.term.set(self.term.get() + 1);
+        for send in self.sends.borrow_mut().iter_mut() {
+            if let Outcome::Acked(offset) = send.outcome {
+                send.outcome = Outcome::Unknown(format!("acked at {offset}, then {why}"));
+            }
+        }
+    }
+
+    /// The current term: take it before a send, give it to [`History::send_in_term`].
+    pub fn term(&self) -> u64 {
+        self.term.get()
+    }
+
+    /// [`History::send`] for a send made in `term`: its acknowledgement is forgotten if
+    /// [`History::forget_acks`] ran since.
+    pub fn send_in_term(
+        &self,
+        term: u64,
+        node: usize,
+        topic: &str,
+        queue: i32,
+        body: String,
+        answer: &std::io::Result<ringmq::remoting::RemotingCommand>,
+    ) -> Outcome {
+        let outcome = self.send(node, topic, queue, body, answer);
+        if term == self.term.get() {
+            return outcome;
+        }
+        let mut sends = self.sends.borrow_mut();
+        let send = sends.last_mut().expect("just recorded");
+        if let Outcome::Acked(offset) = send.outcome {
+            send.outcome = Outcome::Unknown(format!("acked at {offset}, then a term ended"));
+        }
+        send.outcome.clone()
+    }
+
+    /// The bodies of the sends acknowledged so far.
+    pub fn acked_bodies(&self) -> Vec<String> {
+        let sends = self.sends.borrow();
+        sends
+            .iter()
+            .filter(|send| matches!(send.outcome, Outcome::Acked(_)))
+            .map(|send| send.body.clone())
+            .collect()
+    }
+
+    /// How many sends ended each way: `acked`, `refused <code>`, `unknown: <why>`.
+    pub fn outcomes(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for send in self.sends.borrow().iter() {
+            let kind = match &send.outcome {
+                Outcome::Acked(_) => "acked".to_string(),
+                Outcome::Refused(code) => format!("refused {code}"),
+                Outcome::Unknown(why) if why.starts_with("acked at") => "forgotten".to_string(),
+                Outcome::Unknown(why) => format!("unknown: {why}"),
+            };
+            *counts.entry(kind).or_default() += 1;
+        }
+        counts
     }
 
     /// How many sends were acknowledged so far.
@@ -395,9 +464,10 @@ const STORED_UNCONFIRMED: [i32; 3] = [
 /// short enough that a partition ends requests instead of the test.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(800);
 
-/// One producer of a workload: sends `count` uniquely numbered messages (`p{p}-m{n}`) to
-/// `topic`, queue `n % queues`, one at a time, `pause` apart, to the node `target()` names
-/// when it (re)connects, and records each outcome in `history` under node `label`.
+/// One producer of a workload: sends up to `count` uniquely numbered messages (`[p{p}-m{n}]`)
+/// to `topic`, queue `n % queues`, one at a time, `pause` apart, until `stop` is set, to
+/// the node `target()` names when it (re)connects, and records each outcome in `history`
+/// under node `label`.
 /// Reconnects after a failure; never retries a send that went out (one that could not go
 /// out, for want of a connection, is not one).
 pub struct Producer {
@@ -408,25 +478,31 @@ pub struct Producer {
     pub count: usize,
     pub pause: Duration,
     pub label: usize,
+    pub stop: Rc<std::cell::Cell<bool>>,
 }
 
 impl Producer {
     pub async fn run(self, target: impl Fn() -> SocketAddr, history: Rc<History>) {
         let mut client: Option<Client> = None;
         for n in 0..self.count {
+            if self.stop.get() {
+                return;
+            }
             let connected = match client.take() {
                 Some(open) if !open.is_closed() => open,
                 _ => connect(&self.host, &target).await,
             };
-            let body = format!("p{}-m{n}", self.p);
+            // Bracketed: no body is a substring of another, so a log can be searched.
+            let body = format!("[p{}-m{n}]", self.p);
             let queue = n as i32 % self.queues;
+            let term = history.term();
             let answer = connected
                 .send_message(self.topic, queue, body.as_bytes(), None, None)
                 .await;
             if answer.is_ok() {
                 client = Some(connected);
             }
-            history.send(self.label, self.topic, queue, body, &answer);
+            history.send_in_term(term, self.label, self.topic, queue, body, &answer);
             tokio::time::sleep(self.pause).await;
         }
     }

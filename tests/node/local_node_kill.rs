@@ -34,6 +34,7 @@ fn a_killed_node_recovers_every_acknowledged_message_on_its_directory() {
                     count: SENDS_PER_PRODUCER,
                     pause: Duration::from_millis(1),
                     label: 0,
+                    stop: Rc::default(),
                 };
                 tokio::task::spawn_local(producer.run(move || addr, history.clone()))
             })
