@@ -59,3 +59,82 @@ impl Drop for AbandonOnDrop {
         abandon(&self.store.shared);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::net::SocketAddr;
+    use std::rc::Rc;
+
+    use bytes::Bytes;
+
+    use crate::clock::Clock;
+    use crate::config::StoreConfig;
+    use crate::io::sim::{SimConfig, SimDisk};
+    use crate::store::record::{self, RecordInput};
+    use crate::store::{OpenKind, Store, StoreError};
+
+    fn run<F: Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        tokio::task::LocalSet::new().block_on(&runtime, future)
+    }
+
+    fn input(body: &[u8]) -> RecordInput {
+        RecordInput {
+            topic: "Abandoned".to_string(),
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp: 1_700_000_000_000,
+            born_host: SocketAddr::from(([10, 0, 0, 7], 50000)),
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body_crc: record::body_crc(body),
+            body: Bytes::copy_from_slice(body),
+            properties: String::new(),
+        }
+    }
+
+    async fn open(sim: &SimDisk) -> Result<Store, StoreError> {
+        let config = StoreConfig::test_min("/store");
+        Store::open(config, Rc::new(sim.clone()), Clock::starting_at(0)).await
+    }
+
+    #[test]
+    fn an_abandoned_store_is_unlocked_refuses_puts_and_reopens_by_recovery() {
+        run(async {
+            let sim = SimDisk::new(SimConfig::with_seed(25));
+            let store = open(&sim).await.unwrap();
+            for n in 0..10 {
+                store.put(input(format!("m{n}").as_bytes())).await.unwrap();
+            }
+            assert!(
+                matches!(open(&sim).await, Err(StoreError::Locked(_))),
+                "a running store holds its directory"
+            );
+            store.abandon();
+            assert_eq!(
+                store.put(input(b"late")).await.err(),
+                Some(StoreError::ShuttingDown)
+            );
+            let again = open(&sim)
+                .await
+                .expect("an abandoned store's directory reopens");
+            assert!(
+                matches!(again.opened(), OpenKind::Recovered { .. }),
+                "no clean mark was written: {:?}",
+                again.opened()
+            );
+            assert_eq!(again.max_offset("Abandoned", 0), 10);
+            again.shutdown().await.unwrap();
+            // Abandoning after a clean shutdown changes nothing: the next open is clean.
+            again.abandon();
+            assert_eq!(open(&sim).await.unwrap().opened(), OpenKind::Clean);
+        });
+    }
+}
