@@ -25,7 +25,8 @@ use crate::net::{Listener, Transport};
 use crate::node_config::{self, NodeConfig};
 
 /// A node running as a task of the caller's `LocalSet`. Stop it with
-/// [`LocalNode::shutdown`]; dropping it aborts its shard (as a kill would, mid-write).
+/// [`LocalNode::shutdown`], crash it with [`LocalNode::kill`]; dropping it aborts its shard
+/// as a kill does, without waiting for the shard to be gone.
 pub struct LocalNode {
     addr: SocketAddr,
     namesrv_addr: SocketAddr,
@@ -135,6 +136,25 @@ impl LocalNode {
             .await
             .unwrap_or_else(|error| Err(anyhow::anyhow!("shard 0 panicked: {error}")));
         stopped.and(write_tables(&self.tables))
+    }
+
+    /// Ends the node as `kill -9` ends a process, and returns once it is gone: nothing is
+    /// written on the way out (no clean checkpoint, the store's abort marker stays, the
+    /// node-wide tables are not written), every task of the node ends (the shard's, its
+    /// store's, its connections' and streams'), its listeners close and its store
+    /// directory is unlocked, so a node started again on the directory runs crash
+    /// recovery. Writes already made stay, as a killed process's do in the page cache.
+    pub async fn kill(mut self) {
+        let shard = self.shard.take().expect("a node is killed once");
+        // Dropping the shard's future drops its listener, aborts its background tasks and
+        // connections, and abandons its store (`run_shard`).
+        shard.abort();
+        // Cancelled, or ended by itself just before: gone either way.
+        let _ = shard.await;
+        // The aborted tasks are dropped when the `LocalSet` next runs them (queued before
+        // this task's wake-up): one turn lets their sockets (the HA and name server
+        // listeners, connections) close before the caller binds the ports again.
+        tokio::task::yield_now().await;
     }
 }
 

@@ -128,6 +128,9 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
 ) -> anyhow::Result<()> {
     let id = start.id;
     let (broker, listeners, replication) = open_shard(&settings, start).await?;
+    // A shard aborted or failed before its clean stop leaves nothing of its store running
+    // and its directory unlocked, as a killed process would (`LocalNode::kill`).
+    let _abandon = broker.store().abandon_on_drop();
     let mut services = open_services(&broker)?;
     // A slave runs none of the engines' tasks: delay levels, timers and POP revive write
     // to the log, which only its master does (their state still opens, for reads).
@@ -345,7 +348,11 @@ async fn accept_connections<L: Listener, H: RequestHandler>(
 ) {
     // Connections get their own receivers; `stop` itself is borrowed by the select.
     let for_connections = stop.clone();
+    // Aborted with this loop when the shard is (a kill); detached at a clean stop, where
+    // each sees the stop and ends by itself.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         tokio::select! {
             // Through the seam: its TCP accept also turns Nagle off.
             accepted = Listener::accept(&listener) => match accepted {
@@ -377,7 +384,7 @@ async fn accept_connections<L: Listener, H: RequestHandler>(
                         for_connections.clone(),
                     );
                     let metrics = metrics.clone();
-                    tokio::task::spawn_local(async move {
+                    connections.spawn_local(async move {
                         if let Some(metrics) = &metrics {
                             metrics.connections.fetch_add(1, Ordering::Relaxed);
                             ShardMetrics::add(&metrics.connections_total, 1);
@@ -397,6 +404,7 @@ async fn accept_connections<L: Listener, H: RequestHandler>(
             _ = stop.wait_for(|stop| *stop) => break,
         }
     }
+    connections.detach_all();
 }
 
 /// Copies the figures that live in the shard's `Cell`s (store counters, parked pulls)

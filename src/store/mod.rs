@@ -56,6 +56,7 @@
 //!
 //! A store and everything in it belongs to one thread: run it inside a tokio `LocalSet`.
 
+mod abandon;
 mod append;
 pub mod checkpoint;
 pub mod commit_log;
@@ -96,6 +97,7 @@ use tokio::task::JoinHandle;
 use crate::clock::Clock;
 use crate::config::{FlushMode, StoreConfig};
 use crate::io::{Disk, IoStats};
+pub use abandon::AbandonOnDrop;
 use checkpoint::CheckpointFile;
 use commit_log::CommitLog;
 use consume_queue::{ConsumeQueue, CqEntry};
@@ -934,5 +936,20 @@ impl Store {
         // A replica's incomplete record must not outlive the run (`replica.rs`).
         replica::drop_incomplete(&self.shared).await?;
         flush::shutdown(&self.shared).await
+    }
+
+    /// Ends the store as a `kill -9` would (`abandon.rs`): its tasks aborted, its files
+    /// closed and its directory lock released, with nothing flushed or marked clean, so the
+    /// next open recovers. A no-op after a clean [`Store::shutdown`].
+    pub fn abandon(&self) {
+        abandon::abandon(&self.shared);
+    }
+
+    /// A guard that abandons this store when dropped ([`Store::abandon`]), for whoever runs
+    /// it: an aborted or failed runner leaves nothing of the store running.
+    pub fn abandon_on_drop(&self) -> AbandonOnDrop {
+        AbandonOnDrop {
+            store: self.clone(),
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The cluster harness: N nodes on one simulated network, each a [`LocalNode`] on a host of
 //! its own with its own store directory, and clients on hosts of their own. A test cuts
 //! and heals paths between any two hosts (one way or both), clogs them, resets their
-//! connections, and restarts a node on its directory; every operation goes into a
-//! [`History`], which [`History::check`] holds against what the nodes hold afterwards.
+//! connections, and stops, kills or restarts a node on its directory; every operation goes
+//! into a [`History`], which [`History::check`] holds against what the nodes hold
+//! afterwards. [`Producer`] is a workload's producer that records into one.
 //!
 //! Everything runs on the test's thread (the simulated network is single-threaded), in
 //! real time (the stores are real ones in temporary directories). Host addresses:
@@ -11,10 +12,11 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
 use std::time::Duration;
 
 use ringmq::client::Client;
-use ringmq::net::sim::{NetConfig, SimNet};
+use ringmq::net::sim::{NetConfig, SimNet, SimTransport};
 use ringmq::node::local::LocalNode;
 use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::{request, response};
@@ -153,6 +155,21 @@ impl SimCluster {
         self.nodes[i] = Some(node);
     }
 
+    /// Kills node `i` as `kill -9` would ([`LocalNode::kill`]: nothing written on the way
+    /// out, its directory left for crash recovery) and leaves it stopped
+    /// ([`SimCluster::start_again`]).
+    pub async fn kill(&mut self, i: usize) {
+        let node = self.nodes[i]
+            .take()
+            .unwrap_or_else(|| panic!("node {i} is not running"));
+        node.kill().await;
+    }
+
+    /// Whether node `i` runs (it was not stopped or killed, or was started again).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.nodes[i].is_some()
+    }
+
     /// Stops every node cleanly.
     pub async fn shutdown(mut self) {
         for (i, node) in self.nodes.iter_mut().enumerate() {
@@ -234,6 +251,9 @@ pub struct Send {
 #[derive(Default)]
 pub struct History {
     sends: RefCell<Vec<Send>>,
+    /// Bumped by [`History::forget_acks`]: an answer to a send made in an earlier term is
+    /// forgotten too, whenever it arrives (the network may deliver it after the failover).
+    term: std::cell::Cell<u64>,
 }
 
 /// What the checker found; empty lists mean the history holds.
@@ -297,6 +317,81 @@ impl History {
             outcome: outcome.clone(),
         });
         outcome
+    }
+
+    /// Turns every acknowledgement so far, and every later one to a send made before now
+    /// ([`History::send_in_term`]), into an unknown outcome, saying `why`: an
+    /// ASYNC_MASTER's acknowledged tail that its slave had not copied is lost at a
+    /// failover (truncated on the old master), and its offsets are given to other sends.
+    pub fn forget_acks(&self, why: &str) {
+        self.term.set(self.term.get() + 1);
+        for send in self.sends.borrow_mut().iter_mut() {
+            if let Outcome::Acked(offset) = send.outcome {
+                send.outcome = Outcome::Unknown(format!("acked at {offset}, then {why}"));
+            }
+        }
+    }
+
+    /// The current term: take it before a send, give it to [`History::send_in_term`].
+    pub fn term(&self) -> u64 {
+        self.term.get()
+    }
+
+    /// [`History::send`] for a send made in `term`: its acknowledgement is forgotten if
+    /// [`History::forget_acks`] ran since.
+    pub fn send_in_term(
+        &self,
+        term: u64,
+        node: usize,
+        topic: &str,
+        queue: i32,
+        body: String,
+        answer: &std::io::Result<ringmq::remoting::RemotingCommand>,
+    ) -> Outcome {
+        let outcome = self.send(node, topic, queue, body, answer);
+        if term == self.term.get() {
+            return outcome;
+        }
+        let mut sends = self.sends.borrow_mut();
+        let send = sends.last_mut().expect("just recorded");
+        if let Outcome::Acked(offset) = send.outcome {
+            send.outcome = Outcome::Unknown(format!("acked at {offset}, then a term ended"));
+        }
+        send.outcome.clone()
+    }
+
+    /// The bodies of the sends acknowledged so far.
+    pub fn acked_bodies(&self) -> Vec<String> {
+        let sends = self.sends.borrow();
+        sends
+            .iter()
+            .filter(|send| matches!(send.outcome, Outcome::Acked(_)))
+            .map(|send| send.body.clone())
+            .collect()
+    }
+
+    /// How many sends ended each way: `acked`, `refused <code>`, `unknown: <why>`.
+    pub fn outcomes(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for send in self.sends.borrow().iter() {
+            let kind = match &send.outcome {
+                Outcome::Acked(_) => "acked".to_string(),
+                Outcome::Refused(code) => format!("refused {code}"),
+                Outcome::Unknown(why) if why.starts_with("acked at") => "forgotten".to_string(),
+                Outcome::Unknown(why) => format!("unknown: {why}"),
+            };
+            *counts.entry(kind).or_default() += 1;
+        }
+        counts
+    }
+
+    /// How many sends were acknowledged so far.
+    pub fn acked(&self) -> usize {
+        let sends = self.sends.borrow();
+        sends
+            .iter()
+            .filter(|send| matches!(send.outcome, Outcome::Acked(_)))
+            .count()
     }
 
     /// The queues the history sent to: (node, topic, queue).
@@ -377,3 +472,70 @@ const STORED_UNCONFIRMED: [i32; 3] = [
 /// A bound for a client's request in a faulty network: long enough for a retransmission,
 /// short enough that a partition ends requests instead of the test.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// One producer of a workload: sends up to `count` uniquely numbered messages (`[p{p}-m{n}]`)
+/// to `topic`, queue `n % queues`, one at a time, `pause` apart, until `stop` is set, to
+/// the node `target()` names when it (re)connects, and records each outcome in `history`
+/// under node `label`.
+/// Reconnects after a failure; never retries a send that went out (one that could not go
+/// out, for want of a connection, is not one).
+pub struct Producer {
+    pub p: usize,
+    pub host: SimTransport,
+    pub topic: &'static str,
+    pub queues: i32,
+    pub count: usize,
+    pub pause: Duration,
+    pub label: usize,
+    pub stop: Rc<std::cell::Cell<bool>>,
+}
+
+impl Producer {
+    pub async fn run(self, target: impl Fn() -> SocketAddr, history: Rc<History>) {
+        let mut client: Option<Client> = None;
+        for n in 0..self.count {
+            if self.stop.get() {
+                return;
+            }
+            let connected = match client.take() {
+                Some(open) if !open.is_closed() => open,
+                _ => connect(&self.host, &target).await,
+            };
+            // Bracketed: no body is a substring of another, so a log can be searched.
+            let body = format!("[p{}-m{n}]", self.p);
+            let queue = n as i32 % self.queues;
+            let term = history.term();
+            let answer = connected
+                .send_message(self.topic, queue, body.as_bytes(), None, None)
+                .await;
+            if answer.is_ok() {
+                client = Some(connected);
+            }
+            history.send_in_term(term, self.label, self.topic, queue, body, &answer);
+            tokio::time::sleep(self.pause).await;
+        }
+    }
+}
+
+/// How long a producer tries to connect before it fails the test: longer than any outage
+/// a test makes (a partition, a restart, a failover).
+const CONNECT_FOR: Duration = Duration::from_secs(30);
+
+/// A connection to the node `target()` names, trying again every 20 ms while the path is
+/// cut or the node is down; fails the test after [`CONNECT_FOR`].
+async fn connect(host: &SimTransport, target: &impl Fn() -> SocketAddr) -> Client {
+    let deadline = tokio::time::Instant::now() + CONNECT_FOR;
+    loop {
+        let addr = target();
+        let attempt = tokio::time::timeout(REQUEST_TIMEOUT, Client::connect_over(host, addr));
+        if let Ok(Ok(client)) = attempt.await {
+            client.set_timeout(REQUEST_TIMEOUT);
+            return client;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no connection to {addr} for {CONNECT_FOR:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
