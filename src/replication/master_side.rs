@@ -27,6 +27,36 @@ use super::master_link::facts;
 use super::master_state::{MasterIdentity, MasterLog, MasterSettings};
 use crate::store::Store;
 
+/// The low bits of an epoch that are drawn at random: without a controller to hand out
+/// epochs, two nodes that become master apart (a master restarted, its slave promoted
+/// while cut off from it) would both take "last + 1" at the same start and their
+/// histories would look alike where their bytes differ. With 16 random bits two such
+/// choices collide with probability 1/65536; the epoch's high bits still order epochs, and
+/// 2^15 promotions fit a Java int. The controller of the failover issue hands out epochs
+/// instead, and this goes.
+pub const EPOCH_RANDOM_BITS: u32 = 16;
+
+/// The epoch a new master takes after `last`: a higher sequence in the high bits, random
+/// low bits.
+pub fn next_epoch(last: Option<u32>, random: &mut crate::rng::SplitMix64) -> u32 {
+    let sequence = last.map_or(0, |last| last >> EPOCH_RANDOM_BITS) + 1;
+    let low = (random.next_u64() & ((1 << EPOCH_RANDOM_BITS) - 1)) as u32;
+    let epoch = (sequence << EPOCH_RANDOM_BITS) | low;
+    assert!(
+        epoch <= super::wire::EPOCH_MAX && last.is_none_or(|last| epoch > last),
+        "epoch {epoch} after {last:?}: the sequence {sequence} overflows a Java int"
+    );
+    epoch
+}
+
+/// A seed no other node shares: the time and this process.
+fn random_seed() -> crate::rng::SplitMix64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    crate::rng::SplitMix64::new(nanos ^ (u64::from(std::process::id()) << 32))
+}
+
 /// What a master shard's replication runs with.
 #[derive(Clone, Debug)]
 pub struct MasterConfig {
@@ -85,7 +115,7 @@ impl MasterSide {
         config: MasterConfig,
     ) -> Result<Rc<MasterSide>, BecomeMasterError> {
         let mut history = epochs.history();
-        let epoch = history.last_epoch().map_or(1, |last| last + 1);
+        let epoch = next_epoch(history.last_epoch(), &mut random_seed());
         let start = if history.is_empty() {
             store.log_start()
         } else {
@@ -223,5 +253,31 @@ impl MasterSide {
     /// The epoch this master writes under.
     pub fn epoch(&self) -> u32 {
         self.epochs.last_epoch().expect("a master has an epoch")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    #[test]
+    fn a_next_epoch_is_higher_and_two_draws_after_one_epoch_differ_in_their_low_bits() {
+        let mut random = SplitMix64::new(7);
+        let first = next_epoch(None, &mut random);
+        assert_eq!(first >> EPOCH_RANDOM_BITS, 1);
+        let a = next_epoch(Some(first), &mut random);
+        let b = next_epoch(Some(first), &mut random);
+        assert!(a > first && b > first, "{first} -> {a}, {b}");
+        assert_eq!(a >> EPOCH_RANDOM_BITS, b >> EPOCH_RANDOM_BITS);
+        assert_ne!(a, b, "two masters after one epoch take different epochs");
+    }
+
+    #[test]
+    fn an_epoch_from_before_random_bits_is_still_followed_by_a_higher_one() {
+        let mut random = SplitMix64::new(1);
+        for last in [1, 2, 5, 65_535] {
+            assert!(next_epoch(Some(last), &mut random) > last);
+        }
     }
 }
