@@ -55,3 +55,4 @@ pub mod shard;
 pub mod store;
 pub mod sync;
 pub mod tools;
+pub mod typo;

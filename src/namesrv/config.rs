@@ -452,35 +452,14 @@ impl NamesrvConfig {
 }
 
 /// The known key nearest to `key` (case-insensitive edit distance), if close enough to be
-/// a typo: at most 2 edits, or a quarter of the key's length. (The same rule as
-/// `node_config::suggest`, which this floor cannot import.)
+/// a typo ([`crate::typo::nearest`], the rule broker.conf's keys use too).
 fn nearest_key(key: &str) -> Option<&'static str> {
-    let wanted = key.to_ascii_lowercase();
-    let limit = (wanted.len() / 4).max(2);
-    KEYS.iter()
+    let known = KEYS
+        .iter()
         .map(|k| k.name)
         .chain(IGNORED_KEYS.iter().copied())
-        .chain(REFUSED_UNLESS_DEFAULT.iter().map(|r| r.0))
-        .map(|known| (distance(&wanted, &known.to_ascii_lowercase()), known))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, known)| known)
-}
-
-/// Levenshtein distance over bytes (keys are ASCII).
-fn distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substituted = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
+        .chain(REFUSED_UNLESS_DEFAULT.iter().map(|r| r.0));
+    crate::typo::nearest(key, known)
 }
 
 #[cfg(test)]

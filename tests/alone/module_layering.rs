@@ -26,7 +26,10 @@ use std::path::Path;
 /// The floors, lowest first. A unit may import only units on a lower floor; two units on
 /// one floor import neither the other.
 const FLOORS: &[(&str, &[&str])] = &[
-    ("base", &["clock", "rng", "sync", "quiet_pipe", "banner"]),
+    (
+        "base",
+        &["clock", "rng", "sync", "quiet_pipe", "banner", "typo"],
+    ),
     ("disk I/O seam", &["io"]),
     ("one shard's store and its settings", &["store"]),
     ("wire codec", &["remoting"]),
