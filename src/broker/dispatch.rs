@@ -248,6 +248,8 @@ impl Broker {
                 topic_requests::update_and_create(self, &request).await
             }
             request::GET_ALL_TOPIC_CONFIG => topic_requests::get_all(self, &request),
+            request::GET_ALL_CONSUMER_OFFSET => consumer_offset_requests::get_all(self, &request),
+            request::GET_ALL_MESSAGE_REQUEST_MODE => request_mode_requests::get_all(self, &request),
             request::DELETE_TOPIC_IN_BROKER => topic_requests::delete(self, &request).await,
             request::GET_TOPIC_CONFIG => topic_config_request::get_topic_config(self, &request),
             request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => {

@@ -128,6 +128,9 @@ pub struct BrokerConfig {
     pub timer_max_pending: u64,
     /// The timer store's memory bounds (`timerMemoryEntries`).
     pub timer_limits: timer::store::TimerLimits,
+    /// `slaveReadEnable`: a pull reading cold data is told to go to the group's
+    /// `whichBrokerWhenConsumeSlowly` ([`requests::read_from_slave`]).
+    pub slave_read_enable: bool,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;

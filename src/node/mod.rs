@@ -52,6 +52,7 @@ use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 
 pub mod local;
+mod metadata_sync;
 mod registration;
 mod replication;
 mod shard;

@@ -220,12 +220,16 @@ impl<T: Transport> Inner<T> {
     }
 
     /// A slave's registration is answered with its master's HA address (when the master
-    /// registered): where its shards stream from, unless `haMasterAddress` says.
+    /// registered): where its shards stream from, unless `haMasterAddress` says; and its
+    /// master's broker address, where it copies the master's tables from.
     fn learn_master(&self, answer: &RemotingCommand) {
-        if self.settings.broker_id == 0 || answer.ext_fields.get("haServerAddr").is_none() {
+        if self.settings.broker_id == 0 {
             return;
         }
         let result = register_broker::decode_register_response(answer);
+        if let Some(addr) = result.master_addr.as_deref().and_then(|a| a.parse().ok()) {
+            self.settings.master.learned_broker(addr);
+        }
         let learned = result
             .ha_server_addr
             .as_deref()

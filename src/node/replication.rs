@@ -27,21 +27,37 @@ use crate::replication::slave_link::{SlaveConfig, SlaveSide};
 use crate::replication::slave_state::SlaveIdentity;
 use crate::shard::service::ShardService;
 
-/// The master's HA address as a slave's shards see it: set at start from
-/// `haMasterAddress`, or later from a name server's answer to the registration.
+/// The master's addresses as a slave's shards see them: its HA address, set at start from
+/// `haMasterAddress` or later from a name server's answer to the registration, and its
+/// broker address (where the slave copies its tables from, `node::metadata_sync`), from
+/// the name servers' answers only, as RocketMQ's slave learns it.
 #[derive(Clone, Debug)]
 pub struct MasterAddress {
     pub sender: std::sync::Arc<watch::Sender<Option<SocketAddr>>>,
     pub receiver: watch::Receiver<Option<SocketAddr>>,
+    pub broker_sender: std::sync::Arc<watch::Sender<Option<SocketAddr>>>,
+    pub broker_receiver: watch::Receiver<Option<SocketAddr>>,
 }
 
 impl MasterAddress {
     pub fn new(configured: Option<SocketAddr>) -> MasterAddress {
         let (sender, receiver) = watch::channel(configured);
+        let (broker_sender, broker_receiver) = watch::channel(None);
         MasterAddress {
             sender: std::sync::Arc::new(sender),
             receiver,
+            broker_sender: std::sync::Arc::new(broker_sender),
+            broker_receiver,
         }
+    }
+
+    /// A name server named `addr` as the master's broker address.
+    pub fn learned_broker(&self, addr: SocketAddr) {
+        self.broker_sender.send_if_modified(|current| {
+            let changed = *current != Some(addr);
+            *current = Some(addr);
+            changed
+        });
     }
 
     /// A name server named `addr` as the master's HA address; a configured address wins.

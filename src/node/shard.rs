@@ -283,16 +283,40 @@ fn open_services(broker: &Rc<Broker>) -> anyhow::Result<Vec<Rc<dyn ShardService>
 }
 
 /// The services shard 0 runs for the whole node: the registration with the name servers of
-/// `namesrvAddr`. Opened after the engines, so it stops first at a clean stop: the name
-/// servers stop routing to this node before its engines and store go.
+/// `namesrvAddr`, and on a slave the copy of its master's tables. Opened after the
+/// engines, so they stop first at a clean stop: the name servers stop routing to this node
+/// before its engines and store go.
 fn open_node_services<T: Transport>(
     settings: &ShardSettings,
     broker: &Rc<Broker>,
     transport: T,
-) -> Option<Rc<dyn ShardService>> {
+) -> Vec<Rc<dyn ShardService>> {
     if broker.shard().id() != 0 {
-        return None;
+        return Vec::new();
     }
+    let mut services: Vec<Rc<dyn ShardService>> = Vec::new();
+    let config = &settings.config;
+    if config.broker_role == BrokerRole::Slave {
+        if settings.name_servers.is_empty() {
+            super::metadata_sync::warn_without_name_servers();
+        }
+        services.push(Rc::new(super::metadata_sync::MetadataSync::new(
+            broker,
+            transport.clone(),
+            settings.master.clone(),
+            config.slave_metadata_sync_interval,
+        )));
+    }
+    services.extend(open_registration(settings, broker, transport));
+    services
+}
+
+/// The registration with the name servers of `namesrvAddr`, if there are any.
+fn open_registration<T: Transport>(
+    settings: &ShardSettings,
+    broker: &Rc<Broker>,
+    transport: T,
+) -> Option<Rc<dyn ShardService>> {
     let config = &settings.config;
     let advertised = broker.identity().store_host;
     let registration = RegistrationSettings {

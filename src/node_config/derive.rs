@@ -99,6 +99,7 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
             buffer_entries: config.timer_memory_entries,
             ..broker::timer::store::TimerLimits::default()
         },
+        slave_read_enable: config.slave_read_enable,
     }
 }
 

@@ -36,6 +36,9 @@ pub const HA_HOUSEKEEPING: Duration = Duration::from_secs(20);
 pub const HA_BATCH: u32 = 32 * 1024;
 /// `haSlaveFallbehindMax`: RocketMQ's 256 MiB.
 pub const HA_FALLBEHIND_MAX: u64 = 256 * 1024 * 1024;
+/// `slaveMetadataSyncInterval`: a second, against RocketMQ's 3 s (offsets) to 60 s (the
+/// rest): what a promoted or reading slave may miss of its master's tables.
+pub const METADATA_SYNC: Duration = Duration::from_secs(1);
 
 macro_rules! key {
     (@ours rocketmq) => { false };
@@ -283,6 +286,22 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "an empty slave starts at its master's last CommitLog segment instead of its whole retained history",
         set: |c, v| c.sync_from_last_file = flag(v)?,
         get: |c| c.sync_from_last_file.to_string(),
+    ),
+    key!(
+        "slave_read_enable", rocketmq ["slaveReadEnable"],
+        default: Text("false"),
+        range: Parsed("`true` or `false`"),
+        meaning: "a pull that reads further behind the log's end than `accessMessageInMemoryMaxRatio` of RAM is told to go to the group's `whichBrokerWhenConsumeSlowly` (a slave); off, consumers are sent to the master",
+        set: |c, v| c.slave_read_enable = flag(v)?,
+        get: |c| c.slave_read_enable.to_string(),
+    ),
+    key!(
+        "slave_metadata_sync_interval", ringmq ["slaveMetadataSyncInterval"],
+        default: Constant(|| METADATA_SYNC.as_millis().to_string()),
+        range: Number(Bounds::between(100, 60_000, Unit::Millis)),
+        meaning: "a slave copies its master's topics, subscription groups, consumer and delay offsets and request modes this often (the bound on how stale they are), ms",
+        set: |c, v| c.slave_metadata_sync_interval = millis(v)?,
+        get: |c| c.slave_metadata_sync_interval.as_millis().to_string(),
     ),
     key!(
         "store_path_root_dir", rocketmq ["storePathRootDir"],

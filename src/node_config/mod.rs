@@ -188,6 +188,10 @@ pub struct NodeConfig {
     pub ha_transfer_batch_size: u32,
     pub ha_slave_fallbehind_max: u64,
     pub sync_from_last_file: bool,
+    /// `slaveReadEnable`: cold pulls are sent to a slave.
+    pub slave_read_enable: bool,
+    /// `slaveMetadataSyncInterval`: how often a slave copies its master's tables.
+    pub slave_metadata_sync_interval: Duration,
     pub store_path_root_dir: PathBuf,
     pub shards: u8,
     /// Pin shard n to the n-th CPU the process may use (best effort, logged when refused).
@@ -328,6 +332,8 @@ impl NodeConfig {
             ha_transfer_batch_size: 0,
             ha_slave_fallbehind_max: 0,
             sync_from_last_file: false,
+            slave_read_enable: false,
+            slave_metadata_sync_interval: Duration::ZERO,
             store_path_root_dir: PathBuf::new(),
             shards: 0,
             pin_shard_threads: false,

@@ -14,7 +14,7 @@
 //! |---|---|---|
 //! | `aclEnable`, `authenticationEnabled`, `authorizationEnabled` | `false` | asks for access control; ringmq has none and would serve every client |
 //! | `brokerPermission` | `6` | 2 or 4 asks the broker to refuse reads or writes (draining a broker); ringmq would serve both |
-//! | `inSyncReplicas`, `minInSyncReplicas`, `totalReplicas` | `1` | more asks for acknowledgements after replicas confirm; ringmq has no replication (D14) |
+//! | `inSyncReplicas`, `minInSyncReplicas`, `totalReplicas` | `1` | more asks for acknowledgements after several replicas confirm; a SYNC_MASTER waits for one slave (D14) |
 //! | `rejectTransactionMessage` | `false` | asks to refuse transaction messages; ringmq would accept them |
 //! | `cleanFileForciblyEnable` | `true` | `false` asks never to delete unexpired files when the disk fills; ringmq deletes above `diskSpaceCleanForciblyRatio` |
 //! | `enableDLegerCommitLog`, `enableControllerMode`, `transientStorePoolEnable` | `false` | a different storage or failover design, not implemented |
@@ -26,7 +26,6 @@
 //! |---|---|
 //! | `brokerIP2` | a second address for the HA port; ringmq advertises `brokerIP1` for both |
 //! | `haMaxGapNotInSync` | RocketMQ 5's in-sync-set gap; ringmq's SYNC_MASTER waits for one slave within `haSlaveFallbehindMax` |
-//! | `slaveReadEnable` | a master never sends consumers to its slave; they read the master, which holds every message the slave does |
 //! | `duplicationEnable` | RocketMQ's duplicate-write switch for a promoted slave; ringmq's slave log is byte-identical to its master's |
 //! | `enablePropertyFilter`, `filterServerNums`, `filterSupportRetry`, `enableCalcFilterBitMap`, `enableConsumeQueueExt` | SQL92 filtering: ringmq refuses SQL92 subscriptions on every pull, so nothing is delivered unfiltered |
 //! | thread pools and queues (`*ThreadPoolNums`, `*QueueCapacity`, `server*Threads`, `clientWorkerThreads`), `serverSocketRcvBufSize`, `useEpollNativeSelector`, `useReentrantLockWhenPutMessage`, `waitTimeMillsInSendQueue`, `osPageCacheBusyTimeOutMills`, `putMessageTimeout` | Java's threading and socket tuning; ringmq is thread-per-core and bounds its queues with its own keys |
@@ -40,7 +39,6 @@
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "brokerIP2",
     "haMaxGapNotInSync",
-    "slaveReadEnable",
     "enablePropertyFilter",
     "filterServerNums",
     "filterSupportRetry",

@@ -145,6 +145,8 @@ pub mod request {
         QUERY_ASSIGNMENT = 400,
         /// Not in the reference, from `RequestCode.java`.
         SET_MESSAGE_REQUEST_MODE = 401,
+        /// A slave copies its master's request modes (`RequestCode.java`).
+        GET_ALL_MESSAGE_REQUEST_MODE = 402,
         BROKER_HEARTBEAT = 904,
         /// Above `i16::MAX`: JSON headers only.
         POP_MESSAGE = 200050,

@@ -713,6 +713,15 @@ impl Store {
         Ok(behind <= self.shared.config.in_memory_window_bytes)
     }
 
+    /// Whether the record at `phys_offset` lies further behind the CommitLog's end than
+    /// `in_memory_window_bytes`: RocketMQ's "the consumer reads from disk" estimate behind
+    /// `suggestWhichBrokerId` (`accessMessageInMemoryMaxRatio`), by distance, as
+    /// [`Store::starts_in_memory`].
+    pub fn beyond_memory_window(&self, phys_offset: u64) -> bool {
+        let end = self.shared.log.write_pos();
+        end.saturating_sub(phys_offset) > self.shared.config.in_memory_window_bytes
+    }
+
     /// Up to `max` visible ConsumeQueue entries of a queue from `queue_offset` on (none
     /// for an unknown queue).
     pub fn queue_entries(

@@ -46,6 +46,7 @@ use crate::io::meta::{MetaFiles, RealFiles};
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
 
+use crate::broker::tables::mirror::MirrorError;
 use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
 use crate::broker::tables::topics::DataVersion;
 use crate::broker::Broker;
@@ -151,6 +152,27 @@ impl DelayOffsets {
     /// the file holds and what GET_ALL_DELAY_OFFSET answers.
     pub fn to_json(&self) -> Vec<u8> {
         self.table.encoded()
+    }
+
+    /// A slave takes its master's cursors (GET_ALL_DELAY_OFFSET's body, checked as the
+    /// file is) when their version differs from this one's, memory first with the write
+    /// queued ([`crate::broker::tables::mirror`]). True if the table changed.
+    pub fn mirror(&self, body: &[u8]) -> Result<bool, MirrorError> {
+        let master = std::str::from_utf8(body)
+            .map_err(anyhow::Error::from)
+            .and_then(parse)
+            .map_err(|why| MirrorError::invalid("delay offsets", format!("{why:#}")))?;
+        let changed = self.table.change(|state| {
+            if state.version == master.version && state.cursors == master.cursors {
+                return false;
+            }
+            *state = master;
+            true
+        });
+        if changed.is_some() {
+            self.table.schedule_write();
+        }
+        Ok(changed.is_some())
     }
 
     /// Queues a write of the table on tokio's blocking pool if a cursor moved since the

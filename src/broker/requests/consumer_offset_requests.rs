@@ -1,6 +1,6 @@
-//! UPDATE_CONSUMER_OFFSET (15) and QUERY_CONSUMER_OFFSET (14) (reference §9.4, §9.5), and
-//! [`check_target`], the one check for every request that names a committed offset (these
-//! two and a pull's `commitOffset`). The table they read and write is
+//! UPDATE_CONSUMER_OFFSET (15), QUERY_CONSUMER_OFFSET (14) and GET_ALL_CONSUMER_OFFSET
+//! (43) (reference §9.4, §9.5), and [`check_target`], the one check for every request that
+//! names a committed offset (the first two and a pull's `commitOffset`). The table they read and write is
 //! [`crate::broker::tables::consumer_offsets`].
 //!
 //! Invariants: a bad header is a bad-header answer; a group, topic or queue id the send
@@ -56,6 +56,15 @@ fn check_header(
 }
 
 /// UPDATE_CONSUMER_OFFSET (15).
+/// GET_ALL_CONSUMER_OFFSET (43): the node's whole offset table as its file holds it
+/// (Java's `ConsumerOffsetSerializeWrapper`), what a slave copies
+/// ([`crate::broker::tables::mirror`]); commits not yet written are included, as Java
+/// answers from memory too.
+pub fn get_all(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+        .with_body(broker.consumer_offsets.to_json())
+}
+
 pub fn update(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let (header, offset) =
         match offset_header(request).and_then(|h| Ok((h, request.get_i64("commitOffset")?))) {

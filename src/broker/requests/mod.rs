@@ -5,6 +5,7 @@
 //! - [`send`]: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
 //! - [`send_back`]: CONSUMER_SEND_MSG_BACK (36), retries and the dead-letter queue.
 //! - [`pull`]: PULL_MESSAGE (11), LITE_PULL_MESSAGE (361), with long polling.
+//! - [`read_from_slave`]: a pull's `suggestWhichBrokerId`, and a slave's answer past its end.
 //! - [`query`]: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33).
 //! - [`offsets`]: GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
 //!   GET_EARLIEST_MSG_STORETIME (32).
@@ -34,6 +35,7 @@ pub mod lock_requests;
 pub mod offsets;
 pub mod pull;
 pub mod query;
+pub mod read_from_slave;
 pub mod request_mode_requests;
 pub mod send;
 pub mod send_back;

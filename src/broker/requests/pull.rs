@@ -29,15 +29,20 @@
 //! fails it is refused with SYSTEM_ERROR (as Java's `PullMessageProcessor` answers an
 //! illegal queueId), so neither it nor its `commitOffset` touches any table.
 //!
+//! On a slave, and with `slaveReadEnable`, the answer's `suggestWhichBrokerId` and a slave's
+//! answer past its end follow [`super::read_from_slave`].
+//!
 //! Commit: with the commit bit (0x1) a non-negative `commitOffset` is stored as the group's
 //! committed offset for the queue, once, before the pull reads or parks.
 
 use crate::remoting::codes::response;
 use crate::remoting::requests::{FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND};
 use crate::remoting::{FieldError, RemotingCommand};
+use crate::store::replica::StoreRole;
 use crate::store::{properties, GetStatus, PullRead};
 
 use crate::broker::requests::consumer_offset_requests::check_target;
+use crate::broker::requests::read_from_slave;
 use crate::broker::{bad_header, Broker};
 
 /// The request header fields this slice uses.
@@ -113,7 +118,7 @@ fn status_name(status: GetStatus) -> &'static str {
     }
 }
 
-fn classify(offset: u64, result: PullRead) -> Outcome {
+fn classify(offset: u64, result: PullRead, on_slave: bool) -> Outcome {
     let status = status_name(result.status);
     let (code, next) = match result.status {
         GetStatus::Found => (response::SUCCESS, result.next_begin_offset),
@@ -133,6 +138,11 @@ fn classify(offset: u64, result: PullRead) -> Outcome {
         GetStatus::OffsetOverflowOne => (response::PULL_NOT_FOUND, offset),
         GetStatus::OffsetTooSmall => (response::PULL_OFFSET_MOVED, result.min_offset),
         GetStatus::OffsetOverflowBadly => (response::PULL_OFFSET_MOVED, result.max_offset),
+    };
+    let (code, next) = if on_slave {
+        read_from_slave::on_slave(code, next, offset, result.max_offset)
+    } else {
+        (code, next)
     };
     Outcome {
         code,
@@ -173,6 +183,7 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
     };
     let offset = header.queue_offset as u64;
     let max = header.max_msg_nums.max(1) as u32;
+    let on_slave = broker.store.role() == StoreRole::Replica;
     let read = || {
         broker
             .store
@@ -183,7 +194,7 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
                 max,
                 filter.as_deref(),
             )
-            .map(|result| classify(offset, result))
+            .map(|result| classify(offset, result, on_slave))
     };
     let outcome = match read() {
         Ok(outcome) => outcome,
@@ -210,7 +221,13 @@ pub async fn pull(broker: &Broker, request: &RemotingCommand) -> RemotingCommand
         &header.consumer_group,
         &outcome.result.records,
     );
-    respond(request, outcome)
+    let last_record = outcome
+        .result
+        .records
+        .last()
+        .map(|record| record.phys_offset);
+    let suggested = read_from_slave::suggested_broker(broker, &header.consumer_group, last_record);
+    respond(request, outcome, suggested)
 }
 
 /// The refusals a pull gets before anything is read: a group, topic or queue the rules
@@ -344,13 +361,13 @@ fn refusal(request: &RemotingCommand, code: i32, remark: String) -> RemotingComm
     answer
 }
 
-fn respond(request: &RemotingCommand, outcome: Outcome) -> RemotingCommand {
+fn respond(request: &RemotingCommand, outcome: Outcome, suggested: i64) -> RemotingCommand {
     let mut answer =
         RemotingCommand::response_to(request, outcome.code, Some(outcome.status.to_owned()));
     answer.put_ext("nextBeginOffset", outcome.next_begin_offset);
     answer.put_ext("minOffset", outcome.result.min_offset);
     answer.put_ext("maxOffset", outcome.result.max_offset);
-    answer.put_ext("suggestWhichBrokerId", 0);
+    answer.put_ext("suggestWhichBrokerId", suggested);
     if outcome.code == response::SUCCESS {
         answer.file_body = outcome.result.body;
     }

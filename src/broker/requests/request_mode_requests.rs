@@ -3,6 +3,10 @@
 //! table. A body that does not parse, a mode other than PULL or POP, a `%RETRY%` topic or a
 //! bad name is INVALID_PARAMETER; an unknown topic is TOPIC_NOT_EXIST; SUCCESS once the
 //! file holds the change.
+//!
+//! GET_ALL_MESSAGE_REQUEST_MODE (402): the whole table as its file holds it (Java's
+//! `MessageRequestModeSerializeWrapper`), what a slave copies
+//! ([`crate::broker::tables::mirror`]).
 
 use crate::remoting::codes::response;
 use crate::remoting::RemotingCommand;
@@ -10,6 +14,12 @@ use crate::remoting::RemotingCommand;
 use crate::broker::pop::wire::MessageRequestMode;
 use crate::broker::tables::request_modes::check;
 use crate::broker::Broker;
+
+/// GET_ALL_MESSAGE_REQUEST_MODE (402).
+pub fn get_all(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
+    RemotingCommand::response_to(request, response::SUCCESS, None)
+        .with_body(broker.request_modes.to_json())
+}
 
 /// SET_MESSAGE_REQUEST_MODE (401).
 pub async fn set_message_request_mode(

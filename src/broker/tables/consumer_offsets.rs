@@ -43,8 +43,10 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::naming::names;
+use crate::broker::tables::mirror::{self, MirrorError, PendingCommits};
 use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
 use crate::io::meta::{MetaFiles, RealFiles};
+use crate::sync::Locked;
 
 /// The file's name inside `<store dir>/config/`.
 pub const FILE_NAME: &str = "consumerOffset.json";
@@ -63,6 +65,10 @@ type Table = BTreeMap<(String, String), BTreeMap<i32, i64>>;
 #[derive(Debug)]
 pub struct ConsumerOffsets {
     table: PersistedTable<Table>,
+    /// On a slave that copies its master's table ([`ConsumerOffsets::mirror`]): the
+    /// commits made here not yet given to the master ([`super::mirror`]); `None` on a
+    /// master, which keeps none.
+    pending: Locked<Option<PendingCommits>>,
 }
 
 impl ConsumerOffsets {
@@ -95,6 +101,7 @@ impl ConsumerOffsets {
         };
         Ok(ConsumerOffsets {
             table: PersistedTable::new(files, path, table, encode),
+            pending: Locked::new(None),
         })
     }
 
@@ -107,6 +114,7 @@ impl ConsumerOffsets {
                 Table::new(),
                 encode,
             ),
+            pending: Locked::new(None),
         }
     }
 
@@ -122,12 +130,79 @@ impl ConsumerOffsets {
             !topic.contains('@') && !group.contains('@'),
             "an unvalidated name reached the offset table: topic {topic:?}, group {group:?}"
         );
+        // Locks in the order `mirror` takes them (pending, then the table), so a copy
+        // of the master's table never lands between this change and its note.
+        let mut pending = self.pending.lock();
         self.table.change(|table| {
             let queues = table
                 .entry((topic.to_owned(), group.to_owned()))
                 .or_default();
             queues.insert(queue_id, offset) != Some(offset)
         });
+        if let Some(pending) = pending.as_mut() {
+            pending.insert((topic.to_owned(), group.to_owned(), queue_id), offset);
+        }
+    }
+
+    /// From now on, commits made here are kept for the master ([`super::mirror`]): a
+    /// slave's table, copied from its master by [`ConsumerOffsets::mirror`].
+    pub fn keep_commits_for_master(&self) {
+        self.pending.lock().get_or_insert_with(PendingCommits::new);
+    }
+
+    /// The commits made here that the master has not confirmed yet, as `(topic, group,
+    /// queue id, offset)`.
+    pub fn pending_for_master(&self) -> Vec<(String, String, i32, i64)> {
+        self.pending
+            .lock()
+            .as_ref()
+            .map_or_else(Vec::new, |pending| {
+                pending
+                    .iter()
+                    .map(|((topic, group, queue), &offset)| {
+                        (topic.clone(), group.clone(), *queue, offset)
+                    })
+                    .collect()
+            })
+    }
+
+    /// The master confirmed `offset` for the queue: the commit is no longer pending,
+    /// unless a newer one was made here meanwhile.
+    pub fn given_to_master(&self, topic: &str, group: &str, queue_id: i32, offset: i64) {
+        if let Some(pending) = self.pending.lock().as_mut() {
+            let key = (topic.to_owned(), group.to_owned(), queue_id);
+            if pending.get(&key) == Some(&offset) {
+                pending.remove(&key);
+            }
+        }
+    }
+
+    /// Takes the master's whole table (GET_ALL_CONSUMER_OFFSET's body, checked as the
+    /// file is), with the commits still pending here over it ([`mirror::merge_offsets`]).
+    /// True if the table changed.
+    pub fn mirror(&self, body: &[u8]) -> Result<bool, MirrorError> {
+        let master = std::str::from_utf8(body)
+            .map_err(anyhow::Error::from)
+            .and_then(parse)
+            .map_err(|why| MirrorError::invalid("consumer offsets", format!("{why:#}")))?;
+        // The lock is held across the change so a commit cannot slip between the merge
+        // and the swap and be lost.
+        let pending = self.pending.lock();
+        let merged =
+            mirror::merge_offsets(master, pending.as_ref().unwrap_or(&PendingCommits::new()));
+        let changed = self.table.change(|table| {
+            if *table == merged {
+                return false;
+            }
+            *table = merged;
+            true
+        });
+        Ok(changed.is_some())
+    }
+
+    /// The whole table as its file holds it: GET_ALL_CONSUMER_OFFSET's body.
+    pub fn to_json(&self) -> Vec<u8> {
+        self.table.encoded()
     }
 
     pub fn query(&self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
@@ -359,6 +434,70 @@ pub(crate) fn quote_bare_keys(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slave_keeps_its_own_commits_over_the_masters_until_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = ConsumerOffsets::in_memory(dir.path());
+        offsets.keep_commits_for_master();
+        offsets
+            .mirror(br#"{"offsetTable":{"T@g":{"0":5,"1":6}}}"#)
+            .unwrap();
+        assert_eq!(offsets.query("g", "T", 0), Some(5));
+        assert!(
+            offsets.pending_for_master().is_empty(),
+            "copies are not commits"
+        );
+        offsets.commit("g", "T", 0, 9);
+        // The master's older offset does not undo the commit made here.
+        offsets
+            .mirror(br#"{"offsetTable":{"T@g":{"0":5,"1":7}}}"#)
+            .unwrap();
+        assert_eq!(
+            (offsets.query("g", "T", 0), offsets.query("g", "T", 1)),
+            (Some(9), Some(7))
+        );
+        assert_eq!(
+            offsets.pending_for_master(),
+            vec![("T".into(), "g".into(), 0, 9)]
+        );
+        // Given back (the master confirmed 9), the master's word counts again.
+        offsets.given_to_master("T", "g", 0, 9);
+        offsets
+            .mirror(br#"{"offsetTable":{"T@g":{"0":3,"1":7}}}"#)
+            .unwrap();
+        assert_eq!(offsets.query("g", "T", 0), Some(3));
+        // A commit made while the give-back was under way stays pending.
+        offsets.commit("g", "T", 1, 20);
+        offsets.given_to_master("T", "g", 1, 19);
+        assert_eq!(
+            offsets.pending_for_master(),
+            vec![("T".into(), "g".into(), 1, 20)]
+        );
+    }
+
+    #[test]
+    fn a_bad_table_from_the_master_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = ConsumerOffsets::in_memory(dir.path());
+        offsets.commit("g", "T", 0, 4);
+        for body in [
+            &b"{not json"[..],
+            br#"{"offsetTable":{"T@g@x":{"0":1}}}"#,
+            br#"{"offsetTable":{"T@g":{"0":-5}}}"#,
+        ] {
+            let error = offsets.mirror(body).unwrap_err().to_string();
+            assert!(
+                error.contains("refused the master's consumer offsets"),
+                "{error}"
+            );
+        }
+        assert_eq!(offsets.query("g", "T", 0), Some(4));
+        assert!(
+            offsets.pending_for_master().is_empty(),
+            "a master keeps no pending commits"
+        );
+    }
 
     #[test]
     fn fastjson_bare_keys_load() {

@@ -7,6 +7,7 @@
 //! - [`subscription_groups`]: the consumer groups' settings (`subscriptionGroup.json`).
 //! - [`consumer_offsets`]: committed consumer offsets (`consumerOffset.json`).
 //! - [`request_modes`]: which groups pop rather than pull (`messageRequestMode.json`).
+//! - [`mirror`]: a slave's copies of its master's tables, and the offsets committed on it.
 //! - [`persisted_table`]: the one type behind them (and behind the delay cursors and the
 //!   POP replay mark, which live with their engines).
 //!
@@ -21,6 +22,7 @@
 //! [`super::Broker`] nor any request folder: a table knows nothing of who asks.
 
 pub mod consumer_offsets;
+pub mod mirror;
 pub mod persisted_table;
 pub mod request_modes;
 pub mod subscription_groups;

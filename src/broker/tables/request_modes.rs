@@ -21,12 +21,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::naming::names;
 use crate::broker::pop::wire::MessageRequestMode;
+use crate::broker::tables::mirror::MirrorError;
 use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
 use crate::io::meta::{MetaFiles, RealFiles};
 
 pub const FILE_NAME: &str = "messageRequestMode.json";
 
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ModeFile {
     #[serde(default)]
@@ -60,25 +61,8 @@ impl RequestModes {
                 return Err(error).with_context(|| format!("cannot read {}", path.display()))
             }
         };
-        for (topic, groups) in &table.message_request_mode_map {
-            for (group, mode) in groups {
-                // The map's keys are what lookups use; an entry filed under another
-                // topic or group (or under a name no request could create, `../x`) would
-                // switch a group nobody asked for.
-                let misfiled = (mode.topic != *topic || mode.consumer_group != *group).then(|| {
-                    format!(
-                        "it is filed under {topic}/{group} but names {}/{}",
-                        mode.topic, mode.consumer_group
-                    )
-                });
-                if let Some(why) = misfiled.or_else(|| check(mode).err().map(|why| why.to_string()))
-                {
-                    anyhow::bail!(
-                        "{} has a bad entry {topic}/{group}: {why}; fix or remove it",
-                        path.display()
-                    );
-                }
-            }
+        if let Err(why) = check_entries(&table) {
+            anyhow::bail!("{} has a bad {why}; fix or remove it", path.display());
         }
         Ok(RequestModes {
             table: PersistedTable::new(files, path, table, encode),
@@ -108,6 +92,30 @@ impl RequestModes {
         self.table.path()
     }
 
+    /// The whole table as its file holds it: GET_ALL_MESSAGE_REQUEST_MODE's body.
+    pub fn to_json(&self) -> Vec<u8> {
+        self.table.encoded()
+    }
+
+    /// A slave takes its master's whole table (GET_ALL_MESSAGE_REQUEST_MODE's body,
+    /// checked as the file is) when it differs from this one, file first
+    /// ([`super::mirror`]). True if the table changed.
+    pub async fn mirror(&self, body: &[u8]) -> Result<bool, MirrorError> {
+        let master: ModeFile = serde_json::from_slice(body)
+            .map_err(|error| MirrorError::invalid("request modes", error))?;
+        check_entries(&master).map_err(|why| MirrorError::invalid("request modes", why))?;
+        if self.table.read(|table| *table == master) {
+            return Ok(false);
+        }
+        Ok(self
+            .table
+            .change_written(move |table| {
+                *table = master;
+                true
+            })
+            .await?)
+    }
+
     /// Stores `mode`, on disk first, on the calling thread (tools, tests).
     pub fn set(&self, mode: MessageRequestMode) -> Result<(), WriteFailed> {
         self.table.change_synced(with_mode(mode)).map(|_| ())
@@ -117,6 +125,28 @@ impl RequestModes {
     pub async fn set_written(&self, mode: MessageRequestMode) -> Result<(), WriteFailed> {
         self.table.change_written(with_mode(mode)).await.map(|_| ())
     }
+}
+
+/// Every entry against the request's checks: `entry <topic>/<group>: <why>` for the first
+/// that fails one.
+fn check_entries(table: &ModeFile) -> Result<(), String> {
+    for (topic, groups) in &table.message_request_mode_map {
+        for (group, mode) in groups {
+            // The map's keys are what lookups use; an entry filed under another topic or
+            // group (or under a name no request could create, `../x`) would switch a group
+            // nobody asked for.
+            let misfiled = (mode.topic != *topic || mode.consumer_group != *group).then(|| {
+                format!(
+                    "it is filed under {topic}/{group} but names {}/{}",
+                    mode.topic, mode.consumer_group
+                )
+            });
+            if let Some(why) = misfiled.or_else(|| check(mode).err().map(|why| why.to_string())) {
+                return Err(format!("entry {topic}/{group}: {why}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The edit that files `mode` under its topic and group.

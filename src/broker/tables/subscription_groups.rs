@@ -59,6 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::io::meta::{MetaFiles, RealFiles};
 
+use crate::broker::tables::mirror::MirrorError;
 use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
 use crate::broker::tables::topics::DataVersion;
 
@@ -192,6 +193,22 @@ pub struct SubscriptionGroups {
     table: PersistedTable<SubscriptionGroupWrapper>,
 }
 
+/// Every entry against the rules the requests apply: `entry "<key>": <why>` for the first
+/// that breaks one.
+fn check_entries(table: &SubscriptionGroupWrapper) -> Result<(), String> {
+    for (key, config) in &table.subscription_group_table {
+        let why = if *key != config.group_name {
+            Some(format!("holds the groupName {:?}", config.group_name))
+        } else {
+            check_config(config).err().map(|why| why.to_string())
+        };
+        if let Some(why) = why {
+            return Err(format!("entry {key:?}: {why}"));
+        }
+    }
+    Ok(())
+}
+
 /// Why a group was not auto-created.
 pub const TABLE_FULL: &str = "maxSubscriptionGroups";
 
@@ -230,18 +247,11 @@ impl SubscriptionGroups {
                 path.display()
             ),
         };
-        for (key, config) in &state.subscription_group_table {
-            let why = if *key != config.group_name {
-                Some(format!("holds the groupName {:?}", config.group_name))
-            } else {
-                check_config(config).err().map(|why| why.to_string())
-            };
-            if let Some(why) = why {
-                anyhow::bail!(
-                    "the subscription group table {} has a bad entry {key:?}: {why}; fix or remove it",
-                    path.display()
-                );
-            }
+        if let Err(why) = check_entries(&state) {
+            anyhow::bail!(
+                "the subscription group table {} has a bad {why}; fix or remove it",
+                path.display()
+            );
         }
         let mut state = state;
         for group in SYSTEM_GROUPS {
@@ -446,6 +456,27 @@ impl SubscriptionGroups {
         });
         self.table.durable(version).await?;
         Ok(version.is_some())
+    }
+
+    /// A slave takes its master's whole table (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body,
+    /// checked as the file is) when its data version differs from this one's, memory
+    /// first with the write queued ([`super::mirror`]). True if the table changed.
+    pub fn mirror(&self, body: &[u8]) -> Result<bool, MirrorError> {
+        let master: SubscriptionGroupWrapper = serde_json::from_slice(body)
+            .map_err(|error| MirrorError::invalid("subscription group table", error))?;
+        check_entries(&master)
+            .map_err(|why| MirrorError::invalid("subscription group table", why))?;
+        let changed = self.table.change(|table| {
+            if table.data_version == master.data_version {
+                return false;
+            }
+            *table = master;
+            true
+        });
+        if changed.is_some() {
+            self.table.schedule_write();
+        }
+        Ok(changed.is_some())
     }
 
     /// Queues a write if the file is behind the table (after a failed write); the node's

@@ -43,6 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::remoting::codes::response;
 
+use crate::broker::tables::mirror::MirrorError;
 use crate::broker::tables::persisted_table::{PersistedTable, WriteFailed};
 
 /// PermName: READ 4 | WRITE 2.
@@ -335,6 +336,26 @@ impl TopicTable {
             .change_written(inserted(config, now_ms))
             .await
             .map(|_| ())
+    }
+
+    /// A slave takes its master's whole table (GET_ALL_TOPIC_CONFIG's body, checked as the
+    /// file is) when its data version differs from this one's, file first
+    /// ([`super::mirror`]). True if the table changed.
+    pub async fn mirror(&self, body: &[u8]) -> Result<bool, MirrorError> {
+        let master: TopicConfigWrapper = serde_json::from_slice(body)
+            .map_err(|error| MirrorError::invalid("topic table", error))?;
+        check_table(&master).map_err(|why| MirrorError::invalid("topic table", why))?;
+        if master.data_version == self.data_version() {
+            return Ok(false);
+        }
+        let changed = self
+            .state
+            .change_written(move |table| {
+                *table = master;
+                true
+            })
+            .await?;
+        Ok(changed)
     }
 
     /// [`Self::remove`] for a shard's reactor, as [`Self::put_written`].
