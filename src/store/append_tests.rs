@@ -181,11 +181,18 @@ fn a_put_held_by_the_replica_times_out_with_flush_slave_timeout_and_is_visible_o
         let sim = SimDisk::new(SimConfig::with_seed(4));
         let store = store_held_by_a_replica(&sim).await;
         let heard: Heard = Rc::default();
+        // Paused time: the sleeps let the watchdog's ticks pass. Queued late in a
+        // watchdog tick (a tenth of slaveTimeout), the put still waits its whole
+        // slaveTimeout (the watchdog once answered up to a tick early)...
+        let timeout = store.config().slave_timeout;
+        tokio::time::sleep(timeout / 10 - std::time::Duration::from_millis(1)).await;
         put(&store, b"late", &heard);
         until_flushed(&store, 1).await;
         let end = store.log_positions().flushed;
-        // Paused time: the sleep lets the watchdog's ticks pass.
-        tokio::time::sleep(store.config().slave_timeout * 2).await;
+        tokio::time::sleep(timeout - std::time::Duration::from_millis(1)).await;
+        assert!(heard.borrow().is_empty(), "timed out before slaveTimeout");
+        // ...and within a tenth past it.
+        tokio::time::sleep(timeout / 10 + std::time::Duration::from_millis(2)).await;
         // Flushed, so what it missed is the replica.
         assert_eq!(
             heard.borrow()[0].as_ref().unwrap().status,
@@ -405,16 +412,16 @@ fn the_watchdog_ticks_by_the_shorter_timeout_that_applies() {
         let async_master = Store::open(config.clone(), Rc::new(sim.clone()), Clock::starting_at(0))
             .await
             .unwrap();
-        // As before the replica's condition: a quarter of syncFlushTimeout, 4 ticks.
+        // As before the replica's condition: a tenth of syncFlushTimeout, 10 ticks.
         let ticks = crate::store::flush::watchdog_ticks(&async_master.shared);
-        assert_eq!(ticks, (std::time::Duration::from_millis(1250), 4, 3));
+        assert_eq!(ticks, (std::time::Duration::from_millis(500), 10, 6));
         async_master.shutdown().await.unwrap();
         config.broker_role = BrokerRole::SyncMaster;
         let sync_master = Store::open(config, Rc::new(sim), Clock::starting_at(0))
             .await
             .unwrap();
         let ticks = crate::store::flush::watchdog_ticks(&sync_master.shared);
-        assert_eq!(ticks, (std::time::Duration::from_millis(750), 7, 4));
+        assert_eq!(ticks, (std::time::Duration::from_millis(300), 17, 10));
         sync_master.shutdown().await.unwrap();
     });
 }

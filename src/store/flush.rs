@@ -16,8 +16,8 @@
 //! after `slaveTimeout` when it is durable here and waits only for a replica (SYNC_MASTER,
 //! D14). The message stays stored and becomes visible once what it waited for comes, but
 //! its producer is not left hanging. Both timeouts count from the put's queueing, in ticks
-//! of a quarter of the shorter one, so a put is answered between 1 and 1.25 of that timeout
-//! late at most, and putting costs no timer at all.
+//! of a tenth of the shorter one, so a put is answered between 1 and 1.1 of its timeout,
+//! never before it, and putting costs no timer at all.
 //!
 //! The checkpointer writes each ConsumeQueue's in-memory tail out, syncs the queues, does
 //! the same for the index, and records `safe = min(dispatched, flushed)`: below it the
@@ -88,14 +88,16 @@ async fn sync_log(shared: &Shared, from: u64, to: u64) -> Result<(), LogIoError>
     Ok(())
 }
 
-/// Watchdog ticks per `syncFlushTimeout`.
-pub(crate) const TIMEOUT_TICKS: u64 = 4;
+/// Watchdog ticks per the shorter timeout that applies: a put times out between its
+/// timeout and a tenth past it (a put waits at least a whole number of ticks after the
+/// tick it was queued in, so never less than its timeout).
+pub(crate) const TIMEOUT_TICKS: u64 = 10;
 // At least one tick, or nothing would ever be overdue.
 const _: () = assert!(TIMEOUT_TICKS >= 1);
 
 /// The watchdog's tick, and the ticks after which a put is overdue for its flush and for
-/// its replica: a quarter of the shorter timeout that applies (`slaveTimeout` only where
-/// the store waits for a replica), so the shorter one is [`TIMEOUT_TICKS`] ticks.
+/// its replica: a tenth of the shorter timeout that applies (`slaveTimeout` only where the
+/// store waits for a replica), so the shorter one is [`TIMEOUT_TICKS`] ticks.
 pub(crate) fn watchdog_ticks(shared: &Shared) -> (std::time::Duration, u64, u64) {
     let config = &shared.config;
     let waits_for_replica = shared.waiters.borrow().requires(AckCondition::Replicated);
@@ -129,7 +131,11 @@ pub(crate) async fn run_flush_watchdog(shared: Rc<Shared>) {
                 enqueued <= tick,
                 "a put was queued at watchdog tick {enqueued}, after the current tick {tick}"
             );
-            tick - enqueued >= after
+            // Queued somewhere within tick `enqueued`: only once more than `after` ticks
+            // have passed has it surely waited `after` whole ticks, its full timeout.
+            // (`>=` answered up to a tick early: FLUSH_SLAVE_TIMEOUT at 2.63 s of a 3 s
+            // slaveTimeout, while the slave might still have confirmed in time.)
+            tick - enqueued > after
         };
         for slot in shared.in_flight.borrow().iter() {
             if overdue(slot.enqueued_tick, flush_ticks) {
