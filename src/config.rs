@@ -140,6 +140,10 @@ pub struct StoreConfig {
     /// `slaveTimeout`: a SYNC_MASTER put flushed but waiting longer for a replica's
     /// confirmation gets FLUSH_SLAVE_TIMEOUT.
     pub slave_timeout: Duration,
+    /// `haSlaveFallbehindMax`: a SYNC_MASTER put made while the replication watermark is
+    /// more than this many bytes behind the written end is answered SLAVE_NOT_AVAILABLE at
+    /// once instead of waiting for a slave that cannot confirm it soon.
+    pub replica_fallbehind_max: u64,
     /// `flushIntervalConsumeQueue`: ConsumeQueue write-out and checkpoint period.
     pub checkpoint_interval: Duration,
     /// `maxMessageSize`: largest body accepted.
@@ -214,6 +218,8 @@ pub mod defaults {
     pub const FLUSH_THOROUGH_INTERVAL: Duration = Duration::from_millis(10_000);
     pub const SYNC_FLUSH_TIMEOUT: Duration = Duration::from_millis(5000);
     pub const SLAVE_TIMEOUT: Duration = Duration::from_millis(3000);
+    /// `haSlaveFallbehindMax`: RocketMQ's 256 MiB.
+    pub const HA_SLAVE_FALLBEHIND_MAX: u64 = 256 * MIB;
     pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
     pub const MAX_MESSAGE_SIZE: usize = 4 * MIB as usize;
     pub const MAX_BATCH_BYTES: usize = 4 * MIB as usize;
@@ -295,6 +301,7 @@ impl StoreConfig {
             flush_thorough_interval: defaults::FLUSH_THOROUGH_INTERVAL,
             sync_flush_timeout: defaults::SYNC_FLUSH_TIMEOUT,
             slave_timeout: defaults::SLAVE_TIMEOUT,
+            replica_fallbehind_max: defaults::HA_SLAVE_FALLBEHIND_MAX,
             checkpoint_interval: defaults::CHECKPOINT_INTERVAL,
             max_message_size: defaults::MAX_MESSAGE_SIZE,
             max_batch_bytes: defaults::MAX_BATCH_BYTES,

@@ -35,6 +35,7 @@ pub fn store_config(config: &NodeConfig, shard: u8) -> StoreConfig {
         flush_thorough_interval: config.flush_commit_log_thorough_interval,
         sync_flush_timeout: config.sync_flush_timeout,
         slave_timeout: config.slave_timeout,
+        replica_fallbehind_max: config.ha_slave_fallbehind_max,
         checkpoint_interval: config.flush_interval_consume_queue,
         max_message_size: config.max_message_size,
         max_batch_bytes: config.max_batch_bytes,

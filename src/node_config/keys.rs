@@ -35,7 +35,7 @@ pub const HA_HOUSEKEEPING: Duration = Duration::from_secs(20);
 /// `haTransferBatchSize`: RocketMQ's 32 KiB.
 pub const HA_BATCH: u32 = 32 * 1024;
 /// `haSlaveFallbehindMax`: RocketMQ's 256 MiB.
-pub const HA_FALLBEHIND_MAX: u64 = 256 * 1024 * 1024;
+pub const HA_FALLBEHIND_MAX: u64 = crate::config::defaults::HA_SLAVE_FALLBEHIND_MAX;
 /// `slaveMetadataSyncInterval`: a second, against RocketMQ's 3 s (offsets) to 60 s (the
 /// rest): what a promoted or reading slave may miss of its master's tables.
 pub const METADATA_SYNC: Duration = Duration::from_secs(1);

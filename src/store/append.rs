@@ -255,11 +255,31 @@ pub(crate) fn restart_waiters(shared: &Shared, end: u64) {
 }
 
 /// Whether a batch written now waits for a replica, and what its puts hear when released:
-/// a store that requires a replica but has none attached waives it (SlaveNotAvailable,
-/// as RocketMQ 4.9's `isSlaveOK` check).
+/// a store that requires a replica but has none attached waives it (SlaveNotAvailable at
+/// once, as RocketMQ's `isSlaveOK` check at every put).
+///
+/// A replication watermark more than `replica_fallbehind_max` behind this batch's end
+/// detaches the replica first, as the replication service would: the batches still held
+/// for it are answered SlaveNotAvailable too (they are released in offset order, so one
+/// held batch would otherwise hold every later one for its `slaveTimeout`). The distance is
+/// looked at here, per batch, because a slave that stopped confirming (a stalled process,
+/// a clogged path) sends nothing that would tell the replication service it fell behind:
+/// only the puts move the written end away from it. The service attaches the replica again
+/// when it reports within the bound.
 fn replica_wait(shared: &Shared) -> (ReplicaWait, PutStatus) {
     let requires = shared.waiters.borrow().requires(AckCondition::Replicated);
-    if requires && !shared.replica_attached.get() {
+    if !requires {
+        return (ReplicaWait::Wait, PutStatus::Ok);
+    }
+    let behind = shared
+        .log
+        .write_pos()
+        .saturating_sub(shared.replicated_pos.get());
+    if shared.replica_attached.get() && behind > shared.config.replica_fallbehind_max {
+        shared.replica_attached.set(false);
+        waive_replica(shared, PutStatus::SlaveNotAvailable);
+    }
+    if !shared.replica_attached.get() {
         (ReplicaWait::Waived, PutStatus::SlaveNotAvailable)
     } else {
         (ReplicaWait::Wait, PutStatus::Ok)

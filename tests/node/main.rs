@@ -55,4 +55,5 @@ mod replication_faults;
 mod replication_over_sim_net;
 mod standalone_namesrv;
 mod state_files_checked_on_start;
+mod sync_master_answers_at_once_past_fallbehind_max;
 mod tables_validated_on_load;
