@@ -54,6 +54,7 @@ use crate::metrics::NodeMetrics;
 pub mod local;
 mod registration;
 mod replication;
+mod replication_sampler;
 mod shard;
 mod start;
 
