@@ -51,6 +51,7 @@ mod node_topics_and_routes;
 mod node_zero_copy_pulls;
 mod remoting_codec;
 mod replication_faults;
+mod replication_is_observable;
 mod replication_over_sim_net;
 mod standalone_namesrv;
 mod state_files_checked_on_start;

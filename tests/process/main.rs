@@ -16,6 +16,7 @@ mod a_master_and_its_slave_listen_only_on_their_named_ports;
 mod a_slave_with_a_bad_master_or_config_keeps_serving_and_says_why;
 mod admin_acts_on_every_master_of_a_cluster;
 mod admin_commands;
+mod admin_shows_roles_and_each_slaves_lag;
 mod an_empty_slave_copies_a_master_of_several_segments;
 mod broker_registers_with_a_name_server_that_starts_late;
 mod brokers_register_with_every_name_server;
