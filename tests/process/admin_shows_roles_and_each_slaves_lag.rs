@@ -5,6 +5,7 @@
 //! that stopped reading falling behind in bytes and in seconds, and catching up once it
 //! runs again; both logs say when streams start, at the default level.
 
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
@@ -65,7 +66,31 @@ fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds(
     wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
     wait_logs_equal(&cluster, "broker-a-0", "broker-a-1", LIMIT, true);
 
-    // 907 on both, in HARuntimeInfo's shape.
+    ha_status_answers_on_both(&cluster, master, slave, ha);
+    cluster_lists_roles_and_the_slaves_lag(&cluster);
+    a_paused_slave_falls_behind_then_catches_up(&mut cluster, master);
+
+    // Streams starting are logged at the default level, with the shard and offsets.
+    let master_log = cluster.broker("broker-a-0").log_text();
+    let slave_log = cluster.broker("broker-a-1").log_text();
+    assert!(
+        master_log.contains("slave streaming") && master_log.contains("from="),
+        "{master_log}"
+    );
+    assert!(
+        slave_log.contains("slave streaming from its master"),
+        "{slave_log}"
+    );
+    assert!(slave_log.contains("shard is a slave"), "{slave_log}");
+}
+
+/// 907 on both, in HARuntimeInfo's shape: the master with one stream per shard.
+fn ha_status_answers_on_both(
+    cluster: &ProcessCluster,
+    master: SocketAddr,
+    slave: SocketAddr,
+    ha: SocketAddr,
+) {
     cluster.wait_until(SAMPLED, "907 lists one stream per shard", || {
         ha_status(master)["haConnectionInfo"]
             .as_array()
@@ -75,14 +100,10 @@ fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds(
     let on_master = ha_status(master);
     assert_eq!(on_master["master"], true, "{on_master}");
     assert_eq!(on_master["brokerRole"], "SYNC_MASTER");
-    let shards: Vec<&Value> = on_master["haConnectionInfo"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| &c["shard"])
-        .collect();
+    let connections = on_master["haConnectionInfo"].as_array().unwrap();
+    let shards: Vec<&Value> = connections.iter().map(|c| &c["shard"]).collect();
     assert_eq!(shards, [&Value::from(0), &Value::from(1)], "{on_master}");
-    for connection in on_master["haConnectionInfo"].as_array().unwrap() {
+    for connection in connections {
         assert_eq!(connection["slaveBrokerId"], 1, "{connection}");
         for key in [
             "addr",
@@ -99,8 +120,10 @@ fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds(
         on_slave["master"] == false
             && on_slave["haClientRuntimeInfo"]["masterAddr"] == ha.to_string()
     });
+}
 
-    // `cluster`: both rows, their roles, the slave caught up.
+/// `cluster`: both rows, their roles, the slave caught up.
+fn cluster_lists_roles_and_the_slaves_lag(cluster: &ProcessCluster) {
     let namesrv = cluster.namesrv_addr();
     cluster.wait_until(SAMPLED, "cluster shows the slave caught up", || {
         let listed = admin_json(&["-n", &namesrv, "cluster"]);
@@ -116,8 +139,20 @@ fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds(
     for text in ["role", "lag bytes", "lag s", "SYNC_MASTER", "SLAVE"] {
         assert!(table.contains(text), "no {text:?} in:\n{table}");
     }
+}
 
-    // The slave stops reading; a write it does not get makes it lag in bytes and seconds.
+/// The master's streams to its slave, by `ha-status --json`.
+fn streams(master: &str) -> Vec<Value> {
+    let status = admin_json(&["-b", master, "ha-status"]);
+    status["haStatus"]["haConnectionInfo"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The slave stops reading; a write it does not get makes it lag in bytes and seconds on
+/// the master's `ha-status`, until it runs again.
+fn a_paused_slave_falls_behind_then_catches_up(cluster: &mut ProcessCluster, master: SocketAddr) {
     let master_addr = master.to_string();
     cluster.broker("broker-a-1").pause();
     let answer = send(master, TOPIC, 0, b"unreplicated");
@@ -131,12 +166,7 @@ fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds(
         SAMPLED,
         "the master shows the slave a second behind",
         || {
-            let status = admin_json(&["-b", &master_addr, "ha-status"]);
-            let connections = status["haStatus"]["haConnectionInfo"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            connections.iter().any(|c| {
+            streams(&master_addr).iter().any(|c| {
                 c["diff"].as_i64() > Some(0)
                     && c["lagMillis"].as_i64() >= Some(1_000)
                     && c["inSync"] == true
@@ -151,27 +181,8 @@ fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds(
     );
     cluster.broker("broker-a-1").resume();
     cluster.wait_until(LIMIT, "the slave catches up again", || {
-        let status = admin_json(&["-b", &master_addr, "ha-status"]);
-        let connections = status["haStatus"]["haConnectionInfo"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        connections.len() == usize::from(GROUP_SHARDS)
-            && connections
-                .iter()
-                .all(|c| c["diff"] == 0 && c["lagMillis"] == 0)
+        let all = streams(&master_addr);
+        all.len() == usize::from(GROUP_SHARDS)
+            && all.iter().all(|c| c["diff"] == 0 && c["lagMillis"] == 0)
     });
-
-    // Streams starting are logged at the default level, with the shard and offsets.
-    let master_log = cluster.broker("broker-a-0").log_text();
-    let slave_log = cluster.broker("broker-a-1").log_text();
-    assert!(
-        master_log.contains("slave streaming") && master_log.contains("from="),
-        "{master_log}"
-    );
-    assert!(
-        slave_log.contains("slave streaming from its master"),
-        "{slave_log}"
-    );
-    assert!(slave_log.contains("shard is a slave"), "{slave_log}");
 }
