@@ -204,17 +204,17 @@ impl MasterSide {
     /// The stream `link` of slave `slave_id` starts at `from`: the slave holds everything
     /// below it.
     pub(super) fn started(&self, link: u64, from: u64, slave_id: Option<u64>) {
-        let mut peer = None;
+        let mut peer = String::new();
         self.set_link(link, |state| {
             state.streaming = true;
             state.ack = from;
             state.from = from;
             state.slave_id = slave_id;
-            peer = Some(state.peer);
+            peer = state.peer.to_string();
         });
         tracing::info!(
             shard = self.identity.shard_index,
-            peer = ?peer,
+            %peer,
             slave_id,
             from,
             written = self.store.log_positions().written,
