@@ -34,8 +34,9 @@ use crate::store::topic::{validate_topic, SCHEDULE_TOPIC};
 
 use super::admin::{
     broker_config_requests, broker_consume_stats, clone_offset, consume_by_who, consume_stats,
-    consumer_connections, consumer_running_info, producer_connections, reset_offset, runtime_info,
-    stats_data, subscription_group_requests, topic_config_request, topic_requests, topic_stats,
+    consumer_connections, consumer_running_info, ha_status, producer_connections, reset_offset,
+    runtime_info, stats_data, subscription_group_requests, topic_config_request, topic_requests,
+    topic_stats,
 };
 use super::naming::names;
 use super::requests::{
@@ -282,6 +283,9 @@ impl Broker {
         Ok(match request.code {
             request::GET_BROKER_RUNTIME_INFO => {
                 Box::pin(runtime_info::runtime_info(self, &request, peer)).await
+            }
+            request::GET_BROKER_HA_STATUS => {
+                Box::pin(ha_status::ha_status(self, &request, peer)).await
             }
             request::GET_TOPIC_STATS_INFO => {
                 Box::pin(topic_stats::topic_stats(self, &request, peer)).await

@@ -281,6 +281,9 @@ pub struct ShardMetrics {
     ready: AtomicBool,
     /// The shard's replication at the sampler's last second (D14).
     replication: Locked<ReplicationFigures>,
+    /// Time from a batch's write to the replica's confirmation covering it (SYNC_MASTER
+    /// with a replica attached), µs.
+    confirm_latency: Locked<Histogram<u64>>,
 }
 
 /// One shard's replication at the sampler's last second.
@@ -288,18 +291,58 @@ pub struct ShardMetrics {
 pub struct ReplicationFigures {
     /// `true` on a slave shard.
     pub slave: bool,
-    /// A master: each streaming slave's address and how many bytes of the written log it
-    /// does not hold yet. A slave: its master's address and its own lag is not known here
-    /// (the master's figure is the one to watch).
-    pub peers: Vec<(String, u64)>,
+    /// A master: each slave's stream (streaming or still in its handshake). A slave: none
+    /// (its own lag is the master's figure to watch).
+    pub peers: Vec<PeerFigures>,
     /// A slave: whether its stream to its master is up.
     pub connected: bool,
     /// Bytes of log sent (master) or appended (slave) since the start.
     pub bytes: u64,
+    /// Of those, per second over the last sample.
+    pub bytes_per_second: u64,
     /// The replication watermark (master) or the slave's acknowledged end, within the shard.
     pub offset: u64,
+    /// The log's written end: a physical offset, the shard id in its top byte (D4).
+    pub written: u64,
     /// Truncations a slave made to agree with its master.
     pub truncations: u64,
+    /// A slave: its master's HA address, once known.
+    pub master: Option<String>,
+    /// A slave: when (ms since the epoch) the sampler last saw its stream up, and last saw
+    /// it append bytes; 0 for never.
+    pub last_up_ms: i64,
+    pub last_append_ms: i64,
+}
+
+/// One slave's stream on a master shard, at the sampler's last second.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerFigures {
+    /// The stream's remote address (the slave's side of the HA connection).
+    pub addr: String,
+    /// The slave's `brokerId`, from its handshake.
+    pub slave_id: Option<u64>,
+    /// Whether the first report chose where the stream starts (before it, `ack` is 0).
+    pub streaming: bool,
+    /// Where the stream started, and what the slave holds by its last report (physical
+    /// offsets, the shard id in their top byte).
+    pub from: u64,
+    pub ack: u64,
+    /// How far behind the slave is: bytes of the written log it does not hold, and the
+    /// age of the first record it does not hold (`None`: the record could not be read).
+    pub lag: Lag,
+    /// Within `haSlaveFallbehindMax` of the written end (what lets SYNC_MASTER wait on it).
+    pub in_sync: bool,
+    /// What the slave acknowledged per second over the last sample.
+    pub bytes_per_second: u64,
+}
+
+/// How far a slave is behind its master on one shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    pub bytes: u64,
+    /// Now minus the store time of the first record the slave does not hold; 0 when it
+    /// holds everything written.
+    pub millis: Option<u64>,
 }
 
 /// A shard's CommitLog at the sampler's last second.
@@ -362,6 +405,7 @@ impl ShardMetrics {
             latency: std::array::from_fn(|_| Locked::new(latency_histogram())),
             delay: Locked::default(),
             replication: Locked::default(),
+            confirm_latency: Locked::new(latency_histogram()),
             caps: StatsCaps::default(),
             rates: Locked::default(),
             keys: Locked::default(),
@@ -424,6 +468,17 @@ impl ShardMetrics {
 
     pub fn replication(&self) -> ReplicationFigures {
         self.replication.lock().clone()
+    }
+
+    /// A batch waited `latency` from its write to the replica's confirmation.
+    pub fn replica_confirmed(&self, latency: Duration) {
+        let micros = (latency.as_micros() as u64).clamp(1, 3_600_000_000);
+        let _ = self.confirm_latency.lock().record(micros);
+    }
+
+    /// Batches timed from write to the replica's confirmation so far.
+    pub fn replica_confirms(&self) -> u64 {
+        self.confirm_latency.lock().len()
     }
 
     pub fn set_log(&self, log: LogFigures) {
@@ -735,28 +790,39 @@ fn render_latency(out: &mut String, shards: &[Arc<ShardMetrics>]) {
         for (index, family) in Family::ALL.iter().enumerate() {
             let histogram = shard.latency[index].lock();
             let labels = format!("shard=\"{}\",family=\"{}\"", shard.shard, family.name());
-            let mut buckets = [0u64; LATENCY_BUCKETS_MICROS.len()];
-            let mut sum = 0f64;
-            for value in histogram.iter_recorded() {
-                let micros = value.value_iterated_to();
-                let count = value.count_at_value();
-                sum += micros as f64 * count as f64;
-                if let Some(bucket) = LATENCY_BUCKETS_MICROS.iter().position(|le| micros <= *le) {
-                    buckets[bucket] += count;
-                }
-            }
-            let mut cumulative = 0;
-            for (le, count) in LATENCY_BUCKETS_MICROS.iter().zip(buckets) {
-                cumulative += count;
-                let le = *le as f64 / 1e6;
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-            }
-            let total = histogram.len();
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {total}");
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", sum / 1e6);
-            let _ = writeln!(out, "{name}_count{{{labels}}} {total}");
+            histogram_samples(out, name, &labels, &histogram);
         }
     }
+}
+
+/// One histogram's `_bucket`, `_sum` and `_count` samples under `labels`, from an HDR
+/// histogram of µs: cumulative buckets at [`LATENCY_BUCKETS_MICROS`], in seconds.
+pub(in crate::metrics) fn histogram_samples(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    histogram: &Histogram<u64>,
+) {
+    let mut buckets = [0u64; LATENCY_BUCKETS_MICROS.len()];
+    let mut sum = 0f64;
+    for value in histogram.iter_recorded() {
+        let micros = value.value_iterated_to();
+        let count = value.count_at_value();
+        sum += micros as f64 * count as f64;
+        if let Some(bucket) = LATENCY_BUCKETS_MICROS.iter().position(|le| micros <= *le) {
+            buckets[bucket] += count;
+        }
+    }
+    let mut cumulative = 0;
+    for (le, count) in LATENCY_BUCKETS_MICROS.iter().zip(buckets) {
+        cumulative += count;
+        let le = *le as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+    }
+    let total = histogram.len();
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {total}");
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", sum / 1e6);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {total}");
 }
 
 /// The CommitLog's size and offsets, per shard.

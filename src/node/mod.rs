@@ -55,6 +55,7 @@ pub mod local;
 mod metadata_sync;
 mod registration;
 mod replication;
+mod replication_sampler;
 mod shard;
 mod start;
 

@@ -14,9 +14,9 @@ use std::rc::Rc;
 
 use tokio::sync::{mpsc, watch};
 
+use super::replication_sampler::{Sampler, Side};
 use crate::broker::Broker;
 use crate::config::BrokerRole;
-use crate::metrics::ReplicationFigures;
 use crate::net::{Listener, Transport};
 use crate::node_config::NodeConfig;
 use crate::replication::epoch_store::EpochStore;
@@ -65,11 +65,14 @@ impl MasterAddress {
         if configured {
             return;
         }
-        self.sender.send_if_modified(|current| {
+        let changed = self.sender.send_if_modified(|current| {
             let changed = *current != Some(addr);
             *current = Some(addr);
             changed
         });
+        if changed {
+            tracing::info!(master = %addr, "a name server named this slave's master");
+        }
     }
 }
 
@@ -98,7 +101,8 @@ pub struct ReplicationStart<L> {
 }
 
 /// Opens the shard's replication service for the node's role, and the sampler that puts
-/// its figures on the metrics page once a second.
+/// its figures on the metrics page once a second ([`super::replication_sampler`]). A
+/// master's store tells the shard's metrics how long each batch waited for its replica.
 pub async fn open<L: Listener, T: Transport>(
     config: &NodeConfig,
     broker: &Rc<Broker>,
@@ -107,91 +111,18 @@ pub async fn open<L: Listener, T: Transport>(
     master: &MasterAddress,
 ) -> anyhow::Result<Vec<Rc<dyn ShardService>>> {
     let (service, side) = open_role(config, broker, start, transport, master).await?;
+    if let Side::Master(side) = &side {
+        let metrics = broker.metrics().clone();
+        side.store()
+            .set_confirm_hook(Rc::new(move |waited| metrics.replica_confirmed(waited)));
+    }
     let sampler = Rc::new(Sampler {
         broker: broker.clone(),
         side,
+        master: master.receiver.clone(),
+        fallbehind_max: config.ha_slave_fallbehind_max,
     });
     Ok(vec![service, sampler])
-}
-
-/// The side a shard's replication runs, for its figures.
-enum Side {
-    Master(Rc<MasterSide>),
-    Slave(Rc<SlaveSide>),
-}
-
-/// Copies a shard's replication figures into its metrics once a second.
-struct Sampler {
-    broker: Rc<Broker>,
-    side: Side,
-}
-
-impl ShardService for Sampler {
-    fn name(&self) -> &'static str {
-        "replication metrics"
-    }
-
-    fn tasks(&self) -> Vec<crate::shard::service::ShardTask> {
-        let (broker, side) = (
-            self.broker.clone(),
-            match &self.side {
-                Side::Master(side) => Side::Master(side.clone()),
-                Side::Slave(side) => Side::Slave(side.clone()),
-            },
-        );
-        vec![crate::shard::service::ShardTask::new(
-            "replication metrics",
-            async move {
-                let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    ticks.tick().await;
-                    broker.metrics().set_replication(figures(&side));
-                }
-            },
-        )]
-    }
-}
-
-/// Offsets carry the shard id in their top byte (D4); figures are within the shard.
-const WITHIN_SHARD: u64 = (1 << 56) - 1;
-
-fn figures(side: &Side) -> ReplicationFigures {
-    match side {
-        Side::Master(side) => {
-            let positions = side.store().log_positions();
-            let peers = side
-                .links()
-                .into_iter()
-                .filter(|link| link.streaming)
-                .map(|link| {
-                    (
-                        link.peer.to_string(),
-                        positions.written.saturating_sub(link.ack),
-                    )
-                })
-                .collect();
-            ReplicationFigures {
-                slave: false,
-                peers,
-                connected: false,
-                bytes: side.bytes_sent(),
-                offset: positions.replicated & WITHIN_SHARD,
-                truncations: 0,
-            }
-        }
-        Side::Slave(side) => {
-            let stats = side.store().replica_stats();
-            ReplicationFigures {
-                slave: true,
-                peers: Vec::new(),
-                connected: side.connected(),
-                bytes: stats.bytes,
-                offset: side.store().replica_progress().ack & WITHIN_SHARD,
-                truncations: stats.truncations,
-            }
-        }
-    }
 }
 
 /// Opens the replication service of the node's role on this shard.
@@ -225,6 +156,12 @@ async fn open_role<L: Listener, T: Transport>(
                 heartbeat: config.ha_send_heartbeat_interval,
                 housekeeping: config.ha_housekeeping_interval,
             },
+        );
+        tracing::info!(
+            shard,
+            master = ?*master.receiver.borrow(),
+            written = side.store().log_positions().written,
+            "shard is a slave: it follows its master's stream"
         );
         let service = SlaveService::new(side.clone(), transport, master.receiver.clone());
         return Ok((Rc::new(service), Side::Slave(side)));

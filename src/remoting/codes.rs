@@ -148,6 +148,9 @@ pub mod request {
         /// A slave copies its master's request modes (`RequestCode.java`).
         GET_ALL_MESSAGE_REQUEST_MODE = 402,
         BROKER_HEARTBEAT = 904,
+        /// Admin tools (`mqadmin haStatus`, `ringmq admin ha-status`): the broker's
+        /// replication as `HARuntimeInfo`; from `RequestCode.java`.
+        GET_BROKER_HA_STATUS = 907,
         /// Above `i16::MAX`: JSON headers only.
         POP_MESSAGE = 200050,
         /// Above `i16::MAX`: JSON headers only.

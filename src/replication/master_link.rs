@@ -85,7 +85,8 @@ async fn run<C: Connection>(
     loop {
         while let Some(message) = decoder.next()? {
             let event = stream.on_message(message, &side.log_facts())?;
-            act(side, connection, link, event).await?;
+            let slave_id = stream.slave_broker_id();
+            act(side, connection, (link, slave_id), event).await?;
         }
         send_frames(side, connection, stream).await?;
         let silent_until = heard + side.housekeeping;
@@ -114,7 +115,7 @@ async fn run<C: Connection>(
 async fn act<C: Connection>(
     side: &MasterSide,
     connection: &mut C,
-    link: u64,
+    (link, slave_id): (u64, Option<u64>),
     event: MasterEvent,
 ) -> Result<(), LinkError> {
     match event {
@@ -136,7 +137,7 @@ async fn act<C: Connection>(
                     below.master_min
                 );
             }
-            side.started(link, from);
+            side.started(link, from, slave_id);
         }
         MasterEvent::Acked { offset } => side.acked(link, offset),
     }

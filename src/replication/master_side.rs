@@ -89,6 +89,10 @@ pub struct LinkState {
     pub streaming: bool,
     /// What the slave holds, by its last report.
     pub ack: u64,
+    /// Where the stream started (set with `streaming`).
+    pub from: u64,
+    /// The slave's `brokerId`, from its handshake (set with `streaming`).
+    pub slave_id: Option<u64>,
 }
 
 /// A master shard's replication state, shared by its streams.
@@ -174,6 +178,8 @@ impl MasterSide {
                 peer,
                 streaming: false,
                 ack: 0,
+                from: 0,
+                slave_id: None,
             },
         );
         tracing::info!(shard = self.identity.shard_index, %peer, "slave connected");
@@ -186,19 +192,34 @@ impl MasterSide {
             tracing::info!(
                 shard = self.identity.shard_index,
                 peer = %state.peer,
+                slave_id = state.slave_id,
                 ack = state.ack,
+                written = self.store.log_positions().written,
                 "slave disconnected"
             );
         }
         self.update_store();
     }
 
-    /// The stream `link` starts at `from`: the slave holds everything below it.
-    pub(super) fn started(&self, link: u64, from: u64) {
+    /// The stream `link` of slave `slave_id` starts at `from`: the slave holds everything
+    /// below it.
+    pub(super) fn started(&self, link: u64, from: u64, slave_id: Option<u64>) {
+        let mut peer = String::new();
         self.set_link(link, |state| {
             state.streaming = true;
             state.ack = from;
+            state.from = from;
+            state.slave_id = slave_id;
+            peer = state.peer.to_string();
         });
+        tracing::info!(
+            shard = self.identity.shard_index,
+            %peer,
+            slave_id,
+            from,
+            written = self.store.log_positions().written,
+            "slave streaming"
+        );
     }
 
     /// The slave of `link` holds every byte below `offset`.

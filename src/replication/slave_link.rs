@@ -148,6 +148,18 @@ impl SlaveSide {
             result => result,
         };
         self.connected.set(false);
+        if stream.answered() {
+            // A stream that got going ends here whatever the reason (the service logs a
+            // failure to connect only when its reason changes).
+            let reason = result.as_ref().err().map(ToString::to_string);
+            tracing::info!(
+                shard = self.config.identity.shard_index,
+                %master,
+                ack = self.store.replica_progress().ack,
+                "slave stream to its master ended: {}",
+                reason.as_deref().unwrap_or("stopped")
+            );
+        }
         if let Err(SlaveLinkError::Stream(error)) = &result {
             if let Some(refusal) = error.refusal() {
                 send_refusal(&mut connection, &refusal).await;
@@ -252,7 +264,14 @@ impl SlaveSide {
         reported_once: &mut bool,
     ) -> Result<(), SlaveLinkError> {
         let offset = match *reported_once {
-            false => planned,
+            false => {
+                tracing::info!(
+                    shard = self.config.identity.shard_index,
+                    from = planned,
+                    "slave streaming from its master"
+                );
+                planned
+            }
             true => self.store.replica_progress().ack,
         };
         *reported_once = true;

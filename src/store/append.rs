@@ -193,6 +193,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         return fail(shared, cause);
     }
     shared.log.set_written_pos(end);
+    time_replica_wait(shared, replica, end);
     reached(shared, AckCondition::Written, end);
     // 2. Make durable.
     if let Err(cause) = make_durable(shared, &chunks, end).await {
@@ -248,10 +249,24 @@ fn reached(shared: &Shared, condition: AckCondition, end: u64) {
 /// conditions the store's config requires: at open, and when a replica becomes a master
 /// (`replica.rs`).
 pub(crate) fn restart_waiters(shared: &Shared, end: u64) {
+    shared.confirm_times.forget();
     *shared.waiters.borrow_mut() = super::waiters::Waiters::new(
         AckCondition::required(shared.config.flush_mode, shared.config.broker_role),
         end,
     );
+}
+
+/// Notes when a batch that waits for the replica was written (`confirm_timing.rs`); one
+/// waived meanwhile (the replica went away during the write) is not timed.
+fn time_replica_wait(shared: &Shared, replica: ReplicaWait, end: u64) {
+    let waits = replica == ReplicaWait::Wait
+        && shared.replica_attached.get()
+        && shared.waiters.borrow().requires(AckCondition::Replicated);
+    if waits {
+        shared
+            .confirm_times
+            .written(end, tokio::time::Instant::now());
+    }
 }
 
 /// Whether a batch written now waits for a replica, and what its puts hear when released:
@@ -308,6 +323,7 @@ pub(crate) fn replica_reached(shared: &Shared, position: u64) {
 /// and its puts hear `status` (SlaveNotAvailable when the replica went away,
 /// FlushSlaveTimeout when the store stops). Releases what that allows.
 pub(crate) fn waive_replica(shared: &Shared, status: PutStatus) {
+    shared.confirm_times.forget();
     shared
         .waiters
         .borrow_mut()

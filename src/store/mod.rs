@@ -60,6 +60,7 @@ mod abandon;
 mod append;
 pub mod checkpoint;
 pub mod commit_log;
+pub mod confirm_timing;
 pub mod consume_queue;
 mod dispatch;
 mod flush;
@@ -308,6 +309,8 @@ pub(crate) struct Shared {
     /// Whether a replica is attached to wait for ([`Store::set_replica_attached`]). A
     /// SYNC_MASTER batch written without one does not wait for the replica's condition.
     pub replica_attached: Cell<bool>,
+    /// How long batches wait for the replica's confirmation (`confirm_timing.rs`).
+    pub confirm_times: confirm_timing::ConfirmTimes,
     pub checkpoint: RefCell<Option<CheckpointFile>>,
     pub stats: Cell<StoreStats>,
     pub tasks: RefCell<Vec<JoinHandle<()>>>,
@@ -849,6 +852,9 @@ impl Store {
             "a replica cannot confirm {position}: the CommitLog is written only up to {written}"
         );
         shared.replicated_pos.set(position);
+        shared
+            .confirm_times
+            .confirmed(position, tokio::time::Instant::now());
         append::replica_reached(shared, position);
     }
 
@@ -923,6 +929,13 @@ impl Store {
     /// must be cheap and never wait.
     pub fn set_visible_hook(&self, hook: VisibleHook) {
         *self.shared.visible_hook.borrow_mut() = Some(hook);
+    }
+
+    /// Tells `hook` how long each batch that waited for a replica (SYNC_MASTER with a
+    /// replica attached) took from its write to the confirmation covering it
+    /// (`confirm_timing.rs`); unset, nothing is timed.
+    pub fn set_confirm_hook(&self, hook: confirm_timing::ConfirmHook) {
+        self.shared.confirm_times.set_hook(hook);
     }
 
     pub fn io_stats(&self) -> IoStats {

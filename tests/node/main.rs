@@ -52,6 +52,7 @@ mod node_zero_copy_pulls;
 mod pulls_that_read_cold_data_are_sent_to_the_slave;
 mod remoting_codec;
 mod replication_faults;
+mod replication_is_observable;
 mod replication_over_sim_net;
 mod standalone_namesrv;
 mod state_files_checked_on_start;

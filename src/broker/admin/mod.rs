@@ -17,6 +17,8 @@
 //!   GET_PRODUCER_CONNECTION_LIST (204); [`consume_by_who`]: QUERY_TOPIC_CONSUME_BY_WHO
 //!   (300); [`consumer_running_info`]: GET_CONSUMER_RUNNING_INFO (307), relayed to the
 //!   consumer and back.
+//! - [`ha_status`]: GET_BROKER_HA_STATUS (907), the node's replication as
+//!   `HARuntimeInfo`, one connection entry per slave per shard.
 //! - [`reset_offset`]: INVOKE_BROKER_TO_RESET_OFFSET (222), with RESET_CONSUMER_CLIENT_OFFSET
 //!   (220) to the live clients; [`clone_offset`]: CLONE_GROUP_OFFSET (314).
 //!
@@ -38,6 +40,7 @@ pub mod consume_stats;
 pub mod consumer_connections;
 pub mod consumer_running_info;
 pub mod fan_out;
+pub mod ha_status;
 pub mod producer_connections;
 pub mod reset_offset;
 pub mod runtime_info;

@@ -60,6 +60,10 @@ pub enum AdminCommand {
     Cluster,
     /// A broker's runtime info, sorted by key (mqadmin brokerStatus).
     BrokerStatus,
+    /// A broker's replication: a master's slave streams (one per slave per shard) with
+    /// their lag, or a slave's stream to its master; with --cluster, every master of it
+    /// (mqadmin haStatus).
+    HaStatus,
     /// Every topic (mqadmin topicList).
     Topics,
     /// Create a topic; refused if it exists, unless --upsert (mqadmin updateTopic).

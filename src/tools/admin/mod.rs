@@ -8,6 +8,7 @@
 //! - [`commands`]: one function per command: argument checks, calls, output.
 //! - [`wire`]: connections, bounded by `--timeout`, what response codes mean, and naming
 //!   an address that is the wrong thing (a broker given as the name server, an HTTP port).
+//! - [`ha_body`]: the reader of GET_BROKER_HA_STATUS's `HARuntimeInfo`.
 //! - [`bodies`]: typed readers of the response bodies, through the codec's JSON reader
 //!   ([`crate::remoting::fastjson`]), which accepts RocketMQ's object and integer map keys;
 //!   [`body_error`]: which body could not be read and why.
@@ -25,6 +26,7 @@ pub mod bodies;
 pub mod body_error;
 pub mod commands;
 pub mod error;
+pub mod ha_body;
 pub mod message;
 pub mod output;
 pub mod time;

@@ -1,5 +1,8 @@
 //! `cluster` (mqadmin clusterList): GET_BROKER_CLUSTER_INFO (106) on the name server, then
-//! GET_BROKER_RUNTIME_INFO (28) on every broker address it lists; and `broker-status`
+//! GET_BROKER_RUNTIME_INFO (28) and GET_BROKER_HA_STATUS (907) on every broker address it
+//! lists: each row has the broker's role (`SYNC_MASTER`, `ASYNC_MASTER`, `SLAVE`; Java
+//! brokers `MASTER`/`SLAVE`) and, for a slave, its lag in bytes and seconds by its master's
+//! answer ([`super::ha`]); and `broker-status`
 //! (mqadmin brokerStatus): 28 on one broker, its KVTable sorted by key. With `--cluster`,
 //! `cluster` lists that cluster only (mqadmin clusterList's `-c`).
 //!
@@ -18,9 +21,10 @@ use crate::remoting::codes::request;
 
 use super::super::bodies::{self, BrokerData};
 use super::super::error::{not_found, AdminError, AdminResult};
+use super::super::ha_body;
 use super::super::output::{Output, Table};
 use super::super::wire::{command, resolve};
-use super::Ctx;
+use super::{ha, Ctx};
 
 async fn runtime_info(ctx: &Ctx, addr: SocketAddr) -> AdminResult<BTreeMap<String, String>> {
     let answer = ctx
@@ -46,34 +50,45 @@ pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
         "broker",
         "#id",
         "addr",
+        "role",
         "version",
         "#in tps",
         "#out tps",
         "#msgs in",
         "#disk ratio",
+        "#lag bytes",
+        "#lag s",
     ]);
     let mut entries = Vec::new();
     let mut failure: Option<AdminError> = None;
     for broker in &brokers {
+        let group = group_status(ctx, broker).await;
         for (id, addr) in &broker.broker_addrs {
             let runtime = match resolve(addr) {
                 Ok(socket) => runtime_info(ctx, socket).await,
                 Err(error) => Err(error),
             };
+            let status = group.get(id).and_then(|status| status.as_ref().ok());
+            let lag = slave_lag_in(&group, broker, *id);
             let mut cells = vec![
                 broker.cluster.clone(),
                 broker.broker_name.clone(),
                 id.to_string(),
                 addr.clone(),
+                ha::role(status, *id),
             ];
             cells.extend(runtime_cells(&runtime));
+            cells.extend(lag_cells(*id, lag));
             table.row(cells);
             entries.push(json!({
                 "cluster": broker.cluster,
                 "brokerName": broker.broker_name,
                 "brokerId": id,
                 "addr": addr,
+                "role": ha::role(status, *id),
                 "runtime": runtime.as_ref().ok(),
+                "haStatus": status,
+                "lag": lag.map(|lag| json!({ "bytes": lag.bytes, "millis": lag.millis })),
                 "error": runtime.as_ref().err().map(|e| e.to_string()),
             }));
             if let Err(error) = runtime {
@@ -84,6 +99,51 @@ pub async fn cluster(ctx: &Ctx) -> AdminResult<Output> {
     let mut output = Output::new(json!({ "brokers": entries }), table.render());
     output.failure = failure;
     Ok(output)
+}
+
+/// GET_BROKER_HA_STATUS (907) of every broker of a group, by broker id. A broker that
+/// does not answer it (an older Java broker) still gets its row, without a lag.
+async fn group_status(
+    ctx: &Ctx,
+    broker: &BrokerData,
+) -> BTreeMap<i64, AdminResult<ha_body::HaStatus>> {
+    let mut group = BTreeMap::new();
+    for (id, addr) in &broker.broker_addrs {
+        let status = match resolve(addr) {
+            Ok(socket) => ha::ha_status_of(ctx, socket).await,
+            Err(error) => Err(error),
+        };
+        group.insert(*id, status);
+    }
+    group
+}
+
+/// Slave `id`'s lag by its group's master (id 0); `None` for the master itself, or when
+/// the master did not answer or lists no stream of it.
+fn slave_lag_in(
+    group: &BTreeMap<i64, AdminResult<ha_body::HaStatus>>,
+    broker: &BrokerData,
+    id: i64,
+) -> Option<ha::SlaveLag> {
+    if id == 0 {
+        return None;
+    }
+    let master = group.get(&0)?.as_ref().ok()?;
+    let slaves = broker.broker_addrs.keys().filter(|&&id| id != 0).count();
+    ha::slave_lag(master, id, slaves)
+}
+
+/// The lag columns: `-` for a master; for a slave its lag, or `not streaming` when its
+/// master lists no stream of it.
+fn lag_cells(id: i64, lag: Option<ha::SlaveLag>) -> Vec<String> {
+    match (id, lag) {
+        (0, _) => vec!["-".into(), "-".into()],
+        (_, None) => vec!["not streaming".into(), "-".into()],
+        (_, Some(lag)) => vec![
+            lag.bytes.to_string(),
+            lag.millis.map_or("-".into(), ha::seconds),
+        ],
+    }
 }
 
 /// The brokers the name server lists, only those of `-c`'s cluster when it is given;

@@ -2,7 +2,8 @@
 //! request), makes its calls through [`Wire`], reads the bodies with [`super::bodies`] and
 //! returns an [`Output`] in both forms.
 //!
-//! - [`cluster`]: `cluster`, `broker-status`.
+//! - [`cluster`]: `cluster`, `broker-status`; [`ha`]: `ha-status`, and the roles and
+//!   lags `cluster` shows.
 //! - [`topics`]: `topics`, `topic-create`, `topic-update`, `topic-delete`, `topic-route`,
 //!   `topic-status`.
 //! - [`consumers`]: `groups`, `consumer-progress`, `consumer-connections`, `reset-offset`.
@@ -24,6 +25,7 @@
 pub mod cluster;
 pub mod consumers;
 pub mod groups;
+pub mod ha;
 pub mod messages;
 pub mod topics;
 
@@ -254,6 +256,7 @@ pub async fn dispatch(ctx: &Ctx, command: &AdminCommand) -> AdminResult<Output> 
     match command {
         AdminCommand::Cluster => cluster::cluster(ctx).await,
         AdminCommand::BrokerStatus => cluster::broker_status(ctx).await,
+        AdminCommand::HaStatus => ha::ha_status(ctx).await,
         AdminCommand::Topics => topics::list(ctx).await,
         AdminCommand::TopicCreate(args) => topics::create(ctx, args).await,
         AdminCommand::TopicUpdate(args) => topics::update(ctx, args).await,
