@@ -52,6 +52,7 @@ mod node_zero_copy_pulls;
 mod remoting_codec;
 mod replication_faults;
 mod replication_over_sim_net;
+mod slave_applies_frames_in_steps;
 mod standalone_namesrv;
 mod state_files_checked_on_start;
 mod tables_validated_on_load;
