@@ -378,7 +378,10 @@ def ratios(med, args):
         proxy = med[("proxy-10k", DELAY_PRODUCERS)]["msgs_per_sec"]
         delay = med[("delay-10k", DELAY_PRODUCERS)]["msgs_per_sec"]
         lines.append(f"| 2 ms one way / direct, 10 KiB, SYNC_MASTER | {DELAY_PRODUCERS} | {delay / direct:.2f} | ≥ 0.50 |")
-        lines.append(f"| proxy adding nothing / direct (the proxy's own cost) | {DELAY_PRODUCERS} | {proxy / direct:.2f} | ≈ 1 |")
+        # Through the proxy both links are the same path but for the delay: the fairer ratio
+        # when the proxy changes the direct path's figure (it buffers on the other CPU).
+        lines.append(f"| 2 ms one way / proxy adding nothing | {DELAY_PRODUCERS} | {delay / proxy:.2f} | ≥ 0.50 |")
+        lines.append(f"| proxy adding nothing / direct (is the proxy a bottleneck?) | {DELAY_PRODUCERS} | {proxy / direct:.2f} | not below 0.9 |")
     return lines
 
 

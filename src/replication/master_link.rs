@@ -92,9 +92,10 @@ async fn run<C: Connection>(
             let event = stream.on_message(message, &side.log_facts())?;
             act(side, connection, link, event).await?;
         }
+        // Made before the frames are sent: a put written while a send awaits wakes it.
+        let written = side.store.log_written();
         let more = send_frames(side, connection, stream).await?;
         let silent_until = heard + side.housekeeping;
-        let written = side.store.log_written();
         tokio::select! {
             // A backlog goes out a write at a time, reading the slave's acks between.
             _ = std::future::ready(()), if more => {}
