@@ -109,6 +109,70 @@ fn frames(master: &Store, end: u64) -> Vec<u8> {
     out
 }
 
+/// A slave shard's replication side over `replica`.
+fn slave_side(replica: &Store, epochs: EpochStore) -> Rc<SlaveSide> {
+    SlaveSide::new(
+        replica.clone(),
+        epochs,
+        SlaveConfig {
+            identity: SlaveIdentity {
+                cluster: "C".into(),
+                broker: "b".into(),
+                shard_index: 0,
+                shard_count: 1,
+                slave_broker_id: 1,
+                sync_from_last_file: false,
+                async_learner: false,
+            },
+            heartbeat: Duration::from_secs(5),
+            housekeeping: Duration::from_secs(20),
+        },
+    )
+}
+
+/// The master's half of the handshake: the slave's handshake, the reply (one epoch from
+/// 0, the log up to `end`), the slave's start point 0.
+async fn handshake(conn: &mut SimConnection, decoder: &mut FromSlaveDecoder, end: u64) {
+    assert!(matches!(
+        next_from_slave(conn, decoder).await,
+        FromSlave::Handshake(_)
+    ));
+    let mut out = Vec::new();
+    FromMaster::Reply(HandshakeReply {
+        master_max: end,
+        epochs: EpochCache::from_entries(&[EpochEntry {
+            epoch: EPOCH,
+            start: 0,
+        }])
+        .expect("a valid history"),
+    })
+    .encode(&mut out);
+    conn.write_all(&out).await.expect("the reply is sent");
+    assert!(matches!(
+        next_from_slave(conn, decoder).await,
+        FromSlave::Report(0)
+    ));
+}
+
+/// Reads reports until one says `end`; returns how many came.
+async fn reports_until(conn: &mut SimConnection, decoder: &mut FromSlaveDecoder, end: u64) -> u64 {
+    let mut reports = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let message = tokio::time::timeout_at(deadline, next_from_slave(conn, decoder))
+            .await
+            .unwrap_or_else(|_| panic!("no report of {end} within 10 s"));
+        let FromSlave::Report(offset) = message else {
+            panic!("the slave sent {message:?} while streaming");
+        };
+        reports += 1;
+        assert!(offset <= end, "the slave reports {offset} past {end}");
+        if offset == end {
+            return reports;
+        }
+    }
+}
+
 #[test]
 fn frames_that_arrive_together_are_appended_synced_and_reported_in_one_step() {
     run_local(false, async {
@@ -120,84 +184,34 @@ fn frames_that_arrive_together_are_appended_synced_and_reported_in_one_step() {
         std::fs::create_dir_all(&replica_config.dir).expect("the slave's directory");
         let epochs = EpochStore::load(&replica_config.dir).expect("an empty epoch history");
         let replica = open(&sim, replica_config).await;
-        let side = SlaveSide::new(
-            replica.clone(),
-            epochs,
-            SlaveConfig {
-                identity: SlaveIdentity {
-                    cluster: "C".into(),
-                    broker: "b".into(),
-                    shard_index: 0,
-                    shard_count: 1,
-                    slave_broker_id: 1,
-                    sync_from_last_file: false,
-                    async_learner: false,
-                },
-                heartbeat: Duration::from_secs(5),
-                housekeeping: Duration::from_secs(20),
-            },
-        );
+        let side = slave_side(&replica, epochs);
 
         let net = SimNet::new(NetConfig::default()).expect("a valid network");
         let addr = SocketAddr::new(ip(1), 10912);
         let listener = net.host(ip(1)).bind(addr).await.expect("the port binds");
         let slave_net = net.host(ip(2));
-        let slave = Rc::clone(&side);
         let streaming =
-            tokio::task::spawn_local(async move { slave.stream_from(&slave_net, addr).await });
+            tokio::task::spawn_local(async move { side.stream_from(&slave_net, addr).await });
         let (mut conn, _) = ringmq::net::Listener::accept(&listener)
             .await
             .expect("the slave connects");
         let mut decoder = FromSlaveDecoder::new();
-        assert!(matches!(
-            next_from_slave(&mut conn, &mut decoder).await,
-            FromSlave::Handshake(_)
-        ));
-        let mut out = Vec::new();
-        FromMaster::Reply(HandshakeReply {
-            master_max: end,
-            epochs: EpochCache::from_entries(&[EpochEntry {
-                epoch: EPOCH,
-                start: 0,
-            }])
-            .expect("a valid history"),
-        })
-        .encode(&mut out);
-        conn.write_all(&out).await.expect("the reply is sent");
-        assert!(matches!(
-            next_from_slave(&mut conn, &mut decoder).await,
-            FromSlave::Report(0)
-        ));
+        handshake(&mut conn, &mut decoder, end).await;
 
-        let sent = frames(&master, end);
         let frame_count = end.div_ceil(FRAME_BYTES as u64);
-        conn.write_all(&sent).await.expect("the frames are sent");
-        let mut reports = 0;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let message =
-                tokio::time::timeout_at(deadline, next_from_slave(&mut conn, &mut decoder))
-                    .await
-                    .unwrap_or_else(|_| panic!("no report of {end} within 10 s"));
-            let FromSlave::Report(offset) = message else {
-                panic!("the slave sent {message:?} while streaming");
-            };
-            reports += 1;
-            assert!(offset <= end, "the slave reports {offset} past {end}");
-            if offset == end {
-                break;
-            }
-        }
-        let stats = replica.replica_stats();
+        conn.write_all(&frames(&master, end))
+            .await
+            .expect("the frames are sent");
+        let reports = reports_until(&mut conn, &mut decoder, end).await;
+        let appends = replica.replica_stats().frames;
         assert_eq!(
             replica.log_positions().flushed,
             end,
             "reported means synced"
         );
         assert!(
-            stats.frames * 8 <= frame_count && reports * 8 <= frame_count,
-            "{frame_count} frames that arrived together took {} appends and {reports} reports",
-            stats.frames
+            appends * 8 <= frame_count && reports * 8 <= frame_count,
+            "{frame_count} frames that arrived together took {appends} appends and {reports} reports"
         );
         drop(conn);
         let _ = streaming.await;
