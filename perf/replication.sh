@@ -10,7 +10,9 @@
 #   - an empty slave catching up a master holding CATCH_UP_GIB, beside dd's sequential
 #     write of as many bytes;
 #   - CPU per replicated message of master and slave, in every row.
-# About 7 minutes with the defaults.
+# About 6 minutes with the defaults, after the build. The catch-up needs about 3x
+# CATCH_UP_GIB free in DIR, below the store's diskSpaceWarningLevelRatio (else the fill is
+# refused and the run stops saying so).
 #
 # Usage: perf/replication.sh   env: ROUNDS (3), SECONDS_PER_RUN (5), PRODUCERS ("16 64"),
 #                                   FLUSH_ROWS (1; empty skips), DELAY_ROWS (1; empty skips),
