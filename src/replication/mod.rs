@@ -16,7 +16,9 @@
 //! - [`epoch_store`]: one shard's epoch history in its `epochFileCheckpoint`;
 //! - [`master_side`] (a master shard's epoch, its slaves' acks and what they tell the
 //!   store) and [`master_link`] (one slave's stream on the master);
-//! - [`slave_link`]: one shard's stream from its master, applied to the replica store;
+//! - [`slave_link`]: one shard's stream from its master, applied to the replica store in
+//!   steps ([`slave_batch`]: the frames received while the last step was on the disk go
+//!   in one write and one sync, the slave's group commit);
 //! - [`service`]: the shard services of both roles, the HA port's accept loop and the
 //!   handoff of a stream to the shard whose log it carries.
 //!
@@ -32,6 +34,7 @@ pub mod master_link;
 pub mod master_side;
 pub mod master_state;
 pub mod service;
+pub mod slave_batch;
 pub mod slave_link;
 pub mod slave_state;
 pub mod wire;

@@ -11,7 +11,10 @@
 //! The stream ends on any error after sending the refusal, if there is one; the caller
 //! reconnects after a pause. Between streams nothing is written to the store.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -21,11 +24,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::decode::{FromMasterDecoder, WireError};
 use super::epoch_store::{EpochStore, EpochStoreError};
 use super::epochs::{EpochCache, EpochError};
+use super::slave_batch::{Batch, BATCH_BYTES_MAX};
 use super::slave_state::{SlaveError, SlaveIdentity, SlaveLog, SlavePlan, SlaveStream};
-use super::wire::{encode_report, Refusal};
+use super::wire::{encode_report, FromMaster, Refusal};
 use crate::net::{Connection, Transport};
 use crate::store::replica::{ReplicaAppendError, ReplicaStartError, ReplicaTruncateError};
 use crate::store::Store;
+
+/// Frames decoded and waiting for the step on the disk: past this the slave stops reading
+/// and the master's sends wait in TCP. One step's worth, so the next step is ready in
+/// full when the disk is done.
+const READ_AHEAD_BYTES: usize = BATCH_BYTES_MAX;
+
+/// The most bytes one read takes from the socket: 256 KiB is a few TCP windows' worth on
+/// a local network, so a catching-up slave reads in few calls.
+const READ_BYTES: usize = 256 * 1024;
 
 /// What a slave shard's stream runs with.
 #[derive(Clone, Debug)]
@@ -183,24 +196,37 @@ impl SlaveSide {
         stream: &mut SlaveStream,
     ) -> Result<(), SlaveLinkError> {
         let mut decoder = FromMasterDecoder::new();
-        let mut buffer = vec![0u8; 64 * 1024];
+        let mut queue = Received::default();
+        let mut buffer = vec![0u8; READ_BYTES];
         let mut heard = tokio::time::Instant::now();
         let mut reported_once = false;
+        // The step on the disk now: at most one, and the socket is read meanwhile.
+        let mut applying: Option<Pin<Box<dyn Future<Output = Applied> + '_>>> = None;
         loop {
-            while let Some(message) = decoder.next()? {
-                let history = self.epochs.history();
-                let plan = stream.on_message(message, &self.facts(&history), self.now_ms())?;
-                if let Some(offset) = self.apply(plan).await? {
-                    self.report(connection, offset, &mut reported_once).await?;
+            queue.take_from(&mut decoder)?;
+            if applying.is_none() {
+                let batch = self.next_batch(stream, &mut queue)?;
+                if !batch.is_empty() {
+                    applying = Some(Box::pin(self.apply_batch(batch)));
+                } else {
+                    let history = self.epochs.history();
+                    if let Some(offset) = stream.report_due(&self.facts(&history), self.now_ms()) {
+                        self.report(connection, offset, &mut reported_once).await?;
+                    }
                 }
             }
-            let history = self.epochs.history();
-            if let Some(offset) = stream.report_due(&self.facts(&history), self.now_ms()) {
-                self.report(connection, offset, &mut reported_once).await?;
-            }
-            let space = decoder.space().min(buffer.len());
+            let space = match queue.full() {
+                true => 0,
+                false => decoder.space().min(buffer.len()),
+            };
             tokio::select! {
-                read = connection.read(&mut buffer[..space]) => match read? {
+                applied = until_applied(&mut applying) => {
+                    applying = None;
+                    if let Some(planned) = applied? {
+                        self.report(connection, planned, &mut reported_once).await?;
+                    }
+                }
+                read = connection.read(&mut buffer[..space]), if space > 0 => match read? {
                     0 => {
                         decoder.finish()?;
                         return Err(SlaveLinkError::Closed);
@@ -218,8 +244,43 @@ impl SlaveSide {
         }
     }
 
-    /// Applies one plan in its order; returns the offset to report, if any.
-    async fn apply(&self, plan: SlavePlan) -> Result<Option<u64>, SlaveLinkError> {
+    /// The next step: the plans for the messages received so far, decided in order, each
+    /// on the facts the store will have once the plans before it are applied (only the
+    /// log's end moves inside a step, see [`Batch`]).
+    fn next_batch(
+        &self,
+        stream: &mut SlaveStream,
+        queue: &mut Received,
+    ) -> Result<Batch, SlaveLinkError> {
+        let history = self.epochs.history();
+        let mut batch = Batch::new(self.store.config().commit_log_segment_size);
+        while !batch.is_closed() {
+            let Some(message) = queue.pop() else { break };
+            let reply = matches!(message, FromMaster::Reply(_));
+            let mut facts = self.facts(&history);
+            if let Some(end) = batch.log_end() {
+                facts.max_offset = end;
+            }
+            batch.push(stream.on_message(message, &facts, self.now_ms())?);
+            if reply {
+                // The start point is reported alone, before any frame is taken.
+                batch.close();
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Applies a step's plans in order; returns the offset to report, if any plan asks.
+    async fn apply_batch(&self, batch: Batch) -> Applied {
+        let report = batch.reports().then(|| batch.first_report()).flatten();
+        for plan in batch.into_plans() {
+            self.apply(plan).await?;
+        }
+        Ok(report)
+    }
+
+    /// Applies one plan in its order.
+    async fn apply(&self, plan: SlavePlan) -> Result<(), SlaveLinkError> {
         let shard = self.config.identity.shard_index;
         if let Some(to) = plan.truncate_to {
             let truncated = self.store.truncate_replica(to).await?;
@@ -252,7 +313,7 @@ impl SlaveSide {
                 .append_replica(append.offset, Bytes::from(append.body))
                 .await?;
         }
-        Ok(plan.report)
+        Ok(())
     }
 
     /// Sends a report: the plan's offset the first time (the stream's start point), then
@@ -279,6 +340,60 @@ impl SlaveSide {
         encode_report(offset, &mut out);
         connection.write_all(&out).await?;
         Ok(())
+    }
+}
+
+/// What a step ends with: the offset to report (the stream's start point the first time;
+/// after that the report says what the store holds).
+type Applied = Result<Option<u64>, SlaveLinkError>;
+
+/// Resolves when the step on the disk is applied; never while there is none.
+async fn until_applied(
+    applying: &mut Option<Pin<Box<dyn Future<Output = Applied> + '_>>>,
+) -> Applied {
+    match applying.as_mut() {
+        Some(step) => step.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Messages decoded and not yet planned, and how many bytes of frames they hold.
+#[derive(Default)]
+struct Received {
+    messages: VecDeque<FromMaster>,
+    bytes: usize,
+}
+
+impl Received {
+    /// Takes every whole message the decoder holds, while there is room.
+    fn take_from(&mut self, decoder: &mut FromMasterDecoder) -> Result<(), WireError> {
+        while !self.full() {
+            let Some(message) = decoder.next()? else {
+                break;
+            };
+            self.bytes += frame_bytes(&message);
+            self.messages.push_back(message);
+        }
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Option<FromMaster> {
+        let message = self.messages.pop_front()?;
+        self.bytes -= frame_bytes(&message);
+        Some(message)
+    }
+
+    /// Whether the slave stops reading: the disk is behind by [`READ_AHEAD_BYTES`] and the
+    /// master's frames wait in the socket (TCP's window tells the master).
+    fn full(&self) -> bool {
+        self.bytes >= READ_AHEAD_BYTES
+    }
+}
+
+fn frame_bytes(message: &FromMaster) -> usize {
+    match message {
+        FromMaster::Frame(frame) => frame.body.len(),
+        _ => 0,
     }
 }
 

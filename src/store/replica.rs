@@ -39,9 +39,10 @@
 //! under SYNC_FLUSH (which this call reaches before it returns).
 //!
 //! Pipelining: an append awaits its write (and, under SYNC_FLUSH, its sync). The HA stream
-//! task reads the socket into a bounded queue on its own and applies what is queued in
-//! order, joining contiguous frames of one segment into one call: the network and the
-//! disk overlap, and a slow disk fills the queue instead of stalling the reads.
+//! task (`replication::slave_link`) reads the socket into a bounded queue while an append
+//! runs, and joins what arrived meanwhile, contiguous frames of one segment, into the next
+//! call (`replication::slave_batch`): the network and the disk overlap, one sync covers
+//! every frame of a step, and a slow disk fills the queue instead of stalling the reads.
 
 use std::cell::{Cell, RefCell};
 

@@ -54,6 +54,7 @@ mod remoting_codec;
 mod replication_faults;
 mod replication_is_observable;
 mod replication_over_sim_net;
+mod slave_applies_frames_in_steps;
 mod standalone_namesrv;
 mod state_files_checked_on_start;
 mod sync_master_answers_at_once_past_fallbehind_max;
