@@ -19,10 +19,20 @@
 //! nothing refused stored). An ASYNC_MASTER's acknowledgements before a failover are
 //! forgotten then ([`History::forget_acks`]): its uncopied tail is lost by design.
 //!
-//! The faults are drawn from the seed; the nodes run in real time (real stores), so a
-//! seed replays the same schedule, not the same interleaving. A failure prints its seed
-//! and the command that runs it alone. The sweep outside CI:
-//! `RINGMQ_SIM_SEEDS=0..2000 cargo test --release --test node replication_faults`.
+//! The faults are drawn from the seed; the nodes run in real time (real stores on the
+//! machine's disk, real timers), so a seed replays the same schedule, not the same
+//! interleaving: load (the [`PARALLEL`] seeds beside it, other tests, other programs)
+//! moves every fault against the streams' progress. That is not smoothed away: a seed
+//! that fails only under load is one interleaving the schedule allows, and its failure is
+//! real (seed 43: a clean stop during a slave's truncation). What is kept out is what the
+//! campaign is not about: the real disk's fill level (retention, [`tuned`]), and
+//! failovers no controller would make ([`Faults::fail_over`]).
+//!
+//! A failure prints its seed and the command that runs it alone (`RINGMQ_SIM_LOG=1` logs
+//! the nodes; `RINGMQ_SIM_LOG=<seed>` logs that seed's nodes in a sweep, for a seed that
+//! fails only beside others). The default run is [`DEFAULT_SEEDS`] seeds per role; the
+//! sweep outside CI, both roles, 2,000 seeds each:
+//! `RINGMQ_SIM_SEEDS=0..2000 cargo test --test node replication_faults`.
 
 use crate::common;
 
@@ -68,13 +78,11 @@ const LOOK_EVERY: Duration = Duration::from_millis(10);
 const CATCH_UP: Duration = Duration::from_secs(20);
 
 #[test]
-#[ignore = "fails on a few seeds in 128 (open: a slave left behind after faults, seed 43 under load; a SYNC_MASTER record served by the slave and not the master, seed 45); run: cargo test --test node replication_faults -- --ignored"]
 fn a_sync_master_group_keeps_every_send_ok_on_both_under_faults() {
     sweep(BrokerRole::SyncMaster);
 }
 
 #[test]
-#[ignore = "fails on a few seeds in 128 (open: a slave left behind after faults, seed 43 under load; a SYNC_MASTER record served by the slave and not the master, seed 45); run: cargo test --test node replication_faults -- --ignored"]
 fn an_async_master_group_keeps_the_slave_a_prefix_under_faults() {
     sweep(BrokerRole::AsyncMaster);
 }
@@ -216,8 +224,15 @@ fn sweep(role: BrokerRole) {
 fn run_seed(seed: u64, role: BrokerRole) -> usize {
     println!("seed {seed} {role:?}: starts");
     let started = std::time::Instant::now();
-    // RINGMQ_SIM_LOG=1 shows what the nodes log (a failing seed's story); run one seed.
-    let _log = std::env::var_os("RINGMQ_SIM_LOG").map(|_| {
+    // RINGMQ_SIM_LOG=1 shows what the nodes log (a failing seed's story; run one seed),
+    // RINGMQ_SIM_LOG=<seed> what that seed's nodes log in a sweep (a seed that fails only
+    // beside others).
+    let logged = std::env::var("RINGMQ_SIM_LOG").ok().filter(|value| {
+        value
+            .parse::<u64>()
+            .map_or(true, |only| only == seed || value == "1")
+    });
+    let _log = logged.map(|_| {
         let subscriber = tracing_subscriber::fmt()
             .with_test_writer()
             .with_max_level(tracing::Level::INFO)
