@@ -57,6 +57,33 @@ fn random_seed() -> crate::rng::SplitMix64 {
     crate::rng::SplitMix64::new(nanos ^ (u64::from(std::process::id()) << 32))
 }
 
+/// `history` with `epoch` appended where a new master's writes begin: at the written end,
+/// or at the log's start when there is no history yet (the log written before
+/// replication is claimed by the first epoch). Entries that start at or past the written
+/// end go first: they label no byte this log holds (a slave killed after saving a new
+/// epoch's entry and before that epoch's bytes were durable, cut by recovery).
+pub fn with_new_epoch(
+    mut history: EpochCache,
+    log_start: u64,
+    written: u64,
+    epoch: u32,
+) -> Result<EpochCache, BecomeMasterError> {
+    let start = if history.is_empty() {
+        log_start
+    } else {
+        history.truncate_from(written);
+        written
+    };
+    history
+        .append(EpochEntry { epoch, start })
+        .map_err(|error| BecomeMasterError::History {
+            epoch,
+            start,
+            error,
+        })?;
+    Ok(history)
+}
+
 /// What a master shard's replication runs with.
 #[derive(Clone, Debug)]
 pub struct MasterConfig {
@@ -118,20 +145,11 @@ impl MasterSide {
         epochs: &EpochStore,
         config: MasterConfig,
     ) -> Result<Rc<MasterSide>, BecomeMasterError> {
-        let mut history = epochs.history();
-        let epoch = next_epoch(history.last_epoch(), &mut random_seed());
-        let start = if history.is_empty() {
-            store.log_start()
-        } else {
-            store.log_positions().written
-        };
-        history
-            .append(EpochEntry { epoch, start })
-            .map_err(|error| BecomeMasterError::History {
-                epoch,
-                start,
-                error,
-            })?;
+        let old = epochs.history();
+        let epoch = next_epoch(old.last_epoch(), &mut random_seed());
+        let written = store.log_positions().written;
+        let history = with_new_epoch(old, store.log_start(), written, epoch)?;
+        let start = history.last().expect("an epoch was just appended").start;
         epochs.save(history.clone()).await?;
         tracing::info!(
             shard = config.identity.shard_index,
@@ -292,6 +310,26 @@ mod tests {
         assert!(a > first && b > first, "{first} -> {a}, {b}");
         assert_eq!(a >> EPOCH_RANDOM_BITS, b >> EPOCH_RANDOM_BITS);
         assert_ne!(a, b, "two masters after one epoch take different epochs");
+    }
+
+    #[test]
+    fn a_new_master_drops_epochs_that_start_past_its_log_before_it_appends_its_own() {
+        let entry = |epoch, start| EpochEntry { epoch, start };
+        let torn = EpochCache::from_entries(&[entry(1, 0), entry(2, 27_708)]).unwrap();
+        let history = with_new_epoch(torn, 0, 27_306, 3).expect("the torn entry goes");
+        assert_eq!(history.entries(), &[entry(1, 0), entry(3, 27_306)]);
+        let whole = EpochCache::from_entries(&[entry(1, 0), entry(2, 100)]).unwrap();
+        let history = with_new_epoch(whole, 0, 500, 3).unwrap();
+        assert_eq!(
+            history.entries(),
+            &[entry(1, 0), entry(2, 100), entry(3, 500)]
+        );
+        let none = with_new_epoch(EpochCache::new(), 64, 500, 1).unwrap();
+        assert_eq!(
+            none.entries(),
+            &[entry(1, 64)],
+            "a log before replication is claimed"
+        );
     }
 
     #[test]

@@ -217,7 +217,9 @@ pub(crate) struct BusyGuard<'a>(&'a ReplicaState);
 impl<'a> BusyGuard<'a> {
     /// The slot, or `None` when an append or truncation holds it.
     pub fn take(state: &'a ReplicaState) -> Option<BusyGuard<'a>> {
-        (!state.busy.replace(true)).then_some(BusyGuard(state))
+        // Built only when taken: a guard built and dropped by a failed take would free
+        // the slot its holder still holds (`then_some` builds its argument either way).
+        (!state.busy.replace(true)).then(|| BusyGuard(state))
     }
 }
 

@@ -19,13 +19,19 @@
 //!
 //! A crash between the steps leaves a log that recovery takes: step 1 makes every later
 //! state one it scans from at or below `to`. A failure of any step poisons the store: its
-//! files are consistent only after a reopen, whose recovery finishes the cut.
+//! files are consistent only after a reopen, whose recovery finishes the cut. A caller
+//! dropped part way (a stop aborting the HA stream) does not stop the steps: they run as
+//! a task of their own ([`to_the_end`]), which a clean stop waits for.
+
+use std::future::Future;
+use std::rc::Rc;
 
 use super::position::{to_u64, to_usize, LogPos};
 use super::record::{self, Decoded, Verify};
 use super::recovery::cut_log_at;
 use super::replica::{BusyGuard, StoreRole};
 use super::scan::claims_position;
+use super::watch::{watched, Watchee};
 use super::{flush, Shared, Store, StoreError};
 
 /// Why [`Store::truncate_replica`] refused or failed.
@@ -132,14 +138,24 @@ impl Store {
         &self,
         to: u64,
     ) -> Result<ReplicaTruncated, ReplicaTruncateError> {
+        let store = self.clone();
+        let change = async move { store.truncate_replica_steps(to).await };
+        match to_the_end(&self.shared, "replica truncation", change).await {
+            Ok(done) => done,
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn truncate_replica_steps(
+        &self,
+        to: u64,
+    ) -> Result<ReplicaTruncated, ReplicaTruncateError> {
         let shared = &self.shared;
         if shared.role.get() != StoreRole::Replica {
             return Err(ReplicaTruncateError::NotReplica);
         }
         let _busy = BusyGuard::take(&shared.replica).ok_or(ReplicaTruncateError::Busy)?;
-        if let Some(error) = shared.poisoned() {
-            return Err(error.into());
-        }
+        refuse_if_stopping(shared)?;
         check_boundary(shared, to)?;
         let from = super::replica::received_end(shared);
         // Retention, the checkpointer and the flusher wait: each reads or moves what the
@@ -191,14 +207,24 @@ impl Store {
         &self,
         base: u64,
     ) -> Result<ReplicaTruncated, ReplicaStartError> {
+        let store = self.clone();
+        let change = async move { store.restart_replica_steps(base).await };
+        match to_the_end(&self.shared, "replica restart", change).await {
+            Ok(done) => done,
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn restart_replica_steps(
+        &self,
+        base: u64,
+    ) -> Result<ReplicaTruncated, ReplicaStartError> {
         let shared = &self.shared;
         if shared.role.get() != StoreRole::Replica {
             return Err(ReplicaStartError::NotReplica);
         }
         let _busy = BusyGuard::take(&shared.replica).ok_or(ReplicaStartError::Busy)?;
-        if let Some(error) = shared.poisoned() {
-            return Err(error.into());
-        }
+        refuse_if_stopping(shared)?;
         check_segment_base(shared, base)?;
         let from = super::replica::received_end(shared);
         let _cleaning = shared.cleaning.lock().await;
@@ -222,6 +248,53 @@ impl Store {
             removed_segments,
         })
     }
+}
+
+/// A poisoned store refuses; so does one whose stop began: the stop took the replica slot
+/// before this task did and then let it go (`drop_incomplete`), and its clean checkpoint
+/// must not race a cut.
+fn refuse_if_stopping(shared: &Shared) -> Result<(), StoreError> {
+    match shared.poisoned() {
+        Some(error) => Err(error),
+        None if shared.closing.get() => Err(StoreError::ShuttingDown),
+        None => Ok(()),
+    }
+}
+
+/// Runs `change`, a cut of the replica's files that must not stop part way, as a task of
+/// its own, and returns its outcome. Its caller may be dropped meanwhile: a clean stop
+/// aborts the HA stream that awaits it. Stopped between cutting the log and moving the
+/// positions, the cut would leave positions that claim zeroed bytes, and the stop would
+/// write them into a clean checkpoint (the next start serves the zeros as records). As a
+/// task it goes on: the stop waits for the replica slot it holds (`drop_incomplete`), so
+/// for its end; an abandon (a kill) aborts it with the store's other tasks, and recovery
+/// finishes the cut from the checkpoint it lowered first. A panic in it poisons the store,
+/// as one in any store task does.
+async fn to_the_end<T: 'static>(
+    shared: &Rc<Shared>,
+    name: &'static str,
+    change: impl Future<Output = T> + 'static,
+) -> Result<T, StoreError> {
+    if shared.closing.get() {
+        return Err(StoreError::ShuttingDown);
+    }
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    let watched = watched(shared, Watchee::Shard(name), change);
+    let task = tokio::task::spawn_local(async move {
+        if let Some(output) = watched.await {
+            let _ = done.send(output);
+        }
+    });
+    {
+        let mut tasks = shared.tasks.borrow_mut();
+        // One such task per handshake: the finished ones go.
+        tasks.retain(|task| !task.is_finished());
+        tasks.push(task);
+    }
+    // No outcome: the task panicked (the store is poisoned) or the store was abandoned.
+    outcome
+        .await
+        .map_err(|_| shared.poisoned().unwrap_or(StoreError::ShuttingDown))
 }
 
 /// The steps of [`Store::restart_replica_at`]; returns the segments removed.
@@ -350,4 +423,22 @@ async fn cut(shared: &Shared, to: u64) -> Result<usize, StoreError> {
     move_to(shared, to);
     flush::checkpoint(shared, false).await?;
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::replica::{BusyGuard, ReplicaState};
+
+    #[test]
+    fn a_take_that_finds_the_slot_held_leaves_it_held() {
+        let state = ReplicaState::new(0);
+        let held = BusyGuard::take(&state).expect("a free slot");
+        assert!(BusyGuard::take(&state).is_none(), "a held slot taken again");
+        assert!(
+            BusyGuard::take(&state).is_none(),
+            "a failed take freed the slot its holder still holds"
+        );
+        drop(held);
+        assert!(BusyGuard::take(&state).is_some(), "a freed slot not taken");
+    }
 }

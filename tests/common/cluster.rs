@@ -209,6 +209,62 @@ impl SimCluster {
         }
         held
     }
+
+    /// What nodes `a` and `b` both serve in `topic` queue `queue` once they serve the
+    /// same, both read again every [`SAME_QUEUE_EVERY`] for up to `within`; the last reads
+    /// of each when they never did. Both are read again each time because either may lag
+    /// the other with nothing wrong: a SYNC_MASTER makes a record visible once a slave
+    /// confirmed it (or once it gave up on the slave), while the slave makes it visible as
+    /// it appends it; a slave dispatches a moment after its log grew.
+    pub async fn same_queue(
+        &self,
+        (a, b): (usize, usize),
+        topic: &str,
+        queue: i32,
+        within: Duration,
+    ) -> Result<Vec<(u64, String)>, QueueDiff> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let on_a = self.read_queue(a, topic, queue).await;
+            let on_b = self.read_queue(b, topic, queue).await;
+            if on_a == on_b {
+                return Ok(on_a);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(QueueDiff { on_a, on_b });
+            }
+            tokio::time::sleep(SAME_QUEUE_EVERY).await;
+        }
+    }
+}
+
+/// How often [`SimCluster::same_queue`] reads the two nodes again.
+pub const SAME_QUEUE_EVERY: Duration = Duration::from_millis(10);
+
+/// Two nodes' records of one queue that differ: (offset, body) each.
+#[derive(Debug)]
+pub struct QueueDiff {
+    pub on_a: Vec<(u64, String)>,
+    pub on_b: Vec<(u64, String)>,
+}
+
+impl std::fmt::Display for QueueDiff {
+    /// Counts, the first difference and the last record of each: a queue may be long.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b) = (&self.on_a, &self.on_b);
+        let differ = a.iter().zip(b).position(|(x, y)| x != y);
+        write!(
+            f,
+            "{} records against {}; first difference at index {differ:?}: {:?} against \
+             {:?}; last: {:?} against {:?}",
+            a.len(),
+            b.len(),
+            differ.map(|at| &a[at]),
+            differ.map(|at| &b[at]),
+            a.last(),
+            b.last()
+        )
+    }
 }
 
 /// The host of node `i`.

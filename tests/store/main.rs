@@ -19,6 +19,7 @@ mod pop_crash_simulation;
 mod record_golden;
 mod recovery_refuses_undispatchable_records;
 mod replica_crash_simulation;
+mod replica_cut_outlives_its_caller;
 mod replica_stream;
 mod store_data_writes;
 mod store_index;
