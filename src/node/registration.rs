@@ -140,9 +140,12 @@ impl<T: Transport> Inner<T> {
 
     /// Registers with every name server at once; returns when each answered or timed out.
     async fn register_all(self: &Rc<Self>) {
-        let body = registration_body(&self.broker.topics);
-        let command = register_broker::encode_register_broker(&self.header(), &body);
-        self.send_to_all(command, "register").await;
+        let header = self.header();
+        let commands = register_bodies(registration_body(&self.broker.topics))
+            .iter()
+            .map(|body| register_broker::encode_register_broker(&header, body))
+            .collect();
+        self.send_to_all(commands, "register").await;
     }
 
     /// Unregisters from every name server at once (a clean stop).
@@ -154,14 +157,19 @@ impl<T: Transport> Inner<T> {
             cluster_name: header.cluster_name,
             broker_id: header.broker_id,
         });
-        self.send_to_all(command, "unregister").await;
+        self.send_to_all(vec![command], "unregister").await;
     }
 
-    /// Sends `command` to every name server concurrently and waits for every outcome.
-    async fn send_to_all(self: &Rc<Self>, command: RemotingCommand, what: &'static str) {
+    /// Sends `commands` to every name server concurrently, in order on each, and waits
+    /// for every outcome.
+    async fn send_to_all(self: &Rc<Self>, commands: Vec<RemotingCommand>, what: &'static str) {
         let rounds = self.links.iter().map(|link| {
-            let (this, command, link) = (self.clone(), command.clone(), link.clone());
-            async move { this.send_to(&link, command, what).await }
+            let (this, commands, link) = (self.clone(), commands.clone(), link.clone());
+            async move {
+                for command in commands {
+                    this.send_to(&link, command, what).await;
+                }
+            }
         });
         join_all(rounds).await;
     }
@@ -333,6 +341,25 @@ fn registration_body(table: &TopicTable) -> RegisterBrokerBody {
     }
 }
 
+/// The bodies of one registration round, sent in order to each name server: `body`, and
+/// before it, when it holds exactly one topic (a fresh broker's auto-create template
+/// alone), the same with no topics. RocketMQ 5.x's name server reads a one-topic body from
+/// a broker it does not list yet as a single-topic update sent before the broker's first
+/// registration and refuses it ("register broker failed", `RouteInfoManager.registerBroker`),
+/// so such a broker would never join a RocketMQ cluster until it held a second topic. The
+/// empty body joins; the full one then adds the topic (its queues for this broker are
+/// missing, which that name server counts as a change whatever the data version).
+fn register_bodies(body: RegisterBrokerBody) -> Vec<RegisterBrokerBody> {
+    if body.topics.len() != 1 {
+        return vec![body];
+    }
+    let join = RegisterBrokerBody {
+        topics: Default::default(),
+        ..body.clone()
+    };
+    vec![join, body]
+}
+
 /// A queue count as the wire's i32 (counts are bounded far below it by `MAX_QUEUE_NUMS`).
 fn queue_count(count: u32) -> i32 {
     i32::try_from(count).unwrap_or_else(|_| panic!("queue count {count} exceeds i32"))
@@ -372,5 +399,30 @@ mod tests {
         let not_creating = TopicTable::load(dir.path(), false, 4).unwrap();
         let body = registration_body(&not_creating);
         assert!(body.topics.is_empty(), "{:?}", body.topics);
+    }
+
+    #[test]
+    fn a_one_topic_registration_follows_an_empty_one_that_joins() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = registration_body(&TopicTable::load(dir.path(), true, 4).unwrap());
+        let bodies = register_bodies(fresh.clone());
+        let counts: Vec<usize> = bodies.iter().map(|body| body.topics.len()).collect();
+        assert_eq!(counts, [0, 1], "{bodies:?}");
+        assert_eq!(bodies[0].data_version, fresh.data_version);
+        assert_eq!(bodies[1], fresh);
+        for held in [0, 2] {
+            let mut body = fresh.clone();
+            body.topics.clear();
+            for i in 0..held {
+                let name = format!("T{i}");
+                body.topics
+                    .insert(name.clone(), RegisteredTopic::new(&name, 4));
+            }
+            assert_eq!(
+                register_bodies(body.clone()),
+                [body],
+                "{held} topics: one body"
+            );
+        }
     }
 }
