@@ -13,7 +13,8 @@
 #   scripts/ringmq-node.sh start-cluster-ha DIR      a standalone name server and group broker-a as
 #       a SYNC_MASTER and its SLAVE (brokerId 1, slaveReadEnable=true); DIR/env: NAMESRV_ADDR,
 #       BROKER_A_ADDR, BROKER_A_HA_ADDR, BROKER_A_SLAVE_ADDR and the PIDs
-#   scripts/ringmq-node.sh start-namesrv DIR         only a standalone name server (a fresh DIR/env)
+#   scripts/ringmq-node.sh start-namesrv DIR [k=v..] only a standalone name server (a fresh DIR/env),
+#       the k=v arguments appended to its namesrv.conf
 #   scripts/ringmq-node.sh start-group DIR G ADDR    one ASYNC_MASTER group broker-G registered with
 #       the name server at ADDR (any: ringmq's or RocketMQ's); appends BROKER_<G>_ADDR/_PID
 #   scripts/ringmq-node.sh stop-cluster DIR          SIGTERM every broker DIR/env names, then the
@@ -109,11 +110,15 @@ start_until() {
   echo "$pid"
 }
 
-# The standalone name server of DIR (a fresh DIR/env): NAMESRV_ADDR and NAMESRV_PID.
+# The standalone name server of DIR (a fresh DIR/env): NAMESRV_ADDR and NAMESRV_PID. Further
+# arguments are namesrv.conf lines (key=value).
 start_namesrv() {
   local dir=$1 namesrv_port pid
+  shift
   namesrv_port=$(free_port)
   printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$namesrv_port" >"$dir/namesrv.conf"
+  local line
+  for line in "$@"; do echo "$line" >>"$dir/namesrv.conf"; done
   pid=$(start_until "$dir/namesrv.out" "ringmq: name server " namesrv -c "$dir/namesrv.conf")
   { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$pid"; } >"$dir/env"
 }
@@ -189,11 +194,18 @@ stop_cluster() {
 }
 
 case "${1:-}" in
-  start-cluster | start-cluster-ha | start-namesrv)
+  start-cluster | start-cluster-ha)
     dir=${2:?usage: $1 DIR}
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     "${1//-/_}" "$dir"
+    cat "$dir/env"
+    ;;
+  start-namesrv)
+    dir=${2:?usage: start-namesrv DIR [key=value ...]}
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    start_namesrv "$dir" "${@:3}"
     cat "$dir/env"
     ;;
   start-group)
