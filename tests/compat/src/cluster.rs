@@ -49,7 +49,9 @@ impl Cluster {
         } else {
             "ringmq-node.sh"
         };
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script_name);
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts")
+            .join(script_name);
         let verb = match shape {
             Shape::TwoGroups => "start-cluster",
             Shape::MasterAndSlave => "start-cluster-ha",
@@ -59,11 +61,15 @@ impl Cluster {
             temp,
             env: HashMap::new(),
         };
-        cluster.run(verb).unwrap_or_else(|output| {
-            panic!("{verb} failed:\n{output}\n{}", cluster.logs())
-        });
+        cluster
+            .run(verb)
+            .unwrap_or_else(|output| panic!("{verb} failed:\n{output}\n{}", cluster.logs()));
         cluster.env = read_env(cluster.temp.path());
-        println!("cluster: {shape:?} in {}: {:?}", cluster.temp.path().display(), cluster.env);
+        println!(
+            "cluster: {shape:?} in {}: {:?}",
+            cluster.temp.path().display(),
+            cluster.env
+        );
         cluster
     }
 

@@ -53,7 +53,10 @@ async fn await_groups(admin: &DefaultMQAdminExt, topic: &str, groups: &[&str]) {
     let want: BTreeSet<String> = groups.iter().map(|g| g.to_string()).collect();
     let until = Instant::now() + ROUTE_DEADLINE;
     loop {
-        let seen = match admin.examine_topic_route_info(topic.to_string().into()).await {
+        let seen = match admin
+            .examine_topic_route_info(topic.to_string().into())
+            .await
+        {
             Ok(Some(route)) => format!(
                 "{:?}",
                 route
@@ -123,7 +126,10 @@ fn sends_go_on_to_the_other_group_when_a_master_is_killed() {
     println!("seed {seed}");
     let cluster = Cluster::start(Shape::TwoGroups);
     let namesrv = cluster.namesrv_addr();
-    let brokers = [cluster.broker_addr("broker-a"), cluster.broker_addr("broker-b")];
+    let brokers = [
+        cluster.broker_addr("broker-a"),
+        cluster.broker_addr("broker-b"),
+    ];
     let topic = format!("CompatSpread{seed}");
     run_clients("cluster-failover", |runtime| {
         let (namesrv, brokers, topic, cluster) = (&namesrv, &brokers, &topic, &cluster);
@@ -131,11 +137,16 @@ fn sends_go_on_to_the_other_group_when_a_master_is_killed() {
             let admin = admin(&runtime, namesrv).await;
             create_topic(&admin, brokers, topic).await;
             await_groups(&admin, topic, &["broker-a", "broker-b"]).await;
-            let mut producer = start_producer(&runtime, namesrv, &format!("PG_spread_{seed}")).await;
+            let mut producer =
+                start_producer(&runtime, namesrv, &format!("PG_spread_{seed}")).await;
 
             let before = send_all(&producer, topic, "before", SENDS).await;
             let groups: Vec<&String> = before.keys().collect();
-            assert_eq!(groups, ["broker-a", "broker-b"], "sends spread over both groups: {before:?}");
+            assert_eq!(
+                groups,
+                ["broker-a", "broker-b"],
+                "sends spread over both groups: {before:?}"
+            );
 
             cluster.kill("broker-a");
             await_groups(&admin, topic, &["broker-b"]).await;
@@ -146,7 +157,10 @@ fn sends_go_on_to_the_other_group_when_a_master_is_killed() {
                 BTreeMap::from([("broker-b".to_string(), SENDS)]),
                 "every send after the kill went to broker-b"
             );
-            println!("cluster: {SENDS} sends after the kill took {:?}", started.elapsed());
+            println!(
+                "cluster: {SENDS} sends after the kill took {:?}",
+                started.elapsed()
+            );
             producer.shutdown().await;
             let mut admin = admin;
             admin.shutdown().await;
@@ -174,7 +188,8 @@ fn a_consumer_reads_every_acknowledged_message_from_the_slave_after_the_master_i
             create_topic(&admin, std::slice::from_ref(master), topic).await;
             await_groups(&admin, topic, &["broker-a"]).await;
             admin.shutdown().await;
-            let mut producer = start_producer(&runtime, namesrv, &format!("PG_backlog_{seed}")).await;
+            let mut producer =
+                start_producer(&runtime, namesrv, &format!("PG_backlog_{seed}")).await;
             let acked: BTreeSet<String> = (0..BACKLOG).map(|i| format!("backlog-{i}")).collect();
             let stored = send_all(&producer, topic, "backlog", BACKLOG).await;
             producer.shutdown().await;
