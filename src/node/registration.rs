@@ -139,13 +139,23 @@ impl<T: Transport> Inner<T> {
     }
 
     /// Registers with every name server at once; returns when each answered or timed out.
+    /// A name server this broker is not registered with yet gets the [`join_body`] first.
     async fn register_all(self: &Rc<Self>) {
         let header = self.header();
-        let commands = register_bodies(registration_body(&self.broker.topics))
-            .iter()
-            .map(|body| register_broker::encode_register_broker(&header, body))
-            .collect();
-        self.send_to_all(commands, "register").await;
+        let body = registration_body(&self.broker.topics);
+        let join =
+            join_body(&body).map(|join| register_broker::encode_register_broker(&header, &join));
+        let full = register_broker::encode_register_broker(&header, &body);
+        let rounds = self.links.iter().map(|link| {
+            let (this, link, join, full) = (self.clone(), link.clone(), join.clone(), full.clone());
+            async move {
+                if let Some(join) = join.filter(|_| link.reachable.get() != Some(true)) {
+                    this.send_to(&link, join, "register").await;
+                }
+                this.send_to(&link, full, "register").await;
+            }
+        });
+        join_all(rounds).await;
     }
 
     /// Unregisters from every name server at once (a clean stop).
@@ -157,19 +167,14 @@ impl<T: Transport> Inner<T> {
             cluster_name: header.cluster_name,
             broker_id: header.broker_id,
         });
-        self.send_to_all(vec![command], "unregister").await;
+        self.send_to_all(command, "unregister").await;
     }
 
-    /// Sends `commands` to every name server concurrently, in order on each, and waits
-    /// for every outcome.
-    async fn send_to_all(self: &Rc<Self>, commands: Vec<RemotingCommand>, what: &'static str) {
+    /// Sends `command` to every name server concurrently and waits for every outcome.
+    async fn send_to_all(self: &Rc<Self>, command: RemotingCommand, what: &'static str) {
         let rounds = self.links.iter().map(|link| {
-            let (this, commands, link) = (self.clone(), commands.clone(), link.clone());
-            async move {
-                for command in commands {
-                    this.send_to(&link, command, what).await;
-                }
-            }
+            let (this, command, link) = (self.clone(), command.clone(), link.clone());
+            async move { this.send_to(&link, command, what).await }
         });
         join_all(rounds).await;
     }
@@ -341,23 +346,27 @@ fn registration_body(table: &TopicTable) -> RegisterBrokerBody {
     }
 }
 
-/// The bodies of one registration round, sent in order to each name server: `body`, and
-/// before it, when it holds exactly one topic (a fresh broker's auto-create template
-/// alone), the same with no topics. RocketMQ 5.x's name server reads a one-topic body from
-/// a broker it does not list yet as a single-topic update sent before the broker's first
-/// registration and refuses it ("register broker failed", `RouteInfoManager.registerBroker`),
-/// so such a broker would never join a RocketMQ cluster until it held a second topic. The
-/// empty body joins; the full one then adds the topic (its queues for this broker are
-/// missing, which that name server counts as a change whatever the data version).
-fn register_bodies(body: RegisterBrokerBody) -> Vec<RegisterBrokerBody> {
-    if body.topics.len() != 1 {
-        return vec![body];
-    }
-    let join = RegisterBrokerBody {
+/// The registration sent before `body` to a name server this broker is not registered
+/// with (none answered it yet, or the last answer was a failure), when `body` holds exactly
+/// one topic (a fresh broker's auto-create template alone): the same with no topics and a
+/// data version one count below the body's, so the full one always reads as a change.
+///
+/// RocketMQ 5.x's name server reads a one-topic body from a broker it does not list yet as
+/// a single-topic update sent before the broker's first registration and refuses it
+/// ("register broker failed", `RouteInfoManager.registerBroker`), so such a broker would
+/// never join a RocketMQ cluster until it held a second topic. The empty body joins; the
+/// full one then adds the topic on every name server (RocketMQ's, ringmq's). Only before
+/// the first success: sent every round, it would take the topic off ringmq's routes
+/// between the two registrations.
+fn join_body(body: &RegisterBrokerBody) -> Option<RegisterBrokerBody> {
+    (body.topics.len() == 1).then(|| RegisterBrokerBody {
         topics: Default::default(),
-        ..body.clone()
-    };
-    vec![join, body]
+        data_version: register_broker::DataVersion {
+            counter: body.data_version.counter.wrapping_sub(1),
+            ..body.data_version
+        },
+        filter_server_list: body.filter_server_list.clone(),
+    })
 }
 
 /// A queue count as the wire's i32 (counts are bounded far below it by `MAX_QUEUE_NUMS`).
@@ -402,14 +411,13 @@ mod tests {
     }
 
     #[test]
-    fn a_one_topic_registration_follows_an_empty_one_that_joins() {
+    fn a_one_topic_registration_has_an_empty_join_of_another_data_version() {
         let dir = tempfile::tempdir().unwrap();
         let fresh = registration_body(&TopicTable::load(dir.path(), true, 4).unwrap());
-        let bodies = register_bodies(fresh.clone());
-        let counts: Vec<usize> = bodies.iter().map(|body| body.topics.len()).collect();
-        assert_eq!(counts, [0, 1], "{bodies:?}");
-        assert_eq!(bodies[0].data_version, fresh.data_version);
-        assert_eq!(bodies[1], fresh);
+        assert_eq!(fresh.topics.len(), 1, "{fresh:?}");
+        let join = join_body(&fresh).expect("a one-topic body has a join");
+        assert!(join.topics.is_empty(), "{join:?}");
+        assert_ne!(join.data_version, fresh.data_version);
         for held in [0, 2] {
             let mut body = fresh.clone();
             body.topics.clear();
@@ -418,11 +426,7 @@ mod tests {
                 body.topics
                     .insert(name.clone(), RegisteredTopic::new(&name, 4));
             }
-            assert_eq!(
-                register_bodies(body.clone()),
-                [body],
-                "{held} topics: one body"
-            );
+            assert_eq!(join_body(&body), None, "{held} topics: no join");
         }
     }
 }
