@@ -10,7 +10,15 @@
 #   scripts/ringmq-node.sh start-cluster DIR         a standalone name server and two master
 #       groups (broker-a, broker-b) registered with it; DIR/env: NAMESRV_ADDR, BROKER_A_ADDR,
 #       BROKER_B_ADDR and the PIDs NAMESRV_PID, BROKER_A_PID, BROKER_B_PID
-#   scripts/ringmq-node.sh stop-cluster DIR          SIGTERM each of them (SIGKILL past the deadline)
+#   scripts/ringmq-node.sh start-cluster-ha DIR      a standalone name server and group broker-a as
+#       a SYNC_MASTER and its SLAVE (brokerId 1, slaveReadEnable=true); DIR/env: NAMESRV_ADDR,
+#       BROKER_A_ADDR, BROKER_A_HA_ADDR, BROKER_A_SLAVE_ADDR and the PIDs
+#   scripts/ringmq-node.sh start-namesrv DIR [k=v..] only a standalone name server (a fresh DIR/env),
+#       the k=v arguments appended to its namesrv.conf
+#   scripts/ringmq-node.sh start-group DIR G ADDR    one ASYNC_MASTER group broker-G registered with
+#       the name server at ADDR (any: ringmq's or RocketMQ's); appends BROKER_<G>_ADDR/_PID
+#   scripts/ringmq-node.sh stop-cluster DIR          SIGTERM every broker DIR/env names, then the
+#       name server (SIGKILL past the deadline)
 # Env: RINGMQ_BIN (default target/debug/ringmq, built when missing), FLUSH (sync|async,
 #      default sync), RINGMQ_SET ("key=value key=value", passed as --set each).
 set -euo pipefail
@@ -102,54 +110,111 @@ start_until() {
   echo "$pid"
 }
 
-# The standalone name server and the two groups of start-cluster.
-start_cluster() {
-  local dir=$1 namesrv_port pid group port
+# The standalone name server of DIR (a fresh DIR/env): NAMESRV_ADDR and NAMESRV_PID. Further
+# arguments are namesrv.conf lines (key=value).
+start_namesrv() {
+  local dir=$1 namesrv_port pid
+  shift
   namesrv_port=$(free_port)
   printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$namesrv_port" >"$dir/namesrv.conf"
+  local line
+  for line in "$@"; do echo "$line" >>"$dir/namesrv.conf"; done
   pid=$(start_until "$dir/namesrv.out" "ringmq: name server " namesrv -c "$dir/namesrv.conf")
   { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$pid"; } >"$dir/env"
-  for group in a b; do
-    port=$(free_port)
-    cat >"$dir/broker-$group.conf" <<CONF
+}
+
+# Starts one broker of group broker-GROUP registered with NAMESRV (host:port): brokerId ID,
+# brokerRole ROLE; appends BROKER_<KEY>_ADDR and BROKER_<KEY>_PID to DIR/env, KEY being
+# GROUP (a master) or GROUP_SLAVE (brokerId above 0), upper-cased. A master's HA port
+# (haListenPort) is picked free too, and written as BROKER_<KEY>_HA_ADDR.
+start_broker_of() {
+  local dir=$1 group=$2 namesrv=$3 id=$4 role=$5 port ha_port name key pid
+  port=$(free_port)
+  name=broker-$group
+  key=${group^^}
+  ((id == 0)) || { name=broker-$group-$id; key=${key}_SLAVE; }
+  cat >"$dir/$name.conf" <<CONF
 brokerClusterName=DefaultCluster
 brokerName=broker-$group
-brokerId=0
-brokerRole=ASYNC_MASTER
-namesrvAddr=127.0.0.1:$namesrv_port
+brokerId=$id
+brokerRole=$role
+namesrvAddr=$namesrv
 listenPort=$port
 bindAddress=127.0.0.1
 brokerIP1=127.0.0.1
-storePathRootDir=$dir/store-$group
+storePathRootDir=$dir/store-$group-$id
 metricsExporterType=DISABLE
 flushDiskType=$([[ "${FLUSH:-sync}" == sync ]] && echo SYNC_FLUSH || echo ASYNC_FLUSH)
 shards=1
 pinShardThreads=false
+slaveReadEnable=true
 CONF
-    local args=(serve --broker-conf "$dir/broker-$group.conf")
-    for setting in ${RINGMQ_SET:-}; do args+=(--set "$setting"); done
-    pid=$(start_until "$dir/broker-$group.out" "ringmq: listening on " "${args[@]}")
-    local upper=${group^^}
-    { echo "BROKER_${upper}_ADDR=127.0.0.1:$port"; echo "BROKER_${upper}_PID=$pid"; } >>"$dir/env"
-  done
+  if ((id == 0)); then
+    ha_port=$(free_port)
+    echo "haListenPort=$ha_port" >>"$dir/$name.conf"
+    echo "BROKER_${key}_HA_ADDR=127.0.0.1:$ha_port" >>"$dir/env"
+  fi
+  local args=(serve --broker-conf "$dir/$name.conf")
+  for setting in ${RINGMQ_SET:-}; do args+=(--set "$setting"); done
+  pid=$(start_until "$dir/$name.out" "ringmq: listening on " "${args[@]}")
+  { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
+}
+
+# The standalone name server and the two groups of start-cluster.
+start_cluster() {
+  local dir=$1 group
+  start_namesrv "$dir"
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  for group in a b; do start_broker_of "$dir" "$group" "$NAMESRV_ADDR" 0 ASYNC_MASTER; done
+}
+
+# The name server and group broker-a of start-cluster-ha: a SYNC_MASTER and its slave.
+start_cluster_ha() {
+  local dir=$1
+  start_namesrv "$dir"
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  start_broker_of "$dir" a "$NAMESRV_ADDR" 0 SYNC_MASTER
+  start_broker_of "$dir" a "$NAMESRV_ADDR" 1 SLAVE
+}
+
+# Stops every process DIR/env names: the brokers first (so they unregister), then the name
+# server.
+stop_cluster() {
+  local dir=$1 key value
+  [[ -f "$dir/env" ]] || return 0
+  while IFS='=' read -r key value; do
+    [[ "$key" == BROKER_*_PID ]] && stop_pid "$value"
+  done <"$dir/env"
+  while IFS='=' read -r key value; do
+    [[ "$key" == NAMESRV_PID ]] && stop_pid "$value"
+  done <"$dir/env"
+  return 0
 }
 
 case "${1:-}" in
-  start-cluster)
-    dir=${2:?usage: start-cluster DIR}
+  start-cluster | start-cluster-ha)
+    dir=${2:?usage: $1 DIR}
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    start_cluster "$dir"
+    "${1//-/_}" "$dir"
+    cat "$dir/env"
+    ;;
+  start-namesrv)
+    dir=${2:?usage: start-namesrv DIR [key=value ...]}
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    start_namesrv "$dir" "${@:3}"
+    cat "$dir/env"
+    ;;
+  start-group)
+    dir=$(cd "${2:?usage: start-group DIR GROUP NAMESRV_ADDR}" && pwd)
+    start_broker_of "$dir" "${3:?group}" "${4:?name server address}" 0 ASYNC_MASTER
     cat "$dir/env"
     ;;
   stop-cluster)
-    dir=$(cd "${2:?usage: stop-cluster DIR}" && pwd)
-    [[ -f "$dir/env" ]] || exit 0
-    # shellcheck disable=SC1091
-    source "$dir/env"
-    stop_pid "${BROKER_A_PID:-}"
-    stop_pid "${BROKER_B_PID:-}"
-    stop_pid "${NAMESRV_PID:-}"
+    stop_cluster "$(cd "${2:?usage: stop-cluster DIR}" && pwd)"
     ;;
   start)
     dir=${2:?usage: start DIR}
@@ -182,7 +247,7 @@ case "${1:-}" in
     stop_pid "${BROKER_PID:-}"
     ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,24p' "$0" >&2
     exit 2
     ;;
 esac

@@ -15,7 +15,14 @@
 #   scripts/rocketmq.sh start-cluster DIR    a name server and two master groups (broker-a,
 #       broker-b) registered with it; DIR/env: NAMESRV_ADDR, BROKER_A_ADDR, BROKER_B_ADDR and
 #       the PIDs NAMESRV_PID, BROKER_A_PID, BROKER_B_PID
-#   scripts/rocketmq.sh stop-cluster DIR     stop the three by PID (SIGTERM, then SIGKILL)
+#   scripts/rocketmq.sh start-cluster-ha DIR a name server and group broker-a as a SYNC_MASTER
+#       and its SLAVE (brokerId 1, slaveReadEnable=true); DIR/env: NAMESRV_ADDR, BROKER_A_ADDR,
+#       BROKER_A_SLAVE_ADDR and the PIDs
+#   scripts/rocketmq.sh start-namesrv DIR    only a name server (a fresh DIR/env)
+#   scripts/rocketmq.sh start-group DIR G ADDR  one ASYNC_MASTER group broker-G registered with the
+#       name server at ADDR (any: RocketMQ's or ringmq's); appends BROKER_<G>_ADDR and _PID
+#   scripts/rocketmq.sh stop-cluster DIR     stop every broker DIR/env names, then the name
+#       server, by PID (SIGTERM, then SIGKILL)
 #
 # Heaps fit a 2-core, 24 GiB machine that runs other processes beside it: 512 MiB for the
 # name server, 1 GiB for the broker (NAMESRV_HEAP, BROKER_HEAP override). Logs go to
@@ -140,76 +147,127 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
-# Writes DIR/broker-G.conf for group G registering with the name server on port $2.
+# Writes DIR/NAME.conf for a broker of group broker-G registering with NAMESRV (host:port):
+# brokerId ID, brokerRole ROLE, remoting port PORT, HA port PORT+1 (free_broker_port keeps it
+# free). NAME is broker-G for a master, broker-G-ID for a slave.
 write_group_conf() {
-  local dir=$1 namesrv_port=$2 group=$3 port=$4
-  mkdir -p "$dir/store-$group"
-  cat >"$dir/broker-$group.conf" <<CONF
+  local dir=$1 namesrv=$2 group=$3 port=$4 id=${5:-0} role=${6:-ASYNC_MASTER} name
+  name=$(broker_name "$group" "$id")
+  mkdir -p "$dir/store-$name" "$dir/home-$name"
+  cat >"$dir/$name.conf" <<CONF
 brokerClusterName=DefaultCluster
 brokerName=broker-$group
-brokerId=0
-brokerRole=ASYNC_MASTER
+brokerId=$id
+brokerRole=$role
 flushDiskType=${FLUSH:-SYNC_FLUSH}
 listenPort=$port
 bindAddress=127.0.0.1
 haListenPort=$((port + 1))
-namesrvAddr=127.0.0.1:$namesrv_port
+namesrvAddr=$namesrv
 brokerIP1=127.0.0.1
 brokerIP2=127.0.0.1
-storePathRootDir=$dir/store-$group
-storePathCommitLog=$dir/store-$group/commitlog
+storePathRootDir=$dir/store-$name
+storePathCommitLog=$dir/store-$name/commitlog
 autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true
+slaveReadEnable=true
 CONF
 }
 
-# Starts group G's broker of start-cluster and waits (bounded) for its "boot success".
+# The file and process name of group G's broker ID: broker-G (the master) or broker-G-ID.
+broker_name() {
+  local group=$1 id=${2:-0}
+  if ((id == 0)); then echo "broker-$group"; else echo "broker-$group-$id"; fi
+}
+
+# Starts broker ID of group G (its conf written by write_group_conf) and waits (bounded) for
+# its "boot success"; appends BROKER_<KEY>_ADDR and _PID to DIR/env, KEY being G (a master)
+# or G_SLAVE, upper-cased.
 start_group() {
-  local dir=$1 group=$2 port=$3
-  local out="$dir/broker-$group.out"
+  local dir=$1 group=$2 port=$3 id=${4:-0} name key
+  name=$(broker_name "$group" "$id")
+  key=${group^^}
+  ((id == 0)) || key=${key}_SLAVE
+  local out="$dir/$name.out"
   ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${BROKER_HEAP:-1g}" "$dir") \
-    -Duser.home="$dir/home-$group" \
-    -cp "$(classpath)" org.apache.rocketmq.broker.BrokerStartup -c "$dir/broker-$group.conf" \
+    -Duser.home="$dir/home-$name" \
+    -cp "$(classpath)" org.apache.rocketmq.broker.BrokerStartup -c "$dir/$name.conf" \
     >>"$out" 2>&1 </dev/null &
-  local pid=$! upper=${group^^}
-  { echo "BROKER_${upper}_ADDR=127.0.0.1:$port"; echo "BROKER_${upper}_PID=$pid"; } >>"$dir/env"
-  wait_port "$port" "$pid" "RocketMQ broker-$group"
+  local pid=$!
+  { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
+  wait_port "$port" "$pid" "RocketMQ $name"
   local deadline=$((SECONDS + START_DEADLINE_S))
   until grep -q "boot success" "$out"; do
-    ((SECONDS < deadline)) || die "broker-$group printed no 'boot success' within ${START_DEADLINE_S} s"
-    kill -0 "$pid" 2>/dev/null || die "broker-$group (pid $pid) exited during start; see $out"
+    ((SECONDS < deadline)) || die "$name printed no 'boot success' within ${START_DEADLINE_S} s"
+    kill -0 "$pid" 2>/dev/null || die "$name (pid $pid) exited during start; see $out"
     sleep 0.2
   done
 }
 
+# A name server for DIR (a fresh DIR/env with NAMESRV_ADDR and NAMESRV_PID).
+start_namesrv() {
+  local dir=$1 namesrv_port
+  mkdir -p "$dir/home"
+  namesrv_port=$(free_port)
+  printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$namesrv_port" >"$dir/namesrv.conf"
+  ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${NAMESRV_HEAP:-512m}" "$dir") \
+    -cp "$(classpath)" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" \
+    >"$dir/namesrv.out" 2>&1 </dev/null &
+  { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$!"; } >"$dir/env"
+  wait_port "$namesrv_port" "$!" "RocketMQ name server"
+}
+
+# One broker of group G (ID, ROLE) on a free port block, registered with NAMESRV.
+start_broker_of() {
+  local dir=$1 group=$2 namesrv=$3 id=$4 role=$5 port
+  port=$(free_broker_port)
+  write_group_conf "$dir" "$namesrv" "$group" "$port" "$id" "$role"
+  start_group "$dir" "$group" "$port" "$id"
+}
+
+# Stops every process DIR/env names: the brokers first, then the name server.
+stop_cluster() {
+  local dir=$1 key value
+  [[ -f "$dir/env" ]] || return 0
+  while IFS='=' read -r key value; do
+    [[ "$key" == BROKER_*_PID ]] && stop_pid "$value" "RocketMQ ${key%_PID}"
+  done <"$dir/env"
+  while IFS='=' read -r key value; do
+    [[ "$key" == NAMESRV_PID ]] && stop_pid "$value" "RocketMQ name server"
+  done <"$dir/env"
+  return 0
+}
+
 cmd=${1:-}
 case "$cmd" in
-  start-cluster)
-    dir=${2:?usage: start-cluster DIR}
-    mkdir -p "$dir/home" "$dir/home-a" "$dir/home-b"
+  start-cluster | start-cluster-ha | start-namesrv)
+    dir=${2:?usage: $1 DIR}
+    mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    namesrv_port=$(free_port)
-    printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$namesrv_port" >"$dir/namesrv.conf"
-    ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${NAMESRV_HEAP:-512m}" "$dir") \
-      -cp "$(classpath)" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" \
-      >"$dir/namesrv.out" 2>&1 </dev/null &
-    { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$!"; } >"$dir/env"
-    wait_port "$namesrv_port" "$!" "RocketMQ name server"
-    for group in a b; do
-      port=$(free_broker_port)
-      write_group_conf "$dir" "$namesrv_port" "$group" "$port"
-      start_group "$dir" "$group" "$port"
-    done
+    start_namesrv "$dir"
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    case "$cmd" in
+      start-cluster)
+        for group in a b; do start_broker_of "$dir" "$group" "$NAMESRV_ADDR" 0 ASYNC_MASTER; done
+        ;;
+      start-cluster-ha)
+        # RocketMQ's classic master/slave: the slave learns the master's HA address
+        # (brokerIP2:haListenPort) from its registration with the name server.
+        start_broker_of "$dir" a "$NAMESRV_ADDR" 0 SYNC_MASTER
+        start_broker_of "$dir" a "$NAMESRV_ADDR" 1 SLAVE
+        ;;
+    esac
+    cat "$dir/env"
+    ;;
+  start-group)
+    dir=$(cd "${2:?usage: start-group DIR GROUP NAMESRV_ADDR}" && pwd)
+    mkdir -p "$dir/home"
+    start_broker_of "$dir" "${3:?group}" "${4:?name server address}" 0 ASYNC_MASTER
     cat "$dir/env"
     ;;
   stop-cluster)
-    dir=$(cd "${2:?usage: stop-cluster DIR}" && pwd)
-    [[ -f "$dir/env" ]] || exit 0
-    # shellcheck disable=SC1091
-    source "$dir/env"
-    stop_pid "${BROKER_A_PID:-}" "RocketMQ broker-a"
-    stop_pid "${BROKER_B_PID:-}" "RocketMQ broker-b"
-    stop_pid "${NAMESRV_PID:-}" "RocketMQ name server"
+    stop_cluster "$(cd "${2:?usage: stop-cluster DIR}" && pwd)"
     ;;
   start)
     dir=${2:?usage: start DIR}
@@ -279,7 +337,7 @@ CONF
     classpath; echo
     ;;
   *)
-    sed -n '2,24p' "$0" >&2
+    sed -n '2,32p' "$0" >&2
     exit 2
     ;;
 esac

@@ -139,10 +139,23 @@ impl<T: Transport> Inner<T> {
     }
 
     /// Registers with every name server at once; returns when each answered or timed out.
+    /// A name server this broker is not registered with yet gets the [`join_body`] first.
     async fn register_all(self: &Rc<Self>) {
+        let header = self.header();
         let body = registration_body(&self.broker.topics);
-        let command = register_broker::encode_register_broker(&self.header(), &body);
-        self.send_to_all(command, "register").await;
+        let join =
+            join_body(&body).map(|join| register_broker::encode_register_broker(&header, &join));
+        let full = register_broker::encode_register_broker(&header, &body);
+        let rounds = self.links.iter().map(|link| {
+            let (this, link, join, full) = (self.clone(), link.clone(), join.clone(), full.clone());
+            async move {
+                if let Some(join) = join.filter(|_| link.reachable.get() != Some(true)) {
+                    this.send_to(&link, join, "register").await;
+                }
+                this.send_to(&link, full, "register").await;
+            }
+        });
+        join_all(rounds).await;
     }
 
     /// Unregisters from every name server at once (a clean stop).
@@ -333,6 +346,29 @@ fn registration_body(table: &TopicTable) -> RegisterBrokerBody {
     }
 }
 
+/// The registration sent before `body` to a name server this broker is not registered
+/// with (none answered it yet, or the last answer was a failure), when `body` holds exactly
+/// one topic (a fresh broker's auto-create template alone): the same with no topics and a
+/// data version one count below the body's, so the full one always reads as a change.
+///
+/// RocketMQ 5.x's name server reads a one-topic body from a broker it does not list yet as
+/// a single-topic update sent before the broker's first registration and refuses it
+/// ("register broker failed", `RouteInfoManager.registerBroker`), so such a broker would
+/// never join a RocketMQ cluster until it held a second topic. The empty body joins; the
+/// full one then adds the topic on every name server (RocketMQ's, ringmq's). Only before
+/// the first success: sent every round, it would take the topic off ringmq's routes
+/// between the two registrations.
+fn join_body(body: &RegisterBrokerBody) -> Option<RegisterBrokerBody> {
+    (body.topics.len() == 1).then(|| RegisterBrokerBody {
+        topics: Default::default(),
+        data_version: register_broker::DataVersion {
+            counter: body.data_version.counter.wrapping_sub(1),
+            ..body.data_version
+        },
+        filter_server_list: body.filter_server_list.clone(),
+    })
+}
+
 /// A queue count as the wire's i32 (counts are bounded far below it by `MAX_QUEUE_NUMS`).
 fn queue_count(count: u32) -> i32 {
     i32::try_from(count).unwrap_or_else(|_| panic!("queue count {count} exceeds i32"))
@@ -372,5 +408,25 @@ mod tests {
         let not_creating = TopicTable::load(dir.path(), false, 4).unwrap();
         let body = registration_body(&not_creating);
         assert!(body.topics.is_empty(), "{:?}", body.topics);
+    }
+
+    #[test]
+    fn a_one_topic_registration_has_an_empty_join_of_another_data_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = registration_body(&TopicTable::load(dir.path(), true, 4).unwrap());
+        assert_eq!(fresh.topics.len(), 1, "{fresh:?}");
+        let join = join_body(&fresh).expect("a one-topic body has a join");
+        assert!(join.topics.is_empty(), "{join:?}");
+        assert_ne!(join.data_version, fresh.data_version);
+        for held in [0, 2] {
+            let mut body = fresh.clone();
+            body.topics.clear();
+            for i in 0..held {
+                let name = format!("T{i}");
+                body.topics
+                    .insert(name.clone(), RegisteredTopic::new(&name, 4));
+            }
+            assert_eq!(join_body(&body), None, "{held} topics: no join");
+        }
     }
 }

@@ -11,6 +11,7 @@
 //! a temporary directory and runs its client code on a client runtime from [`run_clients`].
 //! Waiting is always a bounded poll of a condition ([`wait_until`]), never a bare sleep.
 
+pub mod cluster;
 pub mod node;
 pub mod raw;
 

@@ -343,7 +343,7 @@ struct RealPids {
 /// True while `pid` runs: it exists and is not a zombie. (The RocketMQ processes are
 /// started with nohup by `scripts/rocketmq.sh` and outlive it; their new parent need not
 /// reap them, so one that has exited may stay a zombie, which `kill -0` still finds.)
-fn process_running(pid: libc::pid_t) -> bool {
+pub(crate) fn process_running(pid: libc::pid_t) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
         Ok(stat) => stat
@@ -355,7 +355,7 @@ fn process_running(pid: libc::pid_t) -> bool {
 }
 
 /// Waits until `pid` no longer runs; false if it still runs at the deadline.
-fn wait_gone(pid: libc::pid_t, deadline: Duration) -> bool {
+pub(crate) fn wait_gone(pid: libc::pid_t, deadline: Duration) -> bool {
     let until = Instant::now() + deadline;
     while process_running(pid) {
         if Instant::now() >= until {
@@ -419,7 +419,7 @@ fn delay_level_in_rocketmq_units(level: &str) -> String {
 }
 
 /// What `scripts/rocketmq.sh` wrote to `DIR/env`.
-fn read_env(dir: &Path) -> std::collections::HashMap<String, String> {
+pub(crate) fn read_env(dir: &Path) -> std::collections::HashMap<String, String> {
     std::fs::read_to_string(dir.join("env"))
         .unwrap_or_default()
         .lines()

@@ -20,6 +20,9 @@ use rocketmq_model::common::message::message_single::Message;
 use rocketmq_model::result::SendStatus;
 use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
 
+#[path = "compat/cluster.rs"]
+mod cluster;
+
 /// What a test expects one message to look like when it is delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Expected {

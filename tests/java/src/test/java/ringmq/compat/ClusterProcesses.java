@@ -13,31 +13,105 @@ import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A cluster of the target's kind started for one scenario, beside the suite's broker: one
- * standalone name server and two master groups, broker-a and broker-b, registered with it
- * ({@code start-cluster DIR} of the control script, in a directory of its own under the
- * runner's DIR). Closing it stops what is still running ({@code stop-cluster DIR}).
+ * A cluster started for one scenario, beside the suite's broker, in a directory of its own
+ * under the runner's DIR; closing it stops what is still running ({@code stop-cluster DIR},
+ * which stops every process DIR/env names). Three shapes:
+ * <ul>
+ *   <li>{@link #start()}: the target's standalone name server and two master groups,
+ *       broker-a and broker-b ({@code start-cluster DIR} of the control script);</li>
+ *   <li>{@link #startHa()}: the target's name server and group broker-a as a SYNC_MASTER and
+ *       its SLAVE ({@code start-cluster-ha DIR});</li>
+ *   <li>{@link #startMixed(Kind)}: one ringmq group (broker-ringmq) and one RocketMQ 5.5.0
+ *       group (broker-rocketmq) in one cluster behind one name server of the given kind
+ *       ({@code start-namesrv} of that kind's script, then {@code start-group} of each).</li>
+ * </ul>
  */
 public final class ClusterProcesses implements AutoCloseable {
     private static final Duration CONTROL_DEADLINE = Duration.ofSeconds(240);
     private static final Duration KILL_DEADLINE = Duration.ofSeconds(30);
 
+    /** Which broker's control script: ringmq's (scripts/ringmq-node.sh) or RocketMQ's (scripts/rocketmq.sh). */
+    public enum Kind {
+        RINGMQ("ringmq-node.sh"),
+        ROCKETMQ("rocketmq.sh");
+
+        private final String script;
+
+        Kind(String script) {
+            this.script = script;
+        }
+
+        /** The control script of this kind: a sibling of the runner's. */
+        Path control(Target target) {
+            return target.control().resolveSibling(script);
+        }
+    }
+
+    /**
+     * ringmq's name server replaces a master's topic set with each registration by default;
+     * a RocketMQ 5.x broker registers a topic it just created alone (registerIncrementBrokerData,
+     * registerSingleTopicAll), which would drop the group's other topics from the routes until
+     * its next full registration (30 s). Beside RocketMQ brokers the name server must keep
+     * topics on registration, as RocketMQ's own does by default.
+     */
+    static final String KEEP_TOPICS_ON_REGISTER = "deleteTopicWithBrokerRegistration=false";
+
     private final Target target;
+    private final Path control;
     private final Path dir;
     private final Map<String, String> env;
 
-    private ClusterProcesses(Target target, Path dir) {
+    private ClusterProcesses(Target target, Path control, Path dir) {
         this.target = target;
+        this.control = control;
         this.dir = dir;
         this.env = readEnv(dir.resolve("env"));
     }
 
-    /** Starts the cluster (bounded) and reads where its processes listen. */
+    /** Starts two master groups behind a standalone name server (bounded) and reads where they listen. */
     public static ClusterProcesses start() {
+        return startShape("start-cluster");
+    }
+
+    /** Starts group broker-a as a SYNC_MASTER and its slave behind a standalone name server. */
+    public static ClusterProcesses startHa() {
+        return startShape("start-cluster-ha");
+    }
+
+    private static ClusterProcesses startShape(String verb) {
         Target target = Target.get();
-        Path dir = target.dir().resolve("cluster-" + UUID.randomUUID().toString().substring(0, 8));
-        run(target, "start-cluster", dir);
-        return new ClusterProcesses(target, dir);
+        Path dir = newDir(target);
+        run(target, target.control(), List.of(verb, dir.toString()));
+        return new ClusterProcesses(target, target.control(), dir);
+    }
+
+    /**
+     * Starts a name server of kind {@code namesrv}, then an ASYNC_MASTER ringmq group
+     * (broker-ringmq) and an ASYNC_MASTER RocketMQ 5.5.0 group (broker-rocketmq), both in
+     * DefaultCluster and registered with it. If a step fails, what started is stopped.
+     */
+    public static ClusterProcesses startMixed(Kind namesrv) {
+        Target target = Target.get();
+        Path dir = newDir(target);
+        Path control = namesrv.control(target);
+        try {
+            List<String> start = new java.util.ArrayList<>(List.of("start-namesrv", dir.toString()));
+            if (namesrv == Kind.RINGMQ) {
+                start.add(KEEP_TOPICS_ON_REGISTER);
+            }
+            run(target, control, start);
+            String addr = readEnv(dir.resolve("env")).get("NAMESRV_ADDR");
+            run(target, Kind.RINGMQ.control(target), List.of("start-group", dir.toString(), "ringmq", addr));
+            run(target, Kind.ROCKETMQ.control(target), List.of("start-group", dir.toString(), "rocketmq", addr));
+        } catch (RuntimeException e) {
+            run(target, control, List.of("stop-cluster", dir.toString()));
+            throw e;
+        }
+        return new ClusterProcesses(target, control, dir);
+    }
+
+    private static Path newDir(Target target) {
+        return target.dir().resolve("cluster-" + UUID.randomUUID().toString().substring(0, 8));
     }
 
     public String namesrvAddr() {
@@ -47,6 +121,11 @@ public final class ClusterProcesses implements AutoCloseable {
     /** The address of group {@code name}'s master ("broker-a" or "broker-b"). */
     public String brokerAddr(String name) {
         return env.get(key(name, "ADDR"));
+    }
+
+    /** The address of group {@code name}'s slave (brokerId 1; {@link #startHa()} only). */
+    public String slaveAddr(String name) {
+        return env.get(key(name, "SLAVE_ADDR"));
     }
 
     /** SIGKILLs group {@code name}'s master and waits (bounded) until it is gone. */
@@ -62,7 +141,7 @@ public final class ClusterProcesses implements AutoCloseable {
 
     @Override
     public void close() {
-        run(target, "stop-cluster", dir);
+        run(target, control, List.of("stop-cluster", dir.toString()));
     }
 
     private static String key(String name, String what) {
@@ -87,25 +166,28 @@ public final class ClusterProcesses implements AutoCloseable {
         }
     }
 
-    private static void run(Target target, String verb, Path dir) {
+    /** Runs {@code control ARGS...} (bounded), its output appended to the runner's control.log. */
+    private static void run(Target target, Path control, List<String> args) {
         Path log = target.dir().resolve("control.log");
+        List<String> command = new java.util.ArrayList<>(List.of("bash", control.toString()));
+        command.addAll(args);
         try {
-            Process process = new ProcessBuilder(List.of("bash", target.control().toString(), verb, dir.toString()))
+            Process process = new ProcessBuilder(command)
                     .redirectErrorStream(true)
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile()))
                     .start();
             if (!process.waitFor(CONTROL_DEADLINE.toSeconds(), TimeUnit.SECONDS)) {
                 process.destroyForcibly();
-                throw new IllegalStateException(verb + " " + dir + " did not finish within " + CONTROL_DEADLINE);
+                throw new IllegalStateException(command + " did not finish within " + CONTROL_DEADLINE);
             }
             if (process.exitValue() != 0) {
-                throw new IllegalStateException(verb + " " + dir + " exited " + process.exitValue() + "; see " + log);
+                throw new IllegalStateException(command + " exited " + process.exitValue() + "; see " + log);
             }
         } catch (IOException e) {
-            throw new IllegalStateException("run " + verb + ": " + e, e);
+            throw new IllegalStateException("run " + command + ": " + e, e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new IllegalStateException("interrupted while running " + verb, e);
+            throw new IllegalStateException("interrupted while running " + command, e);
         }
     }
 }
