@@ -7,7 +7,7 @@
 //! 5.x's `NettyServerConfig` key, and the key `ringmq serve` binds with; default
 //! `0.0.0.0`), `scanNotActiveBrokerInterval` (ms, default 5000),
 //! `serverChannelMaxIdleTimeSeconds` (default 120), `deleteTopicWithBrokerRegistration`
-//! (ringmq's default is `true`: see the registry) and ringmq's own bounds and timeouts
+//! (default `false`, as RocketMQ: see the registry) and ringmq's own bounds and timeouts
 //! (`maxBrokers`, `maxTopicsPerRegistration`, `maxRegisterBodyBytes`, `maxFrameSize`,
 //! `maxConnections`, `maxPartialFrameBytes`, `brokerHeartbeatTimeoutMillis`).
 //!
@@ -54,7 +54,7 @@ impl Default for NamesrvConfig {
             bind_address: IpAddr::from([0, 0, 0, 0]),
             scan_not_active_broker_interval: Duration::from_millis(5000),
             server_channel_max_idle_time: Duration::from_secs(120),
-            delete_topic_with_broker_registration: true,
+            delete_topic_with_broker_registration: false,
             max_brokers: DEFAULT_MAX_BROKERS,
             max_topics_per_registration: DEFAULT_MAX_TOPICS,
             max_register_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -129,9 +129,11 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "deleteTopicWithBrokerRegistration",
-        default: "true",
-        meaning: "a master's registration replaces its group's topics (RocketMQ's default is \
-                  false: a topic the master dropped keeps its route)",
+        default: "false",
+        meaning: "true: a master's registration replaces its group's topics, dropping the \
+                  routes of those it no longer lists (false: they stay routed until \
+                  DELETE_TOPIC_IN_NAMESRV; keep false beside RocketMQ brokers, which register \
+                  a new topic alone)",
         set: |c, v| {
             c.delete_topic_with_broker_registration = number(v, "true or false")?;
             Ok(())

@@ -14,11 +14,14 @@
 //!   address when the master is registered. An address registered again under another
 //!   (name, id) leaves its old place first; an id registered again at another address
 //!   drops the old address's liveness entry.
-//! - Where ringmq differs by default: a master's registration **replaces** the group's
-//!   topic set (a topic the master no longer lists loses this group's queue data), which
-//!   Java does only with `deleteTopicWithBrokerRegistration=true` (default false, leaving
-//!   a deleted topic routed until an admin deletes it from the name server). With
-//!   [`RegistryLimits::replace_topics_on_register`] false, ringmq does as Java's default.
+//! - A master's registration **adds** to the group's topics (Java's default
+//!   `deleteTopicWithBrokerRegistration=false`): a topic the master no longer lists keeps
+//!   its route until DELETE_TOPIC_IN_NAMESRV (`ringmq admin topic-delete` sends it). It must
+//!   be so beside RocketMQ 5.x brokers, which register a topic they just created alone
+//!   (`registerSingleTopicAll`): replacing would drop their other topics from every route
+//!   until their next full registration. With
+//!   [`RegistryLimits::replace_topics_on_register`] (the key set to `true`) a master's
+//!   registration replaces its group's topic set.
 //! - **Unregister** (UNREGISTER_BROKER, a closed connection, an expiry): as Java's
 //!   `unRegisterBroker`, the liveness entry goes, the id leaves its group; a group left
 //!   with no broker is removed with its queue data (a topic left with no group is
@@ -81,7 +84,7 @@ impl Default for RegistryLimits {
         RegistryLimits {
             max_brokers: DEFAULT_MAX_BROKERS,
             default_heartbeat_timeout_ms: DEFAULT_HEARTBEAT_TIMEOUT_MS,
-            replace_topics_on_register: true,
+            replace_topics_on_register: false,
             register: RegisterLimits::default(),
         }
     }

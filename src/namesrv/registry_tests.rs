@@ -94,8 +94,11 @@ fn routes_merge_every_group_serving_the_topic() {
 }
 
 #[test]
-fn a_master_registration_replaces_its_topic_set_when_its_version_changes() {
-    let mut registry = Registry::new(RegistryLimits::default());
+fn with_replacement_a_master_registration_replaces_its_topic_set_when_its_version_changes() {
+    let mut registry = Registry::new(RegistryLimits {
+        replace_topics_on_register: true,
+        ..RegistryLimits::default()
+    });
     registry
         .register(
             &request("a", 0, "10.0.0.1:10911", &[("T", 4), ("Old", 1)], 1),
@@ -117,9 +120,8 @@ fn a_master_registration_replaces_its_topic_set_when_its_version_changes() {
 }
 
 #[test]
-fn without_replacement_a_dropped_topic_keeps_its_route_as_in_java() {
+fn by_default_a_dropped_topic_keeps_its_route_as_in_java() {
     let mut registry = Registry::new(RegistryLimits {
-        replace_topics_on_register: false,
         default_heartbeat_timeout_ms: 5,
         ..RegistryLimits::default()
     });

@@ -1,12 +1,16 @@
 //! `ringmq admin` against standalone name servers (as processes): `-c CLUSTER topic-create`
 //! creates the topic on every master the name servers list for the cluster, so its route
 //! merges both groups on each name server; `cluster` lists every group with what each
-//! broker reports; `-n` takes several name servers, `;`-separated, as mqadmin does.
+//! broker reports; `-n` takes several name servers, `;`-separated, as mqadmin does;
+//! `-c CLUSTER topic-delete` deletes the topic from every master and its route from every
+//! name server (which keep it otherwise: `deleteTopicWithBrokerRegistration=false`).
 
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::process_cluster::{routed_to, topic_table, BrokerSpec, ProcessCluster};
+use crate::common::process_cluster::{
+    route_groups, routed_to, topic_table, BrokerSpec, ProcessCluster,
+};
 
 /// How soon a topic change reaches the routes (the change poll, 1 s, and a round).
 const CHANGE_BOUND: Duration = Duration::from_secs(10);
@@ -72,5 +76,26 @@ fn a_cluster_topic_create_reaches_every_master_and_both_name_servers_route_it() 
                 .any(|line| line.contains(name) && line.contains(&addr)),
             "{name} at {addr} not listed:\n{out}"
         );
+    }
+    let (ok, out, err) = admin(
+        &namesrv,
+        &["-c", "DefaultCluster", "topic-delete", "-t", "Orders"],
+    );
+    assert!(ok, "{out}{err}");
+    for addr in cluster.name_servers.iter().map(|n| n.addr) {
+        assert!(
+            out.contains(&format!("deleted topic Orders from name server {addr}")),
+            "{out}"
+        );
+        // At once: the delete answered only after each name server dropped the route.
+        assert_eq!(
+            route_groups(addr, "Orders"),
+            (Vec::new(), Vec::new()),
+            "Orders still routed by {addr}"
+        );
+    }
+    for broker in ["broker-a-0", "broker-b-0"] {
+        let table = topic_table(cluster.broker(broker).addr);
+        assert!(table.get("Orders").is_none(), "{broker}: {table:?}");
     }
 }

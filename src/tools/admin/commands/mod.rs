@@ -54,6 +54,9 @@ pub struct Ctx {
     broker: Option<String>,
     cluster: Option<String>,
     discovered: Cell<Option<SocketAddr>>,
+    /// Whether [`Ctx::broker`] fell back to [`DEFAULT_BROKER`] because the name server
+    /// could not say.
+    fell_back: Cell<bool>,
 }
 
 impl Ctx {
@@ -65,6 +68,7 @@ impl Ctx {
             broker: args.broker.clone(),
             cluster: args.cluster.clone(),
             discovered: Cell::new(None),
+            fell_back: Cell::new(false),
         }
     }
 
@@ -110,6 +114,16 @@ impl Ctx {
         Ok(addr)
     }
 
+    /// Every address of `--namesrv`, in order.
+    pub fn namesrv_addrs(&self) -> AdminResult<Vec<SocketAddr>> {
+        self.namesrvs.iter().map(|text| resolve(text)).collect()
+    }
+
+    /// Whether the broker is [`DEFAULT_BROKER`] because the name server could not say.
+    pub fn broker_fell_back(&self) -> bool {
+        self.fell_back.get()
+    }
+
     /// Whether `--broker` was given.
     pub fn broker_given(&self) -> bool {
         self.broker.is_some()
@@ -149,7 +163,10 @@ impl Ctx {
         };
         let addr = match discovered {
             Some(addr) => addr?,
-            None => resolve(DEFAULT_BROKER)?,
+            None => {
+                self.fell_back.set(true);
+                resolve(DEFAULT_BROKER)?
+            }
         };
         self.discovered.set(Some(addr));
         Ok(addr)

@@ -11,8 +11,9 @@
 //!   `updated` or `unchanged`). `--perm` is 2, 4 or 6 ([`check_perm`]), checked before
 //!   any request. With `--cluster`, each master of the cluster in turn (mqadmin's `-c`).
 //! - `topic-delete` (mqadmin deleteTopic): DELETE_TOPIC_IN_BROKER (215) of a topic 21
-//!   lists (the node's name server reads the same table, so there is no second delete;
-//!   DELETE_TOPIC_IN_NAMESRV, 216, is not sent, so a Java name server is not told).
+//!   lists, on each target; then, when the name server named the targets (not `--broker`,
+//!   not the default broker it could not name), DELETE_TOPIC_IN_NAMESRV (216) on every name
+//!   server of `--namesrv`, which keep a topic's route until told.
 //! - `topic-route` (mqadmin topicRoute): GET_ROUTEINFO_BY_TOPIC (105) on the name server,
 //!   for a topic the topic list (206, else 21) names: an unknown topic is not found, and
 //!   the route query cannot create it (ringmq's name server auto-creates on a route query
@@ -28,7 +29,7 @@ use crate::remoting::codes::{request, response};
 
 use super::super::args::{TopicCreateArgs, TopicUpdateArgs};
 use super::super::bodies::{self, TopicConfig};
-use super::super::error::{bad_input, not_found, AdminResult};
+use super::super::error::{bad_input, node_error, not_found, AdminResult};
 use super::super::output::{human, Output, Table};
 use super::super::time::format_utc;
 use super::super::wire::{command, refusal, Role};
@@ -297,7 +298,45 @@ pub async fn delete(ctx: &Ctx, topic: &str) -> AdminResult<Output> {
             format!("deleted topic {topic} from {broker}\n"),
         ));
     }
-    Ok(ctx.combine(outputs))
+    let mut output = ctx.combine(outputs);
+    if !ctx.broker_given() && !ctx.broker_fell_back() {
+        let told = delete_in_name_servers(ctx, topic).await?;
+        for namesrv in &told {
+            output.text.push_str(&format!(
+                "deleted topic {topic} from name server {namesrv}\n"
+            ));
+        }
+        let told: Vec<String> = told.iter().map(SocketAddr::to_string).collect();
+        output.json["namesrvs"] = json!(told);
+    }
+    Ok(output)
+}
+
+/// DELETE_TOPIC_IN_NAMESRV (216) on every name server of `--namesrv` (mqadmin's
+/// deleteTopic does the same), with `clusterName` under `--cluster`; returns those told.
+/// A name server keeps a topic a master stopped listing routed
+/// (`deleteTopicWithBrokerRegistration=false`, the default), so the brokers' delete alone
+/// would leave clients a route to nothing. Sent after the brokers' deletes; a name server
+/// that does not confirm is an error naming it.
+async fn delete_in_name_servers(ctx: &Ctx, topic: &str) -> AdminResult<Vec<SocketAddr>> {
+    let namesrvs = ctx.namesrv_addrs()?;
+    for &namesrv in &namesrvs {
+        let mut fields: Vec<(&str, &dyn std::fmt::Display)> = vec![("topic", &topic)];
+        let cluster = ctx.cluster();
+        if let Some(cluster) = &cluster {
+            fields.push(("clusterName", cluster));
+        }
+        ctx.wire
+            .call_ok(namesrv, command(request::DELETE_TOPIC_IN_NAMESRV, &fields))
+            .await
+            .map_err(|error| {
+                node_error(format!(
+                    "topic {topic} was deleted from the brokers, but name server {namesrv} \
+                     did not delete its route: {error}"
+                ))
+            })?;
+    }
+    Ok(namesrvs)
 }
 
 pub async fn route(ctx: &Ctx, topic: &str) -> AdminResult<Output> {

@@ -47,15 +47,6 @@ public final class ClusterProcesses implements AutoCloseable {
         }
     }
 
-    /**
-     * ringmq's name server replaces a master's topic set with each registration by default;
-     * a RocketMQ 5.x broker registers a topic it just created alone (registerIncrementBrokerData,
-     * registerSingleTopicAll), which would drop the group's other topics from the routes until
-     * its next full registration (30 s). Beside RocketMQ brokers the name server must keep
-     * topics on registration, as RocketMQ's own does by default.
-     */
-    static final String KEEP_TOPICS_ON_REGISTER = "deleteTopicWithBrokerRegistration=false";
-
     private final Target target;
     private final Path control;
     private final Path dir;
@@ -95,11 +86,7 @@ public final class ClusterProcesses implements AutoCloseable {
         Path dir = newDir(target);
         Path control = namesrv.control(target);
         try {
-            List<String> start = new java.util.ArrayList<>(List.of("start-namesrv", dir.toString()));
-            if (namesrv == Kind.RINGMQ) {
-                start.add(KEEP_TOPICS_ON_REGISTER);
-            }
-            run(target, control, start);
+            run(target, control, List.of("start-namesrv", dir.toString()));
             String addr = readEnv(dir.resolve("env")).get("NAMESRV_ADDR");
             run(target, Kind.RINGMQ.control(target), List.of("start-group", dir.toString(), "ringmq", addr));
             run(target, Kind.ROCKETMQ.control(target), List.of("start-group", dir.toString(), "rocketmq", addr));
