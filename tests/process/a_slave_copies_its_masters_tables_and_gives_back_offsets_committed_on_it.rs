@@ -60,6 +60,24 @@ fn committed(broker: SocketAddr, queue: i32) -> Option<i64> {
     (answer.code == response::SUCCESS).then(|| answer.ext_fields["offset"].parse().unwrap())
 }
 
+/// A POP_MESSAGE of queue 0 of the topic to `broker`, no long poll.
+fn pop(broker: SocketAddr) -> RemotingCommand {
+    let command = RemotingCommand::request(
+        request::POP_MESSAGE,
+        ExtFields::from([
+            ("consumerGroup", GROUP),
+            ("topic", TOPIC),
+            ("queueId", "0"),
+            ("maxMsgNums", "1"),
+            ("invisibleTime", "60000"),
+            ("pollTime", "0"),
+            ("bornTime", "0"),
+            ("initMode", "0"),
+        ]),
+    );
+    call(broker, command).expect("the pop is answered")
+}
+
 fn groups(broker: SocketAddr) -> serde_json::Value {
     let command =
         RemotingCommand::request(request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG, ExtFields::new());
@@ -135,6 +153,12 @@ fn a_slave_serves_the_backlog_with_its_masters_topics_and_gives_back_offsets_com
     cluster.wait_until(LIMIT, "the slave takes the master's later commit", || {
         committed(slave, 0) == Some(2)
     });
+    // POP writes its state to the CommitLog, which a slave only copies: the slave says
+    // to go to the master, and hands nothing out.
+    let refused = pop(slave);
+    assert_eq!(refused.code, response::SYSTEM_ERROR, "{refused:?}");
+    let why = refused.remark.unwrap_or_default();
+    assert!(why.contains("served by its master"), "{why}");
     let log = cluster.brokers[1].log_text();
     assert!(
         log.contains("copying the master's tables"),

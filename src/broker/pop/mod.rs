@@ -242,6 +242,27 @@ fn pop_response(
     answer
 }
 
+/// The shard's POP service, if it serves: not on a slave, whose POP state would be records
+/// of its own in a CommitLog that only copies its master's (D14, D16), so POP, ACK and
+/// CHANGE_INVISIBLE_TIME go to the master; [`not_running`] says why.
+pub(crate) fn serving(broker: &Broker) -> Option<&Rc<Pops>> {
+    if broker.store().role() == crate::store::replica::StoreRole::Replica {
+        return None;
+    }
+    broker.pops.get()
+}
+
+/// Why [`serving`] found no POP service.
+fn not_running(broker: &Broker) -> String {
+    if broker.store().role() == crate::store::replica::StoreRole::Replica {
+        "this broker is a slave: POP, ACK and CHANGE_INVISIBLE_TIME are served by its master \
+         only (POP state is written to the CommitLog, which a slave only copies)"
+            .into()
+    } else {
+        "POP is not running on this shard".into()
+    }
+}
+
 /// POP_MESSAGE (200050).
 pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> RemotingCommand {
     let now = broker.now_ms();
@@ -267,11 +288,8 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             None,
         )
     };
-    let Some(pops) = broker.pops.get() else {
-        return fail(
-            response::SYSTEM_ERROR,
-            "POP is not running on this shard".into(),
-        );
+    let Some(pops) = serving(broker) else {
+        return fail(response::SYSTEM_ERROR, not_running(broker));
     };
     let (topic_config, max_attempts) = match check_pop(broker, &header) {
         Ok(checked) => checked,
@@ -1104,8 +1122,8 @@ pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> Remoting
     if let Err((code, why)) = check_ack_target(broker, &header) {
         return answer(code, Some(why));
     }
-    let Some(pops) = broker.pops.get() else {
-        return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
+    let Some(pops) = serving(broker) else {
+        return answer(response::SYSTEM_ERROR, Some(not_running(broker)));
     };
     let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
     match ack_offsets(
@@ -1190,8 +1208,8 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             )
         }
     };
-    let Some(pops) = broker.pops.get() else {
-        return answer(response::SYSTEM_ERROR, Some("POP is not running".into()));
+    let Some(pops) = serving(broker) else {
+        return answer(response::SYSTEM_ERROR, Some(not_running(broker)));
     };
     if let Err(why) = check_batch_bounds(broker, &body) {
         return answer(response::INVALID_PARAMETER, Some(why.to_string()));
@@ -1357,10 +1375,10 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
     if let Err((code, why)) = check_ack_target(broker, &header) {
         return respond(code, Some(why), now, revive_qid);
     }
-    let Some(pops) = broker.pops.get() else {
+    let Some(pops) = serving(broker) else {
         return respond(
             response::SYSTEM_ERROR,
-            Some("POP is not running".into()),
+            Some(not_running(broker)),
             now,
             revive_qid,
         );

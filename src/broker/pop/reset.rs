@@ -32,7 +32,8 @@ pub async fn outside_commit(
     key: &QueueKey,
     offset: u64,
 ) -> Result<bool, PopLogError> {
-    let Some(pops) = broker.pops.get() else {
+    // A slave serves no POP (its table is what it replayed at start): nothing to start over.
+    let Some(pops) = crate::broker::pop::serving(broker) else {
         return Ok(false);
     };
     let offset = offset.max(broker.store.min_offset(&key.topic, key.queue_id));
