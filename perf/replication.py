@@ -31,6 +31,7 @@ measured seconds / messages acknowledged). The report gives medians over rounds 
 ratios the issue sets targets for.
 """
 import argparse
+import shutil
 import json
 import os
 import re
@@ -169,6 +170,15 @@ def stop(procs):
             proc.wait()
 
 
+def slave_store(scratch):
+    """The slave's store: SLAVE_DIR when set (another disk; a tmpfs to see what sharing one
+    disk costs the SYNC_FLUSH rows), else beside the master's."""
+    base = os.environ.get("SLAVE_DIR")
+    if not base:
+        return f"{scratch}/s"
+    return os.path.join(base, "ringmq-slave-" + os.path.basename(scratch))
+
+
 def run_row(args, name, producers, scratch):
     row = ROWS[name]
     port, ha = free_port(), free_port()
@@ -186,7 +196,7 @@ def run_row(args, name, producers, scratch):
                 procs.append(proxy)
             sport = free_port()
             slave = start(args.ringmq, node_conf("SLAVE", row.slave_flush, sport, None,
-                                                 f"{scratch}/s", 1, master_ha=master_ha),
+                                                 slave_store(scratch), 1, master_ha=master_ha),
                           scratch, f"{name}-{producers}-slave")
             procs.append(slave)
             wait_port(sport, slave)
@@ -309,7 +319,10 @@ def main():
             order = group[r % len(group):] + group[:r % len(group)]
             for row in order:
                 with tempfile.TemporaryDirectory(dir=scratch_root) as scratch:
-                    result = run_row(args, row, n, scratch)
+                    try:
+                        result = run_row(args, row, n, scratch)
+                    finally:
+                        shutil.rmtree(slave_store(scratch), ignore_errors=True)
                 figures[(row, n)].append(result)
                 print(f"round {r} {row} {n}: {result['msgs_per_sec']:.0f} msg/s "
                       f"p50 {result['p50_us']} us errors {result['errors']}", file=sys.stderr)

@@ -17,6 +17,7 @@
 # Usage: perf/replication.sh   env: ROUNDS (3), SECONDS_PER_RUN (5), PRODUCERS ("16 64"),
 #                                   FLUSH_ROWS (1; empty skips), DELAY_ROWS (1; empty skips),
 #                                   CATCH_UP_GIB (2; 0 skips), DIR (scratch, default /var/tmp),
+#                                   SLAVE_DIR (the rows' slave stores there, e.g. a tmpfs),
 #                                   RINGMQ_BIN, PROXY_BIN (binaries instead of building)
 # Run nothing else meanwhile: the disk and both cores are shared.
 set -euo pipefail
