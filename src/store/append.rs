@@ -168,7 +168,6 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         }
         return;
     }
-    let puts = batch.len();
     // 1. Encode and write; the batch waits in the queue from here on.
     let Some(Encoding {
         mut chunks,
@@ -201,11 +200,20 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
     }
     preallocate_ahead(shared, start, end);
     // 3. Release what the required conditions now allow.
-    release(shared);
+    let answered = release(shared);
+    expect_back(shared, answered);
+}
+
+/// Under SYNC_FLUSH, the `answered` producers just answered are expected back for the next
+/// fsync (`gather.rs`). Counted from the answers made, not the batch just synced: under
+/// SYNC_MASTER the batch waits on for its replica and its producers are not coming back
+/// yet, so expecting them made every next batch wait out the gather window for nobody
+/// (the SYNC_FLUSH pair at 0.74 of one SYNC_FLUSH node with the slave on a tmpfs). The
+/// replica's confirmation, which answers them, sets the expectation instead.
+fn expect_back(shared: &Shared, answered: usize) {
     if shared.config.flush_mode == FlushMode::Sync {
-        // The producers just answered are expected back for the next fsync.
         shared.gather.answered(
-            puts,
+            answered,
             shared.pending.borrow().len(),
             std::time::Instant::now(),
             shared.config.group_commit_max_wait,
@@ -316,7 +324,10 @@ pub(crate) fn replica_reached(shared: &Shared, position: u64) {
         }
         waiters.advance(AckCondition::Replicated, position);
     }
-    release(shared);
+    let answered = release(shared);
+    if answered > 0 {
+        expect_back(shared, answered);
+    }
 }
 
 /// Stops every held batch from waiting for a replica: each releases on its flush alone
@@ -328,7 +339,10 @@ pub(crate) fn waive_replica(shared: &Shared, status: PutStatus) {
         .waiters
         .borrow_mut()
         .waive_replica(|batch| batch.status = status);
-    release(shared);
+    let answered = release(shared);
+    if answered > 0 {
+        expect_back(shared, answered);
+    }
 }
 
 /// Starts preallocating the next segment once a batch from `start` to `end` has used
@@ -625,31 +639,33 @@ fn fail(shared: &Shared, cause: LogIoError) {
 /// Stage 3: releases, in offset order, every waiter whose end all the required conditions
 /// have reached, inside the answer scope; then wakes the long-polling pulls once. Nothing
 /// to release costs one look at the queue's front (and no scope). Called by the appender
-/// after each turn, and by whatever advances a condition outside it.
-pub(crate) fn release(shared: &Shared) {
+/// after each turn, and by whatever advances a condition outside it. Returns how many puts
+/// it answered.
+pub(crate) fn release(shared: &Shared) -> usize {
     if !shared.waiters.borrow().ready() {
-        return;
+        return 0;
     }
     let scope = shared.answer_scope.borrow().clone();
     let mut once = true;
+    let mut answered = 0;
     scope(&mut || {
         if !std::mem::take(&mut once) {
             return;
         }
-        let mut released = false;
         loop {
             // Borrowed for the pop only: the answers run callbacks.
             let next = shared.waiters.borrow_mut().pop_ready();
             let Some((end, batch)) = next else {
                 break;
             };
+            answered += batch.puts.len();
             dispatch(shared, batch, end);
-            released = true;
         }
-        if released {
+        if answered > 0 {
             shared.arrivals.notify_waiters();
         }
     });
+    answered
 }
 
 /// The index could not take a visible record. The record is stored and acknowledged

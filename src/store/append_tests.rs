@@ -425,3 +425,37 @@ fn the_watchdog_ticks_by_the_shorter_timeout_that_applies() {
         sync_master.shutdown().await.unwrap();
     });
 }
+
+/// Group commit (`gather.rs`) expects back the producers that were answered, not those of
+/// the batch just synced: a SYNC_MASTER batch synced but held for its replica answers
+/// nobody, so the next batch must not wait for anyone; the replica's confirmation, which
+/// answers them, is what makes the appender expect them.
+#[test]
+fn group_commit_expects_the_producers_a_replica_confirmation_answered() {
+    run(async {
+        let sim = SimDisk::new(SimConfig::with_seed(5));
+        let store = store_held_by_a_replica(&sim).await;
+        // As if fsyncs took 2 ms: a wait window of 1 ms (zero would never expect anyone).
+        store
+            .shared
+            .gather
+            .synced(std::time::Duration::from_millis(2));
+        let heard: Heard = Rc::default();
+        put(&store, b"held", &heard);
+        until_flushed(&store, 1).await;
+        let end = store.log_positions().flushed;
+        until_idle(&store).await;
+        assert!(heard.borrow().is_empty(), "held for the replica");
+        assert!(
+            !store.shared.gather.expecting(),
+            "a synced batch held for its replica answered nobody, so nobody is expected"
+        );
+        confirm(&store, end);
+        assert_eq!(statuses(&heard), [PutStatus::Ok]);
+        assert!(
+            store.shared.gather.expecting(),
+            "the producer the confirmation answered is expected back"
+        );
+        store.shutdown().await.unwrap();
+    });
+}

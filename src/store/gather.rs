@@ -6,7 +6,9 @@
 //! last fsync and started the next one, so N such producers split into two halves that
 //! take turns, each fsync serving about N/2 (8 messages per fsync with 16 clients in
 //! `perf/results/peers.md`). So once a batch is answered, the appender waits for the
-//! producers it answered before it takes the next batch. It waits until as many puts are
+//! producers it answered before it takes the next batch (the puts answered, whichever
+//! condition answered them: a SYNC_MASTER's batch is answered by its replica's confirmation,
+//! after its fsync). It waits until as many puts are
 //! pending as were pending then plus the batch it answered, or until a deadline:
 //! `group_commit_max_wait`, and never more than half the measured fsync time, so a wrong
 //! guess costs a bounded fraction of what a shared fsync saves.
@@ -23,8 +25,8 @@
 //! when the store closes.
 //!
 //! Invariants: an expectation always has a deadline at most the window after the answer
-//! it follows, and at most [`MAX_WAIT_TURNS`] waiting turns. The target counts only the puts pending when the batch was answered, plus
-//! that batch.
+//! it follows, and at most [`MAX_WAIT_TURNS`] waiting turns. The target counts only the puts pending when the answers were made, plus
+//! the puts answered.
 
 use std::cell::Cell;
 use std::time::Duration;

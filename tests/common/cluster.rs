@@ -187,16 +187,34 @@ impl SimCluster {
         let reader = Client::connect_over(&self.net.host(reader_ip()), self.addr(i))
             .await
             .expect("the reader connects");
-        let answer = reader
-            .request(queue_request(request::GET_MAX_OFFSET, topic, queue))
-            .await
-            .expect("GET_MAX_OFFSET is answered");
-        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
-        let max: u64 = answer.ext_fields["offset"].parse().unwrap();
+        let max_offset = || async {
+            let answer = reader
+                .request(queue_request(request::GET_MAX_OFFSET, topic, queue))
+                .await
+                .expect("GET_MAX_OFFSET is answered");
+            assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+            answer.ext_fields["offset"].parse::<u64>().unwrap()
+        };
+        let mut max = max_offset().await;
         let mut held = Vec::new();
         while (held.len() as u64) < max {
             let next = held.len() as u64;
             let answer = reader.pull(topic, queue, next, 32, None).await.unwrap();
+            if answer.code == response::PULL_NOT_FOUND {
+                // The queue may have shrunk since its end was read: an old master started
+                // again as a slave serves its unreplicated tail (recovery made it visible)
+                // until it connects and truncates it (seed 1138 of the 2,000-seed sweep).
+                // Then what was read is the queue up to its new end; anything else is a
+                // record missing below the end.
+                let now = max_offset().await;
+                assert!(
+                    now <= next,
+                    "node {i} {topic}/{queue} at {next}: not found below the end {now}"
+                );
+                max = now;
+                held.truncate(now as usize);
+                continue;
+            }
             assert_eq!(
                 answer.code,
                 response::SUCCESS,
