@@ -232,6 +232,9 @@ pub struct Broker {
     /// This shard's POP state, set once at start ([`Broker::set_pops`]); unset, POP
     /// requests are refused.
     pub(crate) pops: std::cell::OnceCell<Rc<pop::Pops>>,
+    /// A slave shard's: whether its stream to the master is up, set once at start
+    /// ([`Broker::set_master_stream`]); unset on a master.
+    master_stream: std::cell::OnceCell<Rc<Cell<bool>>>,
     pub(crate) request_modes: Arc<request_modes::RequestModes>,
     pub(crate) settings: Arc<live_settings::LiveSettings>,
     pub(crate) pop_wakes: Arc<pop::wake::AnyQueueWakes>,
@@ -259,6 +262,7 @@ impl Broker {
             delay_wakes,
             timers: std::cell::OnceCell::new(),
             pops: std::cell::OnceCell::new(),
+            master_stream: std::cell::OnceCell::new(),
             request_modes: tables.request_modes,
             settings: tables.settings,
             pop_wakes: tables.pop_wakes,
@@ -339,6 +343,20 @@ impl Broker {
     }
 
     /// Gives this shard its POP state (once, at start).
+    /// Shares a slave shard's "stream to the master is up" flag with the broker.
+    pub fn set_master_stream(&self, up: Rc<Cell<bool>>) {
+        assert!(
+            self.master_stream.set(up).is_ok(),
+            "shard {}'s master stream flag was set twice",
+            self.shard.id()
+        );
+    }
+
+    /// Whether this slave shard's stream to its master is up (false on a master).
+    pub fn master_stream_up(&self) -> bool {
+        self.master_stream.get().is_some_and(|up| up.get())
+    }
+
     pub fn set_pops(&self, pops: Rc<pop::Pops>) {
         assert!(
             self.pops.set(pops).is_ok(),

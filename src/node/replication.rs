@@ -163,6 +163,7 @@ async fn open_role<L: Listener, T: Transport>(
             written = side.store().log_positions().written,
             "shard is a slave: it follows its master's stream"
         );
+        broker.set_master_stream(side.stream_flag());
         let service = SlaveService::new(side.clone(), transport, master.receiver.clone());
         return Ok((Rc::new(service), Side::Slave(side)));
     }

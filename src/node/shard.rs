@@ -133,7 +133,8 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     let _abandon = broker.store().abandon_on_drop();
     let mut services = open_services(&broker)?;
     // A slave runs none of the engines' tasks: delay levels, timers and POP revive write
-    // to the log, which only its master does (their state still opens, for reads).
+    // to the log, which only its master does (their state still opens, for reads); it runs
+    // their replica tasks instead, which keep that state following the replicated log.
     let engines = services.len();
     let engines_run = settings.config.broker_role != BrokerRole::Slave;
     let config = &settings.config;
@@ -147,13 +148,12 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     let mut background = Background(
         core_tasks(&broker, listeners.inbox)
             .into_iter()
-            .chain(
-                services
-                    .iter()
-                    .enumerate()
-                    .filter(|&(at, _)| engines_run || at >= engines)
-                    .flat_map(|(_, service)| service.tasks()),
-            )
+            .chain(services.iter().enumerate().flat_map(|(at, service)| {
+                match engines_run || at >= engines {
+                    true => service.tasks(),
+                    false => service.replica_tasks(),
+                }
+            }))
             .map(|task| tokio::task::spawn_local(store.watch(task.name, task.future)))
             .collect(),
     );

@@ -93,8 +93,9 @@ pub struct SlaveSide {
     pub(super) epochs: EpochStore,
     pub(super) config: SlaveConfig,
     started: tokio::time::Instant,
-    /// Whether a stream to the master is up (for status and metrics).
-    connected: std::cell::Cell<bool>,
+    /// Whether a stream to the master is up (for status, metrics, and the shard's POP
+    /// service, which serves on a slave only while it is down: [`SlaveSide::stream_flag`]).
+    connected: Rc<std::cell::Cell<bool>>,
 }
 
 impl SlaveSide {
@@ -104,13 +105,18 @@ impl SlaveSide {
             epochs,
             config,
             started: tokio::time::Instant::now(),
-            connected: std::cell::Cell::new(false),
+            connected: Rc::new(std::cell::Cell::new(false)),
         })
     }
 
     /// Whether a stream to the master is up.
     pub fn connected(&self) -> bool {
         self.connected.get()
+    }
+
+    /// The flag [`SlaveSide::connected`] reads, shared with whoever must know.
+    pub fn stream_flag(&self) -> Rc<std::cell::Cell<bool>> {
+        self.connected.clone()
     }
 
     /// The slave's store.

@@ -50,6 +50,12 @@ pub trait ShardService {
         Vec::new()
     }
 
+    /// The tasks to run instead of [`ShardService::tasks`] on a slave's shard, whose log
+    /// only copies its master's: what keeps the engine's state following that log.
+    fn replica_tasks(&self) -> Vec<ShardTask> {
+        Vec::new()
+    }
+
     /// Called once at a clean stop, after the connections and every task stopped and
     /// before the store shuts down: write what must survive a restart. Failures are the
     /// engine's to log (the shard stops anyway).

@@ -35,6 +35,9 @@
 //! - An ack or change of a delivery not in flight (never popped, acknowledged already,
 //!   or redelivered since with a new handle) is NO_MESSAGE naming why (Java answers
 //!   SUCCESS); in a batch such entries are skipped and counted.
+//! - A slave serves POP, ACK and CHANGE_INVISIBLETIME while its master's stream is down,
+//!   from its copy of the table, which follows the replicated revive log ([`follow`]);
+//!   Java serves them on a master only (and its stock clients send them to brokerId 0 only).
 //! - Orderly POP (`order=true`) is refused: orderly consumers lock queues
 //!   ([`crate::broker::requests::lock_requests`]) and pull.
 //!
@@ -43,6 +46,7 @@
 //! strings), on error too; a pop is answered only after its checkpoint is stored, so what
 //! a client holds survives a crash; the table is borrowed only between awaits.
 
+pub mod follow;
 pub mod holds;
 pub mod log;
 pub mod reset;
@@ -93,6 +97,8 @@ pub struct Pops {
     written_mark: PersistedTable<pop_log::Mark>,
     /// Rotates the first queue a pop of any queue tries.
     next_any: Cell<u32>,
+    /// On a slave: where the table stands against the replicated log ([`follow`]).
+    follow: follow::Follow,
 }
 
 impl Pops {
@@ -123,11 +129,16 @@ impl Pops {
                 "POP state replayed"
             );
         }
+        let store = &broker.store;
         Ok(Pops {
             log_queue,
             table: RefCell::new(table),
             written_mark: mark.table(stored),
             next_any: Cell::new(0),
+            follow: follow::Follow::from(
+                store.max_offset(POP_LOG_TOPIC, log_queue),
+                store.replica_stats().truncations,
+            ),
         })
     }
 
@@ -140,7 +151,26 @@ impl Pops {
     /// Writes the replay mark if it moved, on tokio's blocking pool; at shutdown and every
     /// [`MARK_INTERVAL`].
     pub async fn write_mark(&self, log_end: u64) -> Result<(), WriteFailed> {
-        let written = self.written_mark.snapshot();
+        self.write_mark_over(log_end, false).await
+    }
+
+    /// Writes the replay mark from the table whatever was written before: after a slave's
+    /// table was rebuilt from its log's start because the log was truncated, the written
+    /// mark may count records that are gone, and "only forward" would keep it.
+    pub async fn replace_mark(&self, log_end: u64) -> Result<(), WriteFailed> {
+        self.write_mark_over(log_end, true).await
+    }
+
+    async fn write_mark_over(&self, log_end: u64, replace: bool) -> Result<(), WriteFailed> {
+        assert!(
+            !self.follow.is_local(),
+            "a replay mark was about to be written from a slave's table holding its own \
+             deliveries (log end {log_end})"
+        );
+        let written = match replace {
+            false => self.written_mark.snapshot(),
+            true => Arc::new(pop_log::Mark::default()),
+        };
         let next = pop_log::next_mark(&self.table.borrow(), log_end, &written);
         if next == *written {
             return Ok(());
@@ -242,25 +272,55 @@ fn pop_response(
     answer
 }
 
-/// The shard's POP service, if it serves: not on a slave, whose POP state would be records
-/// of its own in a CommitLog that only copies its master's (D14, D16), so POP, ACK and
-/// CHANGE_INVISIBLE_TIME go to the master; [`not_running`] says why.
-pub(crate) fn serving(broker: &Broker) -> Option<&Rc<Pops>> {
-    if broker.store().role() == crate::store::replica::StoreRole::Replica {
-        return None;
+/// The shard's POP service, if it serves here: a master's always; a slave's only while its
+/// master's stream is down, from its copy of the state ([`follow`]). The error is the
+/// remark of the SYSTEM_ERROR answer.
+pub(crate) fn serving(broker: &Broker) -> Result<&Rc<Pops>, String> {
+    let pops = broker
+        .pops
+        .get()
+        .ok_or_else(|| "POP is not running on this shard".to_owned())?;
+    if !is_slave(broker) {
+        return Ok(pops);
     }
-    broker.pops.get()
+    if broker.master_stream_up() {
+        return Err(
+            "this broker is a slave and its master's stream is up: POP, ACK and \
+                    CHANGE_INVISIBLE_TIME are served by its master (a slave serves them only \
+                    while its master is away)"
+                .into(),
+        );
+    }
+    follow::serve_locally(broker, pops)
+        .map_err(|error| format!("this slave cannot take over the POP state: {error}"))?;
+    Ok(pops)
 }
 
-/// Why [`serving`] found no POP service.
-fn not_running(broker: &Broker) -> String {
-    if broker.store().role() == crate::store::replica::StoreRole::Replica {
-        "this broker is a slave: POP, ACK and CHANGE_INVISIBLE_TIME are served by its master \
-         only (POP state is written to the CommitLog, which a slave only copies)"
-            .into()
-    } else {
-        "POP is not running on this shard".into()
+fn is_slave(broker: &Broker) -> bool {
+    broker.store().role() == crate::store::replica::StoreRole::Replica
+}
+
+/// Writes `record` to the shard's revive log; its log offset. A slave serving while its
+/// master is away writes nothing (its log only copies the master's): the record's effect
+/// lives in the table alone ([`follow`]), and `None` says so.
+async fn log_record(
+    broker: &Broker,
+    pops: &Pops,
+    record: &LogRecord,
+    now_ms: i64,
+) -> Result<Option<u64>, PopLogError> {
+    if is_slave(broker) {
+        return Ok(None);
     }
+    pop_log::append(
+        &broker.store,
+        pops.log_queue,
+        record,
+        broker.identity.store_host,
+        now_ms,
+    )
+    .await
+    .map(Some)
 }
 
 /// POP_MESSAGE (200050).
@@ -288,8 +348,9 @@ pub async fn pop_message(broker: &Broker, request: &RemotingCommand) -> Remoting
             None,
         )
     };
-    let Some(pops) = serving(broker) else {
-        return fail(response::SYSTEM_ERROR, not_running(broker));
+    let pops = match serving(broker) {
+        Ok(pops) => pops,
+        Err(why) => return fail(response::SYSTEM_ERROR, why),
     };
     let (topic_config, max_attempts) = match check_pop(broker, &header) {
         Ok(checked) => checked,
@@ -622,13 +683,19 @@ async fn pop_queue(
     let max = header.max_msg_nums as usize;
     let pop_time = broker.now_ms();
     sync_with_committed(broker, pops, &key, header.init_mode);
+    // A slave keeps a message past its retries in flight: the DLQ copy is the master's
+    // to write ([`follow`]).
+    let max_attempts = match is_slave(broker) {
+        true => i32::MAX,
+        false => job.max_attempts,
+    };
     let revived = pops.table.borrow_mut().take_due(
         &key,
         pop_time,
         max,
         pop_time,
         header.invisible_time,
-        job.max_attempts,
+        max_attempts,
     );
     for dead in revived.dead {
         dead_letter(broker, pops, &key, dead).await;
@@ -760,16 +827,7 @@ async fn read_deliveries(
                     offsets: vec![delivery.offset],
                     pop_time,
                 };
-                if pop_log::append(
-                    &broker.store,
-                    pops.log_queue,
-                    &record,
-                    broker.identity.store_host,
-                    pop_time,
-                )
-                .await
-                .is_ok()
-                {
+                if log_record(broker, pops, &record, pop_time).await.is_ok() {
                     pops.table.borrow_mut().ack(key, delivery.offset, pop_time);
                 }
             }
@@ -795,19 +853,12 @@ async fn store_checkpoint(
         invisible_time,
         deliveries: deliveries.to_vec(),
     };
-    match pop_log::append(
-        &broker.store,
-        pops.log_queue,
-        &checkpoint,
-        broker.identity.store_host,
-        pop_time,
-    )
-    .await
-    {
-        Ok(at) => {
+    match log_record(broker, pops, &checkpoint, pop_time).await {
+        Ok(Some(at)) => {
             pops.table.borrow_mut().set_ck(key, &offsets, pop_time, at);
             Ok(())
         }
+        Ok(None) => Ok(()),
         Err(why) => {
             pops.table
                 .borrow_mut()
@@ -1122,8 +1173,9 @@ pub async fn ack_message(broker: &Broker, request: &RemotingCommand) -> Remoting
     if let Err((code, why)) = check_ack_target(broker, &header) {
         return answer(code, Some(why));
     }
-    let Some(pops) = serving(broker) else {
-        return answer(response::SYSTEM_ERROR, Some(not_running(broker)));
+    let pops = match serving(broker) {
+        Ok(pops) => pops,
+        Err(why) => return answer(response::SYSTEM_ERROR, Some(why)),
     };
     let key = QueueKey::new(&header.group, &header.topic, header.queue_id);
     match ack_offsets(
@@ -1171,14 +1223,7 @@ async fn ack_offsets(
         offsets: live.clone(),
         pop_time,
     };
-    pop_log::append(
-        &broker.store,
-        pops.log_queue,
-        &record,
-        broker.identity.store_host,
-        broker.now_ms(),
-    )
-    .await?;
+    log_record(broker, pops, &record, broker.now_ms()).await?;
     let mut acked = 0;
     {
         let mut table = pops.table.borrow_mut();
@@ -1208,8 +1253,9 @@ pub async fn batch_ack(broker: &Broker, request: &RemotingCommand) -> RemotingCo
             )
         }
     };
-    let Some(pops) = serving(broker) else {
-        return answer(response::SYSTEM_ERROR, Some(not_running(broker)));
+    let pops = match serving(broker) {
+        Ok(pops) => pops,
+        Err(why) => return answer(response::SYSTEM_ERROR, Some(why)),
     };
     if let Err(why) = check_batch_bounds(broker, &body) {
         return answer(response::INVALID_PARAMETER, Some(why.to_string()));
@@ -1375,13 +1421,9 @@ pub async fn change_invisible_time(broker: &Broker, request: &RemotingCommand) -
     if let Err((code, why)) = check_ack_target(broker, &header) {
         return respond(code, Some(why), now, revive_qid);
     }
-    let Some(pops) = serving(broker) else {
-        return respond(
-            response::SYSTEM_ERROR,
-            Some(not_running(broker)),
-            now,
-            revive_qid,
-        );
+    let pops = match serving(broker) {
+        Ok(pops) => pops,
+        Err(why) => return respond(response::SYSTEM_ERROR, Some(why), now, revive_qid),
     };
     // The new handle must differ from the old one, which is named by its pop time: a change
     // in the same millisecond as the pop takes the next one.
@@ -1429,15 +1471,9 @@ async fn change_deadline(
         invisible_time: invisible,
         deliveries: vec![Delivery { offset, attempts }],
     };
-    let at = pop_log::append(
-        &broker.store,
-        pops.log_queue,
-        &checkpoint,
-        broker.identity.store_host,
-        now,
-    )
-    .await
-    .map_err(|why| (response::SYSTEM_ERROR, why.to_string()))?;
+    let at = log_record(broker, pops, &checkpoint, now)
+        .await
+        .map_err(|why| (response::SYSTEM_ERROR, why.to_string()))?;
     let mut table = pops.table.borrow_mut();
     if table
         .change_invisible(&key, offset, old, now, invisible)
@@ -1445,7 +1481,9 @@ async fn change_deadline(
     {
         return Err(stale());
     }
-    table.set_ck(&key, &[offset], now, at);
+    if let Some(at) = at {
+        table.set_ck(&key, &[offset], now, at);
+    }
     Ok(())
 }
 

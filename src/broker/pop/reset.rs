@@ -32,8 +32,13 @@ pub async fn outside_commit(
     key: &QueueKey,
     offset: u64,
 ) -> Result<bool, PopLogError> {
-    // A slave serves no POP (its table is what it replayed at start): nothing to start over.
-    let Some(pops) = crate::broker::pop::serving(broker) else {
+    // A slave writes no reset record (its log only copies its master's): a commit made on
+    // it reaches the master, which starts the queue over there, and the slave's table
+    // follows the master's record.
+    if broker.store().role() == crate::store::replica::StoreRole::Replica {
+        return Ok(false);
+    }
+    let Some(pops) = broker.pops.get() else {
         return Ok(false);
     };
     let offset = offset.max(broker.store.min_offset(&key.topic, key.queue_id));

@@ -1,7 +1,9 @@
 //! POP consumption as a shard service ([`crate::shard::service`]): opens the shard's POP
 //! state (replaying its log from the replay mark), holds the log against retention, runs
 //! the housekeeping (the mark, the in-flight figures), and writes the mark once more at
-//! stop, from the log's end, so the next start replays nothing it need not.
+//! stop, from the log's end, so the next start replays nothing it need not. On a slave the
+//! housekeeping also keeps the table following the replicated log ([`super::follow`]), and
+//! no mark is written while the table holds what the slave served on its own.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -43,9 +45,19 @@ impl ShardService for PopService {
         )]
     }
 
+    fn replica_tasks(&self) -> Vec<ShardTask> {
+        vec![ShardTask::new(
+            "POP following",
+            super::follow::run(self.broker.clone(), self.pops.clone()),
+        )]
+    }
+
     fn stop(&self) -> LocalFuture<()> {
         let (broker, pops) = (self.broker.clone(), self.pops.clone());
         Box::pin(async move {
+            if !super::follow::may_write_mark(&broker, &pops).await {
+                return;
+            }
             let log_end = broker
                 .store()
                 .max_offset(super::log::POP_LOG_TOPIC, pops.log_queue);
