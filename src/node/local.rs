@@ -1,17 +1,23 @@
 //! A node served on the calling thread, over any transport of the network seam
-//! ([`crate::net`]): one shard, run as a task of the caller's `LocalSet`. It is how a test
-//! puts a whole node on the simulated network ([`crate::net::sim`], which is
-//! single-threaded), beside its clients and, next, the other nodes of a cluster.
+//! ([`crate::net`]): each shard a task of the caller's `LocalSet`. It is how a test puts a
+//! whole node on the simulated network ([`crate::net::sim`], which is single-threaded),
+//! beside its clients and the other nodes of a cluster.
 //!
-//! It is the real node's shard (`node/shard.rs`): the same config validation, store,
-//! broker, feature engines, connection code and name server. What it leaves out is what
-//! only a process needs: shard threads and pinning (one shard, the caller's thread), and
-//! the Prometheus endpoint (its figures are in [`LocalNode::metrics`]). A config asking for
-//! more than one shard is refused.
+//! It is the real node's shards (`node/shard.rs`): the same config validation, stores,
+//! brokers, feature engines, mailboxes between shards, connection code and name server.
+//! What it leaves out is what only a process needs: shard threads and pinning (every shard
+//! on the caller's thread), and the Prometheus endpoint (its figures are in
+//! [`LocalNode::metrics`]). Where the real node's shards share the broker port
+//! (`SO_REUSEPORT`), here shard 0 listens on it and the other shards on ports of their
+//! own that no client is told of: every connection lands on shard 0, which forwards what
+//! other shards own through their mailboxes, as a real shard does with what lands on it.
+//! An HA stream for another shard is handed over on the thread
+//! ([`crate::replication::service`]'s in-thread handoff).
 
+use std::future::Future;
 use std::net::SocketAddr;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::replication::ha_port;
@@ -33,24 +39,19 @@ pub struct LocalNode {
     /// A master's HA address (its slaves' `haMasterAddress`); `None` for a slave.
     ha_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
-    shard: Option<JoinHandle<anyhow::Result<()>>>,
+    /// Every shard's task, shard 0 first; empty once stopped or killed.
+    shards: Vec<JoinHandle<anyhow::Result<()>>>,
     tables: NodeTables,
     metrics: NodeMetrics,
 }
 
 impl LocalNode {
-    /// Starts a one-shard node from `config` listening through `transport`, and returns
-    /// once it serves. Ports of 0 are picked free by the transport.
+    /// Starts a node from `config` listening through `transport`, and returns once every
+    /// shard serves. Ports of 0 are picked free by the transport.
     pub async fn start<T: Transport>(
         config: NodeConfig,
         transport: &T,
     ) -> anyhow::Result<LocalNode> {
-        if config.shards != 1 {
-            anyhow::bail!(
-                "a node on the calling thread runs one shard; the config asks for {}",
-                config.shards
-            );
-        }
         prepare_store_root(&config)?;
         let name_servers = resolve_name_servers(&config)?;
         let bound = bind_all(&config, transport, name_servers.is_empty()).await?;
@@ -64,7 +65,13 @@ impl LocalNode {
             (None, Some(first)) => *first,
             (None, None) => unreachable!("no name server is bound and none is configured"),
         };
-        let metrics = NodeMetrics::with_caps(1, node_config::stats_caps(&config));
+        let shards = config.shards;
+        let metrics = NodeMetrics::with_caps(shards, node_config::stats_caps(&config));
+        let mut listeners = vec![listener];
+        for _ in 1..shards {
+            let unnamed = SocketAddr::new(config.bind_address, 0);
+            listeners.push(transport.bind(unnamed).await?);
+        }
         let mut running = config;
         running.listen_port = port;
         if let Some(bound) = namesrv_port {
@@ -72,36 +79,16 @@ impl LocalNode {
         }
         running.ha_listen_port = Some(ha_bound);
         let parts = NodeParts::load(running, name_servers)?;
-        let start = parts
-            .shard_starts(vec![listener], namesrv, ha_listener, addr, &metrics)
-            .pop()
-            .expect("one shard, one start");
+        let starts = parts.shard_starts(listeners, namesrv, ha_listener, addr, &metrics);
         let (stop, stop_rx) = watch::channel(false);
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let ready = move |_id| {
-            let _ = ready_tx.send(());
-        };
-        let mut shard = tokio::task::spawn_local(run_shard(
-            parts.settings,
-            start,
-            transport.clone(),
-            stop_rx,
-            ready,
-        ));
-        tokio::select! {
-            served = ready_rx => if served.is_err() {
-                // The shard ended before it was ready: its error says why.
-                return Err(ended(shard.await));
-            },
-            ended_first = &mut shard => return Err(ended(ended_first)),
-        }
+        let tasks = spawn_shards(&parts, starts, transport, stop_rx).await?;
         let ha_addr = ha_listener_bound.map(|port| SocketAddr::new(addr.ip(), port));
         Ok(LocalNode {
             addr,
             namesrv_addr,
             ha_addr,
             stop,
-            shard: Some(shard),
+            shards: tasks,
             tables: parts.tables,
             metrics,
         })
@@ -131,10 +118,13 @@ impl LocalNode {
     /// store stop, and the node-wide tables are written.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
-        let shard = self.shard.take().expect("a node is shut down once");
-        let stopped = shard
-            .await
-            .unwrap_or_else(|error| Err(anyhow::anyhow!("shard 0 panicked: {error}")));
+        let mut stopped = Ok(());
+        for (id, shard) in std::mem::take(&mut self.shards).into_iter().enumerate() {
+            let result = shard
+                .await
+                .unwrap_or_else(|error| Err(anyhow::anyhow!("shard {id} panicked: {error}")));
+            stopped = stopped.and(result);
+        }
         stopped.and(write_tables(&self.tables))
     }
 
@@ -145,12 +135,14 @@ impl LocalNode {
     /// directory is unlocked, so a node started again on the directory runs crash
     /// recovery. Writes already made stay, as a killed process's do in the page cache.
     pub async fn kill(mut self) {
-        let shard = self.shard.take().expect("a node is killed once");
-        // Dropping the shard's future drops its listener, aborts its background tasks and
+        let shards = std::mem::take(&mut self.shards);
+        // Dropping a shard's future drops its listener, aborts its background tasks and
         // connections, and abandons its store (`run_shard`).
-        shard.abort();
-        // Cancelled, or ended by itself just before: gone either way.
-        let _ = shard.await;
+        abort_all(&shards);
+        for shard in shards {
+            // Cancelled, or ended by itself just before: gone either way.
+            let _ = shard.await;
+        }
         // The aborted tasks are dropped when the `LocalSet` next runs them (queued before
         // this task's wake-up): one turn lets their sockets (the HA and name server
         // listeners, connections) close before the caller binds the ports again.
@@ -160,9 +152,83 @@ impl LocalNode {
 
 impl Drop for LocalNode {
     fn drop(&mut self) {
-        if let Some(shard) = self.shard.take() {
-            shard.abort();
+        abort_all(&self.shards);
+    }
+}
+
+/// Runs every shard of `starts` as a task of the caller's `LocalSet`, and returns once all
+/// serve; the first error of a shard that ended before, with the others aborted.
+async fn spawn_shards<L: Listener, T: Transport>(
+    parts: &NodeParts,
+    starts: Vec<super::shard::ShardStart<L>>,
+    transport: &T,
+    stop_rx: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<()>>>> {
+    let shards = starts.len();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks: Vec<JoinHandle<anyhow::Result<()>>> = starts
+        .into_iter()
+        .map(|start| {
+            let ready_tx = ready_tx.clone();
+            tokio::task::spawn_local(run_shard(
+                parts.settings.clone(),
+                start,
+                transport.clone(),
+                stop_rx.clone(),
+                move |id| {
+                    let _ = ready_tx.send(id);
+                },
+            ))
+        })
+        .collect();
+    drop(ready_tx);
+    let mut ready = 0;
+    while ready < shards {
+        let ended_first = futures_first_ended(&mut tasks);
+        tokio::select! {
+            served = ready_rx.recv() => match served {
+                Some(_) => ready += 1,
+                // Every shard ended before it was ready: the first error says why.
+                None => return Err(ended_all(tasks).await),
+            },
+            (at, result) = ended_first => {
+                tasks.remove(at);
+                abort_all(&tasks);
+                return Err(ended(result));
+            }
         }
+    }
+    Ok(tasks)
+}
+
+fn abort_all(shards: &[JoinHandle<anyhow::Result<()>>]) {
+    for shard in shards {
+        shard.abort();
+    }
+}
+
+/// The first of `shards` to end: its index and outcome (pending while none has).
+async fn futures_first_ended(
+    shards: &mut [JoinHandle<anyhow::Result<()>>],
+) -> (usize, Result<anyhow::Result<()>, tokio::task::JoinError>) {
+    std::future::poll_fn(|cx| {
+        for (at, shard) in shards.iter_mut().enumerate() {
+            if let std::task::Poll::Ready(result) = std::pin::Pin::new(shard).poll(cx) {
+                return std::task::Poll::Ready((at, result));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Why a node none of whose shards got ready did not start: the first shard's error.
+async fn ended_all(shards: Vec<JoinHandle<anyhow::Result<()>>>) -> anyhow::Error {
+    abort_all(&shards);
+    let mut shards = shards.into_iter();
+    match shards.next() {
+        Some(first) => ended(first.await),
+        None => anyhow::anyhow!("the node has no shard"),
     }
 }
 
@@ -218,6 +284,6 @@ fn ended(result: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::
     match result {
         Ok(Ok(())) => anyhow::anyhow!("the shard stopped before it was ready"),
         Ok(Err(error)) => error,
-        Err(error) => anyhow::anyhow!("shard 0 panicked while starting: {error}"),
+        Err(error) => anyhow::anyhow!("a shard panicked while starting: {error}"),
     }
 }

@@ -98,6 +98,9 @@ pub struct ReplicationStart<L> {
     /// Shard 0 of a master: where to hand streams of other shards.
     pub senders: HandoffSenders,
     pub inbox: HandoffInbox,
+    /// This start of the node, the same on every shard
+    /// ([`crate::replication::service::next_node_key`]).
+    pub node: u64,
 }
 
 /// Opens the shard's replication service for the node's role, and the sampler that puts
@@ -186,7 +189,13 @@ async fn open_role<L: Listener, T: Transport>(
     let side = MasterSide::become_master(store, &epochs, master_config)
         .await
         .map_err(|error| anyhow::anyhow!("shard {shard}: {error}"))?;
-    let service = MasterService::new(side.clone(), start.listener, start.senders, start.inbox);
+    let service = MasterService::new(
+        side.clone(),
+        start.node,
+        start.listener,
+        start.senders,
+        start.inbox,
+    );
     Ok((Rc::new(service), Side::Master(side)))
 }
 

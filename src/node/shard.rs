@@ -90,6 +90,7 @@ impl<L> ShardStart<L> {
                 listener: self.replication.listener.map(&mut change).transpose()?,
                 senders: self.replication.senders,
                 inbox: self.replication.inbox,
+                node: self.replication.node,
             },
             advertised: self.advertised,
             inbox: self.inbox,

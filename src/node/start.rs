@@ -291,6 +291,7 @@ impl NodeParts {
             .map(|_| mailbox::mailbox(config.shard_mailbox_capacity))
             .unzip();
         let (handoff_senders, handoff_inboxes) = replication::handoff_channels(config.shards);
+        let node = crate::replication::service::next_node_key();
         (0u8..)
             .zip(listeners)
             .zip(inboxes)
@@ -310,6 +311,7 @@ impl NodeParts {
                         Vec::new()
                     },
                     inbox: handoff,
+                    node,
                 },
                 advertised,
                 inbox,

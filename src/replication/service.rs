@@ -4,8 +4,10 @@
 //! Streams and shards: a node has one HA port (`haListenPort`) and one stream per shard.
 //! Shard 0 accepts every stream, reads the slave's handshake far enough to know its shard
 //! ([`shard_of_handshake`]) and hands the connection to that shard ([`HandedStream`],
-//! through the shard's handoff inbox); every shard serves the streams of its own log. A
-//! node on the simulated network runs one shard, so nothing is handed there.
+//! through the shard's handoff inbox); every shard serves the streams of its own log. The
+//! shards of a node on the simulated network share the caller's thread and their
+//! connections have no kernel socket: shard 0 serves such a stream with its shard's side
+//! directly, found in the thread's registry ([`serve_on_thread`]).
 //!
 //! A slave shard connects to its master's HA address, streams until the stream ends, and
 //! connects again after [`RECONNECT_PAUSE`]; a failure is logged when the reason changes,
@@ -62,10 +64,51 @@ pub fn shard_of_handshake(fixed: &[u8]) -> Option<u16> {
     ))
 }
 
+/// A key no other start of a node in this process has: what a node's shards share, for
+/// [`register_on_thread`]. Not an address (a node started again may get a stopped one's,
+/// and shard 0 then served a slave's stream with the stopped node's side, which that
+/// stream kept alive: a stream from a store that never grew again).
+pub fn next_node_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The master shards on this thread, by node and shard index: the sides shard 0 serves
+    /// a stream with when its connection cannot cross threads (the simulated network,
+    /// whose nodes run every shard on one thread). Weak: a stopped shard's side goes.
+    static ON_THREAD: std::cell::RefCell<Vec<(u64, u16, std::rc::Weak<MasterSide>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Notes `side` as shard `side.identity.shard_index` of `node` ([`next_node_key`]) for
+/// [`serve_on_thread`].
+pub fn register_on_thread(node: u64, side: &Rc<MasterSide>) {
+    ON_THREAD.with(|sides| {
+        let mut sides = sides.borrow_mut();
+        sides.retain(|(_, _, weak)| weak.strong_count() > 0);
+        sides.push((node, side.identity.shard_index, Rc::downgrade(side)));
+    });
+}
+
+/// Shard `shard` of `node`'s side, if it runs on this thread.
+fn serve_on_thread(node: u64, shard: u16) -> Option<Rc<MasterSide>> {
+    ON_THREAD.with(|sides| {
+        sides
+            .borrow()
+            .iter()
+            .rev()
+            .filter(|(at, index, _)| *at == node && *index == shard)
+            .find_map(|(_, _, weak)| weak.upgrade())
+    })
+}
+
 /// A master shard's replication: its streams, the accept loop on shard 0, the handoff
 /// inbox on every shard.
 pub struct MasterService<L: Listener> {
     side: Rc<MasterSide>,
+    /// This start of the node ([`next_node_key`]).
+    node: u64,
     listener: std::cell::RefCell<Option<L>>,
     handoff: std::cell::RefCell<Option<(HandoffSenders, HandoffInbox)>>,
 }
@@ -73,12 +116,15 @@ pub struct MasterService<L: Listener> {
 impl<L: Listener> MasterService<L> {
     pub fn new(
         side: Rc<MasterSide>,
+        node: u64,
         listener: Option<L>,
         senders: HandoffSenders,
         inbox: HandoffInbox,
     ) -> MasterService<L> {
+        register_on_thread(node, &side);
         MasterService {
             side,
+            node,
             listener: std::cell::RefCell::new(listener),
             handoff: std::cell::RefCell::new(Some((senders, inbox))),
         }
@@ -103,7 +149,7 @@ impl<L: Listener> ShardService for MasterService<L> {
         if let Some(listener) = self.listener.borrow_mut().take() {
             tasks.push(ShardTask::new(
                 "replication listener",
-                accept_streams(self.side.clone(), listener, senders),
+                accept_streams(self.side.clone(), self.node, listener, senders),
             ));
         }
         tasks
@@ -111,7 +157,12 @@ impl<L: Listener> ShardService for MasterService<L> {
 }
 
 /// Accepts slaves' streams on the HA port (shard 0) and serves or hands each.
-async fn accept_streams<L: Listener>(side: Rc<MasterSide>, listener: L, senders: HandoffSenders) {
+async fn accept_streams<L: Listener>(
+    side: Rc<MasterSide>,
+    node: u64,
+    listener: L,
+    senders: HandoffSenders,
+) {
     let senders = Rc::new(senders);
     // The streams end with this task (a dropped set aborts its tasks): none outlives the
     // shard's stop.
@@ -128,7 +179,7 @@ async fn accept_streams<L: Listener>(side: Rc<MasterSide>, listener: L, senders:
         };
         let (side, senders) = (side.clone(), senders.clone());
         streams.spawn_local(async move {
-            route_stream(side, connection, peer, &senders).await;
+            route_stream(side, node, connection, peer, &senders).await;
         });
     }
 }
@@ -136,6 +187,7 @@ async fn accept_streams<L: Listener>(side: Rc<MasterSide>, listener: L, senders:
 /// Reads the handshake's fixed part and serves the stream here or hands it to its shard.
 async fn route_stream<C: crate::net::Connection>(
     side: Rc<MasterSide>,
+    node: u64,
     mut connection: C,
     peer: SocketAddr,
     senders: &HandoffSenders,
@@ -167,7 +219,12 @@ async fn route_stream<C: crate::net::Connection>(
                 tracing::warn!(%peer, shard, "HA stream for a stopped shard dropped");
             }
         }
-        Err(connection) => finish(side, connection, peer, fixed).await,
+        // No kernel socket: the shard runs on this thread (or the stream is refused here,
+        // naming the shard it asked for).
+        Err(connection) => {
+            let side = serve_on_thread(node, shard).unwrap_or(side);
+            finish(side, connection, peer, fixed).await;
+        }
     }
 }
 

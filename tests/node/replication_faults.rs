@@ -1,5 +1,6 @@
-//! A broker group under faults (issue 25, D14): a master and a slave, each a one-shard node
-//! of the cluster harness on the simulated network, under a workload of several producers
+//! A broker group under faults (issue 25, D14): a master and a slave, each a node of one
+//! shard (with `RINGMQ_SIM_SHARDS=2`, two on odd seeds: two HA streams, each shard's log
+//! checked on its own; [`shards_of`]) of the cluster harness on the simulated network, under a workload of several producers
 //! that always send to the current master, with message loss and random clogs on every
 //! path and, at seeded moments, partitions between master and slave (both ways or one),
 //! clogs, connection resets, kills (`LocalNode::kill`) and clean restarts of either side,
@@ -96,7 +97,7 @@ fn an_async_master_group_keeps_the_slave_a_prefix_under_faults() {
 fn a_sync_master_serves_what_its_slave_serves_once_the_slaves_ack_arrives() {
     run_local(false, async {
         let mut cluster = SimCluster::start(1, NetConfig::default(), |_, config| {
-            tuned(config);
+            tuned(config, 1);
             as_master(BrokerRole::SyncMaster)(config);
             // No housekeeping drop while the acks are held: that would release the put.
             config.ha_housekeeping_interval = Duration::from_secs(30);
@@ -105,7 +106,7 @@ fn a_sync_master_serves_what_its_slave_serves_once_the_slaves_ack_arrives() {
         let master_ha = cluster.ha_addr(0);
         cluster
             .add_node(|config| {
-                tuned(config);
+                tuned(config, 1);
                 as_slave_of(master_ha)(config);
             })
             .await;
@@ -255,8 +256,9 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// The settings both nodes run with, whatever their role: small segments, HA timings
 /// short enough that a seed sees several reconnects, and retention blind to the real
 /// disk's fill level.
-fn tuned(config: &mut NodeConfig) {
+fn tuned(config: &mut NodeConfig, shards: u8) {
     *config = with_segment(config.clone(), SEGMENT);
+    config.shards = shards;
     config.slave_timeout = Duration::from_millis(300);
     config.ha_send_heartbeat_interval = Duration::from_millis(100);
     config.ha_housekeeping_interval = Duration::from_millis(1000);
@@ -284,6 +286,17 @@ fn as_slave_of(ha: SocketAddr) -> impl Fn(&mut NodeConfig) {
     }
 }
 
+/// The shards of both nodes: one; with `RINGMQ_SIM_SHARDS=2`, two for odd seeds (one HA
+/// stream per shard, each checked on its own). Not the default yet: under load (two sweeps
+/// side by side) 1 to 4 of 64 seeds end with shard 1's slave stalled behind its master
+/// after the faults (shard 0 caught up), not diagnosed yet (issue 25's closing note).
+fn shards_of(seed: u64) -> u8 {
+    match std::env::var("RINGMQ_SIM_SHARDS").as_deref() {
+        Ok("2") => 1 + (seed % 2) as u8,
+        _ => 1,
+    }
+}
+
 /// One seed's run; returns how many sends its history holds acknowledged.
 async fn run(seed: u64, role: BrokerRole) -> usize {
     let net = NetConfig {
@@ -293,15 +306,16 @@ async fn run(seed: u64, role: BrokerRole) -> usize {
         clog_mean: Duration::from_millis(20),
         ..NetConfig::default()
     };
+    let shards = shards_of(seed);
     let mut cluster = SimCluster::start(1, net, |_, config| {
-        tuned(config);
+        tuned(config, shards);
         as_master(role)(config);
     })
     .await;
     let master_ha = cluster.ha_addr(0);
     cluster
         .add_node(|config| {
-            tuned(config);
+            tuned(config, shards);
             as_slave_of(master_ha)(config);
         })
         .await;
@@ -384,14 +398,24 @@ async fn catch_up(logs: &Rc<RefCell<Logs>>) {
     loop {
         let (master, slave) = logs.borrow_mut().look("catching up");
         if master == slave {
+            // Every shard's stream carried records: no shard passes for holding nothing.
+            let seed = logs.borrow().seed;
+            for (shard, log) in master.iter().enumerate() {
+                assert!(
+                    !log.is_empty(),
+                    "seed {seed}: shard {shard} holds no record"
+                );
+            }
             return;
         }
         let seed = logs.borrow().seed;
+        let lens = |logs: &[Vec<u8>]| logs.iter().map(Vec::len).collect::<Vec<_>>();
         assert!(
             tokio::time::Instant::now() < deadline,
-            "seed {seed}: the slave holds {} of the master's {} bytes after {CATCH_UP:?}",
-            slave.len(),
-            master.len()
+            "seed {seed}: the slave holds {:?} of the master's {:?} bytes (per shard) after \
+             {CATCH_UP:?}",
+            lens(&slave),
+            lens(&master)
         );
         tokio::time::sleep(LOOK_EVERY).await;
     }
@@ -437,14 +461,15 @@ async fn check_history(
     report.acked
 }
 
-/// The two nodes' CommitLogs as the checks see them, and who is master.
+/// The two nodes' CommitLogs, one per shard, as the checks see them, and who is master.
 struct Logs {
-    dirs: [PathBuf; 2],
+    /// Per node, each shard's CommitLog directory.
+    dirs: [Vec<PathBuf>; 2],
     master: usize,
-    /// After a failover: the old master's log then, while the old master (now the slave)
-    /// may still hold its unreplicated tail; cleared once it holds a prefix of the new
-    /// master's log.
-    diverged: Option<Vec<u8>>,
+    /// Per shard, after a failover: the old master's log then, while the old master (now
+    /// the slave) may still hold its unreplicated tail; cleared once it holds a prefix of
+    /// the new master's log.
+    diverged: Vec<Option<Vec<u8>>>,
     role: BrokerRole,
     history: Rc<History>,
     seed: u64,
@@ -454,11 +479,21 @@ struct Logs {
 
 impl Logs {
     fn new(cluster: &SimCluster, seed: u64, role: BrokerRole, history: &Rc<History>) -> Logs {
-        let dir = |i: usize| cluster.store_dir(i).join("shard-0").join("commitlog");
+        let shards = shards_of(seed);
+        let dirs = |i: usize| -> Vec<PathBuf> {
+            (0..shards)
+                .map(|shard| {
+                    cluster
+                        .store_dir(i)
+                        .join(format!("shard-{shard}"))
+                        .join("commitlog")
+                })
+                .collect()
+        };
         Logs {
-            dirs: [dir(0), dir(1)],
+            dirs: [dirs(0), dirs(1)],
             master: 0,
-            diverged: None,
+            diverged: vec![None; usize::from(shards)],
             role,
             history: history.clone(),
             seed,
@@ -470,57 +505,71 @@ impl Logs {
     /// Node `new` is master from now; the other, the old master, follows it.
     fn fail_over(&mut self, new: usize) {
         assert_ne!(new, self.master, "a failover promotes the slave");
-        self.diverged = Some(log_bytes(&self.dirs[self.master]));
+        self.diverged = self.dirs[self.master]
+            .iter()
+            .map(|dir| Some(log_bytes(dir)))
+            .collect();
         self.master = new;
         self.failovers += 1;
     }
 
     /// Whether node `i`'s CommitLog holds no byte.
     fn holds_nothing(&self, i: usize) -> bool {
-        log_bytes(&self.dirs[i]).is_empty()
+        self.dirs[i].iter().all(|dir| log_bytes(dir).is_empty())
     }
 
-    /// Reads both logs (the slave's first: the master's only grows, so a slave's log read
-    /// earlier is a prefix of it if the one read at the same instant is) and checks them;
-    /// returns (master's, slave's).
-    fn look(&mut self, when: &str) -> (Vec<u8>, Vec<u8>) {
+    /// Reads both nodes' logs, shard by shard (the slave's first: the master's only grows,
+    /// so a slave's log read earlier is a prefix of it if the one read at the same instant
+    /// is) and checks them; returns (master's, slave's), one log per shard.
+    fn look(&mut self, when: &str) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         self.looks += 1;
+        let (mut masters, mut slaves) = (Vec::new(), Vec::new());
+        for shard in 0..self.diverged.len() {
+            let slave_log = log_bytes(&self.dirs[1 - self.master][shard]);
+            let master_log = log_bytes(&self.dirs[self.master][shard]);
+            self.check_shard(shard, &master_log, &slave_log, when);
+            masters.push(master_log);
+            slaves.push(slave_log);
+        }
+        if self.role == BrokerRole::SyncMaster {
+            self.every_send_ok_in(&masters, "master", when);
+            self.every_send_ok_in(&slaves, "slave", when);
+        }
+        (masters, slaves)
+    }
+
+    /// One shard's logs: the slave's a prefix of the master's, or after a failover of the
+    /// old master's own old log.
+    fn check_shard(&mut self, shard: usize, master_log: &[u8], slave_log: &[u8], when: &str) {
         let seed = self.seed;
-        let slave_log = log_bytes(&self.dirs[1 - self.master]);
-        let master_log = log_bytes(&self.dirs[self.master]);
-        let prefix = master_log.starts_with(&slave_log);
-        match &self.diverged {
-            Some(_) if prefix => self.diverged = None,
+        let prefix = master_log.starts_with(slave_log);
+        match &self.diverged[shard] {
+            Some(_) if prefix => self.diverged[shard] = None,
             Some(old) => assert!(
-                old.starts_with(&slave_log),
-                "seed {seed}, {when}: the old master's log ({} bytes) is neither a prefix of \
-                 its own old log ({} bytes, shared {}) nor of the new master's ({} bytes, \
-                 shared {}): spliced",
+                old.starts_with(slave_log),
+                "seed {seed}, {when}: shard {shard}: the old master's log ({} bytes) is \
+                 neither a prefix of its own old log ({} bytes, shared {}) nor of the new \
+                 master's ({} bytes, shared {}): spliced",
                 slave_log.len(),
                 old.len(),
-                shared_len(old, &slave_log),
+                shared_len(old, slave_log),
                 master_log.len(),
-                shared_len(&master_log, &slave_log)
+                shared_len(master_log, slave_log)
             ),
             None => assert!(
                 prefix,
-                "seed {seed}, {when}: the slave's log ({} bytes) is not a prefix of the \
-                 master's ({} bytes); they share {} bytes",
+                "seed {seed}, {when}: shard {shard}: the slave's log ({} bytes) is not a \
+                 prefix of the master's ({} bytes); they share {} bytes",
                 slave_log.len(),
                 master_log.len(),
-                shared_len(&master_log, &slave_log)
+                shared_len(master_log, slave_log)
             ),
         }
-        if self.role == BrokerRole::SyncMaster {
-            self.every_send_ok_in(&master_log, "master", when);
-            self.every_send_ok_in(&slave_log, "slave", when);
-        }
-        (master_log, slave_log)
     }
 
     /// SYNC_MASTER: every body answered SEND_OK so far is in `log`.
-    fn every_send_ok_in(&self, log: &[u8], whose: &str, when: &str) {
-        let held = bodies_in(log);
+    fn every_send_ok_in(&self, logs: &[Vec<u8>], whose: &str, when: &str) {
+        let held: HashSet<&[u8]> = logs.iter().flat_map(|log| bodies_in(log)).collect();
         let missing: Vec<String> = self
             .history
             .acked_bodies()
