@@ -26,10 +26,11 @@
 //! master delivered: issue 31 needs it).
 //!
 //! Bound: a change on the master reaches the slave within one interval plus one round of
-//! requests (each bounded by [`REQUEST_TIMEOUT`]) while the master answers. A failed round
-//! changes nothing; the state (answering or not) is logged when it changes, not every
-//! round. With no name server (`haMasterAddress` alone) the slave never learns the broker
-//! address and copies nothing: the start warns of it ([`warn_without_name_servers`]).
+//! requests (each bounded by `slaveMetadataRequestTimeout`, 3 s by default) while the
+//! master answers. A failed round changes nothing; the state (answering or not) is logged
+//! when it changes, not every round. With no name server (`haMasterAddress` alone) the
+//! slave never learns the broker address and copies nothing: the start warns of it
+//! ([`warn_without_name_servers`]).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -47,10 +48,6 @@ use crate::remoting::{ExtFields, RemotingCommand};
 use crate::shard::service::{ShardService, ShardTask};
 
 use super::replication::MasterAddress;
-
-/// Longest one request of a round may take: well past a healthy master's answer, and short
-/// enough that a hung master costs a few rounds, not minutes.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Why one round failed.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +79,9 @@ struct Inner<T: Transport> {
     transport: T,
     master: MasterAddress,
     interval: Duration,
+    /// `slaveMetadataRequestTimeout`: longest the connect or one request of a round may
+    /// take.
+    request_timeout: Duration,
     /// The connection to the master's broker port, kept between rounds.
     client: RefCell<Option<Client>>,
     /// Whether the last round succeeded: what a state change is logged against.
@@ -94,6 +94,7 @@ impl<T: Transport> MetadataSync<T> {
         transport: T,
         master: MasterAddress,
         interval: Duration,
+        request_timeout: Duration,
     ) -> MetadataSync<T> {
         broker.consumer_offsets.keep_commits_for_master();
         MetadataSync {
@@ -102,6 +103,7 @@ impl<T: Transport> MetadataSync<T> {
                 transport,
                 master,
                 interval,
+                request_timeout,
                 client: RefCell::new(None),
                 answering: Cell::new(None),
             }),
@@ -211,12 +213,12 @@ impl<T: Transport> Inner<T> {
         if let Some(client) = kept.filter(|client| !client.is_closed()) {
             return Ok(client);
         }
-        let client =
-            tokio::time::timeout(REQUEST_TIMEOUT, Client::connect_over(&self.transport, addr))
-                .await
-                .map_err(|_| SyncError::Connect(std::io::ErrorKind::TimedOut.into()))?
-                .map_err(SyncError::Connect)?;
-        client.set_timeout(REQUEST_TIMEOUT);
+        let connect = Client::connect_over(&self.transport, addr);
+        let client = tokio::time::timeout(self.request_timeout, connect)
+            .await
+            .map_err(|_| SyncError::Connect(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(SyncError::Connect)?;
+        client.set_timeout(self.request_timeout);
         self.client.replace(Some(client.clone()));
         Ok(client)
     }

@@ -158,6 +158,7 @@ async fn open_role<L: Listener, T: Transport>(
                 },
                 heartbeat: config.ha_send_heartbeat_interval,
                 housekeeping: config.ha_housekeeping_interval,
+                batch_bytes_max: config.ha_slave_batch_bytes_max,
             },
         );
         tracing::info!(
@@ -185,6 +186,7 @@ async fn open_role<L: Listener, T: Transport>(
         heartbeat: config.ha_send_heartbeat_interval,
         housekeeping: config.ha_housekeeping_interval,
         fallbehind_max: config.ha_slave_fallbehind_max,
+        send_bytes: config.ha_send_batch_bytes,
     };
     let side = MasterSide::become_master(store, &epochs, master_config)
         .await

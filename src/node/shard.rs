@@ -306,6 +306,7 @@ fn open_node_services<T: Transport>(
             transport.clone(),
             settings.master.clone(),
             config.slave_metadata_sync_interval,
+            config.slave_metadata_request_timeout,
         )));
     }
     services.extend(open_registration(settings, broker, transport));

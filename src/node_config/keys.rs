@@ -39,6 +39,25 @@ pub const HA_FALLBEHIND_MAX: u64 = crate::config::defaults::HA_SLAVE_FALLBEHIND_
 /// `slaveMetadataSyncInterval`: a second, against RocketMQ's 3 s (offsets) to 60 s (the
 /// rest): what a promoted or reading slave may miss of its master's tables.
 pub const METADATA_SYNC: Duration = Duration::from_secs(1);
+/// `slaveMetadataRequestTimeout`: 3 s, well past a healthy master's answer, and short
+/// enough that a hung master costs a few rounds of the table copy, not minutes.
+pub const METADATA_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// `haSendBatchBytes`: 256 KiB, eight of RocketMQ's 32 KiB frames, so a catching-up slave
+/// gets its bytes in few system calls while the copy each write costs stays bounded.
+pub const HA_SEND_BATCH: usize = 256 * 1024;
+/// The most `haSendBatchBytes` takes: a master holds this plus one frame per slave stream
+/// while a write is under way.
+const HA_SEND_BATCH_MAX: u64 = 16 << 20;
+/// `haSlaveBatchBytesMax`: 4 MiB, 128 of RocketMQ's 32 KiB frames, so a catching-up slave
+/// writes and syncs in large pieces while a step never waits on more than a few
+/// milliseconds of a disk's sequential bandwidth.
+pub const HA_SLAVE_BATCH_MAX: usize = 4 << 20;
+/// The most `haSlaveBatchBytesMax` takes: a slave shard holds twice the value (the step on
+/// the disk and the frames read ahead), so 64 shards at the bound hold 8 GiB.
+const HA_SLAVE_BATCH_MAX_MAX: u64 = 64 << 20;
+/// The least either batch setting takes: a page. Smaller still works (a write or a step
+/// always takes at least one frame) but only adds system calls.
+const HA_BATCH_BYTES_MIN: u64 = 4096;
 
 macro_rules! key {
     (@ours rocketmq) => { false };
@@ -272,12 +291,28 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.ha_transfer_batch_size.to_string(),
     ),
     key!(
+        "ha_send_batch_bytes", ringmq ["haSendBatchBytes"],
+        default: Constant(|| HA_SEND_BATCH.to_string()),
+        range: Number(Bounds::between(HA_BATCH_BYTES_MIN, HA_SEND_BATCH_MAX, Unit::Plain)),
+        meaning: "a master gathers a slave's frames into one write until the write holds this many bytes (the frame that reaches it is the write's last, so a write always carries a whole frame): each slave stream holds up to this plus one frame while a write is under way",
+        set: |c, v| c.ha_send_batch_bytes = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.ha_send_batch_bytes.to_string(),
+    ),
+    key!(
         "ha_slave_fallbehind_max", rocketmq ["haSlaveFallbehindMax"],
         default: Constant(|| HA_FALLBEHIND_MAX.to_string()),
         range: Number(AT_LEAST_1),
         meaning: "a SYNC_MASTER answers SLAVE_NOT_AVAILABLE at once while no slave is within this many bytes of its log",
         set: |c, v| c.ha_slave_fallbehind_max = uint(v, u64::MAX)?,
         get: |c| c.ha_slave_fallbehind_max.to_string(),
+    ),
+    key!(
+        "ha_slave_batch_bytes_max", ringmq ["haSlaveBatchBytesMax"],
+        default: Constant(|| HA_SLAVE_BATCH_MAX.to_string()),
+        range: Number(Bounds::between(HA_BATCH_BYTES_MIN, HA_SLAVE_BATCH_MAX_MAX, Unit::Plain)),
+        meaning: "a slave appends (and under SYNC_FLUSH syncs, then reports) the frames it received in steps, each closed by the frame that takes it to this many bytes (so a step always takes a whole frame), and reads this many bytes of frames ahead of the step on the disk: a slave shard holds about twice this",
+        set: |c, v| c.ha_slave_batch_bytes_max = uint(v, u32::MAX as u64)? as usize,
+        get: |c| c.ha_slave_batch_bytes_max.to_string(),
     ),
     key!(
         "sync_from_last_file", rocketmq ["syncFromLastFile"],
@@ -302,6 +337,14 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "a slave copies its master's topics, subscription groups, consumer and delay offsets and request modes this often (the bound on how stale they are), ms",
         set: |c, v| c.slave_metadata_sync_interval = millis(v)?,
         get: |c| c.slave_metadata_sync_interval.as_millis().to_string(),
+    ),
+    key!(
+        "slave_metadata_request_timeout", ringmq ["slaveMetadataRequestTimeout"],
+        default: Constant(|| METADATA_REQUEST_TIMEOUT.as_millis().to_string()),
+        range: Number(Bounds::between(100, 60_000, Unit::Millis)),
+        meaning: "longest a slave waits for its master to connect or answer one request of the table copy before the round fails (it keeps what it has and tries again next interval), ms",
+        set: |c, v| c.slave_metadata_request_timeout = millis(v)?,
+        get: |c| c.slave_metadata_request_timeout.as_millis().to_string(),
     ),
     key!(
         "store_path_root_dir", rocketmq ["storePathRootDir"],

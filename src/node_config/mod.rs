@@ -186,12 +186,18 @@ pub struct NodeConfig {
     pub ha_send_heartbeat_interval: Duration,
     pub ha_housekeeping_interval: Duration,
     pub ha_transfer_batch_size: u32,
+    /// `haSendBatchBytes`: frames a master gathers into one write to a slave.
+    pub ha_send_batch_bytes: usize,
     pub ha_slave_fallbehind_max: u64,
+    /// `haSlaveBatchBytesMax`: the most a slave appends in one step, and reads ahead.
+    pub ha_slave_batch_bytes_max: usize,
     pub sync_from_last_file: bool,
     /// `slaveReadEnable`: cold pulls are sent to a slave.
     pub slave_read_enable: bool,
     /// `slaveMetadataSyncInterval`: how often a slave copies its master's tables.
     pub slave_metadata_sync_interval: Duration,
+    /// `slaveMetadataRequestTimeout`: longest one request of the table copy may take.
+    pub slave_metadata_request_timeout: Duration,
     pub store_path_root_dir: PathBuf,
     pub shards: u8,
     /// Pin shard n to the n-th CPU the process may use (best effort, logged when refused).
@@ -304,7 +310,7 @@ impl NodeConfig {
     /// work out (no `$HOME` for the store root) stays empty, and `validate` says so.
     #[allow(
         clippy::too_many_lines,
-        reason = "one placeholder per field of an 85-field struct literal; cutting it would split the fields, not steps"
+        reason = "one placeholder per field of a 95-field struct literal; cutting it would split the fields, not steps"
     )]
     fn unset() -> NodeConfig {
         NodeConfig {
@@ -330,10 +336,13 @@ impl NodeConfig {
             ha_send_heartbeat_interval: Duration::ZERO,
             ha_housekeeping_interval: Duration::ZERO,
             ha_transfer_batch_size: 0,
+            ha_send_batch_bytes: 0,
             ha_slave_fallbehind_max: 0,
+            ha_slave_batch_bytes_max: 0,
             sync_from_last_file: false,
             slave_read_enable: false,
             slave_metadata_sync_interval: Duration::ZERO,
+            slave_metadata_request_timeout: Duration::ZERO,
             store_path_root_dir: PathBuf::new(),
             shards: 0,
             pin_shard_threads: false,

@@ -5,9 +5,9 @@
 //! handshake, note the start point, record acks in [`super::master_side::MasterSide`]);
 //! send the frames the state machine gives, their bodies read from the store
 //! ([`Store::replica_range`], never past the written end, never across a segment), in one
-//! write of up to `SEND_BYTES`; then wait for the first of: bytes from the slave, new
-//! bytes written to the log, more frames due (a backlog goes out a write per turn), the
-//! heartbeat due, or the housekeeping deadline (a slave silent that long is dropped).
+//! write of about `haSendBatchBytes`; then wait for the first of: bytes from the slave,
+//! new bytes written to the log, more frames due (a backlog goes out a write per turn),
+//! the heartbeat due, or the housekeeping deadline (a slave silent that long is dropped).
 //!
 //! Frames go out once written, before they are flushed (RocketMQ does the same): under
 //! SYNC_MASTER a put waits for the slave, and the slave's copy is what makes it safe.
@@ -28,10 +28,6 @@ use super::master_state::{MasterError, MasterEvent, MasterLog, MasterStream};
 use super::wire::Refusal;
 use crate::net::Connection;
 use crate::store::replica::ReplicaRangeError;
-
-/// Frames gathered into one write: 256 KiB is eight of RocketMQ's 32 KiB frames, so a
-/// catching-up slave gets its bytes in few system calls, and the copy it costs is bounded.
-const SEND_BYTES: usize = 256 * 1024;
 
 /// Why a stream ended.
 #[derive(Debug, thiserror::Error)]
@@ -153,10 +149,11 @@ async fn act<C: Connection>(
 }
 
 /// Sends the frames the state machine has now, each header followed by its body, in one
-/// write of about [`SEND_BYTES`]: one write per wakeup for the frames of a put batch, not
-/// two per frame (the slave wakes once, not for a lone 36-byte header). Returns whether
-/// more may wait (a backlog): the caller reads what the slave sent before the next write,
-/// so a slave catching up a long log is heard from, acks and all.
+/// write of about `haSendBatchBytes` (the frame that reaches it is the write's last, so a
+/// write carries at least one whole frame): one write per wakeup for the frames of a put
+/// batch, not two per frame (the slave wakes once, not for a lone 36-byte header). Returns
+/// whether more may wait (a backlog): the caller reads what the slave sent before the next
+/// write, so a slave catching up a long log is heard from, acks and all.
 async fn send_frames<C: Connection>(
     side: &MasterSide,
     connection: &mut C,
@@ -181,7 +178,7 @@ async fn send_frames<C: Connection>(
             out.extend_from_slice(&range.bytes);
             side.sent(header.body_len);
         }
-        if out.len() >= SEND_BYTES {
+        if out.len() >= side.send_bytes {
             connection.write_all(&out).await?;
             return Ok(true);
         }

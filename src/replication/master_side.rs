@@ -93,6 +93,9 @@ pub struct MasterConfig {
     pub housekeeping: Duration,
     /// `haSlaveFallbehindMax`: how far behind a slave may be and still count as attached.
     pub fallbehind_max: u64,
+    /// `haSendBatchBytes`: a stream gathers frames into one write until it holds this many
+    /// bytes.
+    pub send_bytes: usize,
 }
 
 /// Why a shard could not become master.
@@ -129,6 +132,8 @@ pub struct MasterSide {
     pub(super) stream_settings: MasterSettings,
     pub(super) heartbeat: Duration,
     pub(super) housekeeping: Duration,
+    /// `haSendBatchBytes`, see [`MasterConfig::send_bytes`].
+    pub(super) send_bytes: usize,
     epochs: EpochCache,
     fallbehind_max: u64,
     links: RefCell<BTreeMap<u64, LinkState>>,
@@ -163,6 +168,7 @@ impl MasterSide {
             stream_settings: config.stream,
             heartbeat: config.heartbeat,
             housekeeping: config.housekeeping,
+            send_bytes: config.send_bytes,
             epochs: history,
             fallbehind_max: config.fallbehind_max,
             links: RefCell::new(BTreeMap::new()),

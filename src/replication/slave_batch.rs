@@ -7,26 +7,24 @@
 //! segment are joined into one append: one write and, under SYNC_FLUSH, one sync and one
 //! report for every frame that arrived while the previous step was on the disk (the
 //! master's appender does the same with puts, D6). Any other plan ends the step: the plans
-//! after it are decided on the store's facts once it is applied. A step also ends at
-//! [`BATCH_BYTES_MAX`] appended bytes.
+//! after it are decided on the store's facts once it is applied. A step also ends once it
+//! holds `haSlaveBatchBytesMax` appended bytes (the plan that reaches the limit is its
+//! last, so a step always takes a plan, whatever the limit and the frames' sizes).
 //!
 //! Invariants (asserted): the appends of one step are contiguous, each starts where the
 //! step's log ends ([`Batch::log_end`]), and a joined append never crosses a segment's end.
 
 use super::slave_state::{Append, SlavePlan};
 
-/// The most bytes one step appends: one write of at most this many bytes, and the memory a
-/// slave shard holds for the step on top of what it reads ahead (the same again, see
-/// [`super::slave_link`]). 4 MiB is 128 of RocketMQ's 32 KiB frames: a catching-up slave
-/// writes and syncs in large pieces, and a step never waits on more than a few
-/// milliseconds of a disk's sequential bandwidth.
-pub const BATCH_BYTES_MAX: usize = 4 << 20;
-
 /// One step of the slave's work: plans in order.
 #[derive(Debug)]
 pub struct Batch {
     plans: Vec<SlavePlan>,
     segment_bytes: u64,
+    /// `haSlaveBatchBytesMax`: the step closes once it appends this many bytes. It bounds
+    /// one write and the memory a slave shard holds for the step on top of what it reads
+    /// ahead (the same again, see [`super::slave_link`]).
+    max_bytes: usize,
     appended: usize,
     /// Where the log ends once the step is applied, when a plan of it appends.
     end: Option<u64>,
@@ -34,12 +32,15 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// An empty step for a log of `segment_bytes`-byte segments.
-    pub fn new(segment_bytes: u64) -> Batch {
+    /// An empty step for a log of `segment_bytes`-byte segments, closing once it appends
+    /// `max_bytes`.
+    pub fn new(segment_bytes: u64, max_bytes: usize) -> Batch {
         assert!(segment_bytes > 0, "segment size 0");
+        assert!(max_bytes > 0, "step limit 0");
         Batch {
             plans: Vec::new(),
             segment_bytes,
+            max_bytes,
             appended: 0,
             end: None,
             closed: false,
@@ -97,7 +98,7 @@ impl Batch {
             self.plans.push(plan);
             return;
         }
-        if self.appended >= BATCH_BYTES_MAX {
+        if self.appended >= self.max_bytes {
             self.closed = true;
         }
         let joinable = match (self.plans.last(), &plan.append) {
@@ -147,6 +148,9 @@ mod tests {
     use super::*;
     use crate::replication::epochs::EpochEntry;
 
+    /// A step limit that the tests not about the limit never reach.
+    const LIMIT: usize = 1 << 20;
+
     fn append(offset: u64, len: usize) -> SlavePlan {
         SlavePlan {
             append: Some(Append {
@@ -161,7 +165,7 @@ mod tests {
 
     #[test]
     fn contiguous_appends_in_one_segment_become_one_append_reporting_the_last_end() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(append(100, 10));
         batch.push(append(110, 20));
         batch.push(append(130, 5));
@@ -178,7 +182,7 @@ mod tests {
 
     #[test]
     fn an_append_at_a_segment_start_is_not_joined_to_the_segment_before() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(append(990, 10));
         batch.push(append(1000, 10));
         assert_eq!(batch.into_plans().len(), 2);
@@ -186,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_new_epoch_ends_the_step_and_is_not_joined() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(append(0, 10));
         let mut opening = append(10, 10);
         opening.append_epoch = Some(EpochEntry {
@@ -201,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_truncation_ends_the_step() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(SlavePlan {
             truncate_to: Some(5),
             report: Some(5),
@@ -213,7 +217,7 @@ mod tests {
 
     #[test]
     fn a_heartbeat_between_appends_does_not_split_them() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(append(0, 10));
         batch.push(SlavePlan {
             confirm_offset: Some(10),
@@ -228,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_heartbeat_alone_is_a_step_of_its_own() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(SlavePlan {
             confirm_offset: Some(10),
             ..SlavePlan::default()
@@ -238,20 +242,32 @@ mod tests {
 
     #[test]
     fn a_step_closes_once_it_holds_the_most_bytes() {
-        let mut batch = Batch::new(u64::MAX / 2);
+        let limit = 4 << 20;
+        let mut batch = Batch::new(u64::MAX / 2, limit);
         let frame = 1 << 20;
         let mut at = 0;
         while !batch.is_closed() {
             batch.push(append(at, frame));
             at += frame as u64;
         }
-        assert_eq!(at as usize, BATCH_BYTES_MAX);
+        assert_eq!(at as usize, limit);
+    }
+
+    #[test]
+    fn a_frame_past_the_limit_is_a_step_of_its_own() {
+        let mut batch = Batch::new(u64::MAX / 2, 100);
+        batch.push(append(0, 300));
+        assert!(batch.is_closed());
+        assert_eq!(batch.log_end(), Some(300));
+        let plans = batch.into_plans();
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].append.as_ref().unwrap().body.len(), 300);
     }
 
     #[test]
     #[should_panic(expected = "an append at 30 in a step whose log ends at 20")]
     fn a_gap_between_appends_of_a_step_is_a_bug() {
-        let mut batch = Batch::new(1000);
+        let mut batch = Batch::new(1000, LIMIT);
         batch.push(append(10, 10));
         batch.push(append(30, 10));
     }

@@ -24,17 +24,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::decode::{FromMasterDecoder, WireError};
 use super::epoch_store::{EpochStore, EpochStoreError};
 use super::epochs::{EpochCache, EpochError};
-use super::slave_batch::{Batch, BATCH_BYTES_MAX};
+use super::slave_batch::Batch;
 use super::slave_state::{SlaveError, SlaveIdentity, SlaveLog, SlavePlan, SlaveStream};
 use super::wire::{encode_report, FromMaster, Refusal};
 use crate::net::{Connection, Transport};
 use crate::store::replica::{ReplicaAppendError, ReplicaStartError, ReplicaTruncateError};
 use crate::store::Store;
-
-/// Frames decoded and waiting for the step on the disk: past this the slave stops reading
-/// and the master's sends wait in TCP. One step's worth, so the next step is ready in
-/// full when the disk is done.
-const READ_AHEAD_BYTES: usize = BATCH_BYTES_MAX;
 
 /// The most bytes one read takes from the socket: 256 KiB is a few TCP windows' worth on
 /// a local network, so a catching-up slave reads in few calls.
@@ -48,6 +43,11 @@ pub struct SlaveConfig {
     pub heartbeat: Duration,
     /// A master silent this long is dropped (`haHousekeepingInterval`).
     pub housekeeping: Duration,
+    /// `haSlaveBatchBytesMax`: a step closes once it appends this many bytes (see
+    /// [`Batch`]), and the slave stops reading once this many bytes of frames are decoded
+    /// and waiting for the step on the disk (the master's sends then wait in TCP). One
+    /// step's worth, so the next step is ready in full when the disk is done.
+    pub batch_bytes_max: usize,
 }
 
 /// Why a slave's stream ended.
@@ -202,7 +202,7 @@ impl SlaveSide {
         stream: &mut SlaveStream,
     ) -> Result<(), SlaveLinkError> {
         let mut decoder = FromMasterDecoder::new();
-        let mut queue = Received::default();
+        let mut queue = Received::new(self.config.batch_bytes_max);
         let mut buffer = vec![0u8; READ_BYTES];
         let mut heard = tokio::time::Instant::now();
         let mut reported_once = false;
@@ -259,7 +259,10 @@ impl SlaveSide {
         queue: &mut Received,
     ) -> Result<Batch, SlaveLinkError> {
         let history = self.epochs.history();
-        let mut batch = Batch::new(self.store.config().commit_log_segment_size);
+        let mut batch = Batch::new(
+            self.store.config().commit_log_segment_size,
+            self.config.batch_bytes_max,
+        );
         while !batch.is_closed() {
             let Some(message) = queue.pop() else { break };
             let reply = matches!(message, FromMaster::Reply(_));
@@ -364,13 +367,22 @@ async fn until_applied(
 }
 
 /// Messages decoded and not yet planned, and how many bytes of frames they hold.
-#[derive(Default)]
 struct Received {
     messages: VecDeque<FromMaster>,
     bytes: usize,
+    /// Frame bytes past which the slave stops reading ([`SlaveConfig::batch_bytes_max`]).
+    read_ahead: usize,
 }
 
 impl Received {
+    fn new(read_ahead: usize) -> Received {
+        Received {
+            messages: VecDeque::new(),
+            bytes: 0,
+            read_ahead,
+        }
+    }
+
     /// Takes every whole message the decoder holds, while there is room.
     fn take_from(&mut self, decoder: &mut FromMasterDecoder) -> Result<(), WireError> {
         while !self.full() {
@@ -389,10 +401,11 @@ impl Received {
         Some(message)
     }
 
-    /// Whether the slave stops reading: the disk is behind by [`READ_AHEAD_BYTES`] and the
-    /// master's frames wait in the socket (TCP's window tells the master).
+    /// Whether the slave stops reading: the disk is behind by the read-ahead and the
+    /// master's frames wait in the socket (TCP's window tells the master). Below it a whole
+    /// message is always taken, so a frame larger than the read-ahead still comes in.
     fn full(&self) -> bool {
-        self.bytes >= READ_AHEAD_BYTES
+        self.bytes >= self.read_ahead
     }
 }
 

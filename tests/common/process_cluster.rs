@@ -625,6 +625,22 @@ impl ProcessCluster {
     }
 }
 
+/// Runs `ringmq admin` with `args` (its own flags, `-n`, `-b` or `-c`, first) to the end:
+/// whether it exited successfully, what it wrote to stdout, what it wrote to stderr.
+pub fn admin(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(BIN)
+        .arg("admin")
+        .args(args)
+        .output()
+        .expect("run ringmq admin");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (
+        output.status.success(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
 /// One request to `addr` over a fresh connection of the in-project client.
 pub fn call(addr: SocketAddr, command: RemotingCommand) -> std::io::Result<RemotingCommand> {
     run_local(false, async move {

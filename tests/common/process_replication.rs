@@ -1,7 +1,8 @@
-//! What the real-process replication tests do to a broker group: send under load from
-//! several concurrent senders, each send timed and its answer kept ([`SendLoad`]); read
-//! every queue of a topic back with pulls ([`read_topic`]); and look at a shard's CommitLog
-//! files ([`commit_log_bytes`]).
+//! What the real-process replication tests do to a broker group: start a SYNC_MASTER and
+//! its slave streaming ([`StreamingPair`]); send under load from several concurrent
+//! senders, each send timed and its answer kept ([`SendLoad`]); read every queue of a
+//! topic back with pulls ([`read_topic`]); and look at a shard's CommitLog files
+//! ([`commit_log_bytes`]).
 //!
 //! Every sender is a thread with its own runtime and one connection of the in-project
 //! client, so a send that hangs holds up only its sender, and its time says so.
@@ -377,5 +378,75 @@ pub fn wait_send_ok(
         cluster.wait_until(limit, &format!("SEND_OK on {topic}/{queue}"), || {
             send(broker, topic, queue, b"probe").code == response::SUCCESS
         });
+    }
+}
+
+/// The group of a [`StreamingPair`], and its master's and slave's names in the cluster
+/// (`<brokerName>-<brokerId>`).
+pub const PAIR_GROUP: &str = "broker-a";
+pub const PAIR_MASTER: &str = "broker-a-0";
+pub const PAIR_SLAVE: &str = "broker-a-1";
+
+/// The master of a [`StreamingPair`] as [`StreamingPair::start`] makes it: a SYNC_MASTER of
+/// [`PAIR_GROUP`] with [`GROUP_SHARDS`] shards. A test adds its own keys with
+/// [`BrokerSpec::set`] and hands it to [`StreamingPair::start_with`].
+pub fn pair_master() -> BrokerSpec {
+    group_master(PAIR_GROUP, "SYNC_MASTER")
+}
+
+/// A SYNC_MASTER and its slave, streaming on every shard: one name server, the master
+/// ([`PAIR_MASTER`]), its slave ([`PAIR_SLAVE`], id 1, following the master's HA port),
+/// a topic created on both (a slave keeps its own topic table until it copies the
+/// master's), and a SEND_OK on each of the topic's queues (a SYNC_MASTER answers one only
+/// once the slave streams the queue's shard).
+pub struct StreamingPair {
+    pub cluster: ProcessCluster,
+    /// The master's remoting address.
+    pub master: SocketAddr,
+    /// The slave's remoting address.
+    pub slave: SocketAddr,
+    /// The master's HA address (the slave's `haMasterAddress`).
+    pub ha: SocketAddr,
+}
+
+impl StreamingPair {
+    /// [`StreamingPair::start_with`] the master of [`pair_master`].
+    pub fn start(topic: &str, queues: &[i32], limit: Duration) -> StreamingPair {
+        StreamingPair::start_with(pair_master(), topic, queues, limit)
+    }
+
+    /// Starts the pair from `master` (a master of [`PAIR_GROUP`]), creates `topic` with
+    /// `queues` on both brokers and waits (at most `limit` a queue) for a SEND_OK on each.
+    pub fn start_with(
+        master: BrokerSpec,
+        topic: &str,
+        queues: &[i32],
+        limit: Duration,
+    ) -> StreamingPair {
+        assert_eq!(
+            (master.name.as_str(), master.id),
+            (PAIR_GROUP, 0),
+            "a pair's master is the master of {PAIR_GROUP}"
+        );
+        let mut cluster = ProcessCluster::start(1, vec![master]);
+        let ha = cluster.broker(PAIR_MASTER).ha_addr();
+        cluster.add_broker(group_slave(PAIR_GROUP, 1, ha));
+        let master = cluster.broker(PAIR_MASTER).addr;
+        let slave = cluster.broker(PAIR_SLAVE).addr;
+        let count = u32::try_from(queues.len()).expect("a queue count");
+        create_topic_on(&[master, slave], topic, count);
+        wait_send_ok(&cluster, master, topic, queues, limit);
+        StreamingPair {
+            cluster,
+            master,
+            slave,
+            ha,
+        }
+    }
+
+    /// Waits (at most `limit`) until the slave's CommitLogs equal the master's, checking
+    /// at every look that they are a prefix of them.
+    pub fn wait_caught_up(&self, limit: Duration) {
+        wait_logs_equal(&self.cluster, PAIR_MASTER, PAIR_SLAVE, limit, true);
     }
 }

@@ -100,6 +100,14 @@ fn defaults_validate() {
     assert_eq!(config.max_frame_size, 16 * 1024 * 1024);
     assert_eq!(config.delete_when, vec![4]);
     assert_eq!(config.file_reserved_time, Duration::from_secs(72 * 3600));
+    // The replication batches and the table copy's timeout, as they were before they
+    // were settings.
+    assert_eq!(config.ha_send_batch_bytes, 256 * 1024);
+    assert_eq!(config.ha_slave_batch_bytes_max, 4 << 20);
+    assert_eq!(
+        config.slave_metadata_request_timeout,
+        Duration::from_secs(3)
+    );
 
     let machine = NodeConfig::default();
     assert!(machine.shards >= 1 && machine.shards <= 64);
@@ -607,6 +615,36 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
     ),
     ("timerMaxPending=0", "timerMaxPending", "between 1 and"),
     ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
+    (
+        "haSendBatchBytes=16777217",
+        "haSendBatchBytes",
+        "16777217 must be between 4096 and 16777216",
+    ),
+    (
+        "haSendBatchBytes=4095",
+        "haSendBatchBytes",
+        "between 4096 and 16777216",
+    ),
+    (
+        "haSlaveBatchBytesMax=67108865",
+        "haSlaveBatchBytesMax",
+        "67108865 must be between 4096 and 67108864",
+    ),
+    (
+        "haSlaveBatchBytesMax=0",
+        "haSlaveBatchBytesMax",
+        "between 4096 and 67108864",
+    ),
+    (
+        "slaveMetadataRequestTimeout=60001",
+        "slaveMetadataRequestTimeout",
+        "60001 must be between 100 and 60000 ms",
+    ),
+    (
+        "slaveMetadataRequestTimeout=99",
+        "slaveMetadataRequestTimeout",
+        "between 100 and 60000 ms",
+    ),
     (
         "metricsPromExporterPort=10911",
         "metricsPromExporterPort",

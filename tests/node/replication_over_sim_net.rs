@@ -4,18 +4,25 @@
 //! for what the slave holds, SLAVE_NOT_AVAILABLE at once with no slave, and within
 //! `slaveTimeout` when the slave dies; a slave refuses sends; an old master with an
 //! unreplicated tail, restarted as the slave of the promoted one, is truncated to the
-//! shared prefix and never spliced.
+//! shared prefix and never spliced; a master writes a slave's backlog in writes of about
+//! `haSendBatchBytes`.
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::cluster::SimCluster;
+use common::cluster::{reader_ip, SimCluster};
 use common::run_local;
 use ringmq::config::BrokerRole;
-use ringmq::net::sim::{Direction, NetConfig};
+use ringmq::net::sim::{Direction, NetConfig, SimConnection};
+use ringmq::net::Transport;
 use ringmq::node_config::NodeConfig;
 use ringmq::remoting::codes::response;
+use ringmq::replication::decode::FromMasterDecoder;
+use ringmq::replication::epochs::EpochCache;
+use ringmq::replication::slave_state::{SlaveIdentity, SlaveLog, SlaveStream};
+use ringmq::replication::wire::{encode_report, FromMaster, MASTER_HEADER_BYTES};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOPIC: &str = "Replicated";
 const MASTER: usize = 0;
@@ -292,6 +299,172 @@ fn an_old_master_with_an_unreplicated_tail_is_truncated_when_it_follows_the_new_
         assert!(
             bodies.iter().any(|body| body.starts_with("new")),
             "{bodies:?}"
+        );
+        cluster.shutdown().await;
+    });
+}
+
+/// A slave played by the test over the HA wire: it takes the whole log from the master,
+/// noting how many bytes each read of the socket returned.
+struct ScriptedSlave {
+    conn: SimConnection,
+    stream: SlaveStream,
+    decoder: FromMasterDecoder,
+    /// The master's log end, from its handshake reply.
+    master_end: Option<u64>,
+    /// Where the frames received so far end.
+    received: u64,
+}
+
+impl ScriptedSlave {
+    /// Connects from a host of its own to node `master`'s HA port as an empty slave of
+    /// it (the test defaults' names, one shard) and sends the handshake.
+    async fn connect(cluster: &SimCluster, master: usize) -> ScriptedSlave {
+        let defaults = NodeConfig::default();
+        let stream = SlaveStream::new(
+            SlaveIdentity {
+                cluster: defaults.broker_cluster_name,
+                broker: defaults.broker_name,
+                shard_index: 0,
+                shard_count: 1,
+                slave_broker_id: 1,
+                sync_from_last_file: false,
+                async_learner: false,
+            },
+            1000,
+        );
+        let mut conn = cluster
+            .net
+            .host(reader_ip())
+            .connect(cluster.ha_addr(master))
+            .await
+            .expect("the scripted slave connects");
+        let mut out = Vec::new();
+        stream.handshake().encode(&mut out);
+        conn.write_all(&out).await.expect("the handshake is sent");
+        ScriptedSlave {
+            conn,
+            stream,
+            decoder: FromMasterDecoder::new(),
+            master_end: None,
+            received: 0,
+        }
+    }
+
+    /// Reads until the frames reach the master's log end as its reply gave it; returns
+    /// the size of every read.
+    async fn read_to_the_end(&mut self) -> Vec<usize> {
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut reads = Vec::new();
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        while self.master_end.is_none_or(|end| self.received < end) {
+            let n = tokio::time::timeout_at(deadline, self.conn.read(&mut buffer))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{} of {:?} bytes after {CATCH_UP:?}",
+                        self.received, self.master_end
+                    )
+                })
+                .expect("the stream reads");
+            assert!(n > 0, "the master closed the stream");
+            reads.push(n);
+            let mut fed = 0;
+            while fed < n {
+                let take = self.decoder.space().min(n - fed);
+                self.decoder
+                    .feed(&buffer[fed..fed + take])
+                    .expect("the master's bytes decode");
+                fed += take;
+                while let Some(message) =
+                    self.decoder.next().expect("the master speaks the HA wire")
+                {
+                    self.take(message).await;
+                }
+            }
+        }
+        reads
+    }
+
+    /// Answers the reply with the start point; notes how far the frames reach.
+    async fn take(&mut self, message: FromMaster) {
+        match message {
+            FromMaster::Reply(reply) => {
+                self.master_end = Some(reply.master_max);
+                let empty = EpochCache::new();
+                let facts = SlaveLog {
+                    min_offset: 0,
+                    max_offset: 0,
+                    epochs: &empty,
+                };
+                let plan = self
+                    .stream
+                    .on_message(FromMaster::Reply(reply), &facts, 0)
+                    .expect("an empty slave takes the master's reply");
+                let start = plan.report.expect("the start point is reported");
+                let mut out = Vec::new();
+                encode_report(start, &mut out);
+                self.conn
+                    .write_all(&out)
+                    .await
+                    .expect("the start point is sent");
+            }
+            FromMaster::Frame(frame) => {
+                self.received = frame.header.offset + frame.body.len() as u64;
+            }
+            FromMaster::Refusal(refusal) => panic!("the master refused: {refusal:?}"),
+        }
+    }
+}
+
+/// `haSendBatchBytes`: a master gathers a catching-up slave's frames into writes of about
+/// that many bytes, the frame that reaches it the last of each. A scripted slave reads the
+/// stream; the simulated network hands a reader each write whole or in parts, never
+/// joined to the next, so no read is larger than the write it came from. The backlog is
+/// twenty times the send batch: with the setting ignored (256 KiB by default) it comes in
+/// one write; and a send batch of two frames gathers them.
+#[test]
+fn a_master_writes_a_slaves_backlog_in_writes_of_its_send_batch() {
+    const SEND_BATCH: usize = 8192;
+    const FRAME: u32 = 4096;
+    const BACKLOG: usize = 20 * SEND_BATCH;
+    run_local(false, async {
+        let cluster = SimCluster::start(1, NetConfig::default(), |_, config| {
+            master(BrokerRole::AsyncMaster)(config);
+            config.ha_send_batch_bytes = SEND_BATCH;
+            config.ha_transfer_batch_size = FRAME;
+        })
+        .await;
+        let client = cluster
+            .client(0, MASTER)
+            .await
+            .expect("the client connects");
+        let body = vec![b'x'; 2000];
+        for n in 0..BACKLOG / body.len() {
+            let answer = client
+                .send_message(TOPIC, (n % 2) as i32, &body, None, None)
+                .await
+                .expect("the send is answered");
+            assert_eq!(answer.code, response::SUCCESS);
+        }
+
+        let mut slave = ScriptedSlave::connect(&cluster, MASTER).await;
+        let reads = slave.read_to_the_end().await;
+        assert!(
+            slave.master_end.is_some_and(|end| end >= BACKLOG as u64),
+            "the master's log ends at {:?}",
+            slave.master_end
+        );
+        // A write stops at the frame that takes it to the send batch, and not before.
+        let most = SEND_BATCH - 1 + MASTER_HEADER_BYTES + FRAME as usize;
+        let largest = reads.iter().max().copied().unwrap_or(0);
+        assert!(
+            largest <= most,
+            "a read of {largest} bytes, past {SEND_BATCH} bytes plus one frame ({most}): {reads:?}"
+        );
+        assert!(
+            largest > MASTER_HEADER_BYTES + FRAME as usize,
+            "no write gathered two frames: {reads:?}"
         );
         cluster.shutdown().await;
     });

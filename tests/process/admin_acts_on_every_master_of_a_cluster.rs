@@ -5,29 +5,14 @@
 //! `-c CLUSTER topic-delete` deletes the topic from every master and its route from every
 //! name server (which keep it otherwise: `deleteTopicWithBrokerRegistration=false`).
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::common::process_cluster::{
-    route_groups, routed_to, topic_table, BrokerSpec, ProcessCluster,
+    admin, route_groups, routed_to, topic_table, BrokerSpec, ProcessCluster,
 };
 
 /// How soon a topic change reaches the routes (the change poll, 1 s, and a round).
 const CHANGE_BOUND: Duration = Duration::from_secs(10);
-
-fn admin(namesrv: &str, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_ringmq"))
-        .args(["admin", "-n", namesrv])
-        .args(args)
-        .output()
-        .expect("run ringmq admin");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (
-        output.status.success(),
-        text(&output.stdout),
-        text(&output.stderr),
-    )
-}
 
 #[test]
 fn a_cluster_topic_create_reaches_every_master_and_both_name_servers_route_it() {
@@ -37,20 +22,19 @@ fn a_cluster_topic_create_reaches_every_master_and_both_name_servers_route_it() 
     ];
     let mut cluster = ProcessCluster::start(2, groups);
     let namesrv = cluster.namesrv_addr();
-    let (ok, out, err) = admin(
+    let (ok, out, err) = admin(&[
+        "-n",
         &namesrv,
-        &[
-            "-c",
-            "DefaultCluster",
-            "topic-create",
-            "-t",
-            "Orders",
-            "-r",
-            "4",
-            "-w",
-            "4",
-        ],
-    );
+        "-c",
+        "DefaultCluster",
+        "topic-create",
+        "-t",
+        "Orders",
+        "-r",
+        "4",
+        "-w",
+        "4",
+    ]);
     assert!(ok, "{out}{err}");
     for broker in ["broker-a-0", "broker-b-0"] {
         let addr = cluster.broker(broker).addr;
@@ -66,7 +50,7 @@ fn a_cluster_topic_create_reaches_every_master_and_both_name_servers_route_it() 
             routed_to(addr, "Orders", &["broker-a", "broker-b"])
         });
     }
-    let (ok, out, err) = admin(&namesrv, &["cluster"]);
+    let (ok, out, err) = admin(&["-n", &namesrv, "cluster"]);
     assert!(ok, "{out}{err}");
     for broker in ["broker-a-0", "broker-b-0"] {
         let addr = cluster.broker(broker).addr.to_string();
@@ -77,10 +61,15 @@ fn a_cluster_topic_create_reaches_every_master_and_both_name_servers_route_it() 
             "{name} at {addr} not listed:\n{out}"
         );
     }
-    let (ok, out, err) = admin(
+    let (ok, out, err) = admin(&[
+        "-n",
         &namesrv,
-        &["-c", "DefaultCluster", "topic-delete", "-t", "Orders"],
-    );
+        "-c",
+        "DefaultCluster",
+        "topic-delete",
+        "-t",
+        "Orders",
+    ]);
     assert!(ok, "{out}{err}");
     for addr in cluster.name_servers.iter().map(|n| n.addr) {
         assert!(

@@ -6,15 +6,12 @@
 //! runs again; both logs say when streams start, at the default level.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::process_cluster::{call, send, ProcessCluster};
-use crate::common::process_replication::{
-    create_topic_on, group_master, group_slave, wait_logs_equal, wait_send_ok, GROUP_SHARDS,
-};
+use crate::common::process_cluster::{admin, call, send, ProcessCluster};
+use crate::common::process_replication::{StreamingPair, GROUP_SHARDS, PAIR_MASTER, PAIR_SLAVE};
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::RemotingCommand;
 
@@ -23,20 +20,6 @@ const QUEUES: [i32; 4] = [0, 1, 2, 3];
 const LIMIT: Duration = Duration::from_secs(60);
 /// The figures are sampled once a second; a few samples is plenty.
 const SAMPLED: Duration = Duration::from_secs(10);
-
-fn admin(args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_ringmq"))
-        .arg("admin")
-        .args(args)
-        .output()
-        .expect("run ringmq admin");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (
-        output.status.success(),
-        text(&output.stdout),
-        text(&output.stderr),
-    )
-}
 
 /// 907 on `broker`, its body as JSON.
 fn ha_status(broker: std::net::SocketAddr) -> Value {
@@ -57,22 +40,22 @@ fn admin_json(args: &[&str]) -> Value {
 
 #[test]
 fn admin_cluster_and_ha_status_show_roles_and_a_slaves_lag_in_bytes_and_seconds() {
-    let mut cluster = ProcessCluster::start(1, vec![group_master("broker-a", "SYNC_MASTER")]);
-    let ha = cluster.broker("broker-a-0").ha_addr();
-    cluster.add_broker(group_slave("broker-a", 1, ha));
-    let master = cluster.broker("broker-a-0").addr;
-    let slave = cluster.broker("broker-a-1").addr;
-    create_topic_on(&[master, slave], TOPIC, QUEUES.len() as u32);
-    wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
-    wait_logs_equal(&cluster, "broker-a-0", "broker-a-1", LIMIT, true);
+    let pair = StreamingPair::start(TOPIC, &QUEUES, LIMIT);
+    pair.wait_caught_up(LIMIT);
+    let StreamingPair {
+        mut cluster,
+        master,
+        slave,
+        ha,
+    } = pair;
 
     ha_status_answers_on_both(&cluster, master, slave, ha);
     cluster_lists_roles_and_the_slaves_lag(&cluster);
     a_paused_slave_falls_behind_then_catches_up(&mut cluster, master);
 
     // Streams starting are logged at the default level, with the shard and offsets.
-    let master_log = cluster.broker("broker-a-0").log_text();
-    let slave_log = cluster.broker("broker-a-1").log_text();
+    let master_log = cluster.broker(PAIR_MASTER).log_text();
+    let slave_log = cluster.broker(PAIR_SLAVE).log_text();
     assert!(
         master_log.contains("slave streaming") && master_log.contains("from="),
         "{master_log}"
@@ -154,7 +137,7 @@ fn streams(master: &str) -> Vec<Value> {
 /// the master's `ha-status`, until it runs again.
 fn a_paused_slave_falls_behind_then_catches_up(cluster: &mut ProcessCluster, master: SocketAddr) {
     let master_addr = master.to_string();
-    cluster.broker("broker-a-1").pause();
+    cluster.broker(PAIR_SLAVE).pause();
     let answer = send(master, TOPIC, 0, b"unreplicated");
     assert_eq!(
         answer.code,
@@ -179,7 +162,7 @@ fn a_paused_slave_falls_behind_then_catches_up(cluster: &mut ProcessCluster, mas
         text.contains("SYNC_MASTER") && text.contains("lag s"),
         "{text}"
     );
-    cluster.broker("broker-a-1").resume();
+    cluster.broker(PAIR_SLAVE).resume();
     cluster.wait_until(LIMIT, "the slave catches up again", || {
         let all = streams(&master_addr);
         all.len() == usize::from(GROUP_SHARDS)

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::process_cluster::ProcessCluster;
 use common::process_replication::{
-    create_topic_on, group_master, group_slave, wait_logs_equal, wait_send_ok, SendLoad, Sent,
+    pair_master, wait_logs_equal, wait_send_ok, SendLoad, Sent, StreamingPair, PAIR_MASTER,
+    PAIR_SLAVE,
 };
 use ringmq::remoting::codes::response;
 
@@ -30,19 +31,17 @@ const LIMIT: Duration = Duration::from_secs(60);
 #[test]
 fn sync_master_sends_answer_within_slave_timeout_after_the_slave_dies_and_resume_after() {
     let began = Instant::now();
-    let mut cluster = ProcessCluster::start(1, vec![group_master("broker-a", "SYNC_MASTER")]);
-    let ha = cluster.broker("broker-a-0").ha_addr();
-    cluster.add_broker(group_slave("broker-a", 1, ha));
-    let master = cluster.broker("broker-a-0").addr;
-    let slave = cluster.broker("broker-a-1").addr;
-    create_topic_on(&[master, slave], TOPIC, QUEUES.len() as u32);
-    wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
+    let StreamingPair {
+        mut cluster,
+        master,
+        ..
+    } = StreamingPair::start(TOPIC, &QUEUES, LIMIT);
 
     let load = SendLoad::start(master, TOPIC, &QUEUES, SENDERS, BODY);
     cluster.wait_until(LIMIT, "SEND_OK under load", || {
         load.count(Sent::is_ok) >= 100
     });
-    cluster.broker("broker-a-1").kill();
+    cluster.broker(PAIR_SLAVE).kill();
     let killed = Instant::now();
     let without_slave = |s: &Sent| {
         matches!(
@@ -84,9 +83,9 @@ fn sync_master_sends_answer_within_slave_timeout_after_the_slave_dies_and_resume
         .filter(|s| s.code() == Some(response::SLAVE_NOT_AVAILABLE))
         .count();
 
-    cluster.broker("broker-a-1").start();
+    cluster.broker(PAIR_SLAVE).start();
     wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
-    wait_logs_equal(&cluster, "broker-a-0", "broker-a-1", LIMIT, true);
+    wait_logs_equal(&cluster, PAIR_MASTER, PAIR_SLAVE, LIMIT, true);
     eprintln!(
         "{} sends, slowest {slowest:?}; after the kill {timeouts} FLUSH_SLAVE_TIMEOUT, \
          {unavailable} SLAVE_NOT_AVAILABLE; {:?}",
@@ -109,21 +108,18 @@ const AT_ONCE_AFTER_DROP: usize = 20;
 #[test]
 fn sync_master_sends_wait_at_most_slave_timeout_while_the_slave_is_silent() {
     let began = Instant::now();
-    let spec = group_master("broker-a", "SYNC_MASTER")
-        .set("haHousekeepingInterval", HOUSEKEEPING.as_millis());
-    let mut cluster = ProcessCluster::start(1, vec![spec]);
-    let ha = cluster.broker("broker-a-0").ha_addr();
-    cluster.add_broker(group_slave("broker-a", 1, ha));
-    let master = cluster.broker("broker-a-0").addr;
-    let slave = cluster.broker("broker-a-1").addr;
-    create_topic_on(&[master, slave], TOPIC, QUEUES.len() as u32);
-    wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
+    let spec = pair_master().set("haHousekeepingInterval", HOUSEKEEPING.as_millis());
+    let StreamingPair {
+        mut cluster,
+        master,
+        ..
+    } = StreamingPair::start_with(spec, TOPIC, &QUEUES, LIMIT);
 
     let load = SendLoad::start(master, TOPIC, &QUEUES, SENDERS, BODY);
     cluster.wait_until(LIMIT, "SEND_OK under load", || {
         load.count(Sent::is_ok) >= 100
     });
-    cluster.broker("broker-a-1").pause();
+    cluster.broker(PAIR_SLAVE).pause();
     let paused = Instant::now();
     // The master has dropped the stream by then: silence for HOUSEKEEPING, noticed
     // within a heartbeat, and a send started just before the drop waits its timeout.
@@ -135,7 +131,7 @@ fn sync_master_sends_wait_at_most_slave_timeout_while_the_slave_is_silent() {
         || load.count(at_once) >= AT_ONCE_AFTER_DROP,
     );
     let sent = load.finish();
-    cluster.broker("broker-a-1").resume();
+    cluster.broker(PAIR_SLAVE).resume();
 
     check_silent_answers(&cluster, &sent, paused, dropped_by);
     let timeouts: Vec<Duration> = sent
@@ -155,7 +151,7 @@ fn sync_master_sends_wait_at_most_slave_timeout_while_the_slave_is_silent() {
     );
 
     wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
-    wait_logs_equal(&cluster, "broker-a-0", "broker-a-1", LIMIT, true);
+    wait_logs_equal(&cluster, PAIR_MASTER, PAIR_SLAVE, LIMIT, true);
     eprintln!(
         "{} sends, {} FLUSH_SLAVE_TIMEOUT (slowest {:?}); {:?}",
         sent.len(),

@@ -7,10 +7,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::process_cluster::ProcessCluster;
 use common::process_replication::{
-    create_topic_on, group_master, group_slave, logs_equal, read_topic, wait_send_ok, SendLoad,
-    Sent, GROUP_SHARDS,
+    logs_equal, read_topic, SendLoad, Sent, StreamingPair, GROUP_SHARDS, PAIR_MASTER,
 };
 use ringmq::shard::routing::queue_owner;
 
@@ -38,19 +36,18 @@ fn every_send_ok_of_a_killed_sync_master_is_on_its_slave_byte_identical() {
         usize::from(GROUP_SHARDS),
         "the queues cover every shard"
     );
-    let mut cluster = ProcessCluster::start(1, vec![group_master("broker-a", "SYNC_MASTER")]);
-    let ha = cluster.broker("broker-a-0").ha_addr();
-    cluster.add_broker(group_slave("broker-a", 1, ha));
-    let master = cluster.broker("broker-a-0").addr;
-    let slave = cluster.broker("broker-a-1").addr;
-    create_topic_on(&[master, slave], TOPIC, QUEUES.len() as u32);
-    wait_send_ok(&cluster, master, TOPIC, &QUEUES, LIMIT);
+    let StreamingPair {
+        mut cluster,
+        master,
+        slave,
+        ..
+    } = StreamingPair::start(TOPIC, &QUEUES, LIMIT);
 
     let load = SendLoad::start(master, TOPIC, &QUEUES, SENDERS, BODY);
     cluster.wait_until(LIMIT, "SEND_OK answers under load", || {
         load.count(Sent::is_ok) >= ACKED_BEFORE_KILL
     });
-    cluster.broker("broker-a-0").kill();
+    cluster.broker(PAIR_MASTER).kill();
     let sent = load.finish();
     let acked: Vec<&Sent> = sent.iter().filter(|s| s.is_ok()).collect();
     assert!(acked.len() >= ACKED_BEFORE_KILL, "{} SEND_OK", acked.len());

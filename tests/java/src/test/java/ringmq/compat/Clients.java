@@ -40,8 +40,17 @@ public final class Clients implements AutoCloseable {
     }
 
     private void configure(ClientConfig config) {
-        config.setNamesrvAddr(target.namesrvAddr());
-        config.setInstanceName(name("instance"));
+        configure(config, target.namesrvAddr(), name("instance"));
+    }
+
+    /**
+     * Points {@code config} at {@code namesrvAddr} as {@code instanceName}, polling routes and
+     * heartbeating every second; also used by {@link ClusterClients}, whose name server is
+     * not the target's.
+     */
+    static void configure(ClientConfig config, String namesrvAddr, String instanceName) {
+        config.setNamesrvAddr(namesrvAddr);
+        config.setInstanceName(instanceName);
         // Learn route changes (a restarted broker, a new topic) within a second, not 30 s.
         config.setPollNameServerInterval(1000);
         config.setHeartbeatBrokerInterval(1000);
@@ -69,11 +78,21 @@ public final class Clients implements AutoCloseable {
 
     /** A push consumer, configured but not started (the caller subscribes and registers first). */
     public DefaultMQPushConsumer pushConsumer(String group) {
+        DefaultMQPushConsumer consumer = newPushConsumer(group, target.namesrvAddr(), name("instance"));
+        closers.add(consumer::shutdown);
+        return consumer;
+    }
+
+    /**
+     * A push consumer of {@code group} configured as every one of the suite, neither started
+     * nor closed by anyone yet: {@link #configure(ClientConfig, String, String)}, a new group
+     * from the first offset, and a failed pull tried again after 200 ms (not 3 s).
+     */
+    static DefaultMQPushConsumer newPushConsumer(String group, String namesrvAddr, String instanceName) {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-        configure(consumer);
+        configure(consumer, namesrvAddr, instanceName);
         consumer.setConsumeFromWhere(org.apache.rocketmq.common.consumer.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setPullTimeDelayMillsWhenException(200);
-        closers.add(consumer::shutdown);
         return consumer;
     }
 

@@ -12,7 +12,6 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
-import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.remoting.protocol.route.QueueData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
@@ -73,13 +72,8 @@ public final class ClusterClients implements AutoCloseable {
      * first offset, recording what it gets in {@code delivered}.
      */
     public DefaultMQPushConsumer pushConsumer(String group, String topic, Delivered delivered) throws Exception {
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(name(group));
-        consumer.setNamesrvAddr(namesrvAddr);
-        consumer.setInstanceName(name(group + "_instance"));
-        consumer.setPollNameServerInterval(1000);
-        consumer.setHeartbeatBrokerInterval(1000);
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.setPullTimeDelayMillsWhenException(200);
+        DefaultMQPushConsumer consumer =
+                Clients.newPushConsumer(name(group), namesrvAddr, name(group + "_instance"));
         consumer.subscribe(topic, "*");
         closers.add(consumer::shutdown);
         Clients.startCollecting(consumer, delivered);
