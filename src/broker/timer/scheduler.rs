@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::broker::timer::errors::TimerRecordError;
-use crate::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore};
+use crate::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore, DUE_GONE};
 use crate::broker::timer::{self, Due, TIMER_TOPIC};
 use crate::broker::Broker;
 use crate::io::meta::MetaFiles;
@@ -253,7 +253,7 @@ fn skip_to(timers: &Timers, from: u64, to: u64) -> bool {
     for offset in from..to {
         // Due at once and gone: the delivery finds no record and skips it.
         store.index_recovered(TimerKey {
-            due: i64::MIN,
+            due: DUE_GONE,
             offset,
         });
     }
