@@ -455,6 +455,11 @@ impl TimerStore {
         self.runs_cover.max(self.recovered.below)
     }
 
+    /// The files the store is written through.
+    pub fn files(&self) -> Arc<dyn MetaFiles> {
+        self.files.clone()
+    }
+
     /// The checkpoint file.
     pub fn checkpoint_path(&self) -> PathBuf {
         self.dir.join(CHECKPOINT)

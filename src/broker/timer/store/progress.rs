@@ -109,10 +109,10 @@ fn refuse(why: impl Into<String>) -> InvalidProgress {
 impl TimerProgress {
     /// The progress in `body`, checked: well-formed JSON of this version, no negative
     /// count or offset (the parser refuses them for unsigned fields), every key one the
-    /// master indexed (below `indexed`, or a recovering master's bound) with a due time a key can have, a late lane
-    /// without repeats, late keys done above `delivered` and not also waiting, and a skip
-    /// rule that can be a recovering master's. A master further on than this slave's
-    /// queue is not refused: [`TimerProgress::clamped`] takes care of it.
+    /// master indexed (below `indexed`, or a recovering master's bound) with a due time a
+    /// key can have, a late lane without repeats, late keys done above `delivered` and not
+    /// also waiting, and a skip rule that can be a recovering master's. A master further on
+    /// than this slave's queue is not refused: [`TimerProgress::clamped`] takes care of it.
     pub fn parse(body: &[u8]) -> Result<TimerProgress, InvalidProgress> {
         let progress: TimerProgress = serde_json::from_slice(body)
             .map_err(|error| refuse(format!("not a timer progress: {error}")))?;

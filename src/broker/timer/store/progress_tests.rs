@@ -286,7 +286,10 @@ fn a_progress_with_keys_the_master_cannot_have_is_refused() {
     );
     refused(|p| p["cancelled"]["K"] = (-1).into(), "cancellation 'K'");
     refused(|p| p["cancelled"][""] = 5.into(), "names no key");
-    let rule = |below: u64, late: serde_json::Value| serde_json::json!({ "below": below, "delivered": { "due": 20, "offset": 1 }, "late": late });
+    let rule = |below: u64, late: serde_json::Value| {
+        let delivered = serde_json::json!({ "due": 20, "offset": 1 });
+        serde_json::json!({ "below": below, "delivered": delivered, "late": late })
+    };
     refused(
         |p| p["recovering"] = rule(13, serde_json::json!([])),
         "already",
