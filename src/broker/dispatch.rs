@@ -43,7 +43,7 @@ use super::requests::{
     assignment, consumer_offset_requests, consumers, lock_requests, offsets, pull, query,
     request_mode_requests, send, send_back,
 };
-use super::{delay, pop, Broker};
+use super::{delay, pop, timer, Broker};
 
 impl Broker {
     /// Handles one request as it arrived on this shard: forwards it to the shard that
@@ -88,6 +88,10 @@ impl Broker {
         }
         if self.shard.count() == 1 {
             return None;
+        }
+        if let Some(shard) = timer::progress_requests::routed_shard(request, self.shard.count()) {
+            // A shard's timer progress is that shard's to answer (or to take, on a slave).
+            return Some(shard);
         }
         if request.code == request::VIEW_MESSAGE_BY_ID
             || request.code == request::CONSUMER_SEND_MSG_BACK
@@ -217,8 +221,9 @@ impl Broker {
         })
     }
 
-    /// The requests the feature engines answer: POP, and the delay cursors. (An
-    /// UPDATE_CONSUMER_OFFSET goes through POP too: a commit may start a popped queue over.)
+    /// The requests the feature engines answer: POP, the delay cursors, and a shard's timer
+    /// progress. (An UPDATE_CONSUMER_OFFSET goes through POP too: a commit may start a
+    /// popped queue over.)
     async fn engine_request(
         &self,
         request: RemotingCommand,
@@ -234,6 +239,12 @@ impl Broker {
                 Box::pin(pop::change_invisible_time(self, &request)).await
             }
             request::GET_ALL_DELAY_OFFSET => delay::offsets::get_all(self, &request),
+            request::RINGMQ_GET_TIMER_PROGRESS => {
+                timer::progress_requests::get_progress(self, &request)
+            }
+            request::RINGMQ_TAKE_TIMER_PROGRESS => {
+                Box::pin(timer::progress_requests::take_progress(self, &request)).await
+            }
             _ => return Err(request),
         })
     }

@@ -13,6 +13,17 @@
 //! | consumer offsets | GET_ALL_CONSUMER_OFFSET (43) | always, with commits made on the slave over it |
 //! | delay-level cursors | GET_ALL_DELAY_OFFSET (45) | when they differ |
 //! | request modes (pull or POP) | GET_ALL_MESSAGE_REQUEST_MODE (402) | when they differ, file first |
+//! | timer checkpoint, per shard | RINGMQ_GET_TIMER_PROGRESS (30000, ringmq-private), `shard` = k | by shard k, when it changed ([`super::timer_sync`]) |
+//!
+//! The timer checkpoint: shard k of the master answers its timer store's progress (the
+//! checkpoint without its runs, from the lowest timer-queue offset it still needs); this
+//! node's shard k checks it, clamps it to the timer queue it holds, and writes it as its
+//! own timer store's `checkpoint.json` (`shard-<k>/timer/`), so the store's own recovery,
+//! run by this slave started again as a master, rebuilds the master's pending timers: none
+//! delivered again that the master had delivered when the copy was made, none lost
+//! (`broker::timer::store::progress` says why). A RocketMQ master answers
+//! REQUEST_CODE_NOT_SUPPORTED: the timer copy is skipped (said once at INFO) and the other
+//! tables are copied all the same.
 //!
 //! Before it asks, it gives the master every offset consumers committed on the slave that
 //! the master has not confirmed (UPDATE_CONSUMER_OFFSET, 15; [`crate::broker::tables::mirror`]):
@@ -21,16 +32,20 @@
 //!
 //! What does not travel here, and why: POP state (checkpoints and acks) is written to the
 //! CommitLog (D16), so it is in the replicated log itself, as the timer messages and the
-//! delayed ones are; the timer store's checkpoint is not copied yet (a promoted slave would
-//! rebuild its timers from the replicated timer queue and could deliver again what the
-//! master delivered: issue 31 needs it).
+//! delayed ones are (the timer store's checkpoint travels here: it says which of the timer
+//! messages in the log were delivered, which the log does not). The timer store's run files
+//! do not travel: they are an index of the timer queue the slave rebuilds from its copy of
+//! the queue.
 //!
 //! Bound: a change on the master reaches the slave within one interval plus one round of
-//! requests (each bounded by `slaveMetadataRequestTimeout`, 3 s by default) while the
-//! master answers. A failed round changes nothing; the state (answering or not) is logged
-//! when it changes, not every round. With no name server (`haMasterAddress` alone) the
-//! slave never learns the broker address and copies nothing: the start warns of it
-//! ([`warn_without_name_servers`]).
+//! requests (each bounded by `slaveMetadataRequestTimeout`, 3 s by default) while the master answers; for a timer
+//! checkpoint, a delivery the master acknowledged is in the slave's copy within that
+//! bound, so a slave promoted later delivers again at most what the master delivered in
+//! the last interval plus one round (and, while the slave's timer queue is behind the
+//! master's, what the master delivered above its end). A failed round changes nothing;
+//! the state (answering or not, and the timer copy's) is logged when it changes, not
+//! every round. With no name server (`haMasterAddress` alone) the slave never learns the
+//! broker address and copies nothing: the start warns of it ([`warn_without_name_servers`]).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -48,6 +63,7 @@ use crate::remoting::{ExtFields, RemotingCommand};
 use crate::shard::service::{ShardService, ShardTask};
 
 use super::replication::MasterAddress;
+use super::timer_sync::{TimerCopyLog, TimerOutcome};
 
 /// Why one round failed.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +102,8 @@ struct Inner<T: Transport> {
     client: RefCell<Option<Client>>,
     /// Whether the last round succeeded: what a state change is logged against.
     answering: Cell<Option<bool>>,
+    /// What was said last of the timer checkpoints' copy.
+    timer_log: TimerCopyLog,
 }
 
 impl<T: Transport> MetadataSync<T> {
@@ -106,6 +124,7 @@ impl<T: Transport> MetadataSync<T> {
                 request_timeout,
                 client: RefCell::new(None),
                 answering: Cell::new(None),
+                timer_log: TimerCopyLog::default(),
             }),
         }
     }
@@ -187,6 +206,15 @@ impl<T: Transport> Inner<T> {
         )
         .await?;
         changed.modes = tables.request_modes.mirror(&body).await?;
+        // Last: a master that does not serve it (RocketMQ) has every other table copied.
+        let timers = super::timer_sync::copy(tables, &client, addr)
+            .await
+            .map_err(|error| SyncError::Request {
+                what: "timer progress",
+                error,
+            })?;
+        self.timer_log.note(addr, &timers);
+        changed.timers = matches!(timers, TimerOutcome::Copied { written } if written > 0);
         Ok(changed)
     }
 
@@ -232,11 +260,13 @@ struct Changed {
     offsets: bool,
     delay: bool,
     modes: bool,
+    /// A shard's timer checkpoint was written.
+    timers: bool,
 }
 
 impl Changed {
     fn is_empty(&self) -> bool {
-        !(self.topics || self.groups || self.offsets || self.delay || self.modes)
+        !(self.topics || self.groups || self.offsets || self.delay || self.modes || self.timers)
     }
 }
 
@@ -248,6 +278,7 @@ impl std::fmt::Display for Changed {
             (self.offsets, "consumer offsets"),
             (self.delay, "delay offsets"),
             (self.modes, "request modes"),
+            (self.timers, "timer checkpoints"),
         ];
         let changed: Vec<&str> = names.iter().filter(|(c, _)| *c).map(|(_, n)| *n).collect();
         if changed.is_empty() {

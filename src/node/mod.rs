@@ -58,6 +58,7 @@ mod replication;
 mod replication_sampler;
 mod shard;
 mod start;
+mod timer_sync;
 
 pub use start::{bind_listener, start, LISTEN_BACKLOG};
 

@@ -5,6 +5,12 @@
 //! ours. Request and response codes live in separate modules because the two spaces
 //! overlap (215 is `DELETE_TOPIC_IN_BROKER` as a request and `FLOW_CONTROL` as a response).
 //!
+//! ringmq-private request codes are in 30000-30999, a range RocketMQ's `RequestCode.java`
+//! leaves empty (its highest codes below the 2000xx POP codes are the 30xx ACL ones) and
+//! below `i16::MAX` (so the binary header carries them), and are named `RINGMQ_*`. A
+//! RocketMQ broker answers them REQUEST_CODE_NOT_SUPPORTED, which is how a ringmq node
+//! asking one tells the two apart.
+//!
 //! Each table also generates a `name(code)` function for logs and metrics. The constants
 //! are used as match patterns there, so two names with the same number would make that
 //! match unreachable and fail the `-D warnings` build: the tables cannot silently collide.
@@ -151,6 +157,14 @@ pub mod request {
         /// Admin tools (`mqadmin haStatus`, `ringmq admin ha-status`): the broker's
         /// replication as `HARuntimeInfo`; from `RequestCode.java`.
         GET_BROKER_HA_STATUS = 907,
+        /// ringmq-private: a slave asks its master's broker port for the timer progress of
+        /// shard `shard` (`broker::timer::progress_requests`). Not RocketMQ's
+        /// GET_TIMER_CHECK_POINT (60), which carries the read positions of Java's timing
+        /// wheel, meaningless to ringmq's timer store.
+        RINGMQ_GET_TIMER_PROGRESS = 30000,
+        /// ringmq-private, inside one slave node: its shard 0 hands shard `shard` the
+        /// master's timer progress to write; refused when a connection brings it.
+        RINGMQ_TAKE_TIMER_PROGRESS = 30001,
         /// Above `i16::MAX`: JSON headers only.
         POP_MESSAGE = 200050,
         /// Above `i16::MAX`: JSON headers only.

@@ -47,6 +47,7 @@ mod node_shards;
 mod node_subscription_groups;
 mod node_system_topics;
 mod node_timer_messages;
+mod node_timer_progress_requests;
 mod node_topics_and_routes;
 mod node_zero_copy_pulls;
 mod pulls_that_read_cold_data_are_sent_to_the_slave;

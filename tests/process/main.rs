@@ -14,6 +14,7 @@ mod common;
 
 mod a_master_and_its_slave_listen_only_on_their_named_ports;
 mod a_slave_copies_its_masters_tables_and_gives_back_offsets_committed_on_it;
+mod a_slave_keeps_its_masters_timer_checkpoint;
 mod a_slave_serves_pop_while_its_master_is_away;
 mod a_slave_with_a_bad_master_or_config_keeps_serving_and_says_why;
 mod admin_acts_on_every_master_of_a_cluster;

@@ -35,8 +35,10 @@
 //! (1 s), so it may deliver up to a second early; ringmq keeps the millisecond asked for
 //! and never delivers early (`timerPrecisionMs` is accepted and ignored).
 
+pub mod copy;
 pub mod errors;
 pub mod holds;
+pub mod progress_requests;
 pub mod scheduler;
 pub mod service;
 pub mod store;

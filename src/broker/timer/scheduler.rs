@@ -33,8 +33,10 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::broker::timer::copy::{CopyError, SlaveCopy};
 use crate::broker::timer::errors::TimerRecordError;
-use crate::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore};
+use crate::broker::timer::store::progress::TimerProgress;
+use crate::broker::timer::store::{Lane, TimerKey, TimerLimits, TimerStore, DUE_GONE};
 use crate::broker::timer::{self, Due, TIMER_TOPIC};
 use crate::broker::Broker;
 use crate::io::meta::MetaFiles;
@@ -61,6 +63,8 @@ pub struct Timers {
     store: RefCell<TimerStore>,
     /// Woken when a timer message is stored on this shard.
     pub wake: Rc<tokio::sync::Notify>,
+    /// On a slave: the copy of the master's checkpoint written under the store.
+    pub copy: SlaveCopy,
 }
 
 impl Timers {
@@ -76,6 +80,7 @@ impl Timers {
             queue,
             store: RefCell::new(store),
             wake: Rc::new(tokio::sync::Notify::new()),
+            copy: SlaveCopy::default(),
         })
     }
 
@@ -104,9 +109,35 @@ impl Timers {
     /// The lowest timer-queue offset still needed (the retention hold). Computed when
     /// asked (a walk of the memory buffer), not on every scheduler pass: at one walk per
     /// delivery it took most of the shard's CPU with a large backlog
-    /// (`perf/results/delivery-findings.md`).
+    /// (`perf/results/delivery-findings.md`). On a slave that copies its master's
+    /// checkpoint, what that copy needs: the store's memory is the state it opened with.
     pub fn lowest_needed(&self) -> u64 {
+        if let Some(floor) = self.copy.floor() {
+            return floor;
+        }
         self.store.borrow().lowest_needed_offset()
+    }
+
+    /// What a slave needs to rebuild this shard's pending timers ([`TimerStore::progress`]).
+    pub fn progress(&self) -> TimerProgress {
+        self.store.borrow().progress()
+    }
+
+    /// Writes the master's `progress`, clamped to this slave's timer queue ending at
+    /// `queue_end`, as the store's checkpoint if it changed ([`SlaveCopy::take`]); whether
+    /// it wrote.
+    pub async fn take_copy(
+        &self,
+        progress: TimerProgress,
+        queue_end: u64,
+    ) -> Result<bool, CopyError> {
+        let (files, path) = {
+            let store = self.store.borrow();
+            (store.files(), store.checkpoint_path())
+        };
+        let floor_now = self.lowest_needed();
+        let progress = progress.clamped(queue_end);
+        self.copy.take(files, path, progress, floor_now).await
     }
 
     /// Writes the state; at shutdown, and from the scheduler.
@@ -253,7 +284,7 @@ fn skip_to(timers: &Timers, from: u64, to: u64) -> bool {
     for offset in from..to {
         // Due at once and gone: the delivery finds no record and skips it.
         store.index_recovered(TimerKey {
-            due: i64::MIN,
+            due: DUE_GONE,
             offset,
         });
     }

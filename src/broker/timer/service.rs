@@ -3,6 +3,12 @@
 //! than the queue holds, holds the timer queue against retention, runs the scheduler when
 //! `timerWheelEnable` is on, and checkpoints at stop (after the scheduler stopped, so what
 //! it acknowledged is not delivered again).
+//!
+//! On a slave the store opens too (its state can be read, and its hold keeps the timer
+//! queue), but the node runs none of the engines' tasks, so the scheduler never runs; the
+//! checkpoint file is the copy of the master's the metadata sync writes under it
+//! ([`super::copy`]), and the stop writes nothing: the store's memory, the state it opened
+//! with, would overwrite that copy.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -10,6 +16,7 @@ use std::sync::Arc;
 use super::scheduler::Timers;
 use crate::broker::Broker;
 use crate::shard::service::{LocalFuture, ShardService, ShardTask};
+use crate::store::replica::StoreRole;
 
 struct TimerService {
     broker: Rc<Broker>,
@@ -53,6 +60,9 @@ impl ShardService for TimerService {
     }
 
     fn stop(&self) -> LocalFuture<()> {
+        if self.broker.store().role() == StoreRole::Replica {
+            return Box::pin(async {});
+        }
         if let Err(error) = self.timers.checkpoint() {
             let shard = self.broker.shard().id();
             tracing::error!(shard, "cannot checkpoint the timer store: {error}");

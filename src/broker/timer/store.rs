@@ -48,6 +48,9 @@
 //! first. What a crash can cost is duplicates: deliveries acknowledged after the last
 //! checkpoint, or while recovering, are made again. Nothing is lost, and nothing is
 //! delivered before its due time, since due times come from the queue.
+//!
+//! A slave keeps a checkpoint of its master's store this same recovery opens: the master's
+//! progress without its runs ([`progress`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -58,6 +61,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::io::meta::{replace_file, MetaFiles};
+
+pub mod progress;
+
+/// The due time of a timer-queue entry retention deleted before it was indexed: due at
+/// once, and skipped when its record is not found (`scheduler`).
+pub const DUE_GONE: i64 = i64::MIN;
 
 /// A pending timer: when it is due, and its record's offset in the shard's timer queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -137,7 +146,7 @@ struct RunInfo {
 
 /// Which queue entries recovery does not index again: those at offsets below `below`
 /// whose key is at or below `delivered`, or is one of `late` (late-lane keys).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SkipRule {
     below: u64,
@@ -444,6 +453,11 @@ impl TimerStore {
     /// was not tampered with.
     pub fn checkpoint_claims(&self) -> u64 {
         self.runs_cover.max(self.recovered.below)
+    }
+
+    /// The files the store is written through.
+    pub fn files(&self) -> Arc<dyn MetaFiles> {
+        self.files.clone()
     }
 
     /// The checkpoint file.
