@@ -255,6 +255,13 @@ impl SlaveStream {
             }
             // An empty store: report 0, and the master chooses where it starts.
             0
+        } else if log.max_offset == log.min_offset {
+            // A store holding no byte under epochs of its own (it became master and wrote
+            // nothing): nothing to agree on. Its end, and the entries go with the
+            // truncation there. RocketMQ finds no consistent point and refuses for good: a
+            // shard left empty while its node was master never followed again (found with
+            // two shards per node under faults).
+            log.max_offset
         } else {
             find_consistent_point(log.epochs, log.max_offset, &reply.epochs, reply.master_max)
                 .ok_or_else(|| SlaveError::NoConsistentPoint {

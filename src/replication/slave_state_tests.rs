@@ -129,6 +129,27 @@ fn an_empty_store_reports_zero_and_a_store_with_data_but_no_epochs_is_refused() 
 }
 
 #[test]
+fn a_store_holding_no_byte_under_its_own_epochs_follows_any_master() {
+    // Its node became master twice at 500 and wrote nothing there.
+    let local = history(&[(4, 500), (6, 500)]);
+    let mut stream = SlaveStream::new(identity(), 5000);
+    let plan = stream
+        .on_message(reply(&[(1, 0), (5, 300)], 900), &log(&local, 500, 500), 0)
+        .unwrap();
+    assert_eq!(plan.truncate_to, Some(500), "its entries go");
+    assert_eq!(plan.report, Some(500));
+    // One byte under an epoch the master lacks is a divergence: refused.
+    let mut stream = SlaveStream::new(identity(), 5000);
+    let error = stream
+        .on_message(reply(&[(1, 0), (5, 300)], 900), &log(&local, 400, 501), 0)
+        .unwrap_err();
+    assert_eq!(
+        error.refusal().unwrap().reason,
+        RefusalReason::NoConsistentPoint
+    );
+}
+
+#[test]
 fn no_consistent_point_is_refused_naming_both_histories() {
     let local = history(&[(1, 0), (2, 500)]);
     let mut stream = SlaveStream::new(identity(), 5000);
