@@ -348,6 +348,11 @@ impl Broker {
         );
     }
 
+    /// This shard's transaction state, once opened.
+    pub fn transactions(&self) -> Option<&Rc<transaction::Transactions>> {
+        self.transactions.get()
+    }
+
     /// Gives this shard its transaction state (once, at start).
     pub fn set_transactions(&self, transactions: Rc<transaction::Transactions>) {
         assert!(

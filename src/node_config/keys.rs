@@ -716,18 +716,18 @@ pub(super) static KEYS: &[Key] = &[
     ),
     key!(
         "transaction_check_interval", rocketmq ["transactionCheckInterval"],
-        default: Text("60000"),
+        default: Text("30000"),
         range: Number(Bounds::between(100, 86_400_000, Unit::Millis)),
-        meaning: "how often the master's check service walks the undecided half messages and sends CHECK_TRANSACTION_STATE for the ones old enough, ms",
+        meaning: "how often the master's check service walks the undecided half messages and sends CHECK_TRANSACTION_STATE for the ones old enough, ms (RocketMQ 5's default; 4.x had 60000)",
         set: |c, v| c.transaction_check_interval = millis(v)?,
         get: |c| c.transaction_check_interval.as_millis().to_string(),
     ),
     key!(
         "transaction_check_max", rocketmq ["transactionCheckMax"],
         default: Text("15"),
-        range: Number(Bounds::between(1, 100, Unit::Plain)),
+        range: Number(Bounds::between(1, crate::broker::transaction::window::MAX_COUNTED_CHECKS as u64, Unit::Plain)),
         meaning: "checks a half message gets; one still undecided after them is moved to TRANS_CHECK_MAX_TIME_TOPIC and counted, never delivered",
-        set: |c, v| c.transaction_check_max = uint(v, 100)? as u32,
+        set: |c, v| c.transaction_check_max = uint(v, crate::broker::transaction::window::MAX_COUNTED_CHECKS as u64)? as u32,
         get: |c| c.transaction_check_max.to_string(),
     ),
     key!(

@@ -409,7 +409,7 @@ fn transaction_keys_keep_rocketmq_names_and_their_limits() {
     assert_eq!(config.transaction_check_max, 5);
     for (text, key) in [
         ("transactionCheckMax=0", "transactionCheckMax"),
-        ("transactionCheckMax=101", "transactionCheckMax"),
+        ("transactionCheckMax=64", "transactionCheckMax"),
         ("transactionTimeOut=5", "transactionTimeOut"),
         ("transactionCheckInterval=99", "transactionCheckInterval"),
     ] {

@@ -29,3 +29,4 @@ mod store_task_panic_poisons;
 mod sync_flush_zero_ahead;
 mod table_crash_simulation;
 mod timer_store_crash_simulation;
+mod transaction_crash_simulation;

@@ -103,7 +103,7 @@ fn apply_op(window: &mut Window, op: &RecordView<'_>) -> u64 {
     match properties::get(op.properties, properties::TAGS) {
         Some(halves::DECIDED_TAG) => {
             for offset in offsets {
-                window.resolve(offset);
+                window.resolve_stored(offset);
             }
         }
         Some(halves::CHECKED_TAG) => {
@@ -209,7 +209,7 @@ async fn look_at(
         Ok(None) if offset < store.min_offset(HALF_TOPIC, transactions.half_queue) => {
             // Retention took it (the disk was full past the forced ratio): nothing to
             // decide any more.
-            transactions.window.borrow_mut().resolve(offset);
+            transactions.window.borrow_mut().resolve_stored(offset);
             tracing::warn!(offset, "an undecided half message was deleted by retention");
             return Ok(Some(false));
         }
@@ -277,6 +277,7 @@ async fn discard(broker: &Broker, transactions: &Transactions, half: &RecordView
     };
     match stored {
         Ok(()) => {
+            transactions.window.borrow_mut().settle(offset);
             transactions.count(|figures| figures.discarded += 1);
             tracing::warn!(
                 shard = broker.shard().id(),

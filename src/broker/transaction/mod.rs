@@ -80,7 +80,7 @@ impl Default for TransactionSettings {
         TransactionSettings {
             reject: false,
             timeout: Duration::from_millis(6000),
-            check_interval: Duration::from_millis(60_000),
+            check_interval: Duration::from_millis(30_000),
             check_max: 15,
         }
     }
@@ -404,6 +404,7 @@ pub(crate) async fn decide(
         transactions.window().unresolve(offset);
         return Err(error);
     }
+    transactions.window().settle(offset);
     let latency = (broker.now_ms() - half.store_timestamp).max(0) as u64;
     let recommit = commit && offset < transactions.opened_end;
     transactions.count(|figures| {

@@ -11,16 +11,21 @@
 //! Invariants (asserted, always on):
 //! - `base` only grows, and the window never covers an offset past the queue's end it was
 //!   extended to.
-//! - The slot at `base` is unresolved whenever the window is not empty after
-//!   [`Window::advance`].
+//! - The slot at `base` is unresolved, or resolved but not settled, whenever the window is
+//!   not empty after [`Window::advance`]: a resolution counts for the cursor only once its
+//!   records are stored ([`Window::settle`]).
 //! - `pending` equals the number of unresolved slots.
 
 use std::collections::VecDeque;
 
-/// The slot bit of a resolved half; the other bits count its checks.
+/// The slot bit of a resolved half.
 const RESOLVED: u8 = 0x80;
-/// The most checks a slot counts (`transactionCheckMax` is at most 100).
-pub const MAX_COUNTED_CHECKS: u8 = 0x7f;
+/// The slot bit of a resolution whose records are not stored yet: the window does not
+/// move past it, so the cursor never passes a half whose decision a crash may still undo.
+const SETTLING: u8 = 0x40;
+/// The most checks a slot counts, and so the most `transactionCheckMax` may ask for; the
+/// low bits.
+pub const MAX_COUNTED_CHECKS: u8 = 0x3f;
 
 /// What [`Window::resolve`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +100,9 @@ impl Window {
         }
     }
 
-    /// Marks the half at `offset` resolved, once.
+    /// Marks the half at `offset` resolved, once; the window keeps it until
+    /// [`Window::settle`] says its records are stored (or [`Window::unresolve`] takes the
+    /// resolution back).
     pub fn resolve(&mut self, offset: u64) -> Resolution {
         let Some(index) = self.slot(offset) else {
             return if offset < self.base {
@@ -107,10 +114,29 @@ impl Window {
         if self.slots[index] & RESOLVED != 0 {
             return Resolution::AlreadyResolved;
         }
-        self.slots[index] |= RESOLVED;
+        self.slots[index] |= RESOLVED | SETTLING;
         assert!(self.pending > 0, "half {offset} resolved with none pending");
         self.pending -= 1;
         Resolution::Resolved
+    }
+
+    /// The records of the resolution of `offset` are stored: the window may move past it.
+    pub fn settle(&mut self, offset: u64) {
+        if let Some(index) = self.slot(offset) {
+            assert!(
+                self.slots[index] & RESOLVED != 0,
+                "half {offset} settled but it was not resolved"
+            );
+            self.slots[index] &= !SETTLING;
+        }
+    }
+
+    /// [`Window::resolve`] and [`Window::settle`] at once: a resolution read back from
+    /// stored op records.
+    pub fn resolve_stored(&mut self, offset: u64) -> Resolution {
+        let resolution = self.resolve(offset);
+        self.settle(offset);
+        resolution
     }
 
     /// Takes back a resolution whose record could not be stored: the half is undecided
@@ -128,7 +154,7 @@ impl Window {
             self.slots[index] & RESOLVED != 0,
             "half {offset} unresolved but it was not resolved"
         );
-        self.slots[index] &= !RESOLVED;
+        self.slots[index] &= !(RESOLVED | SETTLING);
         self.pending += 1;
     }
 
@@ -153,7 +179,11 @@ impl Window {
 
     /// Drops the resolved halves at the front; returns the new base.
     pub fn advance(&mut self) -> u64 {
-        while self.slots.front().is_some_and(|slot| slot & RESOLVED != 0) {
+        while self
+            .slots
+            .front()
+            .is_some_and(|slot| slot & (RESOLVED | SETTLING) == RESOLVED)
+        {
             self.slots.pop_front();
             self.base += 1;
         }
@@ -161,8 +191,10 @@ impl Window {
             self.slots.shrink_to_fit();
         }
         assert!(
-            self.slots.front().is_none_or(|slot| slot & RESOLVED == 0),
-            "half window starts at resolved offset {}",
+            self.slots
+                .front()
+                .is_none_or(|slot| slot & (RESOLVED | SETTLING) != RESOLVED),
+            "half window starts at settled offset {}",
             self.base
         );
         self.base
@@ -186,7 +218,7 @@ mod tests {
     fn a_decision_resolves_a_half_once_and_the_window_drops_it_from_the_front() {
         let mut window = Window::new(10, 13);
         assert_eq!(window.pending(), 3);
-        assert_eq!(window.resolve(11), Resolution::Resolved);
+        assert_eq!(window.resolve_stored(11), Resolution::Resolved);
         assert_eq!(window.resolve(11), Resolution::AlreadyResolved);
         assert_eq!(
             window.advance(),
@@ -194,13 +226,15 @@ mod tests {
             "10 is undecided: the window keeps 11 too"
         );
         assert_eq!(window.resolve(10), Resolution::Resolved);
+        assert_eq!(window.advance(), 10, "10's records are not stored yet");
+        window.settle(10);
         assert_eq!(window.advance(), 12);
         assert_eq!(window.pending(), 1);
         assert!(window.is_resolved(10) && window.is_resolved(11));
         assert_eq!(window.resolve(9), Resolution::AlreadyResolved);
         assert_eq!(window.resolve(13), Resolution::Unknown);
         window.extend_to(14);
-        assert_eq!(window.resolve(13), Resolution::Resolved);
+        assert_eq!(window.resolve_stored(13), Resolution::Resolved);
         assert_eq!(window.unresolved_from(0, 10), vec![12]);
     }
 
