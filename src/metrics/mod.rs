@@ -284,6 +284,8 @@ pub struct ShardMetrics {
     /// Time from a batch's write to the replica's confirmation covering it (SYNC_MASTER
     /// with a replica attached), µs.
     confirm_latency: Locked<Histogram<u64>>,
+    /// The shard's transactions, as its transaction state last counted them.
+    transactions: Locked<sections::transactions::TransactionFigures>,
 }
 
 /// One shard's replication at the sampler's last second.
@@ -406,6 +408,7 @@ impl ShardMetrics {
             delay: Locked::default(),
             replication: Locked::default(),
             confirm_latency: Locked::new(latency_histogram()),
+            transactions: Locked::default(),
             caps: StatsCaps::default(),
             rates: Locked::default(),
             keys: Locked::default(),
@@ -468,6 +471,14 @@ impl ShardMetrics {
 
     pub fn replication(&self) -> ReplicationFigures {
         self.replication.lock().clone()
+    }
+
+    pub fn set_transactions(&self, figures: sections::transactions::TransactionFigures) {
+        *self.transactions.lock() = figures;
+    }
+
+    pub fn transactions(&self) -> sections::transactions::TransactionFigures {
+        *self.transactions.lock()
     }
 
     /// A batch waited `latency` from its write to the replica's confirmation.
@@ -1034,6 +1045,7 @@ const SECTIONS: &[Section] = &[
     delivery,
     sections::timer::render,
     sections::pop::render,
+    sections::transactions::render,
     sections::replication::render,
     render_latency,
     render_log,

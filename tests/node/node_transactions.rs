@@ -393,3 +393,80 @@ fn decisions_survive_a_restart_and_what_was_undecided_is_checked_after_it() {
     assert_eq!(delivered(&mut producer), vec!["committed"]);
     node.shutdown().unwrap();
 }
+
+/// A GET /metrics of `addr`.
+fn scrape(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The sum over shards of the samples of `name`.
+fn total(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .map(|line| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn with_two_shards_each_half_waits_on_its_queues_shard_and_the_metrics_count_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = options(dir.path());
+    config.shards = 2;
+    config.transaction_time_out = Duration::from_secs(3600);
+    config.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
+    let node = start(config);
+    let mut raw = Raw::connect(node.addr());
+    let mut halves = Vec::new();
+    for queue in 0..4 {
+        let mut send = prepared(&format!("q{queue}"), GROUP);
+        send.put_ext("queueId", queue);
+        let answer = raw.call(send);
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        let (_, offset) = decode_offset_msg_id(answer.opt_str("msgId").unwrap()).unwrap();
+        let owner = ringmq::shard::routing::queue_owner("Orders", queue, 2);
+        assert_eq!(
+            (offset >> 56) as u8,
+            owner,
+            "the half is on its queue's shard"
+        );
+        halves.push(Half {
+            queue_offset: answer.opt_str("queueOffset").unwrap().parse().unwrap(),
+            commit_log_offset: offset,
+            msg_id: answer.opt_str("transactionId").unwrap().to_owned(),
+        });
+    }
+    let metrics = node.metrics_addr().expect("a metrics endpoint");
+    wait_for(PATIENCE, "the pending gauge", || {
+        total(&scrape(metrics), "ringmq_transaction_halves_pending") == 4
+    });
+    for (queue, half) in halves.iter().enumerate() {
+        let decision = if queue % 2 == 0 { 8 } else { 12 };
+        let answer = raw.call(end(half, GROUP, decision, false));
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    }
+    for queue in 0..4 {
+        let expected = i64::from(queue % 2 == 0);
+        assert_eq!(
+            max_offset(&mut raw, "Orders", queue),
+            expected,
+            "queue {queue}"
+        );
+    }
+    let text = scrape(metrics);
+    assert_eq!(
+        total(&text, "ringmq_transaction_prepared_total"),
+        4,
+        "{text}"
+    );
+    assert_eq!(total(&text, "ringmq_transaction_commits_total"), 2);
+    assert_eq!(total(&text, "ringmq_transaction_rollbacks_total"), 2);
+    assert_eq!(total(&text, "ringmq_transaction_halves_pending"), 0);
+    node.shutdown().unwrap();
+}

@@ -116,12 +116,24 @@ fn apply_op(window: &mut Window, op: &RecordView<'_>) -> u64 {
     bad as u64
 }
 
-/// Runs check rounds until the shard stops.
+/// How often the pending gauge takes in the halves stored since the last look.
+pub const GAUGE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs check rounds until the shard stops, and keeps the pending gauge within
+/// [`GAUGE_INTERVAL`] of the half queue between them.
 pub async fn run(broker: Rc<Broker>, transactions: Rc<Transactions>) {
     let interval = broker.config.transactions.check_interval;
+    let mut next_round = tokio::time::Instant::now() + interval;
     loop {
-        tokio::time::sleep(interval).await;
-        round(&broker, &transactions).await;
+        let wake = next_round.min(tokio::time::Instant::now() + GAUGE_INTERVAL);
+        tokio::time::sleep_until(wake).await;
+        if tokio::time::Instant::now() >= next_round {
+            round(&broker, &transactions).await;
+            next_round = tokio::time::Instant::now() + interval;
+        } else {
+            transactions.catch_up(&broker);
+            transactions.count(|_| {});
+        }
     }
 }
 
@@ -173,6 +185,7 @@ pub async fn round(broker: &Broker, transactions: &Transactions) {
         }
     }
     let cursor = transactions.window.borrow_mut().advance();
+    transactions.count(|_| {}); // the pending gauge
     broker.consumer_offsets.commit(
         halves::CHECK_GROUP,
         HALF_TOPIC,

@@ -91,26 +91,7 @@ pub const COMMIT: i32 = 8;
 pub const ROLLBACK: i32 = 12;
 pub const UNKNOWN: i32 = 0;
 
-/// What the shard's transactions did, for the metrics endpoint and `ringmq admin`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TransactionFigures {
-    pub prepared: u64,
-    pub commits: u64,
-    pub rollbacks: u64,
-    /// Decisions for a half already resolved (answered SUCCESS, nothing changed).
-    pub repeated_decisions: u64,
-    pub checks_sent: u64,
-    /// Checks due whose producer group had no live connection.
-    pub checks_unsent: u64,
-    /// Halves moved to TRANS_CHECK_MAX_TIME_TOPIC after their last check.
-    pub discarded: u64,
-    /// Commits of halves stored before this start (a commit written before a crash whose
-    /// op record was lost is written again: at most these many duplicates).
-    pub recommits: u64,
-    /// Sum and count of decision latencies (ms from the half's store time).
-    pub decision_ms_sum: u64,
-    pub decision_ms_max: u64,
-}
+pub use crate::metrics::sections::transactions::TransactionFigures;
 
 /// One shard's transaction state: its queues and the window of undecided halves.
 pub struct Transactions {
@@ -121,6 +102,8 @@ pub struct Transactions {
     /// commit written before a restart.
     opened_end: u64,
     figures: Cell<TransactionFigures>,
+    /// Where the figures are shown (the shard's metrics).
+    metrics: std::sync::Arc<crate::metrics::ShardMetrics>,
 }
 
 impl Transactions {
@@ -152,6 +135,7 @@ impl Transactions {
             window: RefCell::new(window),
             opened_end: max,
             figures: Cell::new(TransactionFigures::default()),
+            metrics: broker.metrics().clone(),
         })
     }
 
@@ -162,7 +146,9 @@ impl Transactions {
     fn count(&self, change: impl FnOnce(&mut TransactionFigures)) {
         let mut figures = self.figures.get();
         change(&mut figures);
+        figures.pending = self.window.borrow().pending();
         self.figures.set(figures);
+        self.metrics.set_transactions(figures);
     }
 
     /// Undecided halves on this shard (as of the last look at the half queue).

@@ -32,6 +32,7 @@ pub fn open(broker: &Rc<Broker>) -> anyhow::Result<Rc<dyn ShardService>> {
             "undecided half messages found: the check service will ask their producers"
         );
     }
+    transactions.count(|_| {}); // the pending gauge from the start
     let transactions = Rc::new(transactions);
     super::holds::hold(broker.store(), broker.consumer_offsets.clone(), half_queue);
     broker.set_transactions(transactions.clone());

@@ -5,3 +5,4 @@ pub mod delay;
 pub mod pop;
 pub mod replication;
 pub mod timer;
+pub mod transactions;
