@@ -282,11 +282,16 @@ pub struct Delivery {
     pub delay: Option<String>,
     /// The properties named in [`PICKED_PROPERTIES`] that the message carries.
     pub picked: BTreeMap<String, String>,
+    /// The stored record's sysFlag and PREPARED TRANSACTION OFFSET field (a committed
+    /// transactional message: `TRANSACTION_COMMIT_TYPE` and its half's CommitLog offset).
+    pub sys_flag: i32,
+    pub prepared_transaction_offset: i64,
 }
 
 /// Properties a [`Delivery`] keeps besides those it has fields for: the 5.x timer ones,
-/// the real queue, and the unique key (the msgId the producer got).
-pub const PICKED_PROPERTIES: [&str; 7] = [
+/// the real queue, the unique key (the msgId the producer got), and the transactional
+/// ones (`TRAN_MSG`, `PGROUP`, `__transactionId__`).
+pub const PICKED_PROPERTIES: [&str; 10] = [
     "TIMER_OUT_MS",
     "TIMER_DEQUEUE_MS",
     "TIMER_DELAY_SEC",
@@ -294,6 +299,9 @@ pub const PICKED_PROPERTIES: [&str; 7] = [
     "TIMER_DELIVER_MS",
     "REAL_QID",
     "UNIQ_KEY",
+    "TRAN_MSG",
+    "PGROUP",
+    "__transactionId__",
 ];
 
 /// Collects every delivery of one member into a shared list.
@@ -382,6 +390,8 @@ impl Collector {
                     .iter()
                     .filter_map(|key| Some((key.to_string(), inner.property(key)?.to_string())))
                     .collect(),
+                sys_flag: msg.sys_flag(),
+                prepared_transaction_offset: msg.prepared_transaction_offset(),
             });
         }
     }

@@ -373,6 +373,9 @@ pub(crate) fn wait_gone(pid: libc::pid_t, deadline: Duration) -> bool {
 /// - `messageDelayLevel` (`message_delay_level`): RocketMQ parses `s`, `m`, `h` and `d`
 ///   units only (ringmq also takes `ms`); a level in ms becomes the next whole second
 ///   (at least 1 s), which is printed.
+/// - `transactionTimeOut`, `transactionCheckInterval`, `transactionCheckMax`,
+///   `rejectTransactionMessage`: as they are (the same keys and units, ms, on both);
+///   `transactionOpBatchInterval` (RocketMQ's alone) as it is.
 pub fn rocketmq_conf_lines(settings: &[String]) -> Vec<String> {
     settings
         .iter()
@@ -395,6 +398,15 @@ pub fn rocketmq_conf_lines(settings: &[String]) -> Vec<String> {
                     }
                     format!("messageDelayLevel={mapped}")
                 }
+                // The transaction check service's keys: RocketMQ's names and meanings, which
+                // ringmq's broker.conf takes as they are.
+                key @ ("transactionTimeOut"
+                | "transactionCheckInterval"
+                | "transactionCheckMax"
+                | "rejectTransactionMessage"
+                // RocketMQ only (ringmq has no op batching): how long decisions wait to be
+                // written as op messages; a scenario passes it under the rocketmq target.
+                | "transactionOpBatchInterval") => format!("{key}={}", value.trim()),
                 other => panic!(
                     "setting {setting:?}: no RocketMQ broker.conf mapping for {other:?} in the \
                      harness (tests/compat/src/node.rs rocketmq_conf_lines); map it, or mark \

@@ -22,6 +22,8 @@ use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
 
 #[path = "compat/cluster.rs"]
 mod cluster;
+#[path = "compat/transactions.rs"]
+mod transactions;
 
 /// What a test expects one message to look like when it is delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
