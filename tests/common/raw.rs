@@ -78,6 +78,30 @@ impl Raw {
         }
     }
 
+    /// The next frame, or `None` when none came within `limit` or the connection closed.
+    pub fn poll(&mut self, limit: Duration) -> Option<RemotingCommand> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(frame) = take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN).ok()? {
+                return Some(frame);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            let mut chunk = [0u8; 4096];
+            match self.socket.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// The response to `command`, or `None` when the connection fails or closes first (the
     /// node was killed) or nothing came within 10 s.
     pub fn try_call(&mut self, mut command: RemotingCommand) -> Option<RemotingCommand> {

@@ -29,6 +29,7 @@ mod kill_during_delay_delivery;
 mod kill_during_pop;
 mod kill_during_retention;
 mod kill_during_timer_delivery;
+mod kill_during_transactions;
 mod kill_process;
 mod name_servers_drop_a_broker_that_dies_or_stops;
 mod namesrv_standalone;

@@ -130,7 +130,7 @@ struct Shard {
 
 async fn open(sim: &SimDisk, config: &StoreConfig, cursor: Option<i64>) -> Shard {
     let clock = Clock::starting_at(1_000_000);
-    let store = Store::open(config.clone(), as_disk(sim), clock.clone())
+    let store = Store::open(config.clone(), as_disk(sim), clock)
         .await
         .expect("the store reopens");
     let tables_dir = tempfile::tempdir().unwrap();
