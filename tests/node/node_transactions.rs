@@ -470,3 +470,115 @@ fn with_two_shards_each_half_waits_on_its_queues_shard_and_the_metrics_count_dec
     assert_eq!(total(&text, "ringmq_transaction_halves_pending"), 0);
     node.shutdown().unwrap();
 }
+
+#[test]
+fn the_pending_halves_of_a_group_are_listed_oldest_first_with_their_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = options(dir.path());
+    config.transaction_time_out = Duration::from_secs(3600);
+    let node = start(config);
+    let mut raw = Raw::connect(node.addr());
+    let first = send_prepared(&mut raw, "one");
+    send_prepared(&mut raw, "two");
+    let answer = raw.call(prepared("other's", "another-group"));
+    assert_eq!(answer.code, response::SUCCESS);
+    assert_eq!(
+        raw.call(end(&first, GROUP, 12, false)).code,
+        response::SUCCESS
+    );
+
+    let list = |raw: &mut Raw, limit: &str| {
+        let mut command =
+            RemotingCommand::request(request::RINGMQ_LIST_PENDING_HALVES, ExtFields::new());
+        command.put_ext("producerGroup", GROUP);
+        command.put_ext("limit", limit);
+        raw.call(command)
+    };
+    let answer = list(&mut raw, "10");
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    let shard = &body["shards"][0];
+    assert_eq!(shard["pending"], 2, "{body}");
+    let halves = shard["halves"].as_array().unwrap();
+    assert_eq!(halves.len(), 1, "only the group's undecided half: {body}");
+    assert_eq!(halves[0]["topic"], "Orders");
+    assert_eq!(halves[0]["halfOffset"], 1);
+    assert_eq!(halves[0]["checks"], 0);
+    for bad in ["0", "1001", "x"] {
+        assert_ne!(list(&mut raw, bad).code, response::SUCCESS, "limit {bad}");
+    }
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_committed_message_that_asks_for_a_delay_level_waits_its_delay_after_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = options(dir.path());
+    config.message_delay_level = ringmq::broker::delay::DelayLevels::parse("500ms 1s").unwrap();
+    config.transaction_time_out = Duration::from_secs(3600);
+    let node = start(config);
+    let mut raw = Raw::connect(node.addr());
+    let mut send = prepared("later", GROUP);
+    let mut props = properties::normalized(send.opt_str("properties").unwrap()).into_owned();
+    properties::push_pair(&mut props, ringmq::broker::delay::DELAY, "1");
+    send.put_ext("properties", props);
+    let answer = raw.call(send);
+    assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    assert_eq!(
+        max_offset(&mut raw, ringmq::store::topic::SCHEDULE_TOPIC, 0),
+        0,
+        "a prepared message is never delayed"
+    );
+    let (_, offset) = decode_offset_msg_id(answer.opt_str("msgId").unwrap()).unwrap();
+    let half = Half {
+        queue_offset: answer.opt_str("queueOffset").unwrap().parse().unwrap(),
+        commit_log_offset: offset,
+        msg_id: answer.opt_str("transactionId").unwrap().to_owned(),
+    };
+    let committed_at = std::time::Instant::now();
+    assert_eq!(
+        raw.call(end(&half, GROUP, 8, false)).code,
+        response::SUCCESS
+    );
+    assert_eq!(
+        max_offset(&mut raw, ringmq::store::topic::SCHEDULE_TOPIC, 0),
+        1
+    );
+    wait_for(PATIENCE, "the delayed commit", || {
+        delivered(&mut raw) == vec!["later"]
+    });
+    assert!(
+        committed_at.elapsed() >= Duration::from_millis(450),
+        "delivered {:?} after the commit, before its level's 500 ms",
+        committed_at.elapsed()
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_check_whose_producer_is_gone_is_counted_and_the_next_producer_of_the_group_gets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = options(dir.path());
+    config.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
+    let node = start(config);
+    let metrics = node.metrics_addr().expect("a metrics endpoint");
+    let mut gone = Raw::connect(node.addr());
+    assert_eq!(gone.call(producer_heartbeat(GROUP)).code, response::SUCCESS);
+    let half = send_prepared(&mut gone, "orphaned for a while");
+    drop(gone);
+    wait_for(PATIENCE, "a check with no producer to ask", || {
+        total(&scrape(metrics), "ringmq_transaction_checks_unsent_total") > 0
+    });
+    let mut next = Raw::connect(node.addr());
+    assert_eq!(next.call(producer_heartbeat(GROUP)).code, response::SUCCESS);
+    let check = next.next(PATIENCE, |frame| {
+        frame.code == request::CHECK_TRANSACTION_STATE && !frame.is_response()
+    });
+    assert_eq!(check.opt_str("msgId"), Some(half.msg_id.as_str()));
+    assert_eq!(
+        next.call(end(&half, GROUP, 8, true)).code,
+        response::SUCCESS
+    );
+    assert_eq!(delivered(&mut next), vec!["orphaned for a while"]);
+    node.shutdown().unwrap();
+}
