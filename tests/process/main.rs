@@ -13,6 +13,7 @@
 mod common;
 
 mod a_master_and_its_slave_listen_only_on_their_named_ports;
+mod a_promoted_slave_keeps_its_masters_transaction_decisions;
 mod a_slave_copies_its_masters_tables_and_gives_back_offsets_committed_on_it;
 mod a_slave_keeps_its_masters_timer_checkpoint;
 mod a_slave_serves_pop_while_its_master_is_away;
