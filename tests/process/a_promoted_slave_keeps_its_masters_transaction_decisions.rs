@@ -90,53 +90,13 @@ fn delivered(broker: SocketAddr) -> Vec<String> {
     bodies
 }
 
-#[test]
-fn a_promoted_slave_keeps_the_decisions_and_checks_back_what_was_undecided() {
-    let master_spec = pair_master().set("transactionTimeOut", 3_600_000);
-    let mut pair = StreamingPair::start_with(master_spec, TOPIC, &QUEUES, LIMIT);
-    let mut raw = Raw::connect(pair.master);
-    let mut halves: BTreeMap<String, Half> = BTreeMap::new();
-    for (n, &queue) in QUEUES.iter().cycle().take(16).enumerate() {
-        let commit = n % 2 == 0;
-        let decided = n % 4 < 2;
-        let body = format!(
-            "{}-{}-{n}",
-            if decided { "decided" } else { "open" },
-            if commit { "commit" } else { "rollback" }
-        );
-        let half = prepare(&mut raw, queue, &body, commit);
-        if decided {
-            let answer = raw.call(end(&half, commit, false));
-            assert_eq!(answer.code, response::SUCCESS, "{body}: {answer:?}");
-        }
-        halves.insert(body, half);
-    }
-    let committed_by_master: Vec<String> = halves
-        .iter()
-        .filter(|(body, half)| half.commit && body.starts_with("decided"))
-        .map(|(body, _)| body.clone())
-        .collect();
-    // A probe per queue (a StreamingPair's SEND_OK) is in the topic too.
-    let of_transactions = |bodies: Vec<String>| -> Vec<String> {
-        bodies.into_iter().filter(|body| body != "probe").collect()
-    };
-    pair.cluster
-        .wait_until(LIMIT, "the master delivers its commits", || {
-            of_transactions(delivered(pair.master)) == committed_by_master
-        });
-    pair.wait_caught_up(LIMIT);
-
-    pair.cluster.broker(PAIR_MASTER).kill();
-    let promoted = pair.cluster.broker(PAIR_SLAVE);
-    promoted.stop();
-    promoted.set("brokerId", 0);
-    promoted.set("brokerRole", "ASYNC_MASTER");
-    promoted.set("haMasterAddress", "");
-    promoted.set("transactionTimeOut", 300);
-    promoted.set("transactionCheckInterval", 300);
-    promoted.start();
-
-    let mut producer = Raw::connect(pair.slave);
+/// Answers the promoted broker's checks with each half's decision until every undecided
+/// half was checked (each once at least); the bodies checked.
+fn answer_checks(
+    pair: &StreamingPair,
+    producer: &mut Raw,
+    halves: &BTreeMap<String, Half>,
+) -> BTreeSet<String> {
     assert_eq!(producer.call(heartbeat()).code, response::SUCCESS);
     let open: BTreeSet<String> = halves
         .keys()
@@ -167,6 +127,64 @@ fn a_promoted_slave_keeps_the_decisions_and_checks_back_what_was_undecided() {
             checked == open
         },
     );
+    checked
+}
+
+/// Prepares 16 halves on the master, over every queue, and decides half of them: the
+/// halves by body (`decided-…` or `open-…`, `…-commit-…` or `…-rollback-…`).
+fn prepare_on_master(master: SocketAddr) -> BTreeMap<String, Half> {
+    let mut raw = Raw::connect(master);
+    let mut halves = BTreeMap::new();
+    for (n, &queue) in QUEUES.iter().cycle().take(16).enumerate() {
+        let commit = n % 2 == 0;
+        let decided = n % 4 < 2;
+        let body = format!(
+            "{}-{}-{n}",
+            if decided { "decided" } else { "open" },
+            if commit { "commit" } else { "rollback" }
+        );
+        let half = prepare(&mut raw, queue, &body, commit);
+        if decided {
+            let answer = raw.call(end(&half, commit, false));
+            assert_eq!(answer.code, response::SUCCESS, "{body}: {answer:?}");
+        }
+        halves.insert(body, half);
+    }
+    halves
+}
+
+#[test]
+fn a_promoted_slave_keeps_the_decisions_and_checks_back_what_was_undecided() {
+    let master_spec = pair_master().set("transactionTimeOut", 3_600_000);
+    let mut pair = StreamingPair::start_with(master_spec, TOPIC, &QUEUES, LIMIT);
+    let halves = prepare_on_master(pair.master);
+    let committed_by_master: Vec<String> = halves
+        .iter()
+        .filter(|(body, half)| half.commit && body.starts_with("decided"))
+        .map(|(body, _)| body.clone())
+        .collect();
+    // A probe per queue (a StreamingPair's SEND_OK) is in the topic too.
+    let of_transactions = |bodies: Vec<String>| -> Vec<String> {
+        bodies.into_iter().filter(|body| body != "probe").collect()
+    };
+    pair.cluster
+        .wait_until(LIMIT, "the master delivers its commits", || {
+            of_transactions(delivered(pair.master)) == committed_by_master
+        });
+    pair.wait_caught_up(LIMIT);
+
+    pair.cluster.broker(PAIR_MASTER).kill();
+    let promoted = pair.cluster.broker(PAIR_SLAVE);
+    promoted.stop();
+    promoted.set("brokerId", 0);
+    promoted.set("brokerRole", "ASYNC_MASTER");
+    promoted.set("haMasterAddress", "");
+    promoted.set("transactionTimeOut", 300);
+    promoted.set("transactionCheckInterval", 300);
+    promoted.start();
+
+    let mut producer = Raw::connect(pair.slave);
+    let checked = answer_checks(&pair, &mut producer, &halves);
     assert_eq!(checked.len(), 8, "the undecided halves");
     let mut expected: Vec<String> = halves
         .iter()
