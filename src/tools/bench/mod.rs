@@ -11,6 +11,7 @@ pub mod lateness;
 mod produce_run;
 pub mod store;
 mod threads;
+pub mod tx_wire;
 pub mod wire;
 
 /// Why a pull body could not be read record by record.
