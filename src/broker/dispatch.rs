@@ -93,6 +93,10 @@ impl Broker {
             // A shard's timer progress is that shard's to answer (or to take, on a slave).
             return Some(shard);
         }
+        if request.code == request::END_TRANSACTION {
+            // The half is in the CommitLog its offset's top byte names (D4).
+            return crate::broker::transaction::end_owner(request, self.shard.count());
+        }
         if request.code == request::VIEW_MESSAGE_BY_ID
             || request.code == request::CONSUMER_SEND_MSG_BACK
         {
@@ -238,6 +242,9 @@ impl Broker {
             request::CHANGE_MESSAGE_INVISIBLETIME => {
                 Box::pin(pop::change_invisible_time(self, &request)).await
             }
+            request::END_TRANSACTION => {
+                Box::pin(crate::broker::transaction::end_transaction(self, &request)).await
+            }
             request::GET_ALL_DELAY_OFFSET => delay::offsets::get_all(self, &request),
             request::RINGMQ_GET_TIMER_PROGRESS => {
                 timer::progress_requests::get_progress(self, &request)
@@ -297,6 +304,12 @@ impl Broker {
             }
             request::GET_BROKER_HA_STATUS => {
                 Box::pin(ha_status::ha_status(self, &request, peer)).await
+            }
+            request::RINGMQ_LIST_PENDING_HALVES => {
+                Box::pin(crate::broker::transaction::pending::list_pending(
+                    self, &request, peer,
+                ))
+                .await
             }
             request::GET_TOPIC_STATS_INFO => {
                 Box::pin(topic_stats::topic_stats(self, &request, peer)).await

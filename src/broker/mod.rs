@@ -17,8 +17,8 @@
 //!   links, live settings, retention holds, the metrics sampler's inputs).
 //! - [`naming`]: the pure rules for names and message ids.
 //! - The feature engines, one folder each: [`delay`] (delay levels, `SCHEDULE_TOPIC_XXXX`),
-//!   [`timer`] (timer messages, `rmq_sys_wheel_timer`), [`pop`] (POP consumption, D16), and
-//!   next, transactions. An engine's `mod.rs` holds its requests and tasks, its submodules
+//!   [`timer`] (timer messages, `rmq_sys_wheel_timer`), [`pop`] (POP consumption, D16) and
+//!   [`transaction`] (half messages, END_TRANSACTION, check-back). An engine's `mod.rs` holds its requests and tasks, its submodules
 //!   its state, codecs and retention holds.
 //!
 //! The arrows run one way: [`dispatch`] names every folder; [`admin`] may use [`requests`];
@@ -38,7 +38,6 @@
 //! (topics, groups, committed offsets, delay cursors) are one [`NodeTables`] shared by
 //! every shard's broker.
 //!
-//! Not yet here (each answers REQUEST_CODE_NOT_SUPPORTED): transactions.
 
 pub mod admin;
 pub mod delay;
@@ -49,6 +48,7 @@ pub mod requests;
 pub mod state;
 pub mod tables;
 pub mod timer;
+pub mod transaction;
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -131,6 +131,8 @@ pub struct BrokerConfig {
     /// `slaveReadEnable`: a pull reading cold data is told to go to the group's
     /// `whichBrokerWhenConsumeSlowly` ([`requests::read_from_slave`]).
     pub slave_read_enable: bool,
+    /// The transaction keys ([`transaction`]).
+    pub transactions: transaction::TransactionSettings,
 }
 
 /// [`BrokerConfig::max_suspend`]: the Java client times a suspended pull out after 30 s;
@@ -232,6 +234,9 @@ pub struct Broker {
     /// This shard's POP state, set once at start ([`Broker::set_pops`]); unset, POP
     /// requests are refused.
     pub(crate) pops: std::cell::OnceCell<Rc<pop::Pops>>,
+    /// This shard's transaction state, set once at start ([`Broker::set_transactions`]);
+    /// unset, transactional sends and END_TRANSACTION are refused.
+    pub(crate) transactions: std::cell::OnceCell<Rc<transaction::Transactions>>,
     /// A slave shard's: whether its stream to the master is up, set once at start
     /// ([`Broker::set_master_stream`]); unset on a master.
     master_stream: std::cell::OnceCell<Rc<Cell<bool>>>,
@@ -262,6 +267,7 @@ impl Broker {
             delay_wakes,
             timers: std::cell::OnceCell::new(),
             pops: std::cell::OnceCell::new(),
+            transactions: std::cell::OnceCell::new(),
             master_stream: std::cell::OnceCell::new(),
             request_modes: tables.request_modes,
             settings: tables.settings,
@@ -338,6 +344,15 @@ impl Broker {
         assert!(
             self.timers.set(timers).is_ok(),
             "shard {}'s timers were set twice",
+            self.shard.id()
+        );
+    }
+
+    /// Gives this shard its transaction state (once, at start).
+    pub fn set_transactions(&self, transactions: Rc<transaction::Transactions>) {
+        assert!(
+            self.transactions.set(transactions).is_ok(),
+            "shard {}'s transaction state was set twice",
             self.shard.id()
         );
     }

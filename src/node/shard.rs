@@ -50,6 +50,7 @@ const SERVICES: &[OpenService] = &[
     crate::broker::delay::service::open,
     crate::broker::timer::service::open,
     crate::broker::pop::service::open,
+    crate::broker::transaction::service::open,
 ];
 
 /// What one shard starts with; `L` is its transport's listener.

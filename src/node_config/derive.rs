@@ -101,6 +101,12 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
             ..broker::timer::store::TimerLimits::default()
         },
         slave_read_enable: config.slave_read_enable,
+        transactions: broker::transaction::TransactionSettings {
+            reject: config.reject_transaction_message,
+            timeout: config.transaction_time_out,
+            check_interval: config.transaction_check_interval,
+            check_max: config.transaction_check_max,
+        },
     }
 }
 

@@ -15,7 +15,6 @@
 //! | `aclEnable`, `authenticationEnabled`, `authorizationEnabled` | `false` | asks for access control; ringmq has none and would serve every client |
 //! | `brokerPermission` | `6` | 2 or 4 asks the broker to refuse reads or writes (draining a broker); ringmq would serve both |
 //! | `inSyncReplicas`, `minInSyncReplicas`, `totalReplicas` | `1` | more asks for acknowledgements after several replicas confirm; a SYNC_MASTER waits for one slave (D14) |
-//! | `rejectTransactionMessage` | `false` | asks to refuse transaction messages; ringmq would accept them |
 //! | `cleanFileForciblyEnable` | `true` | `false` asks never to delete unexpired files when the disk fills; ringmq deletes above `diskSpaceCleanForciblyRatio` |
 //! | `enableDLegerCommitLog`, `enableControllerMode`, `transientStorePoolEnable` | `false` | a different storage or failover design, not implemented |
 //! | `storePathCommitLog`, `storePathConsumeQueue`, `storePathIndex`, `storeCheckpoint`, `abortFile` | none | each shard keeps these under `<storePathRootDir>/shard-<n>` |
@@ -34,6 +33,7 @@
 //! | `deleteCommitLogFilesInterval`, `deleteConsumeQueueFilesInterval`, `destroyMapedFileIntervalForcibly`, `redeleteHangedFileInterval` | pacing of deletions RocketMQ spreads out; what is deleted follows `fileReservedTime`, `deleteWhen` and the disk ratios |
 //! | `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`, `longPollingEnable`, `shortPollingTimeMills`, `notifyConsumerIdsChangedEnable`, `messageIndexSafe`, `defaultQueryMaxNum` | read-path tuning; ringmq always long-polls and notifies, and bounds pulls with its own keys |
 //! | `enableScheduleMessageStats`, `clusterTopicEnable`, `brokerTopicEnable`, `traceTopicEnable`, `msgTraceTopicName` | statistics and convenience topics; nothing a client relies on for safety |
+//! | `transactionOpMsgMaxSize`, `transactionOpBatchInterval`, `transactionMetricFlushInterval` | how RocketMQ batches a transaction's op records and flushes its metrics; ringmq writes each decision's op record with the decision, which delays nothing and loses nothing |
 //! | `fetchNamesrvAddrByAddressServer`, `forceRegister` | name-server discovery and Java's register-only-when-changed shortcut: ringmq takes `namesrvAddr` as given and always sends the whole registration, which is what `forceRegister=true` (RocketMQ's default) does |
 
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
@@ -88,6 +88,9 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "msgTraceTopicName",
     "fetchNamesrvAddrByAddressServer",
     "forceRegister",
+    "transactionOpMsgMaxSize",
+    "transactionOpBatchInterval",
+    "transactionMetricFlushInterval",
     "duplicationEnable",
     "enableConsumeQueueExt",
 ];
@@ -155,11 +158,6 @@ pub(super) const UNSUPPORTED_ROCKETMQ_KEYS: &[(&str, Option<&str>, &str)] = &[
         "totalReplicas",
         Some("1"),
         "replication is not implemented: there is one copy",
-    ),
-    (
-        "rejectTransactionMessage",
-        Some("false"),
-        "transactions are not implemented, and transaction messages are not refused",
     ),
     (
         "cleanFileForciblyEnable",

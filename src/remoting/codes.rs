@@ -165,6 +165,9 @@ pub mod request {
         /// ringmq-private, inside one slave node: its shard 0 hands shard `shard` the
         /// master's timer progress to write; refused when a connection brings it.
         RINGMQ_TAKE_TIMER_PROGRESS = 30001,
+        /// ringmq-private, for `ringmq admin tx-pending`: the undecided half messages of a
+        /// producer group on every shard (`broker::transaction::pending`).
+        RINGMQ_LIST_PENDING_HALVES = 30002,
         /// Above `i16::MAX`: JSON headers only.
         POP_MESSAGE = 200050,
         /// Above `i16::MAX`: JSON headers only.
@@ -226,6 +229,8 @@ pub mod response {
         POLLING_TIMEOUT = 210,
         FLOW_CONTROL = 215,
         NOT_LEADER_FOR_QUEUE = 501,
+        /// A producer's own END_TRANSACTION after its half's check immunity ran out.
+        ILLEGAL_OPERATION = 604,
         /// 5.3.2+ clients: the server is shutting down.
         GO_AWAY = 1500,
     }

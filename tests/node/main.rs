@@ -49,6 +49,7 @@ mod node_system_topics;
 mod node_timer_messages;
 mod node_timer_progress_requests;
 mod node_topics_and_routes;
+mod node_transactions;
 mod node_zero_copy_pulls;
 mod pulls_that_read_cold_data_are_sent_to_the_slave;
 mod remoting_codec;

@@ -357,8 +357,7 @@ fn keys_ringmq_cannot_honour_stop_the_start() {
 }
 
 /// A setting that asks for protection ringmq does not give (access control, read-only or
-/// write-only brokers, replica acknowledgements, refusing transactions, keeping files on a
-/// full disk) stops the start instead of being ignored; at RocketMQ's default it only warns.
+/// write-only brokers, replica acknowledgements, keeping files on a full disk) stops the start instead of being ignored; at RocketMQ's default it only warns.
 #[test]
 fn settings_asking_for_protection_ringmq_lacks_stop_the_start() {
     for (text, key) in [
@@ -369,7 +368,6 @@ fn settings_asking_for_protection_ringmq_lacks_stop_the_start() {
         ("inSyncReplicas=2", "inSyncReplicas"),
         ("minInSyncReplicas=2", "minInSyncReplicas"),
         ("totalReplicas=3", "totalReplicas"),
-        ("rejectTransactionMessage=true", "rejectTransactionMessage"),
         ("cleanFileForciblyEnable=false", "cleanFileForciblyEnable"),
     ] {
         let error = loader().broker_conf_str("b.conf", text).err();
@@ -384,6 +382,44 @@ fn settings_asking_for_protection_ringmq_lacks_stop_the_start() {
         )
         .unwrap();
     assert_eq!(loader.warnings().len(), 4, "{:?}", loader.warnings());
+}
+
+/// The transaction keys are ringmq's now, with RocketMQ's names and meanings; RocketMQ's op
+/// batching keys are ignored with a warning (ringmq writes each op with its decision).
+#[test]
+fn transaction_keys_keep_rocketmq_names_and_their_limits() {
+    let mut first = loader();
+    first
+        .broker_conf_str(
+            "b.conf",
+            "rejectTransactionMessage=true\ntransactionTimeOut=3000\ntransactionCheckInterval=1000\ntransactionCheckMax=5\ntransactionOpBatchInterval=3000\n",
+        )
+        .unwrap();
+    assert_eq!(first.warnings().len(), 1, "{:?}", first.warnings());
+    let config = first.finish().unwrap();
+    assert!(config.reject_transaction_message);
+    assert_eq!(
+        config.transaction_time_out,
+        std::time::Duration::from_millis(3000)
+    );
+    assert_eq!(
+        config.transaction_check_interval,
+        std::time::Duration::from_millis(1000)
+    );
+    assert_eq!(config.transaction_check_max, 5);
+    for (text, key) in [
+        ("transactionCheckMax=0", "transactionCheckMax"),
+        ("transactionCheckMax=101", "transactionCheckMax"),
+        ("transactionTimeOut=5", "transactionTimeOut"),
+        ("transactionCheckInterval=99", "transactionCheckInterval"),
+    ] {
+        let mut loader = loader();
+        let error = match loader.broker_conf_str("b.conf", text) {
+            Err(error) => error,
+            Ok(_) => loader.finish().expect_err(text),
+        };
+        assert!(error.to_string().contains(key), "{error}");
+    }
 }
 
 /// A broker.conf with several mistakes reports them all in one start, each naming its key.

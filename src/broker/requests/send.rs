@@ -41,7 +41,7 @@ use crate::store::{properties, PutResult, PutStatus, StoreError};
 
 use crate::broker::tables::persisted_table::WriteFailed;
 use crate::broker::tables::topics::{TopicConfig, PERM_WRITE};
-use crate::broker::{bad_header, delay, naming::ids, naming::names, timer, Broker};
+use crate::broker::{bad_header, delay, naming::ids, naming::names, timer, transaction, Broker};
 
 /// `MessageConst.PROPERTY_CLUSTER`, which the Java broker stamps on every sent message.
 const CLUSTER: &str = "CLUSTER";
@@ -278,7 +278,12 @@ fn prepare_send(
         &header.properties,
     );
     let mut wake = None;
-    if let Some(level) = level {
+    if transaction::halves::is_prepared(&header.properties, header.sys_flag) {
+        // Never delayed while prepared (`requested_level` and `timer_due` said none): the
+        // commit is, if the message asks.
+        transaction::prepare(broker, &mut record, &uniq_key)
+            .map_err(|(code, remark)| refuse(code, remark))?;
+    } else if let Some(level) = level {
         let schedule_queue = level as i32 - 1;
         // The routing sent it here (`Broker::owner_of`); a record on another shard's
         // queue would never be delivered.
@@ -353,7 +358,7 @@ fn timer_due(
 
 /// A system topic the first send that needs it could not create; the remark names it.
 #[derive(Debug)]
-struct TopicNotCreated {
+pub(crate) struct TopicNotCreated {
     topic: &'static str,
     failed: WriteFailed,
 }
@@ -368,7 +373,7 @@ impl std::error::Error for TopicNotCreated {}
 
 /// Creates system topic `topic` with `queues` queues in the topic table if it is not
 /// there.
-fn ensure_system_topic(
+pub(crate) fn ensure_system_topic(
     broker: &Broker,
     topic: &'static str,
     queues: u32,
@@ -384,13 +389,13 @@ fn ensure_system_topic(
 
 /// Creates `rmq_sys_wheel_timer` in the topic table, one queue per shard, if it is not
 /// there (the first timer send does).
-fn ensure_timer_topic(broker: &Broker) -> Result<(), TopicNotCreated> {
+pub(crate) fn ensure_timer_topic(broker: &Broker) -> Result<(), TopicNotCreated> {
     ensure_system_topic(broker, TIMER_TOPIC, broker.shard.count() as u32)
 }
 
 /// Creates `SCHEDULE_TOPIC_XXXX` in the topic table, one queue per level, if it is not
 /// there (Java creates it at start; here the first delayed send does).
-fn ensure_schedule_topic(broker: &Broker) -> Result<(), TopicNotCreated> {
+pub(crate) fn ensure_schedule_topic(broker: &Broker) -> Result<(), TopicNotCreated> {
     ensure_system_topic(
         broker,
         SCHEDULE_TOPIC,
@@ -474,6 +479,16 @@ pub async fn send_batch(
         Ok(_) => return illegal("the batch body holds no message".into()),
         Err(error) => return illegal(format!("bad batch body: {error}")),
     };
+    // RocketMQ's client refuses a transactional batch before sending; a raw one would
+    // otherwise become messages consumers read before the transaction is decided.
+    if items
+        .iter()
+        .any(|item| transaction::halves::is_prepared(&item.properties, header.sys_flag))
+    {
+        return illegal(
+            "a batch cannot be a transactional (prepared) message; send transactional messages one by one".into(),
+        );
+    }
     let mut uniq_keys = Vec::with_capacity(items.len());
     let records: Vec<RecordInput> = items
         .into_iter()

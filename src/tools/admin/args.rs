@@ -100,6 +100,20 @@ pub enum AdminCommand {
     QueryOffset(QueryOffsetArgs),
     /// Move a group's offsets on a topic to a point in time (mqadmin resetOffsetByTime).
     ResetOffset(ResetOffsetArgs),
+    /// The undecided transactional (half) messages of a producer group, oldest first, on
+    /// every shard of the broker; with --cluster, on every master of it (ringmq's own).
+    TxPending(TxPendingArgs),
+}
+
+/// `tx-pending`'s options.
+#[derive(Args, Debug)]
+pub struct TxPendingArgs {
+    /// The producer group.
+    #[arg(short = 'g', long)]
+    pub group: String,
+    /// Halves to list per shard, 1 to 1000.
+    #[arg(long, default_value_t = 100)]
+    pub limit: i64,
 }
 
 #[derive(Args, Debug)]

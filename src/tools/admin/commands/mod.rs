@@ -28,6 +28,7 @@ pub mod groups;
 pub mod ha;
 pub mod messages;
 pub mod topics;
+mod transactions;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -274,6 +275,7 @@ pub async fn dispatch(ctx: &Ctx, command: &AdminCommand) -> AdminResult<Output> 
         AdminCommand::Cluster => cluster::cluster(ctx).await,
         AdminCommand::BrokerStatus => cluster::broker_status(ctx).await,
         AdminCommand::HaStatus => ha::ha_status(ctx).await,
+        AdminCommand::TxPending(args) => transactions::pending(ctx, args).await,
         AdminCommand::Topics => topics::list(ctx).await,
         AdminCommand::TopicCreate(args) => topics::create(ctx, args).await,
         AdminCommand::TopicUpdate(args) => topics::update(ctx, args).await,
