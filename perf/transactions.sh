@@ -71,8 +71,13 @@ if [ -z "${RINGMQ_BIN:-}" ]; then
   cargo build --release --quiet
 fi
 BIN=${RINGMQ_BIN:-target/release/ringmq}
-# Every listener on loopback only.
-NODE_ARGS=(--set "bind_address=127.0.0.1")
+# Every listener on loopback only. The disk guards off (as the store's own tests set them):
+# on a machine whose filesystem reserves much of its space (statvfs `f_bavail` far below
+# `f_bfree`), the node would count it as over 90 % used and refuse every send with
+# SERVICE_NOT_AVAILABLE, and delete segments before their time at 85 %; the benchmark
+# writes a few GB at most.
+NODE_ARGS=(--set "bind_address=127.0.0.1" --set "disk_space_warning_level_ratio=100"
+  --set "disk_space_clean_forcibly_ratio=100")
 [ -n "${FLUSH:-}" ] && NODE_ARGS+=(--set "flush_disk_type=$FLUSH")
 for setting in $NODE_SET; do NODE_ARGS+=(--set "$setting"); done
 SCRIPT_START=$(date +%s)
@@ -199,7 +204,9 @@ L = [
     "",
     f"Command: `perf/transactions.sh` (commit {commit_id}); {elapsed} s in all. Machine: {cores} cores; the "
     f"node (`ringmq serve`, release, 1 shard, flushDiskType {flush}, listening on 127.0.0.1) pinned to "
-    f"CPU {node_cpu}, the load generator (`ringmq bench`) to CPU {load_cpu}; extra node settings: {node_set}.",
+    f"CPU {node_cpu}, the load generator (`ringmq bench`) to CPU {load_cpu}; `diskSpaceWarningLevelRatio` and "
+    "`diskSpaceCleanForciblyRatio` 100 (the disk guards off: a filesystem that reserves much of its space would "
+    f"otherwise have the node refuse sends); extra node settings: {node_set}.",
     "",
     f"Throughput: one node for all of it; for each client count, rounds of `bench produce` (plain, "
     f"`--connections N --producers-per-connection 1 --io tasks --mode sync`) and `bench transactions "
