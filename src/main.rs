@@ -25,6 +25,8 @@ use ringmq::tools::bench::delivery::{
     SendBackOptions, Waiting,
 };
 use ringmq::tools::bench::store::{print_summary, run_store_bench, StoreBenchOptions};
+use ringmq::tools::bench::transactions::{print_tx_summary, run_transactions, TxOptions};
+use ringmq::tools::bench::tx_pending::{print_pending_summary, run_pending, PendingOptions};
 use ringmq::tools::bench::wire::{
     print_consume_summary, print_produce_summary, run_consume, run_embedded, run_produce,
     ConsumeOptions, EmbeddedOptions, FromOffset, ProduceOptions, ProducerIo, SendMode,
@@ -207,6 +209,10 @@ enum BenchCommand {
     /// CONSUMER_SEND_MSG_BACK throughput: store messages with plain sends, then hand each
     /// back; reports both rates and their ratio.
     SendBack(SendBackArgs),
+    /// Transactional sends: each client sends a half (prepared) message, then commits it
+    /// with END_TRANSACTION. With --pending P: P halves left undecided, the node's
+    /// CHECK_TRANSACTION_STATE check-backs answered with commits, their lateness reported.
+    Transactions(TransactionsArgs),
 }
 
 /// What `bench delayed`, `bench timers` and `bench send-back` share.
@@ -357,6 +363,91 @@ fn bench_send_back(args: SendBackArgs) -> anyhow::Result<ExitCode> {
     })?;
     report(load.json, &summary, print_send_back_summary)?;
     Ok(exit_code(summary.plain.errors + summary.send_back.errors))
+}
+
+#[derive(Args)]
+struct TransactionsArgs {
+    /// The broker's remoting address.
+    #[arg(long)]
+    addr: String,
+    /// Clients (connections driven from one event loop), one transaction in flight each.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Message body size in bytes (at least 12: the body names its sequence number).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    #[arg(long, default_value = "TxBenchTopic")]
+    topic: String,
+    /// Queues of the topic the halves name.
+    #[arg(long, default_value_t = 8)]
+    queues: usize,
+    /// The producer group (send header, PGROUP, HEART_BEAT).
+    #[arg(long, default_value = "ringmq-bench-tx")]
+    group: String,
+    /// Send END_TRANSACTION oneway, as stock clients do (a transaction then counts once its
+    /// commit is written), instead of waiting for the node's answer.
+    #[arg(long)]
+    oneway_commit: bool,
+    /// Pending mode: send this many halves without deciding them, answer the node's
+    /// checks with commits over a producer connection registered by HEART_BEAT, and
+    /// report check-back lateness.
+    #[arg(long)]
+    pending: Option<u64>,
+    /// Pending mode: connections the halves go over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Pending mode: half sends in flight on each connection.
+    #[arg(long, default_value_t = 64)]
+    inflight: usize,
+    /// Pending mode: the node's transactionTimeOut in ms (a half is due a check that long
+    /// after its store time); it must match the node's.
+    #[arg(long, default_value_t = 6000)]
+    check_timeout_ms: u64,
+    /// Pending mode: seconds past the last half's eligibility to wait for checks missing.
+    #[arg(long, default_value_t = 120.0)]
+    grace: f64,
+    /// Pending mode: the node's process id, whose memory is read from /proc.
+    #[arg(long)]
+    node_pid: Option<u32>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+fn bench_transactions(args: TransactionsArgs) -> anyhow::Result<ExitCode> {
+    let addr = resolve(&args.addr)?;
+    if let Some(pending) = args.pending {
+        let summary = run_pending(PendingOptions {
+            addr,
+            pending,
+            size: args.size,
+            topic: args.topic,
+            queues: args.queues,
+            group: args.group,
+            connections: args.connections,
+            inflight: args.inflight,
+            check_timeout: Duration::from_millis(args.check_timeout_ms),
+            grace: seconds("grace", args.grace)?,
+            node_pid: args.node_pid,
+            progress: !args.run.quiet,
+        })?;
+        report(args.run.json, &summary, print_pending_summary)?;
+        return Ok(exit_code(summary.load_errors + summary.unchecked));
+    }
+    let (messages, duration) = args.run.length()?;
+    let summary = run_transactions(TxOptions {
+        addr,
+        clients: args.clients,
+        size: args.size,
+        topic: args.topic,
+        queues: args.queues,
+        group: args.group,
+        oneway_commit: args.oneway_commit,
+        messages,
+        duration,
+        progress: !args.run.quiet,
+    })?;
+    report(args.run.json, &summary, print_tx_summary)?;
+    Ok(exit_code(summary.errors))
 }
 
 /// The embedded run: a node of its own (temporary directory, free ports), a produce round,
@@ -627,6 +718,10 @@ fn main() -> ExitCode {
             command: Some(BenchCommand::SendBack(args)),
             ..
         }) => bench_send_back(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::Transactions(args)),
+            ..
+        }) => bench_transactions(args),
         Command::Bench(BenchArgs {
             command: None,
             embedded,

@@ -110,7 +110,7 @@ pub struct ConsumeSummary {
 }
 
 /// Prints one progress line a second until aborted.
-async fn report_progress(what: &'static str, counters: Arc<Counters>) {
+pub(super) async fn report_progress(what: &'static str, counters: Arc<Counters>) {
     let started = Instant::now();
     let mut previous = 0u64;
     loop {
