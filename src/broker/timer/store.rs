@@ -533,6 +533,21 @@ impl TimerStore {
         self.index(key);
     }
 
+    /// The late lane as a checkpoint (or a slave's copy) keeps it: the keys in flight and
+    /// the ones waiting, which the skip rule never skips.
+    pub(crate) fn late_keys(&self) -> Vec<TimerKey> {
+        self.late_in_flight.iter().chain(&self.late).copied().collect()
+    }
+
+    /// The skip rule of the checkpoint opened, while recovery still indexes below it: a
+    /// checkpoint written meanwhile (or a slave's copy) must keep it.
+    pub(crate) fn recovering_rule(&self) -> Option<SkipRule> {
+        self.recovering().then(|| SkipRule {
+            late: self.recovered_late.iter().copied().collect(),
+            ..self.recovered.clone()
+        })
+    }
+
     /// Whether recovery has not yet indexed the queue again up to where the opened
     /// checkpoint had: a checkpoint until then keeps that checkpoint's rule, so deliveries
     /// acknowledged meanwhile of keys indexed again may be made again after a crash.
@@ -755,16 +770,8 @@ impl TimerStore {
             indexed: self.indexed,
             delivered,
             late_done: self.late_done.iter().copied().collect(),
-            recovering: self.recovering().then(|| SkipRule {
-                late: self.recovered_late.iter().copied().collect(),
-                ..self.recovered.clone()
-            }),
-            late: self
-                .late_in_flight
-                .iter()
-                .chain(&self.late)
-                .copied()
-                .collect(),
+            recovering: self.recovering_rule(),
+            late: self.late_keys(),
             cancelled: self.cancelled.clone(),
             next_seq: self.next_seq,
         };

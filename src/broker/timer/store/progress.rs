@@ -80,18 +80,10 @@ impl TimerStore {
             runs_cover,
             indexed: self.indexed,
             delivered: self.delivered,
-            late: self
-                .late_in_flight
-                .iter()
-                .chain(&self.late)
-                .copied()
-                .collect(),
+            late: self.late_keys(),
             late_done: self.late_done.iter().copied().collect(),
             cancelled: self.cancelled.clone(),
-            recovering: self.recovering().then(|| SkipRule {
-                late: self.recovered_late.iter().copied().collect(),
-                ..self.recovered.clone()
-            }),
+            recovering: self.recovering_rule(),
         }
     }
 }
