@@ -536,7 +536,11 @@ impl TimerStore {
     /// The late lane as a checkpoint (or a slave's copy) keeps it: the keys in flight and
     /// the ones waiting, which the skip rule never skips.
     pub(crate) fn late_keys(&self) -> Vec<TimerKey> {
-        self.late_in_flight.iter().chain(&self.late).copied().collect()
+        self.late_in_flight
+            .iter()
+            .chain(&self.late)
+            .copied()
+            .collect()
     }
 
     /// The skip rule of the checkpoint opened, while recovery still indexes below it: a
