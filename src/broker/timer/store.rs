@@ -535,7 +535,7 @@ impl TimerStore {
 
     /// The late lane as a checkpoint (or a slave's copy) keeps it: the keys in flight and
     /// the ones waiting, which the skip rule never skips.
-    pub(crate) fn late_keys(&self) -> Vec<TimerKey> {
+    fn late_keys(&self) -> Vec<TimerKey> {
         self.late_in_flight
             .iter()
             .chain(&self.late)
@@ -545,7 +545,7 @@ impl TimerStore {
 
     /// The skip rule of the checkpoint opened, while recovery still indexes below it: a
     /// checkpoint written meanwhile (or a slave's copy) must keep it.
-    pub(crate) fn recovering_rule(&self) -> Option<SkipRule> {
+    fn recovering_rule(&self) -> Option<SkipRule> {
         self.recovering().then(|| SkipRule {
             late: self.recovered_late.iter().copied().collect(),
             ..self.recovered.clone()
