@@ -138,6 +138,14 @@ impl Node {
         let log = File::create(self.log_path()).expect("create the node log");
         let mut command = Command::new(&bin);
         command.arg("serve");
+        // The run's own settings first (scripts/compat.sh raises the disk guards there),
+        // then the scenario's, which win.
+        for setting in std::env::var("RINGMQ_SET")
+            .unwrap_or_default()
+            .split_whitespace()
+        {
+            command.arg("--set").arg(setting);
+        }
         for setting in &self.settings {
             command.arg("--set").arg(setting);
         }
