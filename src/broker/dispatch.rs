@@ -95,7 +95,7 @@ impl Broker {
         }
         if request.code == request::END_TRANSACTION {
             // The half is in the CommitLog its offset's top byte names (D4).
-            return crate::broker::transaction::end_owner(request, self.shard.count());
+            return query::offset_owner(request, "commitLogOffset", self.shard.count());
         }
         if request.code == request::VIEW_MESSAGE_BY_ID
             || request.code == request::CONSUMER_SEND_MSG_BACK

@@ -112,24 +112,9 @@ impl Raw {
         self.socket.write_all(&out).ok()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            while let Some(frame) = take_frame(&mut self.buffer, DEFAULT_MAX_FRAME_LEN).ok()? {
-                if frame.is_response() && frame.opaque == self.opaque {
-                    return Some(frame);
-                }
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            let mut chunk = [0u8; 4096];
-            match self.socket.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => return None,
+            let frame = self.poll(deadline.saturating_duration_since(Instant::now()))?;
+            if frame.is_response() && frame.opaque == self.opaque {
+                return Some(frame);
             }
         }
     }

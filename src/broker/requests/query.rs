@@ -250,7 +250,13 @@ fn merged_answer(
 
 /// The shard VIEW_MESSAGE_BY_ID goes to: the top byte of its offset, if that shard exists.
 pub fn view_owner(request: &RemotingCommand, shards: u8) -> Option<u8> {
-    let offset = request.opt_i64("offset").ok()??;
+    offset_owner(request, "offset", shards)
+}
+
+/// The shard whose CommitLog holds the offset in header field `field` (its top byte, D4),
+/// if that shard exists; `None` for a missing, bad or negative offset.
+pub fn offset_owner(request: &RemotingCommand, field: &str, shards: u8) -> Option<u8> {
+    let offset = request.opt_i64(field).ok()??;
     let shard = (offset as u64 >> 56) as u8;
     (offset >= 0 && shard < shards).then_some(shard)
 }

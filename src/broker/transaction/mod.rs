@@ -219,14 +219,6 @@ pub fn prepare(
     Ok(())
 }
 
-/// The shard END_TRANSACTION goes to: the one whose CommitLog holds the half (the top
-/// byte of `commitLogOffset`, D4); `None` for a header too broken to say.
-pub fn end_owner(request: &RemotingCommand, shards: u8) -> Option<u8> {
-    let offset = request.opt_i64("commitLogOffset").ok()??;
-    let shard = (offset as u64 >> 56) as u8;
-    (offset >= 0 && shard < shards).then_some(shard)
-}
-
 /// END_TRANSACTION's header.
 struct EndHeader {
     producer_group: String,
