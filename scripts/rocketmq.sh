@@ -24,6 +24,10 @@
 #   scripts/rocketmq.sh stop-cluster DIR     stop every broker DIR/env names, then the name
 #       server, by PID (SIGTERM, then SIGKILL)
 #
+# A broker that exits or does not boot within START_DEADLINE_S is killed, the tails of its
+# stdout and broker.log are printed, and it is tried again on a fresh port block with an empty
+# store, START_ATTEMPTS (3) times in all; a restart-broker retries on its own port and store.
+#
 # Heaps fit a 2-core, 24 GiB machine that runs other processes beside it: 512 MiB for the
 # name server, 1 GiB for the broker (NAMESRV_HEAP, BROKER_HEAP override). Logs go to
 # DIR/home/logs/rocketmqlogs/ (user.home is DIR/home) and DIR/*.out.
@@ -84,23 +88,68 @@ PY
   die "no free broker port block found"
 }
 
-# Waits until host:port accepts a connection or the process is gone or the deadline passes.
+# Whether pid is a live process. A process that exited but was not reaped (its parent is a
+# shell that ended, and whoever inherited it does not reap) still answers kill -0: a zombie
+# counts as gone.
+alive() {
+  local pid=$1 state
+  kill -0 "$pid" 2>/dev/null || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ "$state" != Z ]]
+}
+
+# Waits until host:port accepts a connection or the process is gone or the deadline passes;
+# fails (status 1, with the reason on stderr) unless the port answered.
 wait_port() {
   local port=$1 pid=$2 what=$3 deadline=$((SECONDS + START_DEADLINE_S))
   while ((SECONDS < deadline)); do
-    kill -0 "$pid" 2>/dev/null || die "$what (pid $pid) exited during start; see its log"
+    alive "$pid" || { echo "rocketmq.sh: $what (pid $pid) exited during start" >&2; return 1; }
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
     sleep 0.2
   done
-  die "$what did not answer on 127.0.0.1:$port within ${START_DEADLINE_S} s"
+  echo "rocketmq.sh: $what did not answer on 127.0.0.1:$port within ${START_DEADLINE_S} s" >&2
+  return 1
 }
+
+# Waits (bounded) until broker PID printed "boot success" to OUT (its port opens before its
+# registration with the name server ends); fails (status 1) if it exits or the deadline passes.
+wait_boot() {
+  local out=$1 pid=$2 what=$3 deadline=$((SECONDS + START_DEADLINE_S))
+  until grep -q "boot success" "$out"; do
+    ((SECONDS < deadline)) || { echo "rocketmq.sh: $what printed no 'boot success' within ${START_DEADLINE_S} s" >&2; return 1; }
+    alive "$pid" || { echo "rocketmq.sh: $what (pid $pid) exited during start" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# A broker that did not start: killed if still there, then its stdout and its own log's last
+# lines on stderr, so a CI log says why (the reference broker once exited during start in CI
+# with nothing but "see broker.out" to show).
+report_failed_start() {
+  local pid=$1 out=$2 home=$3
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  echo "---- last lines of $out" >&2
+  tail -n 40 "$out" >&2 || true
+  local log="$home/logs/rocketmqlogs/broker.log"
+  if [[ -f "$log" ]]; then
+    echo "---- last lines of $log" >&2
+    tail -n 40 "$log" >&2 || true
+  fi
+  echo "----" >&2
+}
+
+# How many times a broker start is tried (each on a fresh port block) before giving up.
+START_ATTEMPTS=${START_ATTEMPTS:-3}
 
 java_opts() {
   local heap=$1 dir=$2
   echo "-server -Xms$heap -Xmx$heap -XX:+UseG1GC -Duser.home=$dir/home -Drocketmq.home.dir=$dir/home"
 }
 
-start_broker() {
+# One try at starting the single broker of DIR (DIR/broker.conf, BROKER_ADDR in DIR/env);
+# fails (status 1, the broker killed and its logs' tails on stderr) if it did not boot.
+start_broker_once() {
   local dir=$1
   # shellcheck disable=SC1091
   source "$dir/env"
@@ -110,24 +159,23 @@ start_broker() {
   local pid=$!
   sed -i '/^BROKER_PID=/d' "$dir/env"
   echo "BROKER_PID=$pid" >>"$dir/env"
-  wait_port "${BROKER_ADDR##*:}" "$pid" "RocketMQ broker"
-  # The port opens before registration with the name server ends: wait for "boot success".
-  local deadline=$((SECONDS + START_DEADLINE_S))
-  until grep -q "boot success" "$dir/broker.out"; do
-    ((SECONDS < deadline)) || die "broker printed no 'boot success' within ${START_DEADLINE_S} s"
-    kill -0 "$pid" 2>/dev/null || die "broker (pid $pid) exited during start; see $dir/broker.out"
-    sleep 0.2
-  done
+  if wait_port "${BROKER_ADDR##*:}" "$pid" "RocketMQ broker" &&
+    wait_boot "$dir/broker.out" "$pid" "RocketMQ broker"; then
+    return 0
+  fi
+  report_failed_start "$pid" "$dir/broker.out" "$dir/home"
+  return 1
 }
 
-# Whether pid is a live process. A process that exited but was not reaped (its parent is a
-# shell that ended, and whoever inherited it does not reap) still answers kill -0: a zombie
-# counts as gone.
-alive() {
-  local pid=$1 state
-  kill -0 "$pid" 2>/dev/null || return 1
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
-  [[ "$state" != Z ]]
+# Starts the single broker of DIR on its configured port (a restart keeps its address and
+# store), trying START_ATTEMPTS times.
+start_broker() {
+  local dir=$1 attempt
+  for attempt in $(seq 1 "$START_ATTEMPTS"); do
+    start_broker_once "$dir" && return 0
+    echo "rocketmq.sh: broker start attempt $attempt of $START_ATTEMPTS failed" >&2
+  done
+  die "the broker did not start in $START_ATTEMPTS attempts; see $dir/broker.out"
 }
 
 stop_pid() {
@@ -194,14 +242,12 @@ start_group() {
     -cp "$(classpath)" org.apache.rocketmq.broker.BrokerStartup -c "$dir/$name.conf" \
     >>"$out" 2>&1 </dev/null &
   local pid=$!
-  { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
-  wait_port "$port" "$pid" "RocketMQ $name"
-  local deadline=$((SECONDS + START_DEADLINE_S))
-  until grep -q "boot success" "$out"; do
-    ((SECONDS < deadline)) || die "$name printed no 'boot success' within ${START_DEADLINE_S} s"
-    kill -0 "$pid" 2>/dev/null || die "$name (pid $pid) exited during start; see $out"
-    sleep 0.2
-  done
+  if wait_port "$port" "$pid" "RocketMQ $name" && wait_boot "$out" "$pid" "RocketMQ $name"; then
+    { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
+    return 0
+  fi
+  report_failed_start "$pid" "$out" "$dir/home-$name"
+  return 1
 }
 
 # A name server for DIR (a fresh DIR/env with NAMESRV_ADDR and NAMESRV_PID).
@@ -214,15 +260,23 @@ start_namesrv() {
     -cp "$(classpath)" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" \
     >"$dir/namesrv.out" 2>&1 </dev/null &
   { echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"; echo "NAMESRV_PID=$!"; } >"$dir/env"
-  wait_port "$namesrv_port" "$!" "RocketMQ name server"
+  wait_port "$namesrv_port" "$!" "RocketMQ name server" || die "the name server did not start; see $dir/namesrv.out"
 }
 
 # One broker of group G (ID, ROLE) on a free port block, registered with NAMESRV.
 start_broker_of() {
-  local dir=$1 group=$2 namesrv=$3 id=$4 role=$5 port
-  port=$(free_broker_port)
-  write_group_conf "$dir" "$namesrv" "$group" "$port" "$id" "$role"
-  start_group "$dir" "$group" "$port" "$id"
+  local dir=$1 group=$2 namesrv=$3 id=$4 role=$5 port attempt name
+  name=$(broker_name "$group" "$id")
+  for attempt in $(seq 1 "$START_ATTEMPTS"); do
+    # A fresh port block and an empty store each time: a port taken between the check and
+    # the bind is one way a start fails.
+    rm -rf "$dir/store-$name"
+    port=$(free_broker_port)
+    write_group_conf "$dir" "$namesrv" "$group" "$port" "$id" "$role"
+    start_group "$dir" "$group" "$port" "$id" && return 0
+    echo "rocketmq.sh: $name start attempt $attempt of $START_ATTEMPTS failed" >&2
+  done
+  die "$name did not start in $START_ATTEMPTS attempts; see $dir/$name.out"
 }
 
 # Stops every process DIR/env names: the brokers first, then the name server.
@@ -275,12 +329,23 @@ case "$cmd" in
     mkdir -p "$dir/home" "$dir/store"
     dir=$(cd "$dir" && pwd)
     namesrv_port=$(free_port)
-    broker_port=$(free_broker_port)
     cat >"$dir/namesrv.conf" <<CONF
 listenPort=$namesrv_port
 bindAddress=127.0.0.1
 CONF
-    cat >"$dir/broker.conf" <<CONF
+    echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port" >"$dir/env"
+    ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${NAMESRV_HEAP:-512m}" "$dir") \
+      -cp "$(classpath)" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" \
+      >"$dir/namesrv.out" 2>&1 </dev/null &
+    echo "NAMESRV_PID=$!" >>"$dir/env"
+    wait_port "$namesrv_port" "$!" "RocketMQ name server" || die "the name server did not start; see $dir/namesrv.out"
+    for attempt in $(seq 1 "$START_ATTEMPTS"); do
+      # A fresh port block and an empty store each time: a port taken between the check
+      # and the bind is one way a start fails.
+      rm -rf "$dir/store" && mkdir -p "$dir/store"
+      [[ ! -f "$dir/broker.out" ]] || mv "$dir/broker.out" "$dir/broker.out.failed-$((attempt - 1))"
+      broker_port=$(free_broker_port)
+      cat >"$dir/broker.conf" <<CONF
 brokerClusterName=DefaultCluster
 brokerName=broker-a
 brokerId=0
@@ -298,17 +363,13 @@ autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true
 timerWheelEnable=true
 CONF
-    if [[ -n "$extra" ]]; then cat "$extra" >>"$dir/broker.conf"; fi
-    {
-      echo "NAMESRV_ADDR=127.0.0.1:$namesrv_port"
-      echo "BROKER_ADDR=127.0.0.1:$broker_port"
-    } >"$dir/env"
-    ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${NAMESRV_HEAP:-512m}" "$dir") \
-      -cp "$(classpath)" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" \
-      >"$dir/namesrv.out" 2>&1 </dev/null &
-    echo "NAMESRV_PID=$!" >>"$dir/env"
-    wait_port "$namesrv_port" "$!" "RocketMQ name server"
-    start_broker "$dir"
+      if [[ -n "$extra" ]]; then cat "$extra" >>"$dir/broker.conf"; fi
+      sed -i '/^BROKER_ADDR=/d' "$dir/env"
+      echo "BROKER_ADDR=127.0.0.1:$broker_port" >>"$dir/env"
+      start_broker_once "$dir" && break
+      echo "rocketmq.sh: broker start attempt $attempt of $START_ATTEMPTS failed" >&2
+      ((attempt < START_ATTEMPTS)) || die "the broker did not start in $START_ATTEMPTS attempts; see $dir/broker.out"
+    done
     cat "$dir/env"
     ;;
   restart-broker)
