@@ -40,6 +40,7 @@ pub mod broker;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod io;
 pub mod metrics;
 pub mod namesrv;

@@ -45,6 +45,10 @@ const FLOORS: &[(&str, &[&str])] = &[
         &["replication"],
     ),
     ("metrics", &["metrics"]),
+    (
+        "the failover controller: replicated group state, the Raft adapter",
+        &["controller"],
+    ),
     ("broker: what each request means", &["broker"]),
     (
         "node settings; the embedded name server",
