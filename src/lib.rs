@@ -47,6 +47,7 @@ pub mod namesrv;
 pub mod net;
 pub mod node;
 pub mod node_config;
+pub mod properties;
 pub mod quiet_pipe;
 pub mod remoting;
 pub mod replication;

@@ -14,8 +14,8 @@
 //! start would validate it (ranges and relations) before anything changes.
 
 use super::keys::{find_conf, find_snake, KEYS};
-use super::properties::parse_properties;
 use super::{ConfigLoader, NodeConfig, IGNORED_ROCKETMQ_KEYS};
+use crate::properties::parse_properties;
 
 /// The keys (snake_case) UPDATE_BROKER_CONFIG may change; see the module docs for why
 /// these.

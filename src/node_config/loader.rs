@@ -8,10 +8,10 @@ use std::path::Path;
 use super::key::Key;
 use super::keys::{find_conf, find_key, find_snake};
 use super::parse::Value;
-use super::properties::parse_properties;
 use super::rocketmq::{IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
 use super::suggest::nearest_conf_key;
 use super::{ConfigError, NodeConfig};
+use crate::properties::parse_properties;
 
 /// Applies sources one at a time, remembering where each value came from so that a
 /// validation error names the source and spelling that set the bad value.

@@ -60,7 +60,6 @@ pub mod live;
 mod live_config;
 mod loader;
 mod parse;
-mod properties;
 pub mod relations;
 pub mod render;
 mod rocketmq;

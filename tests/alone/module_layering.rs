@@ -28,7 +28,15 @@ use std::path::Path;
 const FLOORS: &[(&str, &[&str])] = &[
     (
         "base",
-        &["clock", "rng", "sync", "quiet_pipe", "banner", "typo"],
+        &[
+            "clock",
+            "rng",
+            "sync",
+            "quiet_pipe",
+            "banner",
+            "typo",
+            "properties",
+        ],
     ),
     ("disk I/O seam", &["io"]),
     ("one shard's store and its settings", &["store"]),

@@ -1,11 +1,11 @@
-//! Java properties syntax, as RocketMQ reads a `broker.conf`: lines into `(key, value)`
-//! pairs, with comments, continuations and escapes handled.
+//! Java properties syntax, as RocketMQ reads a `broker.conf` or a `controller.conf`: lines
+//! into `(key, value)` pairs, with comments, continuations and escapes handled.
 
 /// Java properties: `key=value`, `key: value` or `key value`; `#`/`!` comment lines;
 /// a line ending in an odd number of `\` continues on the next (leading blanks dropped);
 /// `\t \n \r \f \uXXXX` escapes, any other escaped character stands for itself. Trailing
 /// whitespace of a value is dropped too (Java keeps it; here it is always a mistake).
-pub(super) fn parse_properties(text: &str) -> Vec<(String, String)> {
+pub fn parse_properties(text: &str) -> Vec<(String, String)> {
     let mut pairs = Vec::new();
     let mut lines = text.lines();
     while let Some(first) = lines.next() {
