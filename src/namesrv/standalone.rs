@@ -5,21 +5,19 @@
 //! for expired brokers every `scanNotActiveBrokerInterval`. SIGTERM or SIGINT stops it:
 //! the listener closes, every connection sees the stop, and [`run`] returns.
 //!
-//! Connections are bounded as the node's are ([`Admission`]: `maxConnections`,
+//! Connections are bounded as the node's are ([`accept_loop`]: `maxConnections`,
 //! `maxPartialFrameBytes`), with the per-connection limits of [`connection_limits`].
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::net::{Listener, Transport};
-use crate::server::admission::Admission;
-use crate::server::connection::{self, serve_admitted, ConnectionLimits};
-use crate::server::traffic::Traffic;
+use crate::server::accept::{accept_loop, AcceptLimits};
+use crate::server::connection::{self, ConnectionLimits};
 
 use super::config::NamesrvConfig;
 use super::handler::Standalone;
@@ -34,8 +32,6 @@ const MAX_REQUESTS_IN_FLIGHT: usize = 131_072;
 const MAX_QUEUED_RESPONSE_BYTES: usize = 1024 * 1024 * 1024;
 /// How long a frame still arriving may go without 64 KiB more (the node's default).
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long an `accept` failure (out of descriptors) pauses accepting.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Why the name server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +95,18 @@ pub async fn serve<T: Transport>(
         stop.clone(),
     ));
     ready(bound);
-    accept_loop(listener, handler, config, stop).await;
+    let bounds = AcceptLimits {
+        max_connections: config.max_connections,
+        max_partial_frame_bytes: config.max_partial_frame_bytes,
+    };
+    accept_loop(
+        listener,
+        handler,
+        connection_limits(config),
+        bounds,
+        stop.clone(),
+    )
+    .await;
     scan.abort();
     // Let every connection see the stop before the runtime goes.
     tokio::task::yield_now().await;
@@ -115,56 +122,6 @@ async fn scan_loop(handler: Rc<Standalone>, interval: Duration, mut stop: watch:
             _ = ticks.tick() => {
                 handler.expire();
             }
-            _ = stop.wait_for(|stop| *stop) => break,
-        }
-    }
-}
-
-async fn accept_loop<L: Listener>(
-    listener: L,
-    handler: Rc<Standalone>,
-    config: &NamesrvConfig,
-    mut stop: watch::Receiver<bool>,
-) {
-    let limits = connection_limits(config);
-    let admission = Admission::new(
-        config.max_connections,
-        config.max_partial_frame_bytes,
-        limits.warn_interval,
-    );
-    let traffic = Arc::new(Traffic::new());
-    let for_connections = stop.clone();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let Some(admitted) = admission.admit() else {
-                        drop(stream);
-                        if let Some(report) = admission.refused() {
-                            tracing::warn!(
-                                %peer,
-                                refused = report.refused,
-                                max_connections = report.max_connections,
-                                "maxConnections are open; refusing connections"
-                            );
-                        }
-                        continue;
-                    };
-                    tokio::task::spawn_local(serve_admitted(
-                        stream,
-                        peer,
-                        handler.clone(),
-                        limits,
-                        traffic.clone(),
-                        admitted,
-                        for_connections.clone(),
-                    ));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                }
-            },
             _ = stop.wait_for(|stop| *stop) => break,
         }
     }

@@ -12,12 +12,14 @@
 //! - [`backlog`]: the per-connection bound on requests in flight and response bytes
 //!   queued, which makes a connection stop reading (TCP backpressure); [`outbound`], the
 //!   queue to the writer task.
-//! - [`admission`]: the node-wide bounds: open connections, bytes held in partial frames.
+//! - [`admission`]: the node-wide bounds: open connections, bytes held in partial frames;
+//!   [`accept`], the accept loop of a one-thread server under those bounds.
 //! - [`closer`]: ended connections' sockets closed a batch per turn.
 //!
 //! May import the codec ([`crate::remoting`]), the network seam, `io::file_body`, and
 //! nothing above itself: the handler is a trait, implemented by the broker.
 
+pub mod accept;
 pub mod admission;
 pub mod backlog;
 pub mod body_send;
