@@ -21,4 +21,5 @@
 //!   its own clock, and a command carries the decision it led to, never the clock reading.
 
 pub mod config;
+pub mod replicas;
 pub mod replicated;

@@ -153,10 +153,38 @@ pub mod request {
         SET_MESSAGE_REQUEST_MODE = 401,
         /// A slave copies its master's request modes (`RequestCode.java`).
         GET_ALL_MESSAGE_REQUEST_MODE = 402,
+        /// Broker to controller (controller mode, reference-2 §6.2); the name server
+        /// also answers it in Java.
         BROKER_HEARTBEAT = 904,
         /// Admin tools (`mqadmin haStatus`, `ringmq admin ha-status`): the broker's
         /// replication as `HARuntimeInfo`; from `RequestCode.java`.
         GET_BROKER_HA_STATUS = 907,
+        /// Controller (reference-2 §6.2): the master shrinks or expands its SyncStateSet.
+        CONTROLLER_ALTER_SYNC_STATE_SET = 1001,
+        /// Controller: elect a master (`designateElect` for the admin's choice).
+        CONTROLLER_ELECT_MASTER = 1002,
+        /// Controller: a broker with an applied id announces its address.
+        CONTROLLER_REGISTER_BROKER = 1003,
+        /// Controller: the group's master, its epoch and the SyncStateSet.
+        CONTROLLER_GET_REPLICA_INFO = 1004,
+        /// Controller: the controller group's leader and peers.
+        CONTROLLER_GET_METADATA_INFO = 1005,
+        /// Controller (admin): the replicas of the named groups, in sync or not.
+        CONTROLLER_GET_SYNC_STATE_DATA = 1006,
+        /// Broker admin: the broker's epoch entries; from `RequestCode.java`.
+        GET_BROKER_EPOCH_CACHE = 1007,
+        /// Controller to broker, oneway: the group's new master and epochs.
+        NOTIFY_BROKER_ROLE_CHANGED = 1008,
+        /// Controller admin; from `RequestCode.java`.
+        UPDATE_CONTROLLER_CONFIG = 1009,
+        /// Controller admin; from `RequestCode.java`.
+        GET_CONTROLLER_CONFIG = 1010,
+        /// Controller admin: forget a group, or some of its broker ids.
+        CLEAN_BROKER_DATA = 1011,
+        /// Controller: the id a new broker of the group should apply for.
+        CONTROLLER_GET_NEXT_BROKER_ID = 1012,
+        /// Controller: a broker claims an id (with its `registerCheckCode`).
+        CONTROLLER_APPLY_BROKER_ID = 1013,
         /// ringmq-private: a slave asks its master's broker port for the timer progress of
         /// shard `shard` (`broker::timer::progress_requests`). Not RocketMQ's
         /// GET_TIMER_CHECK_POINT (60), which carries the read positions of Java's timing
@@ -233,6 +261,31 @@ pub mod response {
         ILLEGAL_OPERATION = 604,
         /// 5.3.2+ clients: the server is shutting down.
         GO_AWAY = 1500,
+        /// Controller: the request's master epoch is not the group's.
+        CONTROLLER_FENCED_MASTER_EPOCH = 2000,
+        /// Controller: the request's SyncStateSet epoch is not the group's.
+        CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001,
+        /// Controller: the sender is not the group's master.
+        CONTROLLER_INVALID_MASTER = 2002,
+        /// Controller: a proposed replica is not a registered broker of the group.
+        CONTROLLER_INVALID_REPLICAS = 2003,
+        /// Controller: the master is gone and no replica can take over.
+        CONTROLLER_MASTER_NOT_AVAILABLE = 2004,
+        CONTROLLER_INVALID_REQUEST = 2005,
+        /// Controller: a proposed replica sends no heartbeats.
+        CONTROLLER_BROKER_NOT_ALIVE = 2006,
+        /// This controller is not the leader of its group.
+        CONTROLLER_NOT_LEADER = 2007,
+        CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008,
+        CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009,
+        CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010,
+        /// An election found the master alive and valid: nothing changed.
+        CONTROLLER_MASTER_STILL_EXIST = 2011,
+        CONTROLLER_ELECT_MASTER_FAILED = 2012,
+        CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013,
+        CONTROLLER_BROKER_ID_INVALID = 2014,
+        CONTROLLER_JRAFT_INTERNAL_ERROR = 2015,
+        CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016,
     }
 }
 
@@ -270,6 +323,10 @@ mod tests {
             (response::PULL_RETRY_IMMEDIATELY, 20),
             (response::PULL_OFFSET_MOVED, 21),
             (response::SUBSCRIPTION_GROUP_NOT_EXIST, 26),
+            (request::CONTROLLER_ALTER_SYNC_STATE_SET, 1001),
+            (request::CONTROLLER_APPLY_BROKER_ID, 1013),
+            (response::CONTROLLER_FENCED_MASTER_EPOCH, 2000),
+            (response::CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS, 2016),
         ];
         for (constant, number) in expected {
             assert_eq!(constant, number);
