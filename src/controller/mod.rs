@@ -20,4 +20,5 @@
 //! - liveness (broker heartbeats) is not replicated: it is the leader's view, measured on
 //!   its own clock, and a command carries the decision it led to, never the clock reading.
 
+pub mod raft;
 pub mod replicated;
