@@ -164,7 +164,8 @@ pub fn scan(
 }
 
 /// A bad record at `offset` (which should hold entry `expected`) is a torn tail only in
-/// the last file and when no record of a later batch follows it.
+/// the last file and when no valid record of a *later* batch follows it (records of its
+/// own batch may: the crash tore that unsynced batch in the middle).
 fn check_torn_tail(
     disk: &dyn Disk,
     file: FileId,
@@ -177,25 +178,28 @@ fn check_torn_tail(
     if !last_file {
         return Err(corrupt(path, offset, "a bad record in a sealed log file"));
     }
+    if file_len < offset + HEADER {
+        return Ok(());
+    }
     let mut header = [0u8; HEADER as usize];
-    if file_len >= offset + HEADER {
-        read_exact_at(disk, file, offset, &mut header)?;
-        let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
-        let next = offset + HEADER + len as u64;
-        if len <= MAX_RECORD {
-            if let Some(after) = read_record(disk, file, next, file_len)? {
-                if after.batch_first > expected {
-                    return Err(corrupt(
-                        path,
-                        offset,
-                        format!(
-                            "a bad record followed by a valid batch from entry {}",
-                            after.batch_first
-                        ),
-                    ));
-                }
-            }
+    read_exact_at(disk, file, offset, &mut header)?;
+    let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+    if len > MAX_RECORD {
+        return Ok(());
+    }
+    let mut next = offset + HEADER + len as u64;
+    while let Some(after) = read_record(disk, file, next, file_len)? {
+        if after.batch_first > expected {
+            return Err(corrupt(
+                path,
+                offset,
+                format!(
+                    "a bad record followed by a valid batch from entry {}",
+                    after.batch_first
+                ),
+            ));
         }
+        next = after.next;
     }
     Ok(())
 }
