@@ -21,5 +21,6 @@
 //!   its own clock, and a command carries the decision it led to, never the clock reading.
 
 pub mod config;
+pub mod raft;
 pub mod replicas;
 pub mod replicated;
