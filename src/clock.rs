@@ -44,6 +44,14 @@ impl Clock {
     }
 }
 
+impl Clock {
+    /// Milliseconds since this clock was made: monotonic, for timeouts and leases (a wall
+    /// clock stepped back or forward does not move it).
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.base_instant.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
 const NANOS_PER_MILLI: i128 = 1_000_000;
 
 // Howard Hinnant's proleptic Gregorian calendar conversions.

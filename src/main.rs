@@ -59,6 +59,18 @@ enum Command {
     /// The standalone name server (brokers register with it, clients read routes from
     /// it), configured by a RocketMQ namesrv.conf.
     Namesrv(NamesrvArgs),
+    /// A failover controller (RocketMQ 5's controller mode: elects each broker group's
+    /// master over Raft), configured by a RocketMQ controller.conf.
+    Controller(ControllerArgs),
+}
+
+/// `ringmq controller -c controller.conf`, as RocketMQ's `mqcontroller -c`.
+#[derive(Args)]
+struct ControllerArgs {
+    /// A RocketMQ controller.conf (properties): controllerDLegerGroup,
+    /// controllerDLegerPeers, controllerDLegerSelfId are required.
+    #[arg(short = 'c', long = "conf")]
+    conf: PathBuf,
 }
 
 /// `ringmq namesrv -c namesrv.conf`, as RocketMQ's `mqnamesrv -c`.
@@ -730,6 +742,7 @@ fn main() -> ExitCode {
         Command::Store(StoreCommand::Dump { dir }) => dump(&dir),
         Command::Admin(args) => Ok(ringmq::tools::admin::run(args)),
         Command::Namesrv(args) => namesrv(args),
+        Command::Controller(args) => controller(args),
     };
     match outcome {
         Ok(code) => code,
@@ -808,6 +821,34 @@ fn namesrv(args: NamesrvArgs) -> anyhow::Result<ExitCode> {
     standalone::run(&loaded.config, |addr| {
         eprintln!("ringmq: name server {version} listening on {addr}");
     })?;
+    eprintln!("ringmq: stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn controller(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    use ringmq::controller::{config::ControllerConfig, standalone};
+    let loaded = match ControllerConfig::load(&args.conf) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("ringmq: bad configuration: {error}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    let config = &loaded.config;
+    let result = standalone::run(config, |addr| {
+        eprintln!(
+            "ringmq: controller {version} {} of group {} listening on {addr}",
+            config.self_id, config.group
+        );
+    });
+    if let Err(error) = result {
+        eprintln!("ringmq: controller stopped: {error}");
+        return Ok(ExitCode::from(2));
+    }
     eprintln!("ringmq: stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }

@@ -21,6 +21,9 @@
 //!   its own clock, and a command carries the decision it led to, never the clock reading.
 
 pub mod config;
+pub mod elections;
+pub mod node;
 pub mod raft;
 pub mod replicas;
 pub mod replicated;
+pub mod standalone;

@@ -237,6 +237,16 @@ impl BrokerLiveness {
         expired
     }
 
+    /// The bounds this table was made with.
+    pub fn limits(&self) -> LivenessLimits {
+        self.limits
+    }
+
+    /// Forgets one broker: it counts as dead from now on (its heartbeat connection closed).
+    pub fn forget(&mut self, key: &BrokerKey) {
+        self.entries.remove(key);
+    }
+
     /// Drops the entries of brokers `state` no longer registers (after a clean).
     pub fn retain_registered(&mut self, state: &ReplicasInfo) {
         self.entries.retain(|key, _| {
