@@ -497,3 +497,50 @@ fn acknowledged_proposals_survive_crashes_partitions_and_failovers() {
         tokio::task::LocalSet::new().block_on(&runtime, run(seed));
     }
 }
+
+/// A Raft RPC whose body does not decode is answered with an error, not a panic.
+#[test]
+fn a_bad_rpc_body_gets_an_error_response() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    tokio::task::LocalSet::new().block_on(&runtime, async {
+        let net = SimNet::new(NetConfig::default()).expect("a valid network");
+        let mut node = SimNode {
+            id: 1,
+            disk: Rc::new(SimDisk::new(SimConfig::with_seed(1))),
+            raft: None,
+            tasks: Rc::default(),
+        };
+        node.start(&net, 1).await;
+        let raft = node.raft.clone().expect("running");
+        for code in [
+            super::rpc::RAFT_APPEND_ENTRIES,
+            super::rpc::RAFT_VOTE,
+            super::rpc::RAFT_PRE_VOTE,
+            super::rpc::RAFT_FULL_SNAPSHOT,
+        ] {
+            let request =
+                RemotingCommand::request(code, Default::default()).with_body(&b"{not json"[..]);
+            let answer = raft.handle_rpc(&request).await;
+            assert_eq!(
+                answer.code,
+                crate::remoting::codes::response::SYSTEM_ERROR,
+                "code {code}"
+            );
+            assert!(
+                answer
+                    .remark
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("decode"),
+                "code {code}: {:?}",
+                answer.remark
+            );
+        }
+        assert!(!super::is_raft_rpc(30002) && super::is_raft_rpc(30010));
+        node.kill(&net).await;
+    });
+}
