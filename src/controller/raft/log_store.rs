@@ -375,6 +375,11 @@ impl RaftLogStorage<RaftTypes> for LogStore {
     async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), io::Error> {
         let from = last.map_or(0, |id| id.index() + 1);
         let Some(&(file_first, offset)) = self.positions.get(&from) else {
+            assert!(
+                self.positions.range(from..).next().is_none(),
+                "truncation after {last:?} reaches below the first entry kept ({:?})",
+                self.positions.keys().next()
+            );
             return Ok(());
         };
         let later: Vec<u64> = self

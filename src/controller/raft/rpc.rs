@@ -110,7 +110,7 @@ pub async fn handle_raft_rpc<S: ReplicatedState>(
             Ok((vote, snapshot)) => {
                 answer(request, raft.install_full_snapshot(vote, snapshot).await)
             }
-            Err(error) => Err(error),
+            Err(error) => Err(format!("body does not decode: {error}")),
         },
         other => Err(format!("request code {other} is not a raft RPC")),
     };
