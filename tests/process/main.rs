@@ -44,5 +44,6 @@ mod pop_reset_survives_restarts;
 mod serve_c_loads_a_broker_conf_as_mqbroker_does;
 mod sync_master_answers_within_slave_timeout_when_its_slave_is_killed;
 mod sync_master_killed_under_load_leaves_every_send_ok_on_its_slave;
+mod three_controllers_survive_a_leader_kill;
 mod timer_limits;
 mod verify_and_dump;
