@@ -1,6 +1,6 @@
 //! ringmq: a RocketMQ-compatible message storage node.
 //!
-//! `D1` ... `D15` in the docs of this crate are the decisions recorded in
+//! `D1` ... `D18` in the docs of this crate are the decisions recorded in
 //! `docs/architecture.md`; `reference §N` is a section of `docs/rocketmq-reference.md`.
 //!
 //! The crate is laid out along the path a message takes:
@@ -27,7 +27,10 @@
 //!   and [`tools::bench`] (the load generators: `ringmq bench`, `bench produce|consume`,
 //!   `bench store`). The floors every module keeps, and the check that holds them, are in
 //!   `tests/alone/module_layering.rs`.
-//! - [`config`] and [`clock`]: validated store settings, and the one clock tests control.
+//! - [`controller`]: the failover controller (`ringmq controller`, D18): each broker
+//!   group's master, epochs and SyncStateSet, decided over Raft (openraft).
+//! - [`config`] and [`clock`]: validated store settings, and the one clock tests control;
+//!   [`properties`]: Java properties syntax, as RocketMQ's config files use it.
 //! - [`node_config`]: the node's settings (one key table; TOML, RocketMQ `broker.conf`,
 //!   overrides) and the per-shard store, broker and connection settings derived from
 //!   them (D13).
