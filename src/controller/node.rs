@@ -80,6 +80,11 @@ impl ControllerNode {
         &self.raft
     }
 
+    /// Brokers in the leader's heartbeat table (for metrics and the flood checks).
+    pub fn tracked_brokers(&self) -> usize {
+        self.liveness.borrow().len()
+    }
+
     pub(super) fn now_ms(&self) -> u64 {
         self.clock.elapsed_ms()
     }

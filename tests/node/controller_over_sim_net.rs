@@ -4,7 +4,9 @@
 //! SyncStateSet grown by its master; then the master's heartbeat connection closes and the
 //! leader elects the slave under a higher epoch, the old master's stale set change is fenced,
 //! a follower answers CONTROLLER_NOT_LEADER, and after the controller leader stops another
-//! leader answers with the same group state.
+//! leader answers with the same group state. Bad requests (an unknown group, a broker
+//! claiming another's id, a missing header, a stale set epoch, a flood of heartbeats from
+//! ids nobody applied for) each get a clear status and cost no memory.
 //!
 //! Seeds: `RINGMQ_SIM_SEEDS=a..b` (default 0..4); a failing run prints its seed.
 
@@ -358,6 +360,98 @@ async fn leader_change(net: &SimNet, running: &mut [Option<Running>], lead: usiz
         before,
         "the new leader's state differs"
     );
+}
+
+/// Bad input at the leader: each a clear status, nothing kept for it.
+async fn bad_requests(seed: u64) {
+    let net = SimNet::new(NetConfig {
+        seed,
+        ..NetConfig::default()
+    })
+    .expect("a network");
+    let mut running = Vec::new();
+    for i in 0..CONTROLLERS {
+        running.push(Some(start_controller(&net, i, seed).await));
+    }
+    let lead = leader(&running).await;
+    let node = running[lead].as_ref().unwrap().node.clone();
+    let broker = Broker::connect(&net.host(broker_ip(1)), controller_addr(lead), 1).await;
+    broker.apply_and_register().await;
+    let client = &broker.client;
+    let unknown = [("brokerName", "no-such-group".to_owned())];
+    let answer = call(client, request::CONTROLLER_GET_REPLICA_INFO, &unknown, None).await;
+    assert_eq!(
+        answer.code,
+        response::CONTROLLER_INVALID_REQUEST,
+        "{answer:?}"
+    );
+    let mut claim = broker.names();
+    claim.push(("appliedBrokerId", "1".to_owned()));
+    claim.push(("registerCheckCode", "10.9.9.9:10911;2".to_owned()));
+    let answer = call(client, request::CONTROLLER_APPLY_BROKER_ID, &claim, None).await;
+    assert_eq!(
+        answer.code,
+        response::CONTROLLER_BROKER_ID_INVALID,
+        "another's id: {answer:?}"
+    );
+    let answer = call(client, request::CONTROLLER_ELECT_MASTER, &[], None).await;
+    assert_eq!(answer.code, response::SYSTEM_ERROR, "no header: {answer:?}");
+    assert!(
+        answer
+            .remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("missing header field"),
+        "{answer:?}"
+    );
+    assert_eq!(broker.heartbeat().await.code, response::SUCCESS);
+    let elected = broker.elect().await;
+    let epoch = elected.get_i32("masterEpoch").unwrap();
+    let set_epoch = elected.get_i32("syncStateSetEpoch").unwrap();
+    let stale = broker.alter(epoch, &[1], set_epoch - 1).await;
+    assert_eq!(
+        stale.code,
+        response::CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+        "{stale:?}"
+    );
+    heartbeat_flood(&broker, &node).await;
+    for r in running.into_iter().flatten() {
+        let _ = r.stop.send(true);
+    }
+}
+
+/// Heartbeats for ids nobody applied for are refused and never tracked.
+async fn heartbeat_flood(broker: &Broker, node: &ControllerNode) {
+    for id in 100..2100 {
+        let mut fields = broker.names();
+        fields.push(("brokerAddr", format!("10.0.9.1:{id}")));
+        fields.push(("brokerId", id.to_string()));
+        let answer = call(&broker.client, request::BROKER_HEARTBEAT, &fields, None).await;
+        assert_ne!(
+            answer.code,
+            response::SUCCESS,
+            "heartbeat of unknown id {id}: {answer:?}"
+        );
+    }
+    assert!(
+        node.tracked_brokers() <= 1,
+        "tracked {}",
+        node.tracked_brokers()
+    );
+}
+
+#[test]
+fn controllers_refuse_bad_requests_with_clear_statuses() {
+    for seed in crate::common::sim_seeds(0..2) {
+        let outcome = std::panic::catch_unwind(|| run_local(true, bad_requests(seed)));
+        if let Err(panic) = outcome {
+            eprintln!(
+                "seed {seed} failed: rerun with RINGMQ_SIM_SEEDS={seed}..{}",
+                seed + 1
+            );
+            std::panic::resume_unwind(panic);
+        }
+    }
 }
 
 #[test]
