@@ -30,7 +30,8 @@
 //! - [`controller`]: the failover controller (`ringmq controller`, D18): each broker
 //!   group's master, epochs and SyncStateSet, decided over Raft (openraft).
 //! - [`config`] and [`clock`]: validated store settings, and the one clock tests control;
-//!   [`properties`]: Java properties syntax, as RocketMQ's config files use it.
+//!   [`properties`]: Java properties syntax, as RocketMQ's config files use it, and
+//!   [`key_table`]: the key tables of the standalone processes' files.
 //! - [`node_config`]: the node's settings (one key table; TOML, RocketMQ `broker.conf`,
 //!   overrides) and the per-shard store, broker and connection settings derived from
 //!   them (D13).
@@ -45,6 +46,7 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod io;
+pub mod key_table;
 pub mod metrics;
 pub mod namesrv;
 pub mod net;

@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::key_table::{KeyError, KeyTable};
 use crate::properties::parse_properties;
 
 /// One controller of the group: its id as the peer list names it (`n0`) and its address.
@@ -63,20 +64,12 @@ impl ControllerConfig {
     }
 }
 
-/// What a key's text must be; the setter's error names it.
-type Setter = fn(&mut Draft, &str) -> Result<(), &'static str>;
-
-/// One honoured key: its name, default and meaning (for the docs), and how it is set.
-pub struct Key {
-    pub name: &'static str,
-    pub default: &'static str,
-    pub meaning: &'static str,
-    set: Setter,
-}
+/// One honoured key of `controller.conf`.
+pub type Key = crate::key_table::Key<Draft>;
 
 /// A config while its keys are read: the required keys may still be missing.
 #[derive(Default)]
-struct Draft {
+pub struct Draft {
     group: Option<String>,
     peers: Option<Vec<Peer>>,
     self_id: Option<String>,
@@ -276,27 +269,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown key `{key}`{}", match suggestion {
-        Some(near) => format!(" (did you mean `{near}`?)"),
-        None => String::new(),
-    })]
-    UnknownKey {
-        key: String,
-        suggestion: Option<&'static str>,
-    },
-    #[error("`{key}` = {value:?} is not {expected}")]
-    BadValue {
-        key: String,
-        value: String,
-        expected: &'static str,
-    },
-    #[error("`{key}` = {value:?}: only RocketMQ's default {default} is accepted: it {why}")]
-    Refused {
-        key: &'static str,
-        value: String,
-        default: &'static str,
-        why: &'static str,
-    },
+    #[error(transparent)]
+    Key(#[from] KeyError),
     #[error("`{key}` is required (see docs/operations.md, \"Controllers\")")]
     Missing { key: &'static str },
     #[error("controllerDLegerSelfId `{id}` is not one of controllerDLegerPeers ({peers})")]
@@ -325,7 +299,7 @@ impl ControllerConfig {
         let mut draft = Draft::default();
         let mut warnings = Vec::new();
         for (key, value) in parse_properties(text) {
-            if let Some(warning) = draft.set(&key, &value)? {
+            if let Some(warning) = TABLE.set(&mut draft, &key, &value)? {
                 warnings.push(warning);
             }
         }
@@ -337,38 +311,6 @@ impl ControllerConfig {
 }
 
 impl Draft {
-    /// Sets one key; a warning for an ignored one.
-    fn set(&mut self, key: &str, value: &str) -> Result<Option<String>, ConfigError> {
-        if let Some(known) = KEYS.iter().find(|k| k.name == key) {
-            (known.set)(self, value).map_err(|expected| ConfigError::BadValue {
-                key: key.to_owned(),
-                value: value.to_owned(),
-                expected,
-            })?;
-            return Ok(None);
-        }
-        if IGNORED_KEYS.contains(&key) {
-            return Ok(Some(format!(
-                "controller.conf key `{key}` is a RocketMQ setting ringmq does not use; ignored"
-            )));
-        }
-        if let Some(&(name, default, why)) = REFUSED_UNLESS_DEFAULT.iter().find(|r| r.0 == key) {
-            if value != default {
-                return Err(ConfigError::Refused {
-                    key: name,
-                    value: value.to_owned(),
-                    default,
-                    why,
-                });
-            }
-            return Ok(None);
-        }
-        Err(ConfigError::UnknownKey {
-            key: key.to_owned(),
-            suggestion: nearest_key(key),
-        })
-    }
-
     fn finish(self) -> Result<ControllerConfig, ConfigError> {
         let group = self.group.ok_or(ConfigError::Missing {
             key: "controllerDLegerGroup",
@@ -407,15 +349,13 @@ impl Draft {
     }
 }
 
-/// The known key nearest to `key` by edit distance, if near enough to be a typo.
-fn nearest_key(key: &str) -> Option<&'static str> {
-    let known = KEYS
-        .iter()
-        .map(|k| k.name)
-        .chain(IGNORED_KEYS.iter().copied())
-        .chain(REFUSED_UNLESS_DEFAULT.iter().map(|r| r.0));
-    crate::typo::nearest(key, known)
-}
+/// The whole table, for reading and for the docs check.
+pub const TABLE: KeyTable<Draft> = KeyTable {
+    file: "controller.conf",
+    keys: KEYS,
+    ignored: IGNORED_KEYS,
+    refused_unless_default: REFUSED_UNLESS_DEFAULT,
+};
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

@@ -28,7 +28,7 @@ use crate::clock::Clock;
 use crate::io::{open_backend, DataWrites, Disk, IoChoice};
 use crate::net::{Listener, Transport};
 use crate::remoting::DEFAULT_MAX_FRAME_LEN;
-use crate::server::accept::{accept_loop, AcceptLimits};
+use crate::server::accept::{accept_loop, run_until_signalled, AcceptLimits, OneThreadError};
 use crate::server::connection::{self, ConnectionLimits};
 
 /// The entries a controller's store directory may hold: the Raft adapter's.
@@ -56,10 +56,8 @@ pub enum ControllerError {
     Store { path: String, why: String },
     #[error("the controller's Raft does not start: {0}")]
     Raft(std::io::Error),
-    #[error("cannot start the runtime: {0}")]
-    Runtime(std::io::Error),
-    #[error("cannot watch for SIGTERM and SIGINT: {0}")]
-    Signals(std::io::Error),
+    #[error(transparent)]
+    Runtime(#[from] OneThreadError),
 }
 
 /// The limits of one connection.
@@ -196,23 +194,7 @@ pub fn run(
     config: &ControllerConfig,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ControllerError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ControllerError::Runtime)?;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut terminate = signal(SignalKind::terminate()).map_err(ControllerError::Signals)?;
-        let mut interrupt = signal(SignalKind::interrupt()).map_err(ControllerError::Signals)?;
-        let (stop_tx, stop) = watch::channel(false);
-        tokio::task::spawn_local(async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-            let _ = stop_tx.send(true);
-        });
+    run_until_signalled(|stop| async move {
         // Opened on this thread's runtime: a disk backend's completions are on its reactor.
         // Every write of the controller is followed by a sync (Raft's contract).
         let disk = open_backend(IoChoice::Auto, DataWrites::Pwrite).map_err(|e| {
@@ -235,4 +217,5 @@ pub fn run(
         )
         .await
     })
+    .map_err(ControllerError::Runtime)?
 }

@@ -24,6 +24,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::key_table::{KeyError, KeyTable};
 use crate::remoting::register_broker::RegisterLimits;
 use crate::remoting::DEFAULT_MAX_FRAME_LEN;
 
@@ -66,13 +67,8 @@ impl Default for NamesrvConfig {
     }
 }
 
-/// One honoured key: its name, default and meaning (for the docs), and how it is set.
-pub struct Key {
-    pub name: &'static str,
-    pub default: &'static str,
-    pub meaning: &'static str,
-    set: fn(&mut NamesrvConfig, &str) -> Result<(), &'static str>,
-}
+/// One honoured key of `namesrv.conf`.
+pub type Key = crate::key_table::Key<NamesrvConfig>;
 
 fn number<T: std::str::FromStr>(value: &str, what: &'static str) -> Result<T, &'static str> {
     value.parse().map_err(|_| what)
@@ -283,27 +279,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown key `{key}`{}", match suggestion {
-        Some(near) => format!(" (did you mean `{near}`?)"),
-        None => String::new(),
-    })]
-    UnknownKey {
-        key: String,
-        suggestion: Option<&'static str>,
-    },
-    #[error("`{key}` = {value:?} is not {expected}")]
-    BadValue {
-        key: String,
-        value: String,
-        expected: &'static str,
-    },
-    #[error("`{key}` = {value:?}: only RocketMQ's default {default} is accepted: it {why}")]
-    Refused {
-        key: &'static str,
-        value: String,
-        default: &'static str,
-        why: &'static str,
-    },
+    #[error(transparent)]
+    Key(#[from] KeyError),
     #[error("line {line}: ends in `\\` (continuation lines are not read): {text:?}")]
     Continuation { line: usize, text: String },
     #[error("maxRegisterBodyBytes = {body} is above maxFrameSize = {frame}: no frame could carry such a body")]
@@ -349,7 +326,7 @@ impl NamesrvConfig {
             let key = &line[..end];
             let rest = line[end..].trim_start();
             let value = rest.strip_prefix(['=', ':']).unwrap_or(rest).trim();
-            if let Some(warning) = config.set(key, value)? {
+            if let Some(warning) = TABLE.set(&mut config, key, value)? {
                 warnings.push(warning);
             }
         }
@@ -360,40 +337,6 @@ impl NamesrvConfig {
             });
         }
         Ok(Loaded { config, warnings })
-    }
-
-    /// Sets one key; a warning for an ignored one.
-    fn set(&mut self, key: &str, value: &str) -> Result<Option<String>, ConfigError> {
-        if let Some(known) = KEYS.iter().find(|k| k.name == key) {
-            (known.set)(self, value).map_err(|expected| ConfigError::BadValue {
-                key: key.to_owned(),
-                value: value.to_owned(),
-                expected,
-            })?;
-            return Ok(None);
-        }
-        if IGNORED_KEYS.contains(&key) {
-            return Ok(Some(format!(
-                "namesrv.conf key `{key}` is a RocketMQ setting ringmq does not use; ignored"
-            )));
-        }
-        if let Some(&(name, default, why)) = REFUSED_UNLESS_DEFAULT.iter().find(|r| r.0 == key) {
-            if !value.eq_ignore_ascii_case(default) {
-                return Err(ConfigError::Refused {
-                    key: name,
-                    value: value.to_owned(),
-                    default,
-                    why,
-                });
-            }
-            return Ok(Some(format!(
-                "namesrv.conf key `{key}` is at RocketMQ's default; ignored"
-            )));
-        }
-        Err(ConfigError::UnknownKey {
-            key: key.to_owned(),
-            suggestion: nearest_key(key),
-        })
     }
 
     /// The registry's bounds.
@@ -453,16 +396,13 @@ impl NamesrvConfig {
     }
 }
 
-/// The known key nearest to `key` (case-insensitive edit distance), if close enough to be
-/// a typo ([`crate::typo::nearest`], the rule broker.conf's keys use too).
-fn nearest_key(key: &str) -> Option<&'static str> {
-    let known = KEYS
-        .iter()
-        .map(|k| k.name)
-        .chain(IGNORED_KEYS.iter().copied())
-        .chain(REFUSED_UNLESS_DEFAULT.iter().map(|r| r.0));
-    crate::typo::nearest(key, known)
-}
+/// The whole table, for reading and for the docs check.
+pub const TABLE: KeyTable<NamesrvConfig> = KeyTable {
+    file: "namesrv.conf",
+    keys: KEYS,
+    ignored: IGNORED_KEYS,
+    refused_unless_default: REFUSED_UNLESS_DEFAULT,
+};
 
 #[cfg(test)]
 mod tests {
@@ -496,21 +436,8 @@ mod tests {
     /// docs/operations.md lists every key with its default, and every ignored or refused key.
     #[test]
     fn the_operations_doc_lists_every_key() {
-        let doc = include_str!("../../docs/operations.md");
-        for key in KEYS {
-            let row = format!("| `{}` | `{}` | {} |", key.name, key.default, key.meaning);
-            assert!(doc.contains(&row), "docs/operations.md lacks the row {row}");
-        }
-        for key in IGNORED_KEYS {
-            assert!(
-                doc.contains(&format!("`{key}`")),
-                "docs/operations.md lacks {key}"
-            );
-        }
-        for (key, default, why) in REFUSED_UNLESS_DEFAULT {
-            let row = format!("| `{key}` | `{default}` | {why} |");
-            assert!(doc.contains(&row), "docs/operations.md lacks the row {row}");
-        }
+        let missing = TABLE.missing_from(include_str!("../../docs/operations.md"));
+        assert!(missing.is_empty(), "docs/operations.md lacks {missing:?}");
     }
 
     #[test]

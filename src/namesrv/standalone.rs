@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::net::{Listener, Transport};
-use crate::server::accept::{accept_loop, AcceptLimits};
+use crate::server::accept::{accept_loop, run_until_signalled, AcceptLimits, OneThreadError};
 use crate::server::connection::{self, ConnectionLimits};
 
 use super::config::NamesrvConfig;
@@ -41,10 +41,8 @@ pub enum StandaloneError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot start the runtime: {0}")]
-    Runtime(std::io::Error),
-    #[error("cannot watch for SIGTERM and SIGINT: {0}")]
-    Signals(std::io::Error),
+    #[error(transparent)]
+    Runtime(#[from] OneThreadError),
 }
 
 /// The limits of one connection.
@@ -130,23 +128,6 @@ async fn scan_loop(handler: Rc<Standalone>, interval: Duration, mut stop: watch:
 /// The process: serves over TCP on one thread until SIGTERM or SIGINT; `ready` gets the
 /// bound address (the caller prints its start line).
 pub fn run(config: &NamesrvConfig, ready: impl FnOnce(SocketAddr)) -> Result<(), StandaloneError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(StandaloneError::Runtime)?;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut terminate = signal(SignalKind::terminate()).map_err(StandaloneError::Signals)?;
-        let mut interrupt = signal(SignalKind::interrupt()).map_err(StandaloneError::Signals)?;
-        let (stop_tx, stop) = watch::channel(false);
-        tokio::task::spawn_local(async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-            let _ = stop_tx.send(true);
-        });
-        serve(&crate::net::tcp::Tcp, config, Clock::system(), stop, ready).await
-    })
+    run_until_signalled(|stop| serve(&crate::net::tcp::Tcp, config, Clock::system(), stop, ready))
+        .map_err(StandaloneError::Runtime)?
 }

@@ -78,3 +78,38 @@ pub async fn accept_loop<L: Listener, H: RequestHandler>(
         }
     }
 }
+
+/// Why a one-thread server's runtime could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum OneThreadError {
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot watch for SIGTERM and SIGINT: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Runs `serve` on a current-thread runtime inside a `LocalSet` until it returns; SIGTERM
+/// or SIGINT turns the `stop` it is given true (the process's clean stop).
+pub fn run_until_signalled<F: std::future::Future>(
+    serve: impl FnOnce(watch::Receiver<bool>) -> F,
+) -> Result<F::Output, OneThreadError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(OneThreadError::Runtime)?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate()).map_err(OneThreadError::Signals)?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(OneThreadError::Signals)?;
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::task::spawn_local(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            let _ = stop_tx.send(true);
+        });
+        Ok(serve(stop).await)
+    })
+}

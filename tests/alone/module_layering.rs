@@ -38,6 +38,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "properties",
         ],
     ),
+    ("the key tables of config files", &["key_table"]),
     ("disk I/O seam", &["io"]),
     ("one shard's store and its settings", &["store"]),
     ("wire codec", &["remoting"]),
