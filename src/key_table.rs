@@ -15,6 +15,13 @@ pub struct Key<C> {
     pub set: fn(&mut C, &str) -> Result<(), &'static str>,
 }
 
+/// A loaded config and the warnings to log (ignored keys).
+#[derive(Debug)]
+pub struct Loaded<C> {
+    pub config: C,
+    pub warnings: Vec<String>,
+}
+
 /// The keys of one file.
 pub struct KeyTable<C: 'static> {
     /// The file's name as operators know it (`namesrv.conf`), for the warnings.

@@ -278,11 +278,7 @@ pub enum ConfigError {
 }
 
 /// A loaded config and the warnings to log (ignored keys).
-#[derive(Debug)]
-pub struct Loaded {
-    pub config: ControllerConfig,
-    pub warnings: Vec<String>,
-}
+pub type Loaded = crate::key_table::Loaded<ControllerConfig>;
 
 impl ControllerConfig {
     /// Reads `path`.

@@ -288,11 +288,7 @@ pub enum ConfigError {
 }
 
 /// A loaded config and the warnings to log (ignored keys).
-#[derive(Debug)]
-pub struct Loaded {
-    pub config: NamesrvConfig,
-    pub warnings: Vec<String>,
-}
+pub type Loaded = crate::key_table::Loaded<NamesrvConfig>;
 
 impl NamesrvConfig {
     /// Reads `path` (none = the defaults).

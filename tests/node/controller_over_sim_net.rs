@@ -110,6 +110,20 @@ async fn call(
     client.request(command).await.expect("answered")
 }
 
+/// The network and the three controllers on it.
+async fn start_group(seed: u64) -> (SimNet, Vec<Option<Running>>) {
+    let net = SimNet::new(NetConfig {
+        seed,
+        ..NetConfig::default()
+    })
+    .expect("a network");
+    let mut running = Vec::new();
+    for i in 0..CONTROLLERS {
+        running.push(Some(start_controller(&net, i, seed).await));
+    }
+    (net, running)
+}
+
 /// Waits (simulated time, bounded) until one of `running` leads; its index.
 async fn leader(running: &[Option<Running>]) -> usize {
     let deadline = tokio::time::Instant::now() + BOUND;
@@ -241,15 +255,7 @@ fn controller_addr(i: usize) -> SocketAddr {
 }
 
 async fn scenario(seed: u64) {
-    let net = SimNet::new(NetConfig {
-        seed,
-        ..NetConfig::default()
-    })
-    .expect("a network");
-    let mut running = Vec::new();
-    for i in 0..CONTROLLERS {
-        running.push(Some(start_controller(&net, i, seed).await));
-    }
+    let (net, mut running) = start_group(seed).await;
     let lead = leader(&running).await;
     let to_leader = controller_addr(lead);
     let master = Broker::connect(&net.host(broker_ip(1)), to_leader, 1).await;
@@ -364,15 +370,7 @@ async fn leader_change(net: &SimNet, running: &mut [Option<Running>], lead: usiz
 
 /// Bad input at the leader: each a clear status, nothing kept for it.
 async fn bad_requests(seed: u64) {
-    let net = SimNet::new(NetConfig {
-        seed,
-        ..NetConfig::default()
-    })
-    .expect("a network");
-    let mut running = Vec::new();
-    for i in 0..CONTROLLERS {
-        running.push(Some(start_controller(&net, i, seed).await));
-    }
+    let (net, running) = start_group(seed).await;
     let lead = leader(&running).await;
     let node = running[lead].as_ref().unwrap().node.clone();
     let broker = Broker::connect(&net.host(broker_ip(1)), controller_addr(lead), 1).await;
