@@ -50,6 +50,8 @@ pub struct ControllerNode {
     heartbeat_peers: RefCell<HashMap<SocketAddr, BrokerKey>>,
     /// When this node's current leadership began (clock ms); `None` when not the leader.
     pub(super) leader_since_ms: Cell<Option<u64>>,
+    /// The term of that leadership.
+    leader_term: Cell<Option<u64>>,
     /// Wakes the election scan before its interval (a broker's connection closed).
     pub(super) scan_now: Notify,
     /// How role changes reach brokers; `None` sends none (tests of the state alone).
@@ -71,6 +73,7 @@ impl ControllerNode {
             liveness: RefCell::new(BrokerLiveness::new(limits)),
             heartbeat_peers: RefCell::new(HashMap::new()),
             leader_since_ms: Cell::new(None),
+            leader_term: Cell::new(None),
             scan_now: Notify::new(),
             notify_transport,
         }
@@ -90,23 +93,25 @@ impl ControllerNode {
     }
 
     /// Whether this node leads now; keeps [`ControllerNode::leader_since_ms`] and the
-    /// heartbeat table in step with it.
+    /// heartbeat table in step with it. A new term of leadership starts from an empty table
+    /// even if no request saw the node lose the previous one: what it heard then may be
+    /// stale, since brokers beat to another leader meanwhile.
     pub(super) fn check_leadership(&self) -> bool {
-        let leading = self.raft.is_leader();
-        match (leading, self.leader_since_ms.get()) {
-            (true, None) => {
-                tracing::info!(node = %self.config.self_id, "controller leadership began");
-                self.leader_since_ms.set(Some(self.now_ms()));
-            }
-            (false, Some(_)) => {
-                tracing::info!(node = %self.config.self_id, "controller leadership ended");
-                self.leader_since_ms.set(None);
-                *self.liveness.borrow_mut() = BrokerLiveness::new(self.liveness_limits());
-                self.heartbeat_peers.borrow_mut().clear();
-            }
-            _ => {}
+        let term = self.raft.leading_term();
+        if term == self.leader_term.get() {
+            return term.is_some();
         }
-        leading
+        match term {
+            Some(term) => {
+                tracing::info!(node = %self.config.self_id, term, "controller leadership began")
+            }
+            None => tracing::info!(node = %self.config.self_id, "controller leadership ended"),
+        }
+        self.leader_term.set(term);
+        self.leader_since_ms.set(term.map(|_| self.now_ms()));
+        *self.liveness.borrow_mut() = BrokerLiveness::new(self.liveness_limits());
+        self.heartbeat_peers.borrow_mut().clear();
+        term.is_some()
     }
 
     fn liveness_limits(&self) -> LivenessLimits {

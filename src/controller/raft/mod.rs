@@ -201,6 +201,15 @@ impl<S: ReplicatedState> ControllerRaft<S> {
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.id)
     }
 
+    /// The term this node leads in, if it leads now: two spells of leadership are told
+    /// apart by their terms.
+    pub fn leading_term(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(self.id);
+        leads.then_some(metrics.current_term)
+    }
+
     /// Reads the local applied state. On the leader it holds every proposal answered `Ok`.
     pub fn with_state<R>(&self, read: impl FnOnce(&S) -> R) -> R {
         read(&self.applied.borrow().state)
