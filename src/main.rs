@@ -785,9 +785,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             store: &config.store_path_root_dir,
             shards: config.shards,
             flush: config.flush_disk_type.as_str(),
-            role: config.broker_role.as_str(),
+            role: match config.enable_controller_mode {
+                true => "chosen by the controllers",
+                false => config.broker_role.as_str(),
+            },
         })
     );
+    if config.enable_controller_mode {
+        return serve_in_controller_mode(config);
+    }
     let mut node = node::start(config)?;
     print_serving_banner(&node);
     let signalled = wait_for_stop(node.take_exit_signal())?;
@@ -801,6 +807,42 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("ringmq: a shard stopped on its own");
         ExitCode::from(1)
+    })
+}
+
+/// Runs a broker in controller mode (D18) until SIGINT or SIGTERM (exit 0 after a clean
+/// stop), or until a run's node stops on its own (exit 1).
+fn serve_in_controller_mode(config: NodeConfig) -> anyhow::Result<ExitCode> {
+    use node::controller_mode::{self, supervisor::Ended};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let ended = local.block_on(&runtime, async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let stop = async {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        };
+        controller_mode::run(config, stop, |node, role| {
+            eprintln!("ringmq: controller mode: serving as {role:?}");
+            print_serving_banner(node);
+        })
+        .await
+    })?;
+    Ok(match ended {
+        Ended::Stopped => {
+            eprintln!("ringmq: stopped cleanly");
+            ExitCode::SUCCESS
+        }
+        Ended::NodeExited => {
+            eprintln!("ringmq: a shard stopped on its own");
+            ExitCode::from(1)
+        }
     })
 }
 

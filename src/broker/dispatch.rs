@@ -179,6 +179,16 @@ impl Broker {
             Ok(response) => return Some(response),
             Err(request) => request,
         };
+        if request.code == crate::remoting::codes::request::NOTIFY_BROKER_ROLE_CHANGED {
+            if let Some(notices) = &self.config.role_notices {
+                notices.notify_one();
+                return Some(RemotingCommand::response_to(
+                    &request,
+                    response::SUCCESS,
+                    None,
+                ));
+            }
+        }
         let response = match self.admin_request(request, peer).await {
             Ok(response) => response,
             Err(request) => RemotingCommand::response_to(

@@ -81,6 +81,10 @@ pub struct BrokerIdentity {
 /// [`crate::node_config::broker_config`]; the two that are not keys are the constants below.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
+    /// Controller mode (D18): where NOTIFY_BROKER_ROLE_CHANGED (1008) is passed on, to the
+    /// broker's supervisor, which asks the controllers for the group at once. `None`: the
+    /// request is not served.
+    pub role_notices: Option<std::sync::Arc<tokio::sync::Notify>>,
     /// Longest a pull may stay parked, whatever its `suspendTimeoutMillis` asks.
     pub max_suspend: Duration,
     /// Most pulls parked at once on this shard; past it a pull that would park answers

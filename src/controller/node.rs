@@ -462,7 +462,7 @@ impl RequestHandler for ControllerNode {
             %peer,
             "a broker's heartbeat connection closed: counted dead"
         );
-        self.liveness.borrow_mut().forget(&key);
+        self.liveness.borrow_mut().closed(&key);
         self.scan_now.notify_one();
     }
 

@@ -78,7 +78,7 @@ impl LocalNode {
             running.namesrv_port = bound;
         }
         running.ha_listen_port = Some(ha_bound);
-        let parts = NodeParts::load(running, name_servers)?;
+        let parts = NodeParts::load(running, name_servers, None)?;
         let starts = parts.shard_starts(listeners, namesrv, ha_listener, addr, &metrics);
         let (stop, stop_rx) = watch::channel(false);
         let tasks = spawn_shards(&parts, starts, transport, stop_rx).await?;

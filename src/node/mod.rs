@@ -51,6 +51,8 @@ use crate::broker::NodeTables;
 use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 
+mod assignment;
+pub mod controller_mode;
 pub mod local;
 mod metadata_sync;
 mod registration;
@@ -60,7 +62,8 @@ mod shard;
 mod start;
 mod timer_sync;
 
-pub use start::{bind_listener, start, LISTEN_BACKLOG};
+pub use assignment::{Assignment, RoleAssignment};
+pub use start::{bind_listener, start, start_assigned, LISTEN_BACKLOG};
 
 /// A running node. Dropping it stops the node too (and waits for it).
 pub struct NodeHandle {

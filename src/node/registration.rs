@@ -56,6 +56,10 @@ pub struct RegistrationSettings {
     pub master: MasterAddress,
     /// `haMasterAddress` is set: it wins over what name servers answer.
     pub master_configured: bool,
+    /// Controller mode: the master's broker address the controllers elected. An answer
+    /// naming another master (the promoted one has not registered yet) teaches nothing,
+    /// and the registration is repeated within [`CHANGE_POLL`] until one names it.
+    pub expected_master: Option<SocketAddr>,
 }
 
 /// One name server as the registration sees it.
@@ -77,6 +81,8 @@ struct Inner<T: Transport> {
     settings: RegistrationSettings,
     transport: T,
     links: Vec<Rc<NameServerLink>>,
+    /// A name server's last answer named a master other than [`RegistrationSettings::expected_master`].
+    stale_master: Cell<bool>,
 }
 
 /// Why one registration with one name server failed.
@@ -118,6 +124,7 @@ impl<T: Transport> Registration<T> {
             settings,
             transport,
             links,
+            stale_master: Cell::new(false),
         });
         Some(Registration { inner })
     }
@@ -240,7 +247,14 @@ impl<T: Transport> Inner<T> {
             return;
         }
         let result = register_broker::decode_register_response(answer);
-        if let Some(addr) = result.master_addr.as_deref().and_then(|a| a.parse().ok()) {
+        let named: Option<SocketAddr> = result.master_addr.as_deref().and_then(|a| a.parse().ok());
+        if let Some(expected) = self.settings.expected_master {
+            if named != Some(expected) {
+                self.stale_master.set(true);
+                return;
+            }
+        }
+        if let Some(addr) = named {
             self.settings.master.learned_broker(addr);
         }
         let learned = result
@@ -264,7 +278,8 @@ impl<T: Transport> Inner<T> {
         loop {
             ticks.tick().await;
             let version = self.broker.topics.data_version();
-            if version == registered_version && since.elapsed() < self.settings.period {
+            let stale = self.stale_master.replace(false);
+            if version == registered_version && since.elapsed() < self.settings.period && !stale {
                 continue;
             }
             registered_version = version;

@@ -106,14 +106,21 @@ pub struct ReplicationStart<L> {
 /// Opens the shard's replication service for the node's role, and the sampler that puts
 /// its figures on the metrics page once a second ([`super::replication_sampler`]). A
 /// master's store tells the shard's metrics how long each batch waited for its replica.
+/// In controller mode (D18) a master takes the `assignment`'s epoch and replica gate;
+/// without one it draws its own epoch and always needs its replica under SYNC_MASTER.
 pub async fn open<L: Listener, T: Transport>(
     config: &NodeConfig,
     broker: &Rc<Broker>,
     start: ReplicationStart<L>,
     transport: T,
     master: &MasterAddress,
+    assignment: Option<&super::RoleAssignment>,
 ) -> anyhow::Result<Vec<Rc<dyn ShardService>>> {
-    let (service, side) = open_role(config, broker, start, transport, master).await?;
+    let epoch = assignment.and_then(|role| role.master_epoch());
+    let (service, side) = open_role(config, broker, start, transport, master, epoch).await?;
+    if let (Side::Master(side), Some(gate)) = (&side, assignment.and_then(|r| r.replica_gate())) {
+        side.store().set_replica_gate(gate.clone());
+    }
     if let Side::Master(side) = &side {
         let metrics = broker.metrics().clone();
         side.store()
@@ -135,6 +142,7 @@ async fn open_role<L: Listener, T: Transport>(
     start: ReplicationStart<L>,
     transport: T,
     master: &MasterAddress,
+    epoch: Option<u32>,
 ) -> anyhow::Result<(Rc<dyn ShardService>, Side)> {
     let store = broker.store().clone();
     let shard = broker.shard().id();
@@ -187,6 +195,7 @@ async fn open_role<L: Listener, T: Transport>(
         housekeeping: config.ha_housekeeping_interval,
         fallbehind_max: config.ha_slave_fallbehind_max,
         send_bytes: config.ha_send_batch_bytes,
+        epoch,
     };
     let side = MasterSide::become_master(store, &epochs, master_config)
         .await

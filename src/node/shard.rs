@@ -113,6 +113,8 @@ pub(super) struct ShardSettings {
     pub name_servers: Vec<SocketAddr>,
     /// A slave's master HA address, shared by every shard.
     pub master: MasterAddress,
+    /// The role the controllers assigned to this run, in controller mode (D18).
+    pub assignment: Option<super::RoleAssignment>,
     /// The HA port this node's slaves replicate from (bound: a picked free port written in).
     pub ha_port: u16,
     pub broker: BrokerConfig,
@@ -139,11 +141,7 @@ pub(super) async fn run_shard<L: Listener, T: Transport>(
     // their replica tasks instead, which keep that state following the replicated log.
     let engines = services.len();
     let engines_run = settings.config.broker_role != BrokerRole::Slave;
-    let config = &settings.config;
-    let master = &settings.master;
-    services.extend(
-        super::replication::open(config, &broker, replication, transport.clone(), master).await?,
-    );
+    services.extend(open_replication(&settings, &broker, replication, transport.clone()).await?);
     services.extend(open_node_services(&settings, &broker, transport));
     let store = broker.store().clone();
     // Every shard task runs under the store's watch: a panic poisons the store (D11).
@@ -284,6 +282,25 @@ fn open_services(broker: &Rc<Broker>) -> anyhow::Result<Vec<Rc<dyn ShardService>
         .collect()
 }
 
+/// The shard's replication service for the node's role (and the run's assignment in
+/// controller mode).
+async fn open_replication<L: Listener, T: Transport>(
+    settings: &ShardSettings,
+    broker: &Rc<Broker>,
+    start: ReplicationStart<L>,
+    transport: T,
+) -> anyhow::Result<Vec<Rc<dyn ShardService>>> {
+    super::replication::open(
+        &settings.config,
+        broker,
+        start,
+        transport,
+        &settings.master,
+        settings.assignment.as_ref(),
+    )
+    .await
+}
+
 /// The services shard 0 runs for the whole node: the registration with the name servers of
 /// `namesrvAddr`, and on a slave the copy of its master's tables. Opened after the
 /// engines, so they stop first at a clean stop: the name servers stop routing to this node
@@ -328,6 +345,10 @@ fn open_registration<T: Transport>(
         ha_server_addr: SocketAddr::new(advertised.ip(), settings.ha_port),
         master: settings.master.clone(),
         master_configured: config.ha_master_address.is_some(),
+        expected_master: settings
+            .assignment
+            .as_ref()
+            .and_then(|role| role.expected_master()),
         period: config.register_name_server_period,
         timeout: config.register_broker_timeout_mills,
     };

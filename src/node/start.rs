@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::replication::{self, MasterAddress, ReplicationStart};
 use super::shard::{run_shard, ShardSettings, ShardStart};
-use super::NodeHandle;
+use super::{Assignment, NodeHandle, RoleAssignment};
 use crate::broker::delay::offsets::DelayOffsets;
 use crate::broker::state::live_settings::LiveSettings;
 use crate::broker::tables::consumer_offsets::ConsumerOffsets;
@@ -43,6 +43,19 @@ type ShardThread = std::thread::JoinHandle<anyhow::Result<()>>;
 /// so a node never runs with settings `ringmq serve` would refuse; listen ports of 0 are
 /// picked free, and the settings GET_BROKER_CONFIG answers carry the picked ones.
 pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
+    start_assigned(config, None)
+}
+
+/// [`start`] for one run of a node in controller mode, under the role the controllers
+/// assigned ([`RoleAssignment`]): `config` is that run's (its `broker_role` and
+/// `broker_id` the role's, `enable_controller_mode` off: the supervisor, not the node,
+/// talks to the controllers). A config that asks for controller mode is refused here:
+/// such a node is run by its supervisor ([`super::controller_mode`]).
+pub fn start_assigned(
+    config: NodeConfig,
+    assignment: Option<Assignment>,
+) -> anyhow::Result<NodeHandle> {
+    check_assignment(&config, assignment.as_ref().map(|a| &a.role))?;
     prepare_store_root(&config)?;
     let name_servers = resolve_name_servers(&config)?;
     let (listeners, port) = bind_broker_listeners(&config)?;
@@ -80,7 +93,7 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         running.metrics_port = server.addr().port();
     }
     running.ha_listen_port = Some(ha_port);
-    let parts = NodeParts::load(running, name_servers.clone())?;
+    let parts = NodeParts::load(running, name_servers.clone(), assignment)?;
     let tables = parts.tables.clone();
     let starts = parts.shard_starts(
         listeners,
@@ -104,6 +117,35 @@ pub fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         metrics,
         metrics_server,
     })
+}
+
+/// The run's config agrees with its assignment, and no config reaches a node asking for
+/// controller mode.
+fn check_assignment(
+    config: &NodeConfig,
+    assignment: Option<&RoleAssignment>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !config.enable_controller_mode,
+        "enable_controller_mode: a node in controller mode is run by its supervisor \
+         (`ringmq serve` runs it), which starts each run under the role the controllers assign"
+    );
+    let is_slave = config.broker_role == BrokerRole::Slave;
+    match assignment {
+        Some(RoleAssignment::Master { .. }) => anyhow::ensure!(
+            !is_slave && config.broker_id == 0,
+            "a master run has a master role and broker id 0, not {} {}",
+            config.broker_role.as_str(),
+            config.broker_id
+        ),
+        Some(RoleAssignment::Slave { .. }) => anyhow::ensure!(
+            is_slave,
+            "a slave run has the SLAVE role, not {}",
+            config.broker_role.as_str()
+        ),
+        None => {}
+    }
+    Ok(())
 }
 
 /// A master's HA listener on `haListenPort` (else the broker port + 1); a slave has none.
@@ -247,15 +289,22 @@ impl NodeParts {
     /// Loads the node-wide tables from the store root of `running` and derives the shard
     /// settings; `name_servers` are the resolved `namesrvAddr` (none: the embedded name
     /// server on `running.namesrv_port` answers routes).
-    pub fn load(running: NodeConfig, name_servers: Vec<SocketAddr>) -> anyhow::Result<NodeParts> {
+    pub fn load(
+        running: NodeConfig,
+        name_servers: Vec<SocketAddr>,
+        assignment: Option<Assignment>,
+    ) -> anyhow::Result<NodeParts> {
         let tables = load_tables(&running)?;
         let namesrv_port = running.namesrv_port;
         let master = MasterAddress::new(resolve_ha_master(&running)?);
+        let mut broker = node_config::broker_config(&running);
+        broker.role_notices = assignment.as_ref().map(|a| a.role_notices.clone());
         let settings = ShardSettings {
             name_servers,
             master,
+            assignment: assignment.map(|a| a.role),
             ha_port: replication::ha_port(&running),
-            broker: node_config::broker_config(&running),
+            broker,
             connection: node_config::connection_limits(&running),
             config: Arc::new(running),
         };

@@ -75,6 +75,7 @@ pub fn store_host(config: &NodeConfig) -> SocketAddr {
 /// the shards (at least one each).
 pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
     BrokerConfig {
+        role_notices: None,
         max_suspend: broker::MAX_SUSPEND,
         max_parked_pulls: per_shard(config.max_parked_pulls, config.shards),
         max_heartbeat_subscriptions: config.max_heartbeat_subscriptions,

@@ -42,6 +42,19 @@ pub const METADATA_SYNC: Duration = Duration::from_secs(1);
 /// `slaveMetadataRequestTimeout`: 3 s, well past a healthy master's answer, and short
 /// enough that a hung master costs a few rounds of the table copy, not minutes.
 pub const METADATA_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// `brokerHeartbeatInterval`: RocketMQ's second.
+pub const CONTROLLER_HEARTBEAT: Duration = Duration::from_secs(1);
+/// `controllerHeartBeatTimeoutMills`: RocketMQ's 10 s.
+pub const CONTROLLER_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `syncBrokerMetadataPeriod`: a second, against RocketMQ's 5 s: one small request, and
+/// the bound on how late a broker that missed the controller's notice learns its role.
+pub const REPLICA_INFO_POLL: Duration = Duration::from_secs(1);
+/// `checkSyncStateSetPeriod`: a second, against RocketMQ's 5 s: after a promotion the
+/// set holds the new master alone, and no other broker can be elected until a slave
+/// that caught up is added, so this is how long the group stays without a candidate.
+pub const SYNC_STATE_SET_CHECK: Duration = Duration::from_secs(1);
+/// `haMaxTimeSlaveNotCatchup`: RocketMQ's 15 s.
+pub const SLAVE_NOT_CATCHUP: Duration = Duration::from_secs(15);
 /// `haSendBatchBytes`: 256 KiB, eight of RocketMQ's 32 KiB frames, so a catching-up slave
 /// gets its bytes in few system calls while the copy each write costs stays bounded.
 pub const HA_SEND_BATCH: usize = 256 * 1024;
@@ -321,6 +334,65 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "an empty slave starts at its master's last CommitLog segment instead of its whole retained history",
         set: |c, v| c.sync_from_last_file = flag(v)?,
         get: |c| c.sync_from_last_file.to_string(),
+    ),
+    key!(
+        "enable_controller_mode", rocketmq ["enableControllerMode"],
+        default: Text("false"),
+        range: Parsed("`true` or `false`"),
+        meaning: "the controllers of `controller_addr` choose which broker of the group is master and give its epoch; the broker registers, beats and changes role as they decide (D18, docs/operations.md)",
+        set: |c, v| c.enable_controller_mode = flag(v)?,
+        get: |c| c.enable_controller_mode.to_string(),
+    ),
+    key!(
+        "controller_addr", rocketmq ["controllerAddr"],
+        default: Text(""),
+        range: Rule { doc: "`host:port` separated by `;`; empty without controller mode", check: |c| c.controller_addr.as_deref().map_or(Ok(()), host_ports) },
+        meaning: "the controllers (each one's `controllerDLegerPeers` address) a broker in controller mode talks to",
+        set: |c, v| {
+            let s = text(v)?;
+            c.controller_addr = if s.trim().is_empty() { None } else { Some(s.trim().to_string()) }
+        },
+        get: |c| c.controller_addr.clone().unwrap_or_default(),
+    ),
+    key!(
+        "broker_heartbeat_interval", rocketmq ["brokerHeartbeatInterval"],
+        default: Constant(|| CONTROLLER_HEARTBEAT.as_millis().to_string()),
+        range: Number(Bounds::between(50, 10_000, Unit::Millis)),
+        meaning: "a broker in controller mode beats to the controller leader this often, ms",
+        set: |c, v| c.broker_heartbeat_interval = millis(v)?,
+        get: |c| c.broker_heartbeat_interval.as_millis().to_string(),
+    ),
+    key!(
+        "controller_heart_beat_timeout_mills", rocketmq ["controllerHeartBeatTimeoutMills"],
+        default: Constant(|| CONTROLLER_HEARTBEAT_TIMEOUT.as_millis().to_string()),
+        range: Number(Bounds::between(200, 120_000, Unit::Millis)),
+        meaning: "sent with each beat: the controller counts this broker dead when it heard nothing for this long (it clamps the value to its own bounds), ms",
+        set: |c, v| c.controller_heart_beat_timeout_mills = millis(v)?,
+        get: |c| c.controller_heart_beat_timeout_mills.as_millis().to_string(),
+    ),
+    key!(
+        "sync_broker_metadata_period", rocketmq ["syncBrokerMetadataPeriod"],
+        default: Constant(|| REPLICA_INFO_POLL.as_millis().to_string()),
+        range: Number(Bounds::between(100, 60_000, Unit::Millis)),
+        meaning: "a broker in controller mode asks the controller for its group's master and SyncStateSet this often, besides the controller's role-change notices, ms",
+        set: |c, v| c.sync_broker_metadata_period = millis(v)?,
+        get: |c| c.sync_broker_metadata_period.as_millis().to_string(),
+    ),
+    key!(
+        "check_sync_state_set_period", rocketmq ["checkSyncStateSetPeriod"],
+        default: Constant(|| SYNC_STATE_SET_CHECK.as_millis().to_string()),
+        range: Number(Bounds::between(100, 60_000, Unit::Millis)),
+        meaning: "a master in controller mode looks this often at which slaves caught up on every shard and asks the controller to add them to the SyncStateSet, ms",
+        set: |c, v| c.check_sync_state_set_period = millis(v)?,
+        get: |c| c.check_sync_state_set_period.as_millis().to_string(),
+    ),
+    key!(
+        "ha_max_time_slave_not_catchup", rocketmq ["haMaxTimeSlaveNotCatchup"],
+        default: Constant(|| SLAVE_NOT_CATCHUP.as_millis().to_string()),
+        range: Number(Bounds::between(1_000, 600_000, Unit::Millis)),
+        meaning: "controller mode: a master asks the controllers to remove a SyncStateSet member that has not caught up for this long; until they did, its SYNC_MASTER batches wait for that member, after they did it acknowledges without it, ms",
+        set: |c, v| c.ha_max_time_slave_not_catchup = millis(v)?,
+        get: |c| c.ha_max_time_slave_not_catchup.as_millis().to_string(),
     ),
     key!(
         "slave_read_enable", rocketmq ["slaveReadEnable"],

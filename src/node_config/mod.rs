@@ -191,6 +191,23 @@ pub struct NodeConfig {
     /// `haSlaveBatchBytesMax`: the most a slave appends in one step, and reads ahead.
     pub ha_slave_batch_bytes_max: usize,
     pub sync_from_last_file: bool,
+    /// `enableControllerMode`: the controllers of `controller_addr` choose this broker's
+    /// role and epoch (D18).
+    pub enable_controller_mode: bool,
+    /// `controllerAddr`: the controllers, `host:port` separated by `;`.
+    pub controller_addr: Option<String>,
+    /// `brokerHeartbeatInterval`: how often the broker beats to the controller leader.
+    pub broker_heartbeat_interval: Duration,
+    /// `controllerHeartBeatTimeoutMills`: how long the controller waits for a beat before
+    /// it counts the broker dead.
+    pub controller_heart_beat_timeout_mills: Duration,
+    /// `syncBrokerMetadataPeriod`: how often the broker asks the controller for its
+    /// group's master and SyncStateSet (besides the controller's notices).
+    pub sync_broker_metadata_period: Duration,
+    /// `checkSyncStateSetPeriod`: how often a master looks at which slaves caught up.
+    pub check_sync_state_set_period: Duration,
+    /// `haMaxTimeSlaveNotCatchup`: a SyncStateSet member behind this long is removed.
+    pub ha_max_time_slave_not_catchup: Duration,
     /// `slaveReadEnable`: cold pulls are sent to a slave.
     pub slave_read_enable: bool,
     /// `slaveMetadataSyncInterval`: how often a slave copies its master's tables.
@@ -343,6 +360,13 @@ impl NodeConfig {
             ha_slave_fallbehind_max: 0,
             ha_slave_batch_bytes_max: 0,
             sync_from_last_file: false,
+            enable_controller_mode: false,
+            controller_addr: None,
+            broker_heartbeat_interval: Duration::ZERO,
+            controller_heart_beat_timeout_mills: Duration::ZERO,
+            sync_broker_metadata_period: Duration::ZERO,
+            check_sync_state_set_period: Duration::ZERO,
+            ha_max_time_slave_not_catchup: Duration::ZERO,
             slave_read_enable: false,
             slave_metadata_sync_interval: Duration::ZERO,
             slave_metadata_request_timeout: Duration::ZERO,

@@ -14,6 +14,29 @@ pub enum RelationError {
     SlaveId,
     #[error("is empty and so is namesrv_addr: a SLAVE needs one of them to find its master")]
     SlaveWithoutMaster,
+    #[error(
+        "is empty: a broker in controller mode (enable_controller_mode) needs its controllers"
+    )]
+    ControllerModeWithoutControllers,
+    #[error(
+        "is SLAVE: in controller mode the controllers choose the role, and broker_role says \
+         how the broker acknowledges when it is master (ASYNC_MASTER or SYNC_MASTER)"
+    )]
+    ControllerModeSlave,
+    #[error(
+        "is set: in controller mode a slave follows the master the controllers elect, and \
+         learns its HA address from the name servers"
+    )]
+    ControllerModeFixedMaster,
+    #[error(
+        "is empty: a broker in controller mode registers with name servers as its role changes"
+    )]
+    ControllerModeWithoutNameServers,
+    #[error(
+        "is 0: the controllers know a broker by its address, which must stay the same \
+         across its role changes; name a port"
+    )]
+    ControllerModePickedPort,
     /// `port` is also the port of the key `other`.
     #[error("{port} is also {other}")]
     SamePort { port: u16, other: &'static str },
@@ -49,6 +72,54 @@ pub(super) static RELATIONS: &[Relation] = &[
             (BrokerRole::Slave, 0) => Err(RelationError::SlaveId),
             (BrokerRole::Slave, _) | (_, 0) => Ok(()),
             (_, id) => Err(RelationError::MasterId { id }),
+        },
+    },
+    Relation {
+        keys: &["controller_addr", "enable_controller_mode"],
+        doc: || "in controller mode `controller_addr` names the controllers".into(),
+        check: |c| match c.enable_controller_mode && c.controller_addr.is_none() {
+            true => Err(RelationError::ControllerModeWithoutControllers),
+            false => Ok(()),
+        },
+    },
+    Relation {
+        keys: &["broker_role", "enable_controller_mode"],
+        doc: || {
+            "in controller mode `broker_role` is how a master acknowledges (`ASYNC_MASTER`, `SYNC_MASTER`), not `SLAVE`: the controllers choose the role".into()
+        },
+        check: |c| match c.enable_controller_mode && c.broker_role == BrokerRole::Slave {
+            true => Err(RelationError::ControllerModeSlave),
+            false => Ok(()),
+        },
+    },
+    Relation {
+        keys: &["ha_master_address", "enable_controller_mode"],
+        doc: || {
+            "in controller mode `ha_master_address` is empty: the master is the elected one".into()
+        },
+        check: |c| match c.enable_controller_mode && c.ha_master_address.is_some() {
+            true => Err(RelationError::ControllerModeFixedMaster),
+            false => Ok(()),
+        },
+    },
+    Relation {
+        keys: &["listen_port", "enable_controller_mode"],
+        doc: || {
+            "in controller mode `listen_port` is not 0 (picked free): the controllers know the broker by its address".into()
+        },
+        check: |c| match c.enable_controller_mode && c.listen_port == 0 {
+            true => Err(RelationError::ControllerModePickedPort),
+            false => Ok(()),
+        },
+    },
+    Relation {
+        keys: &["namesrv_addr", "enable_controller_mode"],
+        doc: || {
+            "in controller mode `namesrv_addr` names the name servers the broker registers with as its role changes".into()
+        },
+        check: |c| match c.enable_controller_mode && c.namesrv_addr.is_none() {
+            true => Err(RelationError::ControllerModeWithoutNameServers),
+            false => Ok(()),
         },
     },
     Relation {

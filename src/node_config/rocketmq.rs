@@ -16,7 +16,7 @@
 //! | `brokerPermission` | `6` | 2 or 4 asks the broker to refuse reads or writes (draining a broker); ringmq would serve both |
 //! | `inSyncReplicas`, `minInSyncReplicas`, `totalReplicas` | `1` | more asks for acknowledgements after several replicas confirm; a SYNC_MASTER waits for one slave (D14) |
 //! | `cleanFileForciblyEnable` | `true` | `false` asks never to delete unexpired files when the disk fills; ringmq deletes above `diskSpaceCleanForciblyRatio` |
-//! | `enableDLegerCommitLog`, `enableControllerMode`, `transientStorePoolEnable` | `false` | a different storage or failover design, not implemented |
+//! | `enableDLegerCommitLog`, `transientStorePoolEnable` | `false` | a different storage or failover design, not implemented |
 //! | `storePathCommitLog`, `storePathConsumeQueue`, `storePathIndex`, `storeCheckpoint`, `abortFile` | none | each shard keeps these under `<storePathRootDir>/shard-<n>` |
 //!
 //! Ignored with a warning ([`IGNORED_ROCKETMQ_KEYS`]), and why that is safe:
@@ -168,11 +168,6 @@ pub(super) const UNSUPPORTED_ROCKETMQ_KEYS: &[(&str, Option<&str>, &str)] = &[
         "enableDLegerCommitLog",
         Some("false"),
         "the DLedger CommitLog is not implemented",
-    ),
-    (
-        "enableControllerMode",
-        Some("false"),
-        "controller mode is not implemented",
     ),
     (
         "transientStorePoolEnable",

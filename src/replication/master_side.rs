@@ -96,6 +96,9 @@ pub struct MasterConfig {
     /// `haSendBatchBytes`: a stream gathers frames into one write until it holds this many
     /// bytes.
     pub send_bytes: usize,
+    /// The epoch to take: the controller's master epoch in controller mode (D18), which
+    /// must be above every epoch the log holds; `None` draws one ([`next_epoch`]).
+    pub epoch: Option<u32>,
 }
 
 /// Why a shard could not become master.
@@ -151,7 +154,10 @@ impl MasterSide {
         config: MasterConfig,
     ) -> Result<Rc<MasterSide>, BecomeMasterError> {
         let old = epochs.history();
-        let epoch = next_epoch(old.last_epoch(), &mut random_seed());
+        let epoch = match config.epoch {
+            Some(given) => given,
+            None => next_epoch(old.last_epoch(), &mut random_seed()),
+        };
         let written = store.log_positions().written;
         let history = with_new_epoch(old, store.log_start(), written, epoch)?;
         let start = history.last().expect("an epoch was just appended").start;

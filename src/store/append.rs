@@ -84,6 +84,9 @@ pub(crate) struct Batch {
     /// What its puts hear when it is released: Ok, or why it was not replicated when the
     /// replica's condition was waived for it (SlaveNotAvailable, FlushSlaveTimeout).
     pub status: PutStatus,
+    /// Whether it is released only once a replica confirmed it: false when it was written
+    /// without needing one (the replica gate was down) or its wait was waived.
+    pub replicated: bool,
 }
 
 pub(crate) async fn run_appender(shared: Rc<Shared>) {
@@ -185,6 +188,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
         Batch {
             puts: batch,
             status,
+            replicated: replica == ReplicaWait::Wait,
         },
         replica,
     );
@@ -294,6 +298,11 @@ fn replica_wait(shared: &Shared) -> (ReplicaWait, PutStatus) {
     if !requires {
         return (ReplicaWait::Wait, PutStatus::Ok);
     }
+    let gate = shared.replica_gate.borrow();
+    if gate.as_ref().is_some_and(|gate| !gate.needed()) {
+        return (ReplicaWait::Waived, PutStatus::Ok);
+    }
+    drop(gate);
     let behind = shared
         .log
         .write_pos()
@@ -335,10 +344,10 @@ pub(crate) fn replica_reached(shared: &Shared, position: u64) {
 /// FlushSlaveTimeout when the store stops). Releases what that allows.
 pub(crate) fn waive_replica(shared: &Shared, status: PutStatus) {
     shared.confirm_times.forget();
-    shared
-        .waiters
-        .borrow_mut()
-        .waive_replica(|batch| batch.status = status);
+    shared.waiters.borrow_mut().waive_replica(|batch| {
+        batch.status = status;
+        batch.replicated = false;
+    });
     let answered = release(shared);
     if answered > 0 {
         expect_back(shared, answered);
@@ -700,6 +709,7 @@ fn dispatch(shared: &Shared, batch: Batch, end: u64) {
     let Batch {
         puts: batch,
         status,
+        ..
     } = batch;
     let mut bytes = 0u64;
     let hook = shared.visible_hook.borrow().clone();
@@ -746,8 +756,9 @@ fn assert_may_release(shared: &Shared, batch: &Batch, end: u64) {
         shared.config.flush_mode
     );
     // D7, D14: nor, where the store waits for a replica, before one confirmed it (unless
-    // the batch was told it would not be replicated).
-    if batch.status == PutStatus::Ok && shared.waiters.borrow().requires(AckCondition::Replicated) {
+    // the batch did not wait for one: told it would not be replicated, or written while
+    // the replica gate said none was needed).
+    if batch.replicated && shared.waiters.borrow().requires(AckCondition::Replicated) {
         let replicated = shared.replicated_pos.get();
         assert!(
             end <= replicated,

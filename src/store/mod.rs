@@ -78,6 +78,7 @@ pub mod record;
 mod recovery;
 pub mod replica;
 mod replica_cut;
+pub mod replica_gate;
 mod replica_source;
 mod replica_verify;
 pub mod retention;
@@ -107,6 +108,7 @@ pub use position::{LogPos, QueueOffset};
 pub use put_slot::PutDone;
 pub use read::{PullRead, RecordLoc};
 use record::{Decoded, RecordInput, Verify};
+pub use replica_gate::ReplicaGate;
 pub use watch::{StoreTask, Watched};
 
 pub const COMMIT_LOG_DIR: &str = "commitlog";
@@ -309,6 +311,9 @@ pub(crate) struct Shared {
     /// Whether a replica is attached to wait for ([`Store::set_replica_attached`]). A
     /// SYNC_MASTER batch written without one does not wait for the replica's condition.
     pub replica_attached: Cell<bool>,
+    /// Whether a replica is needed at all ([`Store::set_replica_gate`]); `None`: always,
+    /// as the role says.
+    pub replica_gate: RefCell<Option<ReplicaGate>>,
     /// How long batches wait for the replica's confirmation (`confirm_timing.rs`).
     pub confirm_times: confirm_timing::ConfirmTimes,
     pub checkpoint: RefCell<Option<CheckpointFile>>,
@@ -868,6 +873,14 @@ impl Store {
         if shared.replica_attached.replace(attached) && !attached {
             append::waive_replica(shared, PutStatus::SlaveNotAvailable);
         }
+    }
+
+    /// Makes whether a batch needs a replica's confirmation follow `gate` (controller
+    /// mode, D18: a master whose SyncStateSet holds only itself acknowledges on its own
+    /// conditions, with SEND_OK; one whose set holds a slave needs that slave). Read at
+    /// every batch; a store without a gate needs a replica whenever its role says so.
+    pub fn set_replica_gate(&self, gate: ReplicaGate) {
+        self.shared.replica_gate.replace(Some(gate));
     }
 
     /// How this store found its directory.

@@ -205,6 +205,7 @@ fn new_shared(
         // Nothing is known to be replicated until a replica says so.
         replicated_pos: Cell::new(config.offset_base()),
         replica_attached: Cell::new(false),
+        replica_gate: RefCell::new(None),
         confirm_times: super::confirm_timing::ConfirmTimes::default(),
         checkpoint: RefCell::new(Some(parts.checkpoint)),
         stats: Cell::new(StoreStats::default()),

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod log;
 pub mod model;
 pub mod process_cluster;
+pub mod process_controllers;
 pub mod process_replication;
 pub mod raw;
 pub mod serve;

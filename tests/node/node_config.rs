@@ -344,12 +344,43 @@ fn recognised_rocketmq_keys_only_warn() {
     assert_eq!(loader.finish().unwrap(), expected);
 }
 
+/// A broker.conf of RocketMQ's controller mode loads as it is, its keys honoured.
+#[test]
+fn a_controller_mode_broker_conf_loads() {
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "b.conf",
+            "enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878;127.0.0.1:9868;127.0.0.1:9858\n\
+             namesrvAddr=127.0.0.1:9876\nbrokerRole=SYNC_MASTER\nbrokerHeartbeatInterval=500\n\
+             controllerHeartBeatTimeoutMills=3000\nsyncBrokerMetadataPeriod=2000\n\
+             checkSyncStateSetPeriod=3000\nhaMaxTimeSlaveNotCatchup=20000\n",
+        )
+        .unwrap();
+    let config = loader.finish().unwrap();
+    assert!(config.enable_controller_mode);
+    assert_eq!(
+        config.controller_addr.as_deref(),
+        Some("127.0.0.1:9878;127.0.0.1:9868;127.0.0.1:9858")
+    );
+    assert_eq!(config.broker_heartbeat_interval, Duration::from_millis(500));
+    assert_eq!(
+        config.controller_heart_beat_timeout_mills,
+        Duration::from_secs(3)
+    );
+    assert_eq!(config.sync_broker_metadata_period, Duration::from_secs(2));
+    assert_eq!(config.check_sync_state_set_period, Duration::from_secs(3));
+    assert_eq!(
+        config.ha_max_time_slave_not_catchup,
+        Duration::from_secs(20)
+    );
+}
+
 #[test]
 fn keys_ringmq_cannot_honour_stop_the_start() {
     for (text, key) in [
         ("storePathCommitLog=/data/commitlog", "storePathCommitLog"),
         ("enableDLegerCommitLog=true", "enableDLegerCommitLog"),
-        ("enableControllerMode=true", "enableControllerMode"),
     ] {
         let error = loader().broker_conf_str("b.conf", text).err().unwrap();
         expect_error(error, "b.conf", key, "not supported");
@@ -479,6 +510,14 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
     ("brokerRole=SLAVE", "brokerRole", "a SLAVE's is above 0; broker_id is at its default: raise brokerId"),
     ("brokerRole=SLAVE\nbrokerId=1", "brokerRole", "a SLAVE needs one of them to find its master; ha_master_address is at its default: set haMasterAddress"),
     ("brokerRole=MASTER", "brokerRole", "ASYNC_MASTER"),
+    ("enableControllerMode=true", "enableControllerMode", "needs its controllers; controller_addr is at its default: set controllerAddr"),
+    ("controllerAddr=controller-1", "controllerAddr", "is not host:port"),
+    ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878", "enableControllerMode", "registers with name servers as its role changes; namesrv_addr is at its default: set namesrvAddr"),
+    ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\nnamesrvAddr=127.0.0.1:9876\nbrokerRole=SLAVE\nbrokerId=1", "brokerRole", "the controllers choose the role"),
+    ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\nnamesrvAddr=127.0.0.1:9876\nhaMasterAddress=127.0.0.1:10912", "haMasterAddress", "follows the master the controllers elect"),
+    ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\nnamesrvAddr=127.0.0.1:9876\nlistenPort=0", "listenPort", "must stay the same across its role changes"),
+    ("brokerHeartbeatInterval=10", "brokerHeartbeatInterval", "between 50"),
+    ("controllerHeartBeatTimeoutMills=100", "controllerHeartBeatTimeoutMills", "between 200"),
     ("brokerIP1=broker.example.com", "brokerIP1", "not an IP"),
     ("brokerIP1=0.0.0.0", "brokerIP1", "cannot be advertised"),
     ("brokerName=", "brokerName", "empty"),

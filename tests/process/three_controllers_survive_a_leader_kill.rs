@@ -6,116 +6,14 @@
 //! program's files is refused with exit code 2, naming what it holds.
 
 use crate::common::process_cluster::free_port;
+use crate::common::process_controllers::{call, command, leader, write_conf, Controller, BOUND};
 use crate::common::run_local;
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ringmq::client::Client;
 use ringmq::remoting::codes::{request, response};
-use ringmq::remoting::{ExtFields, RemotingCommand};
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
-const LISTENING: &str = "ringmq: controller ";
-/// How long any one condition may take.
-const BOUND: Duration = Duration::from_secs(20);
-
-/// A `ringmq controller` process; killed when dropped if still running.
-struct Controller {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn write_conf(dir: &Path, ports: &[u16], i: usize) -> PathBuf {
-    let peers: Vec<String> = ports
-        .iter()
-        .enumerate()
-        .map(|(j, port)| format!("n{j}-127.0.0.1:{port}"))
-        .collect();
-    let conf = dir.join(format!("n{i}.conf"));
-    let text = format!(
-        "controllerDLegerGroup=g1\ncontrollerDLegerPeers={}\ncontrollerDLegerSelfId=n{i}\n\
-         controllerStorePath={}\nscanNotActiveBrokerInterval=500\n",
-        peers.join(";"),
-        dir.join(format!("store-n{i}")).display()
-    );
-    std::fs::write(&conf, text).unwrap();
-    conf
-}
-
-fn command(conf: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(["controller", "-c"])
-        .arg(conf)
-        .env("RINGMQ_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    command
-}
-
-impl Controller {
-    /// Starts one on `conf` and waits for its start line.
-    fn start(conf: &Path) -> Controller {
-        let mut child = command(conf).spawn().expect("spawn ringmq controller");
-        let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-        let mut seen = String::new();
-        let addr = loop {
-            let mut line = String::new();
-            let read = stderr.read_line(&mut line).expect("read stderr");
-            assert!(read > 0, "the controller exited before listening:\n{seen}");
-            if line.starts_with(LISTENING) {
-                let bound = line.trim().rsplit(' ').next().and_then(|a| a.parse().ok());
-                break bound.unwrap_or_else(|| panic!("no address in {line:?}"));
-            }
-            seen.push_str(&line);
-        };
-        // Keep reading so the process never blocks on a full pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Controller { child, addr }
-    }
-}
-
-async fn call(addr: SocketAddr, code: i32, fields: &[(&str, &str)]) -> Option<RemotingCommand> {
-    let client = Client::connect(addr).await.ok()?;
-    client.set_timeout(Duration::from_secs(2));
-    let fields: ExtFields = fields.iter().copied().collect();
-    client
-        .request(RemotingCommand::request(code, fields))
-        .await
-        .ok()
-}
-
-/// Waits (bounded) until one of `addrs` says it leads; its address.
-async fn leader(addrs: &[SocketAddr]) -> SocketAddr {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        for addr in addrs {
-            let answer = call(*addr, request::CONTROLLER_GET_METADATA_INFO, &[]).await;
-            if answer.is_some_and(|a| a.opt_bool("isLeader").ok().flatten() == Some(true)) {
-                return *addr;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no controller leads within {BOUND:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 const GROUP: [(&str, &str); 2] = [
     ("clusterName", "DefaultCluster"),

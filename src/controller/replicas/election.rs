@@ -9,7 +9,12 @@
 //!   "never had a set" is the test);
 //! - candidates are the alive members of the SyncStateSet; only when unclean elections are
 //!   allowed and none of them is alive, every alive registered broker;
-//! - the current master stays if it is a candidate (and no other broker is designated);
+//! - the current master stays if it is a candidate (and no other broker is designated),
+//!   except when the master itself asks: it restarted and lost its role, and must not
+//!   write again under the epoch it wrote under before (its unsynced tail may be gone
+//!   while a slave holds it), so it is elected again under a new epoch (ringmq's rule;
+//!   RocketMQ's brokers never ask as the master, they take the master's role from the
+//!   registration);
 //! - a designated broker (admin `electMaster`) wins if it is a candidate, else the
 //!   election fails: it is never replaced by another choice;
 //! - otherwise the best candidate by (epoch desc, maxOffset desc, electionPriority asc),
@@ -99,6 +104,11 @@ pub fn elect(
     } else {
         Vec::new()
     };
+    if let ElectTrigger::Broker(id) = trigger {
+        if group.master == Some(id) && clean.contains(&id) {
+            return propose(Some(id), false);
+        }
+    }
     let designated = match trigger {
         ElectTrigger::Designated(id) => Some(id),
         _ => None,

@@ -66,6 +66,21 @@ fn an_alive_valid_master_stays() {
 }
 
 #[test]
+fn a_master_that_asks_is_elected_again_under_a_new_epoch() {
+    let group = group(Some(1), &[1, 2]);
+    let alive = facts(&[(1, 5, 0, 0), (2, 5, 999, 0)]);
+    let outcome = elect("g", &group, &alive, ElectTrigger::Broker(1), false);
+    assert_eq!(winner(&outcome), (Some(1), false));
+    let dead = facts(&[(2, 5, 999, 0)]);
+    let outcome = elect("g", &group, &dead, ElectTrigger::Broker(1), false);
+    assert_eq!(
+        winner(&outcome),
+        (Some(2), false),
+        "a dead master is not kept"
+    );
+}
+
+#[test]
 fn the_best_alive_member_of_the_set_wins_by_epoch_offset_priority_then_id() {
     let group = group(Some(1), &[1, 2, 3, 4]);
     let cases = [

@@ -104,6 +104,9 @@ impl HeartbeatStatus {
 pub struct BrokerLiveness {
     limits: LivenessLimits,
     entries: BTreeMap<BrokerKey, LiveEntry>,
+    /// Brokers whose heartbeat connection closed since their last beat: known dead, not
+    /// merely unheard (bounded by the registered brokers, as the entries are).
+    closed: std::collections::BTreeSet<BrokerKey>,
 }
 
 impl BrokerLiveness {
@@ -116,6 +119,7 @@ impl BrokerLiveness {
         BrokerLiveness {
             limits,
             entries: BTreeMap::new(),
+            closed: std::collections::BTreeSet::new(),
         }
     }
 
@@ -150,6 +154,7 @@ impl BrokerLiveness {
             return HeartbeatStatus::NotRegistered(key);
         }
         let report = self.entry_from(heartbeat, now_ms);
+        self.closed.remove(&key);
         match self.entries.get_mut(&key) {
             Some(entry) => merge(entry, report),
             None => {
@@ -243,8 +248,12 @@ impl BrokerLiveness {
     }
 
     /// Forgets one broker: it counts as dead from now on (its heartbeat connection closed).
-    pub fn forget(&mut self, key: &BrokerKey) {
-        self.entries.remove(key);
+    /// The broker's heartbeat connection closed: it is dead, and known to be (a broker
+    /// only closes it when it stops or dies).
+    pub fn closed(&mut self, key: &BrokerKey) {
+        if self.entries.remove(key).is_some() {
+            self.closed.insert(key.clone());
+        }
     }
 
     /// Drops the entries of brokers `state` no longer registers (after a clean).
@@ -252,11 +261,22 @@ impl BrokerLiveness {
         self.entries.retain(|key, _| {
             state.is_registered(&key.cluster_name, &key.broker_name, key.broker_id)
         });
+        self.closed
+            .retain(|key| state.is_registered(&key.cluster_name, &key.broker_name, key.broker_id));
     }
 
     /// The groups whose master is not alive while another of their brokers is: the ones
     /// the controller should elect for (Java's `scanNeedReelectBrokerSets`).
-    pub fn groups_to_reelect(&self, state: &ReplicasInfo, now_ms: u64) -> Vec<String> {
+    ///
+    /// `heard_only`: count dead only masters this table heard from or saw close their
+    /// connection (a new leader's grace: a master it has not heard from yet may be alive,
+    /// beating to the old leader; one whose connection closed is dead whenever).
+    pub fn groups_to_reelect(
+        &self,
+        state: &ReplicasInfo,
+        now_ms: u64,
+        heard_only: bool,
+    ) -> Vec<String> {
         let mut names = Vec::new();
         for (name, group) in state.groups() {
             let Some(master) = group.master else {
@@ -271,7 +291,10 @@ impl BrokerLiveness {
                 .brokers
                 .keys()
                 .any(|&id| self.is_alive(&key(id), now_ms));
-            if !self.is_alive(&key(master), now_ms) && any_alive {
+            let master = key(master);
+            let known =
+                !heard_only || self.entries.contains_key(&master) || self.closed.contains(&master);
+            if known && !self.is_alive(&master, now_ms) && any_alive {
                 names.push(name.clone());
             }
         }

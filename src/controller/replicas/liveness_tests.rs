@@ -120,13 +120,16 @@ fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
     let mut table = BrokerLiveness::new(LivenessLimits::default());
     table.record(&state, &beat(Some(1), 1, 0), 0);
     table.record(&state, &beat(Some(2), 1, 0), 9_000);
-    assert_eq!(table.groups_to_reelect(&state, 5_000), Vec::<String>::new());
     assert_eq!(
-        table.groups_to_reelect(&state, 15_000),
+        table.groups_to_reelect(&state, 5_000, false),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        table.groups_to_reelect(&state, 15_000, false),
         vec!["g".to_owned()]
     );
     assert_eq!(
-        table.groups_to_reelect(&state, 30_000),
+        table.groups_to_reelect(&state, 30_000, false),
         Vec::<String>::new(),
         "all dead"
     );
@@ -138,4 +141,41 @@ fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
     table.retain_registered(&state);
     assert_eq!(table.len(), 1);
     assert!(table.entry(&key(2)).is_none());
+}
+
+#[test]
+fn in_a_new_leaders_grace_only_a_master_heard_from_or_seen_closing_counts_dead() {
+    let mut state = registered(&[1, 2]);
+    let elect = Command::ElectMaster {
+        broker_name: "g".into(),
+        new_master: Some(1),
+        unclean: false,
+        expected_master_epoch: 0,
+        expected_sync_state_set_epoch: 0,
+    };
+    assert_eq!(state.apply_command(&elect).code(), 0);
+    let mut table = BrokerLiveness::new(LivenessLimits::default());
+    table.record(&state, &beat(Some(2), 1, 0), 0);
+    assert_eq!(
+        table.groups_to_reelect(&state, 10, true),
+        Vec::<String>::new(),
+        "master 1 is unheard"
+    );
+    assert_eq!(
+        table.groups_to_reelect(&state, 10, false),
+        vec!["g".to_owned()]
+    );
+    table.record(&state, &beat(Some(1), 1, 0), 20);
+    table.closed(&key(1));
+    assert_eq!(
+        table.groups_to_reelect(&state, 30, true),
+        vec!["g".to_owned()],
+        "its connection closed"
+    );
+    table.record(&state, &beat(Some(1), 1, 0), 40);
+    assert_eq!(
+        table.groups_to_reelect(&state, 50, true),
+        Vec::<String>::new(),
+        "it beats again"
+    );
 }

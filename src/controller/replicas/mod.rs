@@ -21,6 +21,7 @@
 
 pub mod apply;
 pub mod bodies;
+pub mod broker_calls;
 pub mod commands;
 pub mod election;
 mod fencing;

@@ -1,0 +1,334 @@
+//! The supervisor's role loop: learn the role from the controllers, run the node in it,
+//! watch for a change, stop the run, start the next (reference-2 §6.4 by restart).
+//!
+//! Why a role change restarts the node instead of switching its parts in place: a clean
+//! stop and start is the one path every part of the node already takes correctly, and it
+//! does §6.4's steps in order by construction. Stopping a slave run ends its HA streams
+//! (no more data taken), lets its appends finish and its dispatch catch up, and shuts its
+//! store cleanly; opening the next run as master recovers nothing (the stop was clean),
+//! fences each shard's log with the controller's epoch at its end before the shard
+//! serves, and only then opens the master-only engines (delay levels, timers, POP revive,
+//! transaction checks) from the cursors the slave copied. A master deposed the same way
+//! stops acknowledging before it starts following.
+//!
+//! Invariants: at most one run at a time; a master run's epoch is the controller's and
+//! above every epoch its shards' logs hold (a master that restarted asks for a new one);
+//! a slave run follows the master the controllers name, never one it chose.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::quorum::Quorum;
+use crate::controller::replicas::broker_calls::{BrokerName, GroupView, HeartbeatFacts};
+use crate::net::tcp::Tcp;
+use crate::node::{Assignment, NodeHandle, RoleAssignment};
+use crate::node_config::NodeConfig;
+use crate::remoting::codes::response as code;
+use crate::replication::epoch_store::EpochStore;
+use crate::store::ReplicaGate;
+
+/// How the supervisor ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to stop (a signal): the run stopped cleanly.
+    Stopped,
+    /// The node stopped on its own.
+    NodeExited,
+}
+
+/// One broker in controller mode.
+pub struct Supervisor {
+    /// The config as loaded (`enable_controller_mode` on).
+    config: NodeConfig,
+    pub(super) name: BrokerName,
+    /// `brokerIP1:listenPort`: how the controllers and other brokers know this one.
+    pub(super) address: String,
+    pub(super) quorum: Quorum<Tcp>,
+    /// The controller id, once applied.
+    pub(super) id: Cell<i64>,
+    /// What the heartbeats say of the log.
+    pub(super) facts: Cell<(i32, i64)>,
+    /// Woken by a NOTIFY_BROKER_ROLE_CHANGED a run's broker received.
+    pub(super) role_notices: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Supervisor {
+    pub fn new(config: NodeConfig) -> anyhow::Result<Supervisor> {
+        let controllers = resolve(config.controller_addr.as_deref().unwrap_or_default())?;
+        let name = BrokerName {
+            cluster_name: config.broker_cluster_name.clone(),
+            broker_name: config.broker_name.clone(),
+        };
+        let address = SocketAddr::new(config.broker_ip, config.listen_port).to_string();
+        let timeout = config.register_broker_timeout_mills.min(CALL_TIMEOUT);
+        Ok(Supervisor {
+            quorum: Quorum::new(Tcp, controllers, timeout),
+            config,
+            name,
+            address,
+            id: Cell::new(0),
+            facts: Cell::new((0, 0)),
+            role_notices: std::sync::Arc::new(tokio::sync::Notify::new()),
+        })
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The heartbeat this broker sends now.
+    pub(super) fn heartbeat_facts(&self) -> HeartbeatFacts {
+        let (epoch, max_offset) = self.facts.get();
+        HeartbeatFacts {
+            id: self.id.get(),
+            address: self.address.clone(),
+            epoch,
+            max_offset,
+            confirm_offset: 0,
+            timeout_ms: millis(self.config.controller_heart_beat_timeout_mills),
+            election_priority: 0,
+        }
+    }
+
+    /// The highest epoch any shard's log holds (0 for none), read from the epoch files
+    /// while no run is open.
+    fn stored_epoch(&self) -> anyhow::Result<u32> {
+        let mut highest = 0;
+        for shard in 0..self.config.shards {
+            let dir = crate::shard::layout::shard_dir(&self.config.store_path_root_dir, shard);
+            let epochs = EpochStore::load(&dir)
+                .map_err(|error| anyhow::anyhow!("shard {shard}: {error}"))?;
+            highest = highest.max(epochs.history().last_epoch().unwrap_or(0));
+        }
+        Ok(highest)
+    }
+
+    /// Registers and, while the group has no live master, asks to be elected, until the
+    /// controllers give this broker a role (the caller bounds the wait by its stop).
+    pub(super) async fn settle_role(&self) -> anyhow::Result<(RoleAssignment, GroupView)> {
+        let id = self.id.get();
+        let mut complained = false;
+        loop {
+            let view = match self.register().await {
+                Ok(view) => view,
+                Err(why) => {
+                    if !complained {
+                        tracing::warn!(
+                            "controller mode: cannot learn this broker's role yet: {why}"
+                        );
+                        complained = true;
+                    }
+                    tokio::time::sleep(self.config.broker_heartbeat_interval).await;
+                    continue;
+                }
+            };
+            let stored = self.stored_epoch()?;
+            self.facts.set((stored as i32, self.facts.get().1));
+            match (view.master, view.master_address.as_deref()) {
+                (Some(master), _) if master == id => {
+                    let epoch = u32::try_from(view.master_epoch).unwrap_or(0);
+                    if epoch > stored {
+                        // The gate starts up: the watch sets it from the set it holds.
+                        let replicas = ReplicaGate::new(true);
+                        return Ok((RoleAssignment::Master { epoch, replicas }, view));
+                    }
+                    anyhow::ensure!(
+                        epoch == stored,
+                        "the controllers name this broker master under epoch {epoch}, below \
+                         epoch {stored} its log holds: the store ran without controllers \
+                         (their epochs are drawn) or under another controller group"
+                    );
+                    // Master again after a restart: the epoch it wrote under before may
+                    // label bytes a slave holds and this log lost, so it takes a new one.
+                    tracing::info!(
+                        epoch,
+                        "controller mode: master again after a restart: asking for a new epoch"
+                    );
+                    self.elect().await;
+                }
+                (Some(_), Some(address)) => match address.parse() {
+                    Ok(master) => return Ok((RoleAssignment::Slave { master }, view)),
+                    Err(_) => anyhow::bail!(
+                        "the controllers name master address {address:?}, which is not ip:port"
+                    ),
+                },
+                _ => self.elect().await,
+            }
+            tokio::time::sleep(ELECT_RETRY.min(self.config.broker_heartbeat_interval)).await;
+        }
+    }
+
+    async fn register(&self) -> Result<GroupView, String> {
+        let request = self.name.register(self.id.get(), &self.address, now_ms());
+        let answer = self.quorum.call(request).await.map_err(|e| e.to_string())?;
+        if answer.code != code::SUCCESS {
+            return Err(format!(
+                "register answered {} ({})",
+                answer.code,
+                answer.remark.unwrap_or_default()
+            ));
+        }
+        GroupView::read(&answer).map_err(|e| e.to_string())
+    }
+
+    /// Asks to be elected; what the controllers decided shows at the next registration.
+    async fn elect(&self) {
+        let request = self.name.elect(self.id.get(), now_ms());
+        match self.quorum.call(request).await {
+            Ok(answer) if answer.code == code::SUCCESS => {
+                tracing::info!(
+                    master = ?answer.opt_i64("masterBrokerId").ok().flatten(),
+                    epoch = ?answer.opt_i32("masterEpoch").ok().flatten(),
+                    "controller mode: the controllers elected a master"
+                );
+            }
+            Ok(answer) => {
+                tracing::debug!(code = answer.code, remark = ?answer.remark, "controller mode: election not made")
+            }
+            Err(why) => tracing::debug!("controller mode: cannot ask for an election: {why}"),
+        }
+    }
+
+    /// The group as the controllers see it now.
+    pub(super) async fn replica_info(&self) -> Result<GroupView, String> {
+        let answer = self
+            .quorum
+            .call(self.name.replica_info())
+            .await
+            .map_err(|e| e.to_string())?;
+        if answer.code != code::SUCCESS {
+            return Err(format!("replica info answered {}", answer.code));
+        }
+        GroupView::read(&answer).map_err(|e| e.to_string())
+    }
+
+    /// Whether `view` takes the role `run` has away.
+    pub(super) fn role_changed(&self, run: &RoleAssignment, view: &GroupView) -> bool {
+        let id = self.id.get();
+        match run {
+            RoleAssignment::Master { epoch, .. } => {
+                view.master != Some(id) || view.master_epoch != *epoch as i32
+            }
+            // A group without a master keeps its slaves following the last one until the
+            // controllers elect another.
+            RoleAssignment::Slave { master } => match view.master {
+                None => false,
+                Some(m) if m == id => true,
+                Some(_) => view.master_address.as_deref() != Some(master.to_string().as_str()),
+            },
+        }
+    }
+
+    /// The config of one run in `role`.
+    pub(super) fn run_config(&self, role: &RoleAssignment) -> NodeConfig {
+        let mut config = self.config.clone();
+        config.enable_controller_mode = false;
+        match role {
+            RoleAssignment::Master { .. } => config.broker_id = 0,
+            RoleAssignment::Slave { .. } => {
+                config.broker_role = crate::config::BrokerRole::Slave;
+                config.broker_id = u64::try_from(self.id.get()).unwrap_or(0);
+            }
+        }
+        config
+    }
+
+    /// Asks the controllers to make `set` the SyncStateSet; the view with the set they
+    /// committed.
+    pub(super) async fn alter_sync_state_set(
+        &self,
+        view: &GroupView,
+        set: &BTreeSet<i64>,
+    ) -> Result<GroupView, AlterError> {
+        let request = self.name.alter_sync_state_set(
+            self.id.get(),
+            view.master_epoch,
+            set,
+            view.sync_state_set_epoch,
+        );
+        let answer = self
+            .quorum
+            .call(request)
+            .await
+            .map_err(|e| AlterError::Unknown(e.to_string()))?;
+        if answer.code != code::SUCCESS {
+            return Err(AlterError::Refused(format!(
+                "answered {} ({})",
+                answer.code,
+                answer.remark.unwrap_or_default()
+            )));
+        }
+        let body = crate::controller::replicas::bodies::SyncStateSetBody::decode(&answer.body)
+            .map_err(|e| AlterError::Unknown(e.to_string()))?;
+        let mut altered = view.clone();
+        altered.sync_state_set = body.sync_state_set;
+        altered.sync_state_set_epoch = body.sync_state_set_epoch;
+        Ok(altered)
+    }
+
+    /// Starts a run in `role` off the async thread (a start opens stores).
+    pub(super) async fn start_run(&self, role: &RoleAssignment) -> anyhow::Result<NodeHandle> {
+        let config = self.run_config(role);
+        let assignment = Assignment {
+            role: role.clone(),
+            role_notices: self.role_notices.clone(),
+        };
+        tokio::task::spawn_blocking(move || crate::node::start_assigned(config, Some(assignment)))
+            .await
+            .map_err(|error| anyhow::anyhow!("the run's start panicked: {error}"))?
+    }
+
+    /// Stops a run off the async thread (a stop flushes and writes tables).
+    pub(super) async fn stop_run(node: NodeHandle) -> anyhow::Result<()> {
+        tokio::task::spawn_blocking(move || node.shutdown())
+            .await
+            .map_err(|error| anyhow::anyhow!("the run's stop panicked: {error}"))?
+    }
+}
+
+/// Why a SyncStateSet proposal changed nothing that is known.
+#[derive(Debug, thiserror::Error)]
+pub enum AlterError {
+    /// The controllers answered: nothing was committed.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// No answer: it may or may not have been committed.
+    #[error("no answer: {0}")]
+    Unknown(String),
+}
+
+/// The most one call to the controllers may take (also bounded by
+/// `registerBrokerTimeoutMills`).
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How soon a broker asks again after an election that named nobody.
+const ELECT_RETRY: Duration = Duration::from_millis(200);
+
+fn resolve(list: &str) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut controllers = Vec::new();
+    for part in list.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        use std::net::ToSocketAddrs;
+        let addr = part
+            .to_socket_addrs()
+            .map_err(|error| anyhow::anyhow!("controller_addr: cannot resolve {part}: {error}"))?
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("controller_addr: {part} resolves to nothing"))?;
+        controllers.push(addr);
+    }
+    anyhow::ensure!(
+        !controllers.is_empty(),
+        "controller_addr names no controller"
+    );
+    Ok(controllers)
+}
+
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
