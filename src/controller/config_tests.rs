@@ -20,7 +20,11 @@ fn rocketmqs_three_controller_file_loads_with_rocketmqs_defaults() {
     assert_eq!(c.node_id("n2"), Some(2));
     assert_eq!(c.node_id("n9"), None);
     assert_eq!(c.store_path, PathBuf::from("/tmp/c1"));
-    assert_eq!(c.scan_not_active_broker_interval, Duration::from_secs(5));
+    // ringmq's default, not RocketMQ's 5 s: a silent master's failover waits for a scan.
+    assert_eq!(
+        c.scan_not_active_broker_interval,
+        Duration::from_millis(200)
+    );
     assert_eq!(c.scan_inactive_master_interval, Duration::from_secs(5));
     assert!(!c.enable_elect_unclean_master);
     assert_eq!(c.elect_master_max_retry_count, 3);

@@ -7,6 +7,8 @@
 //!   the same epoch the controller fenced with.
 //! - A master's shards need a replica's confirmation only while the SyncStateSet holds a
 //!   slave ([`ReplicaGate`], which the supervisor moves as the set changes).
+//! - A master's stores refuse puts and hold acknowledgements while its write lease from
+//!   the controllers is lapsed ([`WriteLease`], renewed by the supervisor).
 //! - A slave knows its master's broker address from the controller; the name servers'
 //!   answer to its registration, which carries the master's HA address, teaches it only
 //!   when it names that master (until the promoted master registered, a name server
@@ -14,14 +16,19 @@
 
 use std::net::SocketAddr;
 
-use crate::store::ReplicaGate;
+use crate::store::{ReplicaGate, WriteLease};
 
 /// The role the controllers assigned to one run of the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RoleAssignment {
     /// Master under the controller's `epoch`; `replicas` says whether its batches need a
-    /// replica's confirmation (under SYNC_MASTER).
-    Master { epoch: u32, replicas: ReplicaGate },
+    /// replica's confirmation (under SYNC_MASTER); `lease` is how long the controllers
+    /// confirmed it as master (puts and acknowledgements stop when it lapses).
+    Master {
+        epoch: u32,
+        replicas: ReplicaGate,
+        lease: WriteLease,
+    },
     /// Slave of the master at broker address `master`.
     Slave { master: SocketAddr },
 }
@@ -43,6 +50,14 @@ impl RoleAssignment {
         }
     }
 
+    /// A master run's write lease; `None` for a slave.
+    pub fn write_lease(&self) -> Option<&WriteLease> {
+        match self {
+            RoleAssignment::Master { lease, .. } => Some(lease),
+            RoleAssignment::Slave { .. } => None,
+        }
+    }
+
     /// The master a slave run follows; `None` for a master.
     pub fn expected_master(&self) -> Option<SocketAddr> {
         match self {
@@ -58,4 +73,7 @@ impl RoleAssignment {
 pub struct Assignment {
     pub role: RoleAssignment,
     pub role_notices: std::sync::Arc<tokio::sync::Notify>,
+    /// Set by the supervisor before it stops the run for a role change (the name-server
+    /// registration then does not unregister, `node::registration`).
+    pub role_change: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }

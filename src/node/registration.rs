@@ -60,6 +60,15 @@ pub struct RegistrationSettings {
     /// naming another master (the promoted one has not registered yet) teaches nothing,
     /// and the registration is repeated within [`CHANGE_POLL`] until one names it.
     pub expected_master: Option<SocketAddr>,
+    /// Controller mode: set when the run stops for a role change, whose next run registers
+    /// under its new id at once. Such a stop does not unregister: the name servers would
+    /// drop the group's master entry (the id 0 this run held, which the new master may
+    /// hold by now) or its slave, and routes would lack it until a registration period.
+    pub role_change: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Controller mode, a master run: its write lease. A master whose lease lapsed may
+    /// have been replaced (a paused one resuming): it does not register as the group's
+    /// id 0 then, which would take the route from the new master.
+    pub lease: Option<crate::store::WriteLease>,
 }
 
 /// One name server as the registration sees it.
@@ -148,6 +157,18 @@ impl<T: Transport> Inner<T> {
     /// Registers with every name server at once; returns when each answered or timed out.
     /// A name server this broker is not registered with yet gets the [`join_body`] first.
     async fn register_all(self: &Rc<Self>) {
+        if self
+            .settings
+            .lease
+            .as_ref()
+            .is_some_and(|lease| !lease.holds())
+        {
+            tracing::debug!(
+                "not registering as master: the write lease from the controllers lapsed"
+            );
+            self.stale_master.set(true);
+            return;
+        }
         let header = self.header();
         let body = registration_body(&self.broker.topics);
         let join =
@@ -303,7 +324,17 @@ impl<T: Transport> ShardService for Registration<T> {
 
     fn stop(&self) -> LocalFuture<()> {
         let inner = self.inner.clone();
-        Box::pin(async move { inner.unregister_all().await })
+        let changing = self
+            .inner
+            .settings
+            .role_change
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Acquire));
+        Box::pin(async move {
+            if !changing {
+                inner.unregister_all().await;
+            }
+        })
     }
 }
 

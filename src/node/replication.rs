@@ -118,8 +118,13 @@ pub async fn open<L: Listener, T: Transport>(
 ) -> anyhow::Result<Vec<Rc<dyn ShardService>>> {
     let epoch = assignment.and_then(|role| role.master_epoch());
     let (service, side) = open_role(config, broker, start, transport, master, epoch).await?;
-    if let (Side::Master(side), Some(gate)) = (&side, assignment.and_then(|r| r.replica_gate())) {
-        side.store().set_replica_gate(gate.clone());
+    if let (Side::Master(side), Some(role)) = (&side, assignment) {
+        if let Some(gate) = role.replica_gate() {
+            side.store().set_replica_gate(gate.clone());
+        }
+        if let Some(lease) = role.write_lease() {
+            side.store().set_write_lease(lease.clone());
+        }
     }
     if let Side::Master(side) = &side {
         let metrics = broker.metrics().clone();

@@ -115,6 +115,8 @@ pub(super) struct ShardSettings {
     pub master: MasterAddress,
     /// The role the controllers assigned to this run, in controller mode (D18).
     pub assignment: Option<super::RoleAssignment>,
+    /// Controller mode: set when the run stops for a role change.
+    pub role_change: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The HA port this node's slaves replicate from (bound: a picked free port written in).
     pub ha_port: u16,
     pub broker: BrokerConfig,
@@ -349,6 +351,11 @@ fn open_registration<T: Transport>(
             .assignment
             .as_ref()
             .and_then(|role| role.expected_master()),
+        role_change: settings.role_change.clone(),
+        lease: settings
+            .assignment
+            .as_ref()
+            .and_then(|role| role.write_lease().cloned()),
         period: config.register_name_server_period,
         timeout: config.register_broker_timeout_mills,
     };

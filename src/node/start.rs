@@ -302,6 +302,7 @@ impl NodeParts {
         let settings = ShardSettings {
             name_servers,
             master,
+            role_change: assignment.as_ref().map(|a| a.role_change.clone()),
             assignment: assignment.map(|a| a.role),
             ha_port: replication::ha_port(&running),
             broker,

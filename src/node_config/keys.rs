@@ -42,10 +42,13 @@ pub const METADATA_SYNC: Duration = Duration::from_secs(1);
 /// `slaveMetadataRequestTimeout`: 3 s, well past a healthy master's answer, and short
 /// enough that a hung master costs a few rounds of the table copy, not minutes.
 pub const METADATA_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// `brokerHeartbeatInterval`: RocketMQ's second.
-pub const CONTROLLER_HEARTBEAT: Duration = Duration::from_secs(1);
-/// `controllerHeartBeatTimeoutMills`: RocketMQ's 10 s.
-pub const CONTROLLER_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `brokerHeartbeatInterval`: 300 ms, against RocketMQ's second: five beats fit the
+/// timeout below, so one late beat never costs the broker its role.
+pub const CONTROLLER_HEARTBEAT: Duration = Duration::from_millis(300);
+/// `controllerHeartBeatTimeoutMills`: 1.5 s, against RocketMQ's 10 s: how long a master
+/// that fell silent (a paused or cut-off host, its sockets open) keeps its group without
+/// a master; its write lease is this less two beats (0.9 s).
+pub const CONTROLLER_HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// `syncBrokerMetadataPeriod`: a second, against RocketMQ's 5 s: one small request, and
 /// the bound on how late a broker that missed the controller's notice learns its role.
 pub const REPLICA_INFO_POLL: Duration = Duration::from_secs(1);

@@ -37,6 +37,11 @@ pub enum RelationError {
          across its role changes; name a port"
     )]
     ControllerModePickedPort,
+    #[error(
+        "{timeout_ms} ms must exceed three brokerHeartbeatInterval ({interval_ms} ms): a \
+         master's write lease is the timeout less two beats and must outlast one beat"
+    )]
+    LeaseTooShort { timeout_ms: u128, interval_ms: u128 },
     /// `port` is also the port of the key `other`.
     #[error("{port} is also {other}")]
     SamePort { port: u16, other: &'static str },
@@ -110,6 +115,29 @@ pub(super) static RELATIONS: &[Relation] = &[
         check: |c| match c.enable_controller_mode && c.listen_port == 0 {
             true => Err(RelationError::ControllerModePickedPort),
             false => Ok(()),
+        },
+    },
+    Relation {
+        keys: &[
+            "controller_heart_beat_timeout_mills",
+            "broker_heartbeat_interval",
+            "enable_controller_mode",
+        ],
+        doc: || {
+            "in controller mode `controller_heart_beat_timeout_mills` exceeds three `broker_heartbeat_interval`s (the write lease is the timeout less two beats)".into()
+        },
+        check: |c| {
+            let (timeout, interval) = (
+                c.controller_heart_beat_timeout_mills,
+                c.broker_heartbeat_interval,
+            );
+            match c.enable_controller_mode && timeout <= interval * 3 {
+                true => Err(RelationError::LeaseTooShort {
+                    timeout_ms: timeout.as_millis(),
+                    interval_ms: interval.as_millis(),
+                }),
+                false => Ok(()),
+            }
         },
     },
     Relation {

@@ -57,7 +57,7 @@ use super::dispatch::{dispatch_record, DispatchRecord, Dispatched};
 use super::position::{micros_u64, to_u32, to_u64, to_usize, LogPos, QueueOffset};
 use super::record::{self, BLANK_RECORD_LEN};
 use super::waiters::{AckCondition, ReplicaWait};
-use super::{PendingPut, Placement, PutStatus, Shared, StoreError, StoreTask};
+use super::{PendingPut, Placement, PutStatus, Shared, StoreError, StoreTask, WriteLease};
 use crate::config::FlushMode;
 use crate::io::FileId;
 
@@ -214,7 +214,7 @@ async fn append_batch(shared: &Rc<Shared>, batch: Vec<PendingPut>) {
 /// yet, so expecting them made every next batch wait out the gather window for nobody
 /// (the SYNC_FLUSH pair at 0.74 of one SYNC_FLUSH node with the slave on a tmpfs). The
 /// replica's confirmation, which answers them, sets the expectation instead.
-fn expect_back(shared: &Shared, answered: usize) {
+pub(crate) fn expect_back(shared: &Shared, answered: usize) {
     if shared.config.flush_mode == FlushMode::Sync {
         shared.gather.answered(
             answered,
@@ -654,6 +654,11 @@ pub(crate) fn release(shared: &Shared) -> usize {
     if !shared.waiters.borrow().ready() {
         return 0;
     }
+    // A master whose write lease lapsed may have been replaced: nothing it holds becomes
+    // visible or is answered until the lease holds again, or the store stops.
+    if !lease_holds(shared) && !shared.closing.get() {
+        return 0;
+    }
     let scope = shared.answer_scope.borrow().clone();
     let mut once = true;
     let mut answered = 0;
@@ -675,6 +680,15 @@ pub(crate) fn release(shared: &Shared) -> usize {
         }
     });
     answered
+}
+
+/// Whether the store's write lease holds (a store without one needs none).
+pub(crate) fn lease_holds(shared: &Shared) -> bool {
+    shared
+        .write_lease
+        .borrow()
+        .as_ref()
+        .is_none_or(WriteLease::holds)
 }
 
 /// The index could not take a visible record. The record is stored and acknowledged

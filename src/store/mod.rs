@@ -88,6 +88,7 @@ pub mod segment;
 pub mod topic;
 mod waiters;
 mod watch;
+pub mod write_lease;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -110,6 +111,7 @@ pub use read::{PullRead, RecordLoc};
 use record::{Decoded, RecordInput, Verify};
 pub use replica_gate::ReplicaGate;
 pub use watch::{StoreTask, Watched};
+pub use write_lease::WriteLease;
 
 pub const COMMIT_LOG_DIR: &str = "commitlog";
 pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
@@ -125,6 +127,11 @@ pub enum StoreError {
     DiskFull(String),
     #[error("message illegal: {0}")]
     MessageIllegal(String),
+    #[error(
+        "this broker's write lease from the controllers lapsed: it may no longer be the \
+         master; ask the name servers for the route again"
+    )]
+    LeaseLapsed,
     #[error("store busy: {0} puts are already waiting")]
     Busy(usize),
     #[error("the store is shutting down")]
@@ -314,6 +321,8 @@ pub(crate) struct Shared {
     /// Whether a replica is needed at all ([`Store::set_replica_gate`]); `None`: always,
     /// as the role says.
     pub replica_gate: RefCell<Option<ReplicaGate>>,
+    /// The master's write lease ([`Store::set_write_lease`]); `None`: no lease needed.
+    pub write_lease: RefCell<Option<WriteLease>>,
     /// How long batches wait for the replica's confirmation (`confirm_timing.rs`).
     pub confirm_times: confirm_timing::ConfirmTimes,
     pub checkpoint: RefCell<Option<CheckpointFile>>,
@@ -566,6 +575,9 @@ impl Store {
         }
         if shared.role.get() == replica::StoreRole::Replica {
             return Err(StoreError::Replica);
+        }
+        if !append::lease_holds(shared) {
+            return Err(StoreError::LeaseLapsed);
         }
         if let Some(why) = shared.space_refusal.borrow().as_ref() {
             shared.update_retention(|stats| stats.puts_refused_for_space += 1);
@@ -881,6 +893,37 @@ impl Store {
     /// every batch; a store without a gate needs a replica whenever its role says so.
     pub fn set_replica_gate(&self, gate: ReplicaGate) {
         self.shared.replica_gate.replace(Some(gate));
+    }
+
+    /// Makes puts and releases follow `lease` (controller mode, D18): a put is refused
+    /// while it is lapsed, and batches are held (neither visible nor answered) until it
+    /// holds again; a stop releases what is held as it releases any batch. A task looks
+    /// every [`write_lease::RECHECK`] whether held batches may go.
+    pub fn set_write_lease(&self, lease: WriteLease) {
+        self.shared.write_lease.replace(Some(lease));
+        let shared = self.shared.clone();
+        let recheck = async move {
+            let mut ticks = tokio::time::interval(write_lease::RECHECK);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                if append::lease_holds(&shared) {
+                    let answered = append::release(&shared);
+                    if answered > 0 {
+                        append::expect_back(&shared, answered);
+                    }
+                }
+            }
+        };
+        let watched = watch::watched(
+            &self.shared,
+            watch::Watchee::Store(StoreTask::LeaseRecheck),
+            recheck,
+        );
+        let task = tokio::task::spawn_local(async move {
+            watched.await;
+        });
+        self.shared.tasks.borrow_mut().push(task);
     }
 
     /// How this store found its directory.

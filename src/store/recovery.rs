@@ -206,6 +206,7 @@ fn new_shared(
         replicated_pos: Cell::new(config.offset_base()),
         replica_attached: Cell::new(false),
         replica_gate: RefCell::new(None),
+        write_lease: RefCell::new(None),
         confirm_times: super::confirm_timing::ConfirmTimes::default(),
         checkpoint: RefCell::new(Some(parts.checkpoint)),
         stats: Cell::new(StoreStats::default()),

@@ -34,6 +34,7 @@ pub enum StoreTask {
     Watchdog,
     Preallocator,
     Cleaner,
+    LeaseRecheck,
 }
 
 impl StoreTask {
@@ -45,6 +46,7 @@ impl StoreTask {
             StoreTask::Watchdog => "flush watchdog",
             StoreTask::Preallocator => "segment preallocator",
             StoreTask::Cleaner => "retention cleaner",
+            StoreTask::LeaseRecheck => "write lease recheck",
         }
     }
 }

@@ -171,3 +171,59 @@ fn a_group_in_controller_mode_fails_over_to_its_slave_and_back_losing_nothing() 
         missing.first().map(|b| String::from_utf8_lossy(b))
     );
 }
+
+/// The master is paused (SIGSTOP: its sockets stay open, only its silence tells) with a
+/// send waiting in its socket. The controllers count it dead after its heartbeat timeout
+/// and elect the slave; resumed, the old master answers that send, and every later one,
+/// with anything but SEND_OK (its write lease lapsed), then follows the new master.
+#[test]
+fn a_paused_master_is_replaced_and_acknowledges_nothing_after_its_lease() {
+    let mut cluster = ProcessCluster::new(1);
+    cluster.start_name_servers();
+    let controllers = ControllerGroup::start(cluster.dir());
+    let first = cluster.add_broker(spec(0, &controllers));
+    let (first_id, first_epoch) = wait_group(&cluster, &controllers, 1, None);
+    let second = cluster.add_broker(spec(1, &controllers));
+    wait_group(&cluster, &controllers, 2, None);
+    let (a, b) = (cluster.brokers[first].addr, cluster.brokers[second].addr);
+    create_topic(a, TOPIC, 4, 4, 6);
+    let acknowledged = send_all(&cluster, a, "before", 100);
+
+    let connected = run_local(false, async move { Client::connect(a).await.is_ok() });
+    assert!(connected);
+    cluster.brokers[first].pause();
+    let paused = Instant::now();
+    // Sent into the paused master's socket: answered only once it runs again.
+    let waiting = std::thread::spawn(move || try_send(a, 2, b"sent-into-the-pause"));
+    let (promoted, promoted_epoch) = wait_group(&cluster, &controllers, 1, Some(first_id));
+    assert!(promoted_epoch > first_epoch);
+    cluster.wait_until(LIMIT, "SEND_OK from the promoted master", || {
+        matches!(try_send(b, 0, b"probe-after-pause"), Some((code, _)) if code == response::SUCCESS)
+    });
+    eprintln!(
+        "the promoted master answered SEND_OK {:?} after the SIGSTOP",
+        paused.elapsed()
+    );
+    cluster.brokers[first].resume();
+    let answer = waiting.join().expect("the waiting send");
+    assert!(
+        !matches!(answer, Some((code, _)) if code == response::SUCCESS),
+        "the deposed master acknowledged a send after its lease: {answer:?}"
+    );
+    for n in 0..20 {
+        let answer = try_send(a, n % 4, format!("to-the-zombie-{n}").as_bytes());
+        assert!(
+            !matches!(answer, Some((code, _)) if code == response::SUCCESS),
+            "the deposed master acknowledged send {n}: {answer:?}"
+        );
+    }
+    let on_b = held(b);
+    let missing: Vec<_> = acknowledged.difference(&on_b).collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged messages missing on the promoted master",
+        missing.len()
+    );
+    let (master, _) = wait_group(&cluster, &controllers, 2, None);
+    assert_eq!(master, promoted, "the old master follows the new one");
+}

@@ -56,7 +56,8 @@ fn error_code(error: &StoreError) -> i32 {
         StoreError::Poisoned(_)
         | StoreError::DiskFull(_)
         | StoreError::ShuttingDown
-        | StoreError::Replica => response::SERVICE_NOT_AVAILABLE,
+        | StoreError::Replica
+        | StoreError::LeaseLapsed => response::SERVICE_NOT_AVAILABLE,
         _ => response::SYSTEM_ERROR,
     }
 }

@@ -35,8 +35,10 @@ pub struct LivenessLimits {
     /// Used when a heartbeat names none (Java's `DEFAULT_BROKER_CHANNEL_EXPIRED_TIME`,
     /// 10 s, also the broker's `controllerHeartBeatTimeoutMills` default).
     pub default_timeout_ms: u64,
-    /// Below two heartbeat intervals (`brokerHeartbeatInterval`, 1 s) a broker would
-    /// flap between alive and dead on one late heartbeat.
+    /// Below about two heartbeat intervals a broker would flap between alive and dead on
+    /// one late heartbeat; 500 ms allows ringmq brokers' 300 ms beats with a 1.5 s
+    /// timeout (`controllerHeartBeatTimeoutMills`), which is what makes a silent master's
+    /// failover take under 2 s.
     pub min_timeout_ms: u64,
     /// A broker may not keep itself "alive" after dying for longer than this.
     pub max_timeout_ms: u64,
@@ -46,7 +48,7 @@ impl Default for LivenessLimits {
     fn default() -> LivenessLimits {
         LivenessLimits {
             default_timeout_ms: 10_000,
-            min_timeout_ms: 2_000,
+            min_timeout_ms: 500,
             max_timeout_ms: 120_000,
         }
     }

@@ -89,6 +89,11 @@ async fn serve_runs(
             _ = async { if let Some(exited) = exited { let _ = exited.await; } } => Some(Ended::NodeExited),
             () = watch_role(supervisor, &node, &role, view, keeper) => None,
         };
+        if outcome.is_none() {
+            supervisor
+                .role_change
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         Supervisor::stop_run(node).await?;
         if let Some(ended) = outcome {
             return Ok(ended);
@@ -106,7 +111,14 @@ async fn watch_role(
     mut gate: Option<GateKeeper>,
 ) {
     let config = supervisor.config();
-    let mut poll = tokio::time::interval(config.sync_broker_metadata_period);
+    // A master asks every heartbeat: each answer naming it master renews its lease.
+    let period = match run.write_lease() {
+        Some(_) => config
+            .sync_broker_metadata_period
+            .min(config.broker_heartbeat_interval),
+        None => config.sync_broker_metadata_period,
+    };
+    let mut poll = tokio::time::interval(period);
     let mut check = tokio::time::interval(config.check_sync_state_set_period);
     for ticks in [&mut poll, &mut check] {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -115,12 +127,15 @@ async fn watch_role(
     let mut expanding = false;
     loop {
         tokio::select! {
-            _ = async { tokio::select! { _ = poll.tick() => {}, () = supervisor.role_notices.notified() => {} } } => match supervisor.replica_info().await {
+            asked = async { tokio::select! { _ = poll.tick() => {}, () = supervisor.role_notices.notified() => {} }; tokio::time::Instant::now() } => match supervisor.replica_info().await {
                 Ok(now) if supervisor.role_changed(run, &now) => {
                     tracing::info!(?run, master = ?now.master, master_epoch = now.master_epoch, "controller mode: the role changed");
                     return;
                 }
                 Ok(now) => {
+                    if let Some(lease) = run.write_lease() {
+                        supervisor.renew(lease, asked);
+                    }
                     if let Some(gate) = gate.as_mut() {
                         gate.follow(&now.sync_state_set, now.sync_state_set_epoch, expanding);
                     }
@@ -205,9 +220,11 @@ async fn heartbeats(supervisor: Rc<Supervisor>) {
     loop {
         ticks.tick().await;
         let beat = supervisor.name.heartbeat(&supervisor.heartbeat_facts());
+        let sent = tokio::time::Instant::now();
         let outcome = supervisor.quorum.call(beat).await;
         match outcome {
             Ok(answer) if answer.code == code::SUCCESS => {
+                supervisor.last_beat.set(Some(sent));
                 if failing {
                     tracing::info!(controller = ?supervisor.quorum.leader(), "controller mode: heartbeats answered again");
                 }

@@ -27,7 +27,8 @@ use crate::node::{Assignment, NodeHandle, RoleAssignment};
 use crate::node_config::NodeConfig;
 use crate::remoting::codes::response as code;
 use crate::replication::epoch_store::EpochStore;
-use crate::store::ReplicaGate;
+use crate::store::{ReplicaGate, WriteLease};
+use tokio::time::Instant;
 
 /// How the supervisor ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -50,6 +51,11 @@ pub struct Supervisor {
     pub(super) id: Cell<i64>,
     /// What the heartbeats say of the log.
     pub(super) facts: Cell<(i32, i64)>,
+    /// When the last heartbeat the controllers answered was sent.
+    pub(super) last_beat: Cell<Option<Instant>>,
+    /// Set before a run stops for a role change (its registration keeps the name servers'
+    /// entries for the next run to replace).
+    pub(super) role_change: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Woken by a NOTIFY_BROKER_ROLE_CHANGED a run's broker received.
     pub(super) role_notices: std::sync::Arc<tokio::sync::Notify>,
 }
@@ -70,6 +76,8 @@ impl Supervisor {
             address,
             id: Cell::new(0),
             facts: Cell::new((0, 0)),
+            last_beat: Cell::new(None),
+            role_change: std::sync::Arc::default(),
             role_notices: std::sync::Arc::new(tokio::sync::Notify::new()),
         })
     }
@@ -92,6 +100,26 @@ impl Supervisor {
         }
     }
 
+    /// How long the controllers' word that this broker is master holds: the heartbeat
+    /// timeout they count it dead after, less two heartbeat intervals, so the lease ends
+    /// before they may elect another master (they count from a beat's arrival, the lease
+    /// from its sending). The config relations keep it above one interval.
+    pub(super) fn lease_length(&self) -> Duration {
+        let interval = self.config.broker_heartbeat_interval;
+        self.config
+            .controller_heart_beat_timeout_mills
+            .saturating_sub(interval * 2)
+    }
+
+    /// Extends `lease` after the controllers named this broker master in an answer to a
+    /// request sent at `asked`: from the earlier of that and the last heartbeat they
+    /// answered (both must be recent for the controllers to count it alive and master).
+    pub(super) fn renew(&self, lease: &WriteLease, asked: Instant) {
+        if let Some(beat) = self.last_beat.get() {
+            lease.renew_until(beat.min(asked) + self.lease_length());
+        }
+    }
+
     /// The highest epoch any shard's log holds (0 for none), read from the epoch files
     /// while no run is open.
     fn stored_epoch(&self) -> anyhow::Result<u32> {
@@ -111,6 +139,7 @@ impl Supervisor {
         let id = self.id.get();
         let mut complained = false;
         loop {
+            let asked = Instant::now();
             let view = match self.register().await {
                 Ok(view) => view,
                 Err(why) => {
@@ -132,7 +161,16 @@ impl Supervisor {
                     if epoch > stored {
                         // The gate starts up: the watch sets it from the set it holds.
                         let replicas = ReplicaGate::new(true);
-                        return Ok((RoleAssignment::Master { epoch, replicas }, view));
+                        let lease = WriteLease::new();
+                        self.renew(&lease, asked);
+                        return Ok((
+                            RoleAssignment::Master {
+                                epoch,
+                                replicas,
+                                lease,
+                            },
+                            view,
+                        ));
                     }
                     anyhow::ensure!(
                         epoch == stored,
@@ -274,7 +312,10 @@ impl Supervisor {
         let assignment = Assignment {
             role: role.clone(),
             role_notices: self.role_notices.clone(),
+            role_change: self.role_change.clone(),
         };
+        self.role_change
+            .store(false, std::sync::atomic::Ordering::Release);
         tokio::task::spawn_blocking(move || crate::node::start_assigned(config, Some(assignment)))
             .await
             .map_err(|error| anyhow::anyhow!("the run's start panicked: {error}"))?
