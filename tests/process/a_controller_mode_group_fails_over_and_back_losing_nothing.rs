@@ -108,22 +108,59 @@ fn held(broker: SocketAddr) -> BTreeSet<Vec<u8>> {
     read_topic(broker, TOPIC, &QUEUES).into_values().collect()
 }
 
+/// A name server, three controllers and the group's two brokers, the first elected
+/// master and the second in its SyncStateSet, the topic created on the master.
+struct Group {
+    cluster: ProcessCluster,
+    controllers: ControllerGroup,
+    /// The first broker's controller id and master epoch.
+    first_id: i64,
+    first_epoch: i32,
+}
+
+/// The brokers' indexes in the cluster.
+const FIRST: usize = 0;
+const SECOND: usize = 1;
+
+impl Group {
+    fn start() -> Group {
+        let mut cluster = ProcessCluster::new(1);
+        cluster.start_name_servers();
+        let controllers = ControllerGroup::start(cluster.dir());
+        assert_eq!(cluster.add_broker(spec(0, &controllers)), FIRST);
+        let (first_id, first_epoch) = wait_group(&cluster, &controllers, 1, None);
+        assert_eq!(cluster.add_broker(spec(1, &controllers)), SECOND);
+        let (master, epoch) = wait_group(&cluster, &controllers, 2, None);
+        assert_eq!(
+            (master, epoch),
+            (first_id, first_epoch),
+            "the first broker stays master"
+        );
+        create_topic(cluster.brokers[FIRST].addr, TOPIC, 4, 4, 6);
+        Group {
+            cluster,
+            controllers,
+            first_id,
+            first_epoch,
+        }
+    }
+
+    fn addrs(&self) -> (SocketAddr, SocketAddr) {
+        let brokers = &self.cluster.brokers;
+        (brokers[FIRST].addr, brokers[SECOND].addr)
+    }
+}
+
 #[test]
 fn a_group_in_controller_mode_fails_over_to_its_slave_and_back_losing_nothing() {
-    let mut cluster = ProcessCluster::new(1);
-    cluster.start_name_servers();
-    let controllers = ControllerGroup::start(cluster.dir());
-    let first = cluster.add_broker(spec(0, &controllers));
-    let (first_id, first_epoch) = wait_group(&cluster, &controllers, 1, None);
-    let second = cluster.add_broker(spec(1, &controllers));
-    let (master, epoch) = wait_group(&cluster, &controllers, 2, None);
-    assert_eq!(
-        (master, epoch),
-        (first_id, first_epoch),
-        "the first broker stays master"
-    );
+    let Group {
+        mut cluster,
+        controllers,
+        first_id,
+        first_epoch,
+    } = Group::start();
+    let (first, second) = (FIRST, SECOND);
     let (a, b) = (cluster.brokers[first].addr, cluster.brokers[second].addr);
-    create_topic(a, TOPIC, 4, 4, 6);
     let mut acknowledged = send_all(&cluster, a, "first", 200);
 
     cluster.brokers[first].kill();
@@ -178,15 +215,15 @@ fn a_group_in_controller_mode_fails_over_to_its_slave_and_back_losing_nothing() 
 /// with anything but SEND_OK (its write lease lapsed), then follows the new master.
 #[test]
 fn a_paused_master_is_replaced_and_acknowledges_nothing_after_its_lease() {
-    let mut cluster = ProcessCluster::new(1);
-    cluster.start_name_servers();
-    let controllers = ControllerGroup::start(cluster.dir());
-    let first = cluster.add_broker(spec(0, &controllers));
-    let (first_id, first_epoch) = wait_group(&cluster, &controllers, 1, None);
-    let second = cluster.add_broker(spec(1, &controllers));
-    wait_group(&cluster, &controllers, 2, None);
-    let (a, b) = (cluster.brokers[first].addr, cluster.brokers[second].addr);
-    create_topic(a, TOPIC, 4, 4, 6);
+    let group = Group::start();
+    let (a, b) = group.addrs();
+    let Group {
+        cluster,
+        controllers,
+        first_id,
+        first_epoch,
+    } = group;
+    let first = FIRST;
     let acknowledged = send_all(&cluster, a, "before", 100);
 
     let connected = run_local(false, async move { Client::connect(a).await.is_ok() });

@@ -106,8 +106,8 @@ fn log_facts_only_move_forward_and_feed_the_election() {
     assert_eq!(table.alive_in_group("c", "g", 20)[&1].epoch, 4);
 }
 
-#[test]
-fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
+/// Brokers 1 and 2 of group `g`, 1 elected master.
+fn with_master_1() -> ReplicasInfo {
     let mut state = registered(&[1, 2]);
     let elect = Command::ElectMaster {
         broker_name: "g".into(),
@@ -117,6 +117,12 @@ fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
         expected_sync_state_set_epoch: 0,
     };
     assert_eq!(state.apply_command(&elect).code(), 0);
+    state
+}
+
+#[test]
+fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
+    let mut state = with_master_1();
     let mut table = BrokerLiveness::new(LivenessLimits::default());
     table.record(&state, &beat(Some(1), 1, 0), 0);
     table.record(&state, &beat(Some(2), 1, 0), 9_000);
@@ -145,15 +151,7 @@ fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
 
 #[test]
 fn in_a_new_leaders_grace_only_a_master_heard_from_or_seen_closing_counts_dead() {
-    let mut state = registered(&[1, 2]);
-    let elect = Command::ElectMaster {
-        broker_name: "g".into(),
-        new_master: Some(1),
-        unclean: false,
-        expected_master_epoch: 0,
-        expected_sync_state_set_epoch: 0,
-    };
-    assert_eq!(state.apply_command(&elect).code(), 0);
+    let state = with_master_1();
     let mut table = BrokerLiveness::new(LivenessLimits::default());
     table.record(&state, &beat(Some(2), 1, 0), 0);
     assert_eq!(
