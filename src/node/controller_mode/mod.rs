@@ -35,6 +35,7 @@ use crate::controller::replicas::broker_calls::GroupView;
 use crate::node::{NodeHandle, RoleAssignment};
 use crate::node_config::NodeConfig;
 use crate::remoting::codes::response as code;
+use crate::store::WriteLease;
 
 /// Runs a broker in controller mode until `stop` resolves (a clean stop) or a run's node
 /// stops on its own. `on_run` is told of every run once it serves.
@@ -125,7 +126,10 @@ async fn watch_role(
     }
     let mut keeper = SetKeeper::new(supervisor.id.get(), config.ha_max_time_slave_not_catchup);
     let mut expanding = false;
+    // Transitions only are logged; a run may begin before its first renewal.
+    let mut lease_held = run.write_lease().is_none_or(WriteLease::holds);
     loop {
+        log_lease_change(run, &mut lease_held);
         tokio::select! {
             asked = async { tokio::select! { _ = poll.tick() => {}, () = supervisor.role_notices.notified() => {} }; tokio::time::Instant::now() } => match supervisor.replica_info().await {
                 Ok(now) if supervisor.role_changed(run, &now) => {
@@ -168,6 +172,22 @@ async fn watch_role(
                 }
             }
         }
+    }
+}
+
+/// Logs when a master run's write lease lapses or holds again (`held`: at the last look).
+fn log_lease_change(run: &RoleAssignment, held: &mut bool) {
+    let holds = run.write_lease().is_none_or(WriteLease::holds);
+    if holds == *held {
+        return;
+    }
+    *held = holds;
+    match holds {
+        true => tracing::info!("controller mode: the write lease holds: acknowledging"),
+        false => tracing::warn!(
+            "controller mode: the write lease lapsed (no answer from the controllers naming \
+             this broker master): refusing sends and holding acknowledgements"
+        ),
     }
 }
 
