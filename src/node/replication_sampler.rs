@@ -38,7 +38,7 @@ use crate::store::{Store, StoreError};
 pub const SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Offsets carry the shard id in their top byte (D4); some figures are within the shard.
-const WITHIN_SHARD: u64 = (1 << 56) - 1;
+pub(super) const WITHIN_SHARD: u64 = (1 << 56) - 1;
 
 /// The side a shard's replication runs, for its figures.
 #[derive(Clone)]

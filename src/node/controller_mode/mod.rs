@@ -226,7 +226,7 @@ async fn propose(
 /// The sum over shards of each log's written end within its shard: what ranks this
 /// broker among election candidates.
 fn written_sum(figures: &[crate::metrics::ReplicationFigures]) -> i64 {
-    const WITHIN_SHARD: u64 = (1 << 56) - 1;
+    use crate::node::replication_sampler::WITHIN_SHARD;
     let sum: u64 = figures.iter().map(|f| f.written & WITHIN_SHARD).sum();
     i64::try_from(sum).unwrap_or(i64::MAX)
 }

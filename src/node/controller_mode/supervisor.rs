@@ -138,6 +138,9 @@ impl Supervisor {
     pub(super) async fn settle_role(&self) -> anyhow::Result<(RoleAssignment, GroupView)> {
         let id = self.id.get();
         let mut complained = false;
+        // No run is open while the role settles: the epoch files do not change meanwhile.
+        let stored = self.stored_epoch()?;
+        self.facts.set((stored as i32, self.facts.get().1));
         loop {
             let asked = Instant::now();
             let view = match self.register().await {
@@ -153,8 +156,6 @@ impl Supervisor {
                     continue;
                 }
             };
-            let stored = self.stored_epoch()?;
-            self.facts.set((stored as i32, self.facts.get().1));
             match (view.master, view.master_address.as_deref()) {
                 (Some(master), _) if master == id => {
                     let epoch = u32::try_from(view.master_epoch).unwrap_or(0);

@@ -82,9 +82,7 @@ impl SetKeeper {
         self.last_caught_up.retain(|id, _| set.contains(id));
         if let Some((joining, written)) = &self.pending {
             let holds = joining.iter().all(|&id| holds_all(shards, written, id));
-            let streaming = joining
-                .iter()
-                .all(|&id| holds_all(shards, &vec![0; shards.len()], id));
+            let streaming = joining.iter().all(|&id| streams_all(shards, id));
             return match (holds, streaming) {
                 (true, _) => Step::Propose(set.union(joining).copied().collect()),
                 (false, true) => Step::Nothing,
@@ -144,16 +142,27 @@ impl SetKeeper {
 
 /// Whether slave `id` streams on every shard with an ack at least that shard's `written`.
 fn holds_all(shards: &[ReplicationFigures], written: &[u64], id: i64) -> bool {
+    shards.len() == written.len()
+        && shards
+            .iter()
+            .zip(written)
+            .all(|(figures, &written)| streams_past(figures, written, id))
+}
+
+/// Whether slave `id` streams on every shard.
+fn streams_all(shards: &[ReplicationFigures], id: i64) -> bool {
+    shards.iter().all(|figures| streams_past(figures, 0, id))
+}
+
+/// Whether slave `id` streams on the shard of `figures` with an ack at least `written`.
+fn streams_past(figures: &ReplicationFigures, written: u64, id: i64) -> bool {
     let Ok(id) = u64::try_from(id) else {
         return false;
     };
-    shards.len() == written.len()
-        && shards.iter().zip(written).all(|(figures, &written)| {
-            figures
-                .peers
-                .iter()
-                .any(|peer| peer.slave_id == Some(id) && peer.streaming && peer.ack >= written)
-        })
+    figures
+        .peers
+        .iter()
+        .any(|peer| peer.slave_id == Some(id) && peer.streaming && peer.ack >= written)
 }
 
 #[cfg(test)]
