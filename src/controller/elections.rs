@@ -125,15 +125,11 @@ impl ControllerNode {
             return;
         }
         let since = self.leader_since_ms.get().unwrap_or(u64::MAX);
-        let grace = self.liveness.borrow().limits().default_timeout_ms;
         let now = self.now_ms();
-        // Within one heartbeat timeout of its leadership's start this leader may not have
-        // heard from a live master yet: only masters it heard from count.
-        let in_grace = now < since.saturating_add(grace);
         let groups = self.raft.with_state(|state| {
             let liveness = self.liveness.borrow();
             let mut groups = Vec::new();
-            for name in liveness.groups_to_reelect(state, now, in_grace) {
+            for name in liveness.groups_to_reelect(state, now, since) {
                 let cluster = state.group(&name).map(|g| g.cluster_name.clone());
                 groups.extend(cluster.map(|cluster| (cluster, name)));
             }

@@ -40,6 +40,14 @@ use crate::remoting::codes::{request as req, response as code};
 use crate::remoting::command::{bad_header, RemotingCommand};
 use crate::server::connection::RequestHandler;
 
+/// How recently a quorum must have acknowledged this leader for its answer to a heartbeat
+/// to renew the broker's write lease. A deposed leader that does not know it yet answers
+/// no later than this past its last acknowledgement, before which no other leader began;
+/// the broker's lease is its heartbeat timeout less two beats, and a beat is at least
+/// 50 ms apart (`brokerHeartbeatInterval`'s floor), so the lease ends before any leader
+/// may count the broker dead. Raft's own heartbeats go every 50 ms.
+pub const LEASE_CONFIRM: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One controller node.
 pub struct ControllerNode {
     pub(super) raft: ControllerRaft<ReplicasInfo>,
@@ -197,6 +205,16 @@ impl ControllerNode {
             self.heartbeat_peers.borrow_mut().insert(peer, key);
         }
         match status {
+            HeartbeatStatus::Recorded if !self.raft.leadership_confirmed_within(LEASE_CONFIRM) => {
+                // Recorded (a leader that is still one knows the broker lives), but not
+                // answered SUCCESS: the answer renews the broker's write lease, and a
+                // leader cut from its quorum may have been replaced already.
+                let message = format!(
+                    "this controller's leadership was not confirmed by a quorum within \
+                     {LEASE_CONFIRM:?}: the beat renews no lease"
+                );
+                responses::refused(request, code::SYSTEM_BUSY, &message)
+            }
             HeartbeatStatus::Recorded => RemotingCommand::response_to(request, code::SUCCESS, None),
             refused => responses::refused(request, refused.code(), &format!("{refused:?}")),
         }
@@ -236,7 +254,7 @@ impl ControllerNode {
         let ask = RegisterBrokerRequest::parse(request).map_err(|e| e.to_string())?;
         let known = self.raft.with_state(|state| {
             let group = state.group(&ask.broker_name)?;
-            Some(group.address(ask.broker_id).map(str::to_owned))
+            Some(group.brokers.get(&ask.broker_id).cloned())
         });
         match known {
             None | Some(None) => {
@@ -250,12 +268,18 @@ impl ControllerNode {
                     &message,
                 ));
             }
-            Some(Some(address)) if address != ask.broker_address => {
+            Some(Some(entry))
+                if entry.address != ask.broker_address
+                    || ask
+                        .heartbeat_timeout_ms
+                        .is_some_and(|ms| entry.heartbeat_timeout_ms != Some(ms)) =>
+            {
                 let command = Command::UpdateBrokerAddress {
                     cluster_name: ask.cluster_name.clone(),
                     broker_name: ask.broker_name.clone(),
                     broker_id: ask.broker_id,
                     address: ask.broker_address.clone(),
+                    heartbeat_timeout_ms: ask.heartbeat_timeout_ms,
                 };
                 if let Err(refusal) = self.commit(command).await {
                     return Ok(refusal.answer(request));

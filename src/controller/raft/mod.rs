@@ -40,6 +40,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::ClientWriteError;
@@ -199,6 +200,23 @@ impl<S: ReplicatedState> ControllerRaft<S> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow_watched();
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.id)
+    }
+
+    /// Whether this node leads and a quorum acknowledged it within `bound`: the
+    /// acknowledged heartbeat was sent at most `bound` ago, so no other leader could have
+    /// been elected before then (a voter of the new leader's quorum acknowledged this one
+    /// first). A node alone in its group is its own quorum.
+    pub fn leadership_confirmed_within(&self, bound: Duration) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(self.id);
+        let alone = self.peers.len() == 1;
+        leads
+            && (alone
+                || metrics
+                    .last_quorum_acked
+                    .as_ref()
+                    .is_some_and(|acked| openraft::Instant::elapsed(&**acked) <= bound))
     }
 
     /// The term this node leads in, if it leads now: two spells of leadership are told

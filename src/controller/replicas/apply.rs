@@ -54,6 +54,7 @@ impl ReplicasInfo {
                 BrokerEntry {
                     address: address.clone(),
                     register_check_code: register_check_code.clone(),
+                    heartbeat_timeout_ms: None,
                 },
             ),
             Command::UpdateBrokerAddress {
@@ -61,7 +62,12 @@ impl ReplicasInfo {
                 broker_name,
                 broker_id,
                 address,
-            } => self.update_broker_address(cluster_name, broker_name, *broker_id, address),
+                heartbeat_timeout_ms,
+            } => self.update_broker_address(
+                (cluster_name, broker_name, *broker_id),
+                address,
+                *heartbeat_timeout_ms,
+            ),
             Command::ElectMaster { .. } => self.elect_master(command),
             Command::AlterSyncStateSet { .. } => self.alter_sync_state_set(command),
             Command::CleanBrokerData {
@@ -155,10 +161,9 @@ impl ReplicasInfo {
 
     fn update_broker_address(
         &mut self,
-        cluster_name: &str,
-        broker_name: &str,
-        broker_id: BrokerId,
+        (cluster_name, broker_name, broker_id): (&str, &str, BrokerId),
         address: &str,
+        heartbeat_timeout_ms: Option<u64>,
     ) -> Applied {
         let group = self.group_mut(broker_name, code::CONTROLLER_BROKER_NEED_TO_BE_REGISTERED)?;
         let entry = match group.brokers.get_mut(&broker_id) {
@@ -171,6 +176,9 @@ impl ReplicasInfo {
             }
         };
         entry.address = address.to_owned();
+        if heartbeat_timeout_ms.is_some() {
+            entry.heartbeat_timeout_ms = heartbeat_timeout_ms;
+        }
         Ok(Response::BrokerAddressUpdated {
             broker_id,
             address: address.to_owned(),

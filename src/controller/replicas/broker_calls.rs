@@ -45,13 +45,23 @@ impl BrokerName {
         request(code::CONTROLLER_APPLY_BROKER_ID, &fields)
     }
 
-    /// CONTROLLER_REGISTER_BROKER (1003).
-    pub fn register(&self, id: BrokerId, address: &str, now_ms: u64) -> RemotingCommand {
+    /// CONTROLLER_REGISTER_BROKER (1003), with ringmq's `heartbeatTimeoutMills`: the
+    /// controllers keep it, so a new leader knows how long this broker's lease may outlast
+    /// its last answered beat.
+    pub fn register(
+        &self,
+        id: BrokerId,
+        address: &str,
+        heartbeat_timeout_ms: u64,
+        now_ms: u64,
+    ) -> RemotingCommand {
         let (id, now) = (id.to_string(), now_ms.to_string());
+        let timeout = heartbeat_timeout_ms.to_string();
         let mut fields = self.names();
         fields.extend([
             ("brokerId", id.as_str()),
             ("brokerAddress", address),
+            ("heartbeatTimeoutMills", timeout.as_str()),
             ("invokeTime", now.as_str()),
         ]);
         request(code::CONTROLLER_REGISTER_BROKER, &fields)

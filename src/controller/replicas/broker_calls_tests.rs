@@ -29,6 +29,7 @@ fn group() -> GroupState {
         let entry = BrokerEntry {
             address: address.into(),
             register_check_code: format!("{address};1"),
+            heartbeat_timeout_ms: None,
         };
         group.brokers.insert(id, entry);
     }
@@ -50,11 +51,20 @@ fn every_request_is_what_the_controller_parses() {
     assert_eq!(apply.register_check_code, "10.0.0.3:1;77");
     assert_eq!(apply.address(), "10.0.0.3:1");
 
-    let register = RegisterBrokerRequest::parse(&name().register(3, "10.0.0.3:1", 5)).unwrap();
+    let register =
+        RegisterBrokerRequest::parse(&name().register(3, "10.0.0.3:1", 1_500, 5)).unwrap();
     assert_eq!(
-        (register.broker_id, register.broker_address.as_str()),
-        (3, "10.0.0.3:1")
+        (
+            register.broker_id,
+            register.broker_address.as_str(),
+            register.heartbeat_timeout_ms
+        ),
+        (3, "10.0.0.3:1", Some(1_500))
     );
+    let mut zero = name().register(3, "10.0.0.3:1", 1_500, 5);
+    zero.put_ext("heartbeatTimeoutMills", "0");
+    let refused = RegisterBrokerRequest::parse(&zero).unwrap_err().to_string();
+    assert!(refused.contains("heartbeatTimeoutMills"), "{refused}");
 
     let elect = ElectMasterRequest::parse(&name().elect(3, 5)).unwrap();
     assert_eq!(elect.trigger(), ElectTrigger::Broker(3));
@@ -98,7 +108,7 @@ fn the_view_is_read_from_every_answer_that_carries_it() {
         sync_state_set: BTreeSet::from([1, 2]),
         sync_state_set_epoch: 6,
     };
-    let ask = name().register(1, "10.0.0.1:10911", 0);
+    let ask = name().register(1, "10.0.0.1:10911", 1_500, 0);
     let registered = responses::register_broker(&ask, "c", "g", &group, true);
     assert_eq!(GroupView::read(&registered).unwrap(), expected);
 

@@ -39,12 +39,16 @@ pub enum Command {
         address: String,
         register_check_code: String,
     },
-    /// A registered broker came back with another address (CONTROLLER_REGISTER_BROKER).
+    /// A registered broker came back with another address or heartbeat timeout
+    /// (CONTROLLER_REGISTER_BROKER).
     UpdateBrokerAddress {
         cluster_name: String,
         broker_name: String,
         broker_id: BrokerId,
         address: String,
+        /// Kept when `None` (a Java broker names none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        heartbeat_timeout_ms: Option<u64>,
     },
     /// The outcome of an election ([`super::election`]): a new master, or none (the master
     /// is gone and no replica may take over). Refused unless the group's epochs are still

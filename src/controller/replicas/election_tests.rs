@@ -16,6 +16,7 @@ fn group(master: Option<BrokerId>, set: &[BrokerId]) -> GroupState {
         let entry = BrokerEntry {
             address: format!("a{id}"),
             register_check_code: format!("a{id};0"),
+            heartbeat_timeout_ms: None,
         };
         group.brokers.insert(id, entry);
     }

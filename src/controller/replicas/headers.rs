@@ -82,6 +82,9 @@ pub struct RegisterBrokerRequest {
     pub broker_name: String,
     pub broker_id: BrokerId,
     pub broker_address: String,
+    /// ringmq's addition (`heartbeatTimeoutMills`, as the heartbeat names it): the
+    /// broker's heartbeat timeout, kept in the group's state.
+    pub heartbeat_timeout_ms: Option<u64>,
 }
 
 impl RegisterBrokerRequest {
@@ -91,7 +94,24 @@ impl RegisterBrokerRequest {
             broker_name: request.get_str("brokerName")?.to_owned(),
             broker_id: request.get_i64("brokerId")?,
             broker_address: request.get_str("brokerAddress")?.to_owned(),
+            heartbeat_timeout_ms: positive_millis(request, "heartbeatTimeoutMills")?,
         })
+    }
+}
+
+/// An optional field of milliseconds that must be above zero when present.
+fn positive_millis(
+    request: &RemotingCommand,
+    field: &'static str,
+) -> Result<Option<u64>, RequestError> {
+    match request.opt_i64(field)? {
+        None => Ok(None),
+        Some(ms) if ms > 0 => Ok(Some(ms.unsigned_abs())),
+        Some(ms) => Err(RequestError::Field(FieldError::Invalid {
+            field: field.to_owned(),
+            value: ms.to_string(),
+            expected: "positive number of milliseconds",
+        })),
     }
 }
 

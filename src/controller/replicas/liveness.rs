@@ -270,14 +270,16 @@ impl BrokerLiveness {
     /// The groups whose master is not alive while another of their brokers is: the ones
     /// the controller should elect for (Java's `scanNeedReelectBrokerSets`).
     ///
-    /// `heard_only`: count dead only masters this table heard from or saw close their
-    /// connection (a new leader's grace: a master it has not heard from yet may be alive,
-    /// beating to the old leader; one whose connection closed is dead whenever).
+    /// `leading_since_ms`: when this table's leadership began. A master it has not heard
+    /// from (nor seen close its connection) may be alive, beating to the old leader, until
+    /// one heartbeat timeout of that master's has passed since: its own, kept in the state
+    /// when it registered, else the default. Its write lease, shorter than that timeout and
+    /// counted from a beat the old leader answered, has lapsed by then.
     pub fn groups_to_reelect(
         &self,
         state: &ReplicasInfo,
         now_ms: u64,
-        heard_only: bool,
+        leading_since_ms: u64,
     ) -> Vec<String> {
         let mut names = Vec::new();
         for (name, group) in state.groups() {
@@ -293,14 +295,29 @@ impl BrokerLiveness {
                 .brokers
                 .keys()
                 .any(|&id| self.is_alive(&key(id), now_ms));
+            let grace_ms = self.timeout_of(group.brokers.get(&master));
             let master = key(master);
-            let known =
-                !heard_only || self.entries.contains_key(&master) || self.closed.contains(&master);
+            let known = now_ms >= leading_since_ms.saturating_add(grace_ms)
+                || self.entries.contains_key(&master)
+                || self.closed.contains(&master);
             if known && !self.is_alive(&master, now_ms) && any_alive {
                 names.push(name.clone());
             }
         }
         names
+    }
+}
+
+impl BrokerLiveness {
+    /// The heartbeat timeout of a broker of the state: the one it registered with, within
+    /// the limits, else the default.
+    fn timeout_of(&self, entry: Option<&super::state::BrokerEntry>) -> u64 {
+        let limits = self.limits;
+        entry
+            .and_then(|entry| entry.heartbeat_timeout_ms)
+            .map_or(limits.default_timeout_ms, |ms| {
+                ms.clamp(limits.min_timeout_ms, limits.max_timeout_ms)
+            })
     }
 }
 

@@ -127,15 +127,15 @@ fn cleaned_brokers_leave_the_table_and_dead_masters_are_reported() {
     table.record(&state, &beat(Some(1), 1, 0), 0);
     table.record(&state, &beat(Some(2), 1, 0), 9_000);
     assert_eq!(
-        table.groups_to_reelect(&state, 5_000, false),
+        table.groups_to_reelect(&state, 5_000, 0),
         Vec::<String>::new()
     );
     assert_eq!(
-        table.groups_to_reelect(&state, 15_000, false),
+        table.groups_to_reelect(&state, 15_000, 0),
         vec!["g".to_owned()]
     );
     assert_eq!(
-        table.groups_to_reelect(&state, 30_000, false),
+        table.groups_to_reelect(&state, 30_000, 0),
         Vec::<String>::new(),
         "all dead"
     );
@@ -155,25 +155,82 @@ fn in_a_new_leaders_grace_only_a_master_heard_from_or_seen_closing_counts_dead()
     let mut table = BrokerLiveness::new(LivenessLimits::default());
     table.record(&state, &beat(Some(2), 1, 0), 0);
     assert_eq!(
-        table.groups_to_reelect(&state, 10, true),
+        table.groups_to_reelect(&state, 10, 0),
         Vec::<String>::new(),
         "master 1 is unheard"
-    );
-    assert_eq!(
-        table.groups_to_reelect(&state, 10, false),
-        vec!["g".to_owned()]
     );
     table.record(&state, &beat(Some(1), 1, 0), 20);
     table.closed(&key(1));
     assert_eq!(
-        table.groups_to_reelect(&state, 30, true),
+        table.groups_to_reelect(&state, 30, 0),
         vec!["g".to_owned()],
         "its connection closed"
     );
     table.record(&state, &beat(Some(1), 1, 0), 40);
     assert_eq!(
-        table.groups_to_reelect(&state, 50, true),
+        table.groups_to_reelect(&state, 50, 0),
         Vec::<String>::new(),
         "it beats again"
+    );
+}
+
+#[test]
+fn an_unheard_master_counts_dead_one_of_its_registered_timeouts_into_a_leadership() {
+    let mut state = with_master_1();
+    let mut table = BrokerLiveness::new(LivenessLimits::default());
+    // The slave beats to the new leader, which began leading at 1 s; master 1 is silent.
+    table.record(&state, &beat(Some(2), 1, 0), 1_000);
+    let grace_of = |table: &BrokerLiveness, state: &ReplicasInfo, now| {
+        table.groups_to_reelect(state, now, 1_000)
+    };
+    assert!(
+        grace_of(&table, &state, 10_999).is_empty(),
+        "10 s by default"
+    );
+    table.record(&state, &beat(Some(2), 1, 0), 10_900);
+    assert_eq!(grace_of(&table, &state, 11_000), vec!["g".to_owned()]);
+
+    // Registered with a 1.5 s timeout, the master counts dead 1.5 s into the leadership.
+    let register = Command::UpdateBrokerAddress {
+        cluster_name: "c".into(),
+        broker_name: "g".into(),
+        broker_id: 1,
+        address: "a1".into(),
+        heartbeat_timeout_ms: Some(1_500),
+    };
+    assert_eq!(state.apply_command(&register).code(), 0);
+    let mut table = BrokerLiveness::new(LivenessLimits::default());
+    table.record(&state, &beat(Some(2), 1, 0), 1_000);
+    assert!(grace_of(&table, &state, 2_499).is_empty());
+    assert_eq!(grace_of(&table, &state, 2_500), vec!["g".to_owned()]);
+
+    // A register that names no timeout (a Java broker) keeps the one kept; a timeout
+    // below the floor counts as the floor.
+    let mut again = register.clone();
+    if let Command::UpdateBrokerAddress {
+        heartbeat_timeout_ms,
+        ..
+    } = &mut again
+    {
+        *heartbeat_timeout_ms = None;
+    }
+    assert_eq!(state.apply_command(&again).code(), 0);
+    assert_eq!(
+        state.group("g").unwrap().brokers[&1].heartbeat_timeout_ms,
+        Some(1_500)
+    );
+    if let Command::UpdateBrokerAddress {
+        heartbeat_timeout_ms,
+        ..
+    } = &mut again
+    {
+        *heartbeat_timeout_ms = Some(1);
+    }
+    assert_eq!(state.apply_command(&again).code(), 0);
+    assert!(grace_of(&table, &state, 1_499).is_empty());
+    assert_eq!(
+        grace_of(&table, &state, 1_500),
+        vec!["g".to_owned()],
+        "the 500 ms floor"
     );
 }

@@ -32,6 +32,12 @@ pub struct BrokerEntry {
     /// The code the broker applied its id with (`address;timestamp` in Java brokers): a
     /// re-application with the same code is the same broker retrying.
     pub register_check_code: String,
+    /// The heartbeat timeout the broker said it runs with when it registered
+    /// (`heartbeatTimeoutMills`, which ringmq brokers add to CONTROLLER_REGISTER_BROKER;
+    /// Java brokers do not): its write lease is shorter. A new leader that has not heard
+    /// from a master counts it dead this long after its leadership began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_timeout_ms: Option<u64>,
 }
 
 /// One broker group's state.

@@ -234,14 +234,19 @@ fn written_sum(figures: &[crate::metrics::ReplicationFigures]) -> i64 {
 /// Beats to the controller leader every `brokerHeartbeatInterval`, on the connection every
 /// call uses.
 async fn heartbeats(supervisor: Rc<Supervisor>) {
-    let mut ticks = tokio::time::interval(supervisor.config().broker_heartbeat_interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let interval = supervisor.config().broker_heartbeat_interval;
     let mut failing = false;
     loop {
-        ticks.tick().await;
         let beat = supervisor.name.heartbeat(&supervisor.heartbeat_facts());
         let sent = tokio::time::Instant::now();
         let outcome = supervisor.quorum.call(beat).await;
+        // A beat no leader answered is tried again soon: while the controllers elect a
+        // new leader, the lease runs from the last answered beat, and the first beat the
+        // new leader answers renews it.
+        let next = match &outcome {
+            Ok(answer) if answer.code == code::SUCCESS => sent + interval,
+            _ => tokio::time::Instant::now() + BEAT_RETRY.min(interval),
+        };
         match outcome {
             Ok(answer) if answer.code == code::SUCCESS => {
                 supervisor.last_beat.set(Some(sent));
@@ -260,8 +265,12 @@ async fn heartbeats(supervisor: Rc<Supervisor>) {
             }
             _ => {}
         }
+        tokio::time::sleep_until(next).await;
     }
 }
+
+/// How soon a heartbeat no leader answered is sent again.
+const BEAT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The controller id in the store's `brokerIdentity`, or one applied for now; while no
 /// controller answers as leader (the controllers are starting), tried again every

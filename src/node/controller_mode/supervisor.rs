@@ -200,7 +200,10 @@ impl Supervisor {
     }
 
     async fn register(&self) -> Result<GroupView, String> {
-        let request = self.name.register(self.id.get(), &self.address, now_ms());
+        let timeout = millis(self.config.controller_heart_beat_timeout_mills);
+        let request = self
+            .name
+            .register(self.id.get(), &self.address, timeout, now_ms());
         let answer = self.quorum.call(request).await.map_err(|e| e.to_string())?;
         if answer.code != code::SUCCESS {
             return Err(format!(
