@@ -27,6 +27,7 @@ mod broker_registers_with_a_name_server_that_starts_late;
 mod brokers_register_with_every_name_server;
 mod cluster_broker_conf_refusals;
 mod cluster_quick_start_configs_load;
+mod failover_campaign;
 mod kill_during_delay_delivery;
 mod kill_during_pop;
 mod kill_during_retention;

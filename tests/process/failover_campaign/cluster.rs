@@ -1,0 +1,253 @@
+//! The campaign's cluster: three controllers, one name server, and two broker groups of two
+//! brokers each in controller mode (SYNC_MASTER), every broker reaching each controller
+//! through a [`FaultProxy`] of its own, so a master can be cut from the controllers while
+//! its clients and its slave still reach it. What it offers the episode: who is master of
+//! a group, and each fault's injection and heal.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::faults::{Kind, Plan};
+use super::proxy::{FaultProxy, Link};
+use super::workload::{master_of, QUEUES, TOPIC};
+use crate::common::process_cluster::{create_topic, routed_to, BrokerSpec, ProcessCluster};
+use crate::common::process_controllers::{leader, replica_info, Controller, ControllerGroup};
+use crate::common::run_local;
+
+pub const GROUPS: [&str; 2] = ["broker-a", "broker-b"];
+/// How long the cluster may take to form, or to form again after a heal: every group with
+/// a master and both brokers in its SyncStateSet (debug builds, a shared machine).
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(90);
+
+pub struct CampaignCluster {
+    pub cluster: ProcessCluster,
+    pub controllers: ControllerGroup,
+    /// Per broker, at its index in `cluster.brokers`: its proxy to each controller.
+    proxies: Vec<Vec<FaultProxy>>,
+    /// Per group of [`GROUPS`]: its brokers' indexes.
+    members: Vec<Vec<usize>>,
+}
+
+/// What undoes an injected fault.
+pub enum Heal {
+    StartBroker(usize),
+    StartController(usize),
+    Resume(usize),
+    OpenLinks(usize),
+}
+
+/// Flips one bit in the last 4 KiB of the written part of the last CommitLog segment in
+/// `dir` that holds any (odd `draw`), or zeroes from a drawn point of them to the end
+/// (even `draw`); the written part ends at its last byte that is not zero (segments are
+/// made whole, zero-filled, ahead of the writes).
+fn damage_tail(dir: &std::path::Path, draw: u64) {
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .expect("the slave's CommitLog directory")
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    segments.sort();
+    for segment in segments.iter().rev() {
+        let mut bytes = std::fs::read(segment).expect("read a segment");
+        let Some(last) = bytes.iter().rposition(|&b| b != 0) else {
+            continue;
+        };
+        let end = last + 1;
+        let span = end.min(4096) as u64;
+        let at = end - 1 - (draw / 2 % span) as usize;
+        if draw % 2 == 1 {
+            bytes[at] ^= 1 << (draw / 8192 % 8);
+        } else {
+            bytes[at..end].fill(0);
+        }
+        std::fs::write(segment, &bytes).expect("write the damaged segment");
+        return;
+    }
+}
+
+impl CampaignCluster {
+    /// Starts the cluster with `shards` shards per broker and waits until it formed, the
+    /// topic created on every master and routed to both groups.
+    pub fn start(shards: u8) -> CampaignCluster {
+        let mut cluster = ProcessCluster::new(1);
+        cluster.start_name_servers();
+        let controllers = ControllerGroup::start(cluster.dir());
+        let mut proxies = Vec::new();
+        let mut members = vec![Vec::new(); GROUPS.len()];
+        for n in 0..2 {
+            for (g, group) in GROUPS.iter().enumerate() {
+                let links: Vec<FaultProxy> = controllers
+                    .addrs()
+                    .into_iter()
+                    .map(FaultProxy::start)
+                    .collect();
+                let controller_addr: Vec<String> =
+                    links.iter().map(|p| p.addr().to_string()).collect();
+                let spec = BrokerSpec::master(group)
+                    .id(n)
+                    .set("brokerId", 0)
+                    .set("shards", shards)
+                    .set("brokerRole", "SYNC_MASTER")
+                    .set("enableControllerMode", true)
+                    .set("controllerAddr", controller_addr.join(";"))
+                    .set("checkSyncStateSetPeriod", 200);
+                members[g].push(cluster.add_broker(spec));
+                proxies.push(links);
+            }
+        }
+        let mut formed = CampaignCluster {
+            cluster,
+            controllers,
+            proxies,
+            members,
+        };
+        formed.wait_settled("the cluster to form");
+        for group in GROUPS {
+            let master = formed.master(group);
+            create_topic(
+                formed.cluster.brokers[master].addr,
+                TOPIC,
+                4,
+                QUEUES as u32,
+                6,
+            );
+        }
+        let namesrv = formed.cluster.name_servers[0].addr;
+        formed
+            .cluster
+            .wait_until(SETTLE_LIMIT, "the topic routed to both groups", || {
+                routed_to(namesrv, TOPIC, &GROUPS)
+            });
+        formed
+    }
+
+    pub fn namesrv(&self) -> SocketAddr {
+        self.cluster.name_servers[0].addr
+    }
+
+    /// Waits until every broker runs and every group has a master and both brokers in its
+    /// SyncStateSet; panics with the logs past [`SETTLE_LIMIT`].
+    pub fn wait_settled(&mut self, what: &str) {
+        let addrs = self.controllers.addrs();
+        self.cluster.wait_until(SETTLE_LIMIT, what, || {
+            GROUPS.iter().all(|group| {
+                let info = run_local(false, replica_info(&addrs, group));
+                matches!(info, Some((Some(_), _, set)) if set.len() == 2)
+            })
+        });
+    }
+
+    /// The index of `group`'s master, as the controllers name it; waits for one.
+    pub fn master(&self, group: &str) -> usize {
+        let addrs = self.controllers.addrs();
+        let mut found = None;
+        self.cluster
+            .wait_until(SETTLE_LIMIT, &format!("a master of {group}"), || {
+                found = run_local(false, master_of(&addrs, group))
+                    .and_then(|(addr, _)| self.cluster.brokers.iter().position(|b| b.addr == addr));
+                found.is_some()
+            });
+        found.expect("found")
+    }
+
+    /// The index of `group`'s other broker than `master`.
+    pub fn other(&self, group: usize, master: usize) -> usize {
+        let other = self.members[group].iter().find(|&&b| b != master);
+        *other.expect("two brokers a group")
+    }
+
+    /// The index of the controllers' leader.
+    fn controller_leader(&self) -> usize {
+        let addrs = self.controllers.addrs();
+        let at = run_local(false, leader(&addrs));
+        addrs
+            .iter()
+            .position(|&a| a == at)
+            .expect("a controller's address")
+    }
+
+    fn kill_controller(&mut self, i: usize) {
+        let child = &mut self.controllers.controllers[i].child;
+        child.kill().expect("SIGKILL a controller");
+        child.wait().expect("reap a controller");
+    }
+
+    /// Injects `plan`'s fault; what heals it.
+    pub fn inject(&mut self, plan: &Plan) -> Vec<Heal> {
+        let group = GROUPS[plan.group];
+        let links = |link: Link, master: usize, proxies: &[Vec<FaultProxy>]| {
+            for proxy in &proxies[master] {
+                proxy.set(link);
+            }
+        };
+        match plan.kind {
+            Kind::KillMaster => {
+                let master = self.master(group);
+                self.cluster.brokers[master].kill();
+                vec![Heal::StartBroker(master)]
+            }
+            Kind::KillSlave => {
+                let slave = self.other(plan.group, self.master(group));
+                self.cluster.brokers[slave].kill();
+                vec![Heal::StartBroker(slave)]
+            }
+            Kind::KillControllerLeader => {
+                let leader = self.controller_leader();
+                self.kill_controller(leader);
+                vec![Heal::StartController(leader)]
+            }
+            Kind::KillMasterAndControllerLeader => {
+                let (master, leader) = (self.master(group), self.controller_leader());
+                self.cluster.brokers[master].kill();
+                self.kill_controller(leader);
+                // The controller first: the broker's start waits for its role.
+                vec![Heal::StartController(leader), Heal::StartBroker(master)]
+            }
+            Kind::PauseMaster => {
+                let master = self.master(group);
+                self.cluster.brokers[master].pause();
+                vec![Heal::Resume(master)]
+            }
+            Kind::CutMasterFromControllers => {
+                let master = self.master(group);
+                links(Link::Cut, master, &self.proxies);
+                vec![Heal::OpenLinks(master)]
+            }
+            Kind::MasterUnheardByControllers => {
+                let master = self.master(group);
+                links(Link::ClientSilenced, master, &self.proxies);
+                vec![Heal::OpenLinks(master)]
+            }
+            Kind::ControllersUnheardByMaster => {
+                let master = self.master(group);
+                links(Link::TargetSilenced, master, &self.proxies);
+                vec![Heal::OpenLinks(master)]
+            }
+            Kind::DamageSlaveTail => {
+                let slave = self.other(plan.group, self.master(group));
+                self.cluster.brokers[slave].kill();
+                let root = self.cluster.brokers[slave].props().get("storePathRootDir");
+                let root = std::path::PathBuf::from(root.expect("a store root"));
+                damage_tail(&root.join("shard-0").join("commitlog"), plan.draw);
+                vec![Heal::StartBroker(slave)]
+            }
+        }
+    }
+
+    pub fn heal(&mut self, heals: Vec<Heal>) {
+        for heal in heals {
+            match heal {
+                Heal::StartBroker(broker) => self.cluster.brokers[broker].start(),
+                Heal::StartController(i) => {
+                    let conf = self.controllers.confs[i].clone();
+                    self.controllers.controllers[i] = Controller::start(&conf);
+                }
+                Heal::Resume(broker) => self.cluster.brokers[broker].resume(),
+                Heal::OpenLinks(broker) => {
+                    for proxy in &self.proxies[broker] {
+                        proxy.set(Link::Open);
+                    }
+                }
+            }
+        }
+    }
+}
