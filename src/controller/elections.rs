@@ -38,10 +38,7 @@ impl ControllerNode {
         request: &RemotingCommand,
         ask: &ElectMasterRequest,
     ) -> RemotingCommand {
-        match self
-            .run_election(&ask.cluster_name, &ask.broker_name, ask.trigger())
-            .await
-        {
+        match self.run_election(&ask.broker_name, ask.trigger()).await {
             Ok(Elected::Applied(applied)) => {
                 responses::elect_master(request, &ask.broker_name, &applied)
             }
@@ -62,17 +59,12 @@ impl ControllerNode {
 
     /// Decides and commits one election of `group`, deciding again when the apply step
     /// found the group changed meanwhile.
-    async fn run_election(
-        &self,
-        cluster: &str,
-        group: &str,
-        trigger: ElectTrigger,
-    ) -> Result<Elected, Refusal> {
+    async fn run_election(&self, group: &str, trigger: ElectTrigger) -> Result<Elected, Refusal> {
         let attempts = self.config.elect_master_max_retry_count;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let command = match self.decide(cluster, group, trigger)? {
+            let command = match self.decide(group, trigger)? {
                 ElectionOutcome::Propose(command) => command,
                 ElectionOutcome::MasterStillExists { .. } => return Ok(Elected::MasterStays),
                 ElectionOutcome::Failed { code, message } => {
@@ -93,21 +85,20 @@ impl ControllerNode {
         }
     }
 
-    fn decide(
-        &self,
-        cluster: &str,
-        group: &str,
-        trigger: ElectTrigger,
-    ) -> Result<ElectionOutcome, Refusal> {
-        let alive = self
-            .liveness
-            .borrow()
-            .alive_in_group(cluster, group, self.now_ms());
+    /// Decides an election of `group`. Liveness is looked up under the cluster the group
+    /// registered in, whatever `clusterName` the request named: an operator's
+    /// `electMaster` without `-c` names none, and a wrong one would make every broker
+    /// look dead.
+    fn decide(&self, group: &str, trigger: ElectTrigger) -> Result<ElectionOutcome, Refusal> {
+        let now = self.now_ms();
         self.raft.with_state(|state| match state.group(group) {
             Some(found) => Ok(election::elect(
                 group,
                 found,
-                &alive,
+                &self
+                    .liveness
+                    .borrow()
+                    .alive_in_group(&found.cluster_name, group, now),
                 trigger,
                 self.config.enable_elect_unclean_master,
             )),
@@ -137,10 +128,7 @@ impl ControllerNode {
         });
         for (cluster, group) in groups {
             tracing::info!(%cluster, %group, "the master is not alive: electing");
-            if let Err(refusal) = self
-                .run_election(&cluster, &group, ElectTrigger::Controller)
-                .await
-            {
+            if let Err(refusal) = self.run_election(&group, ElectTrigger::Controller).await {
                 tracing::warn!(%group, ?refusal, "election failed");
             }
         }

@@ -104,9 +104,14 @@ pub fn elect(
     } else {
         Vec::new()
     };
+    // The master itself asks: it restarted, and its log may have lost a tail a slave of
+    // the set holds. The best live member of the set by its log wins, under a new epoch,
+    // whoever it is: the master again if none is ahead of it.
     if let ElectTrigger::Broker(id) = trigger {
         if group.master == Some(id) && clean.contains(&id) {
-            return propose(Some(id), false);
+            if let Choice::Elect(best) = choose(None, None, &clean, alive) {
+                return propose(Some(best), false);
+            }
         }
     }
     let designated = match trigger {

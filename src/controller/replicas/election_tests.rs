@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::controller::replicas::state::{BrokerEntry, GroupEpochs};
+use crate::controller::replicas::state::{BrokerEntry, GroupEpochs, ReplicasInfo};
 
 /// Brokers 1..=4, master `master`, set `set`, epochs 5 and 7.
 fn group(master: Option<BrokerId>, set: &[BrokerId]) -> GroupState {
@@ -67,11 +67,27 @@ fn an_alive_valid_master_stays() {
 }
 
 #[test]
-fn a_master_that_asks_is_elected_again_under_a_new_epoch() {
+fn a_master_that_asks_is_elected_again_under_a_new_epoch_unless_a_member_is_ahead() {
     let group = group(Some(1), &[1, 2]);
-    let alive = facts(&[(1, 5, 0, 0), (2, 5, 999, 0)]);
+    let alive = facts(&[(1, 5, 999, 0), (2, 5, 500, 0)]);
     let outcome = elect("g", &group, &alive, ElectTrigger::Broker(1), false);
     assert_eq!(winner(&outcome), (Some(1), false));
+    let mut state = ReplicasInfo::new();
+    state.groups.insert("g".into(), group.clone());
+    let ElectionOutcome::Propose(command) = outcome else {
+        unreachable!()
+    };
+    assert_eq!(
+        state.apply_command(&command).code(),
+        0,
+        "applied: the master again"
+    );
+    let applied = state.group("g").unwrap();
+    assert_eq!((applied.master, applied.master_epoch), (Some(1), 6));
+    // Its restart lost a tail the slave holds: the slave wins.
+    let ahead = facts(&[(1, 5, 0, 0), (2, 5, 999, 0)]);
+    let outcome = elect("g", &group, &ahead, ElectTrigger::Broker(1), false);
+    assert_eq!(winner(&outcome), (Some(2), false));
     let dead = facts(&[(2, 5, 999, 0)]);
     let outcome = elect("g", &group, &dead, ElectTrigger::Broker(1), false);
     assert_eq!(

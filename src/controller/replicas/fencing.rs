@@ -127,8 +127,9 @@ fn check_epochs(
     Ok(())
 }
 
-/// Refuses an election winner that is not registered, is already the master, or (for a
-/// clean election) is outside a non-empty SyncStateSet.
+/// Refuses an election winner that is not registered or (for a clean election) is outside
+/// a non-empty SyncStateSet. The master may win again: a master that restarted asks for a
+/// new epoch (the expected epochs already refuse a decision made on an older state).
 fn check_winner(
     broker_name: &str,
     group: &GroupState,
@@ -139,12 +140,6 @@ fn check_winner(
         return Err(Response::refused(
             code::CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
             format!("{broker_name}: elected broker {winner} is not registered"),
-        ));
-    }
-    if group.master == Some(winner) {
-        return Err(Response::refused(
-            code::CONTROLLER_MASTER_STILL_EXIST,
-            format!("{broker_name}: broker {winner} is the master already"),
         ));
     }
     let in_set = group.sync_state_set.contains(&winner) || group.sync_state_set.is_empty();

@@ -181,11 +181,12 @@ impl Supervisor {
                     );
                     // Master again after a restart: the epoch it wrote under before may
                     // label bytes a slave holds and this log lost, so it takes a new one.
+                    let answer = self.elect().await;
                     tracing::info!(
                         epoch,
-                        "controller mode: master again after a restart: asking for a new epoch"
+                        ?answer,
+                        "controller mode: master again after a restart: asked for a new epoch"
                     );
-                    self.elect().await;
                 }
                 (Some(_), Some(address)) => match address.parse() {
                     Ok(master) => return Ok((RoleAssignment::Slave { master }, view)),
@@ -193,7 +194,9 @@ impl Supervisor {
                         "the controllers name master address {address:?}, which is not ip:port"
                     ),
                 },
-                _ => self.elect().await,
+                _ => {
+                    self.elect().await;
+                }
             }
             tokio::time::sleep(ELECT_RETRY.min(self.config.broker_heartbeat_interval)).await;
         }
@@ -216,7 +219,8 @@ impl Supervisor {
     }
 
     /// Asks to be elected; what the controllers decided shows at the next registration.
-    async fn elect(&self) {
+    /// Asks the controllers to elect; what they answered, for the caller's log.
+    async fn elect(&self) -> String {
         let request = self.name.elect(self.id.get(), now_ms());
         match self.quorum.call(request).await {
             Ok(answer) if answer.code == code::SUCCESS => {
@@ -225,11 +229,21 @@ impl Supervisor {
                     epoch = ?answer.opt_i32("masterEpoch").ok().flatten(),
                     "controller mode: the controllers elected a master"
                 );
+                "elected".to_owned()
             }
             Ok(answer) => {
-                tracing::debug!(code = answer.code, remark = ?answer.remark, "controller mode: election not made")
+                let why = format!(
+                    "code {}: {}",
+                    answer.code,
+                    answer.remark.unwrap_or_default()
+                );
+                tracing::debug!("controller mode: election not made: {why}");
+                why
             }
-            Err(why) => tracing::debug!("controller mode: cannot ask for an election: {why}"),
+            Err(why) => {
+                tracing::debug!("controller mode: cannot ask for an election: {why}");
+                why.to_string()
+            }
         }
     }
 
