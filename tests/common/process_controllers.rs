@@ -117,6 +117,23 @@ impl ControllerGroup {
         self.controllers.iter().map(|c| c.addr).collect()
     }
 
+    /// The last `lines` lines of each controller's log, under a header naming it.
+    pub fn logs(&self, lines: usize) -> String {
+        let mut text = String::new();
+        for conf in &self.confs {
+            let log = conf.with_extension("log");
+            let all = std::fs::read_to_string(&log).unwrap_or_default();
+            let all: Vec<&str> = all.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            text.push_str(&format!(
+                "---- {} ----\n{}\n",
+                log.display(),
+                tail.join("\n")
+            ));
+        }
+        text
+    }
+
     /// `controllerAddr` for a broker.conf.
     pub fn controller_addr(&self) -> String {
         let addrs: Vec<String> = self.addrs().iter().map(ToString::to_string).collect();

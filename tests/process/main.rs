@@ -22,6 +22,7 @@ mod a_slave_with_a_bad_master_or_config_keeps_serving_and_says_why;
 mod admin_acts_on_every_master_of_a_cluster;
 mod admin_commands;
 mod admin_shows_roles_and_each_slaves_lag;
+mod admin_shows_the_controllers_and_elects_a_master;
 mod an_empty_slave_copies_a_master_of_several_segments;
 mod broker_registers_with_a_name_server_that_starts_late;
 mod brokers_register_with_every_name_server;

@@ -103,6 +103,10 @@ pub fn decode_broker_names(body: &[u8]) -> Result<Vec<String>, BodyError> {
     read("broker name list", body)
 }
 
+pub fn encode_broker_names(names: &[String]) -> Vec<u8> {
+    write(&names)
+}
+
 /// `BrokerReplicasInfo.ReplicaIdentity`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -178,5 +182,9 @@ impl BrokerReplicasInfo {
 
     pub fn encode(&self) -> Vec<u8> {
         write(self)
+    }
+
+    pub fn decode(body: &[u8]) -> Result<BrokerReplicasInfo, BodyError> {
+        read("BrokerReplicasInfo", body)
     }
 }

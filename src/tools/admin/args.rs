@@ -64,6 +64,12 @@ pub enum AdminCommand {
     /// their lag, or a slave's stream to its master; with --cluster, every master of it
     /// (mqadmin haStatus).
     HaStatus,
+    /// The controllers (which leads) and each broker group as they keep it: master,
+    /// epochs, SyncStateSet (mqadmin getControllerMetaData and getSyncStateSet).
+    Controller(ControllerViewArgs),
+    /// Ask the controllers to make a broker the master of its group (mqadmin
+    /// electMaster); refused unless it is alive and in the SyncStateSet.
+    ElectMaster(ElectMasterArgs),
     /// Every topic (mqadmin topicList).
     Topics,
     /// Create a topic; refused if it exists, unless --upsert (mqadmin updateTopic).
@@ -114,6 +120,36 @@ pub struct TxPendingArgs {
     /// Halves to list per shard, 1 to 1000.
     #[arg(long, default_value_t = 100)]
     pub limit: i64,
+}
+
+/// The controllers to ask: a broker's `controllerAddr`.
+#[derive(Args, Debug)]
+pub struct ControllerAddrs {
+    /// The controllers, `host:port`, several separated by `;` (mqadmin's `-a`).
+    #[arg(short = 'a', long = "controller", value_parser = parse_addr_list)]
+    pub controller: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ControllerViewArgs {
+    #[command(flatten)]
+    pub controllers: ControllerAddrs,
+    /// A broker group to show; repeat for several [default: every group the name
+    /// server's cluster info lists].
+    #[arg(long = "broker-name")]
+    pub broker_names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ElectMasterArgs {
+    #[command(flatten)]
+    pub controllers: ControllerAddrs,
+    /// The broker group (mqadmin's `-b`, which is `--broker` here).
+    #[arg(long = "broker-name")]
+    pub broker_name: String,
+    /// The controller id of the broker to make master (1 and up, as `controller` shows).
+    #[arg(short = 'i', long = "broker-id")]
+    pub broker_id: i64,
 }
 
 #[derive(Args, Debug)]
@@ -316,6 +352,21 @@ pub fn parse_namesrv(text: &str) -> Result<String, AddrError> {
 }
 
 /// The addresses of a [`parse_namesrv`] list, in order.
+/// A `;`-separated list of `host:port` (at least one), each checked as [`parse_addr`].
+pub fn parse_addr_list(text: &str) -> Result<String, AddrError> {
+    let addrs = namesrv_list(text);
+    if addrs.is_empty() {
+        return Err(AddrError::NotHostPort {
+            text: text.to_string(),
+            why: "no address",
+        });
+    }
+    for addr in &addrs {
+        parse_addr(addr)?;
+    }
+    Ok(addrs.join(";"))
+}
+
 pub fn namesrv_list(text: &str) -> Vec<String> {
     text.split(';')
         .map(str::trim)
@@ -417,6 +468,38 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<AdminArgs, clap::Error> {
         parse_with_env(None, args)
+    }
+
+    #[test]
+    fn controller_commands_take_a_list_of_controllers_and_mqadmins_letters() {
+        let args = parse(&["controller", "-a", "10.0.0.1:9878; 10.0.0.2:9878"]).unwrap();
+        let AdminCommand::Controller(view) = args.command else {
+            unreachable!()
+        };
+        assert_eq!(view.controllers.controller, "10.0.0.1:9878;10.0.0.2:9878");
+        assert!(view.broker_names.is_empty());
+        let args = parse(&[
+            "elect-master",
+            "-a",
+            "10.0.0.1:9878",
+            "--broker-name",
+            "broker-a",
+            "-i",
+            "2",
+        ])
+        .unwrap();
+        let AdminCommand::ElectMaster(elect) = args.command else {
+            unreachable!()
+        };
+        assert_eq!(
+            (elect.broker_name.as_str(), elect.broker_id),
+            ("broker-a", 2)
+        );
+        for bad in [";", "10.0.0.1", "10.0.0.1:9878;h:0"] {
+            let refused = parse(&["controller", "-a", bad]).unwrap_err().to_string();
+            assert!(refused.contains("host:port"), "{bad}: {refused}");
+        }
+        assert!(parse(&["controller"]).is_err(), "-a is required");
     }
 
     #[test]

@@ -90,7 +90,16 @@ impl fmt::Display for Plan {
             f,
             "{:?} on group {} after {:?}, healed {:?} later",
             self.kind, self.group, self.after, self.hold
-        )
+        )?;
+        if self.kind == Kind::DamageSlaveTail {
+            let damage = if self.draw % 2 == 1 {
+                "a bit flipped"
+            } else {
+                "a torn tail"
+            };
+            write!(f, " ({damage})")?;
+        }
+        Ok(())
     }
 }
 

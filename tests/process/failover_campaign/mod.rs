@@ -79,6 +79,27 @@ fn episode(seed: u64) {
     let shards = 1 + (seed / faults::KINDS.len() as u64 % 2) as u8;
     let started = Instant::now();
     let mut campaign = CampaignCluster::start(shards);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_episode(seed, &plan, shards, started, &mut campaign);
+    }));
+    if let Err(panic) = ran {
+        // A panic's message may carry one process's log, or none.
+        eprintln!(
+            "episode {seed} ({plan}) failed; the processes' logs:\n{}{}",
+            campaign.cluster.logs(),
+            campaign.controllers.logs(80)
+        );
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn run_episode(
+    seed: u64,
+    plan: &Plan,
+    shards: u8,
+    started: Instant,
+    campaign: &mut CampaignCluster,
+) {
     let recorder = Arc::new(Recorder::new());
     let targets = Targets {
         namesrv: campaign.namesrv(),
@@ -94,7 +115,7 @@ fn episode(seed: u64) {
         });
     std::thread::sleep(plan.after);
     let fault_at = recorder.now();
-    let heals = campaign.inject(&plan);
+    let heals = campaign.inject(plan);
     std::thread::sleep(plan.hold);
     campaign.heal(heals);
     campaign.wait_settled(&format!("the cluster to form again after {plan}"));
@@ -107,7 +128,7 @@ fn episode(seed: u64) {
     clients.stop();
 
     let mut divergent = Vec::new();
-    let held = drain(&mut campaign, &mut divergent);
+    let held = drain(campaign, &mut divergent);
     let history = recorder.history();
     let mut report = check(&history, &held);
     report.divergent = divergent;

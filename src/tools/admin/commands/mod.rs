@@ -4,6 +4,7 @@
 //!
 //! - [`cluster`]: `cluster`, `broker-status`; [`ha`]: `ha-status`, and the roles and
 //!   lags `cluster` shows.
+//! - [`controller`]: `controller`, `elect-master` (to the controllers of `-a`).
 //! - [`topics`]: `topics`, `topic-create`, `topic-update`, `topic-delete`, `topic-route`,
 //!   `topic-status`.
 //! - [`consumers`]: `groups`, `consumer-progress`, `consumer-connections`, `reset-offset`.
@@ -24,6 +25,7 @@
 
 pub mod cluster;
 pub mod consumers;
+pub mod controller;
 pub mod groups;
 pub mod ha;
 pub mod messages;
@@ -275,6 +277,8 @@ pub async fn dispatch(ctx: &Ctx, command: &AdminCommand) -> AdminResult<Output> 
         AdminCommand::Cluster => cluster::cluster(ctx).await,
         AdminCommand::BrokerStatus => cluster::broker_status(ctx).await,
         AdminCommand::HaStatus => ha::ha_status(ctx).await,
+        AdminCommand::Controller(args) => controller::view(ctx, args).await,
+        AdminCommand::ElectMaster(args) => controller::elect_master(ctx, args).await,
         AdminCommand::TxPending(args) => transactions::pending(ctx, args).await,
         AdminCommand::Topics => topics::list(ctx).await,
         AdminCommand::TopicCreate(args) => topics::create(ctx, args).await,
