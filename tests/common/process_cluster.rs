@@ -532,10 +532,15 @@ impl ProcessCluster {
         props.set("brokerName", &spec.name);
         props.set("brokerId", spec.id);
         props.set("namesrvAddr", self.namesrv_addr());
-        props.set("listenPort", free_port());
+        let port = free_port();
+        props.set("listenPort", port);
         // Named in every file, not left to its default (listenPort + 1, which another
         // process may hold): a master opens it, and a slave restarted as a master too.
-        props.set("haListenPort", free_port());
+        // Two picks can return the same port (the first was closed before the second).
+        let ha_port = std::iter::repeat_with(free_port)
+            .find(|&other| other != port)
+            .expect("an endless supply of free ports");
+        props.set("haListenPort", ha_port);
         props.set("bindAddress", Ipv4Addr::LOCALHOST);
         props.set("brokerIP1", Ipv4Addr::LOCALHOST);
         props.set("storePathRootDir", store.display());
