@@ -633,6 +633,12 @@ impl ProcessCluster {
 /// Runs `ringmq admin` with `args` (its own flags, `-n`, `-b` or `-c`, first) to the end:
 /// whether it exited successfully, what it wrote to stdout, what it wrote to stderr.
 pub fn admin(args: &[&str]) -> (bool, String, String) {
+    let (code, stdout, stderr) = admin_exit(args);
+    (code == 0, stdout, stderr)
+}
+
+/// [`admin`] with its exit code (0 done, 1 not found, 2 bad input, 3 the node failed).
+pub fn admin_exit(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(BIN)
         .arg("admin")
         .args(args)
@@ -640,7 +646,7 @@ pub fn admin(args: &[&str]) -> (bool, String, String) {
         .expect("run ringmq admin");
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     (
-        output.status.success(),
+        output.status.code().expect("exited, not killed"),
         text(&output.stdout),
         text(&output.stderr),
     )

@@ -5,33 +5,16 @@
 //! refusals: an id that is no broker's (the controllers' status, exit 3), id 0 (exit 2,
 //! before any request), controllers that cannot be reached (exit 3, each named).
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::process_cluster::{free_port, BrokerSpec, ProcessCluster};
+use crate::common::process_cluster::{admin_exit as admin, free_port, BrokerSpec, ProcessCluster};
 use crate::common::process_controllers::{replica_info, ControllerGroup};
 use crate::common::run_local;
 
 const GROUP: &str = "broker-a";
 const LIMIT: Duration = Duration::from_secs(60);
-const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
-
-/// `ringmq admin <args>`: exit code, stdout, stderr.
-fn admin(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(BIN)
-        .arg("admin")
-        .args(args)
-        .output()
-        .expect("run ringmq admin");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (
-        output.status.code().expect("exited, not killed"),
-        text(&output.stdout),
-        text(&output.stderr),
-    )
-}
 
 fn spec(n: u64, controllers: &ControllerGroup) -> BrokerSpec {
     BrokerSpec::master(GROUP)
