@@ -537,7 +537,7 @@ impl History {
 }
 
 /// Statuses of a send that was stored without the durability or replication asked for.
-const STORED_UNCONFIRMED: [i32; 3] = [
+pub const STORED_UNCONFIRMED: [i32; 3] = [
     response::FLUSH_DISK_TIMEOUT,
     response::SLAVE_NOT_AVAILABLE,
     response::FLUSH_SLAVE_TIMEOUT,

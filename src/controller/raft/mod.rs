@@ -207,16 +207,13 @@ impl<S: ReplicatedState> ControllerRaft<S> {
     /// been elected before then (a voter of the new leader's quorum acknowledged this one
     /// first). A node alone in its group is its own quorum.
     pub fn leadership_confirmed_within(&self, bound: Duration) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
         let metrics = self.raft.metrics();
-        let metrics = metrics.borrow_watched();
-        let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(self.id);
-        let alone = self.peers.len() == 1;
-        leads
-            && (alone
-                || metrics
-                    .last_quorum_acked
-                    .as_ref()
-                    .is_some_and(|acked| openraft::Instant::elapsed(&**acked) <= bound))
+        let acked = metrics.borrow_watched().last_quorum_acked;
+        self.peers.len() == 1
+            || acked.is_some_and(|acked| openraft::Instant::elapsed(&*acked) <= bound)
     }
 
     /// The term this node leads in, if it leads now: two spells of leadership are told

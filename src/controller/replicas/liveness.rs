@@ -44,6 +44,16 @@ pub struct LivenessLimits {
     pub max_timeout_ms: u64,
 }
 
+impl LivenessLimits {
+    /// The timeout of a broker that declared `declared` (a heartbeat's, or the one it
+    /// registered with): within the bounds, the default when it declared none.
+    pub fn timeout_ms(&self, declared: Option<u64>) -> u64 {
+        declared
+            .unwrap_or(self.default_timeout_ms)
+            .clamp(self.min_timeout_ms, self.max_timeout_ms)
+    }
+}
+
 impl Default for LivenessLimits {
     fn default() -> LivenessLimits {
         LivenessLimits {
@@ -175,11 +185,10 @@ impl BrokerLiveness {
     /// The entry a heartbeat makes, Java's defaults for absent facts: epoch and offsets
     /// -1, priority `i32::MAX` (least preferred).
     fn entry_from(&self, heartbeat: &BrokerHeartbeatRequest, now_ms: u64) -> LiveEntry {
-        let limits = self.limits;
-        let timeout_ms = heartbeat
-            .heartbeat_timeout_mills
-            .map_or(limits.default_timeout_ms, |ms| ms.max(0).unsigned_abs())
-            .clamp(limits.min_timeout_ms, limits.max_timeout_ms);
+        let declared = heartbeat.heartbeat_timeout_mills;
+        let timeout_ms = self
+            .limits
+            .timeout_ms(declared.map(|ms| ms.max(0).unsigned_abs()));
         LiveEntry {
             address: heartbeat.broker_addr.clone(),
             last_heartbeat_ms: now_ms,
@@ -295,7 +304,10 @@ impl BrokerLiveness {
                 .brokers
                 .keys()
                 .any(|&id| self.is_alive(&key(id), now_ms));
-            let grace_ms = self.timeout_of(group.brokers.get(&master));
+            let registered = group.brokers.get(&master);
+            let grace_ms = self
+                .limits
+                .timeout_ms(registered.and_then(|entry| entry.heartbeat_timeout_ms));
             let master = key(master);
             let known = now_ms >= leading_since_ms.saturating_add(grace_ms)
                 || self.entries.contains_key(&master)
@@ -305,19 +317,6 @@ impl BrokerLiveness {
             }
         }
         names
-    }
-}
-
-impl BrokerLiveness {
-    /// The heartbeat timeout of a broker of the state: the one it registered with, within
-    /// the limits, else the default.
-    fn timeout_of(&self, entry: Option<&super::state::BrokerEntry>) -> u64 {
-        let limits = self.limits;
-        entry
-            .and_then(|entry| entry.heartbeat_timeout_ms)
-            .map_or(limits.default_timeout_ms, |ms| {
-                ms.clamp(limits.min_timeout_ms, limits.max_timeout_ms)
-            })
     }
 }
 

@@ -219,7 +219,7 @@ impl Supervisor {
     }
 
     /// Asks to be elected; what the controllers decided shows at the next registration.
-    /// Asks the controllers to elect; what they answered, for the caller's log.
+    /// Returns what they answered, for the caller's log.
     async fn elect(&self) -> String {
         let request = self.name.elect(self.id.get(), now_ms());
         match self.quorum.call(request).await {

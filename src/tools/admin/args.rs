@@ -351,7 +351,6 @@ pub fn parse_namesrv(text: &str) -> Result<String, AddrError> {
     Ok(addrs.join(";"))
 }
 
-/// The addresses of a [`parse_namesrv`] list, in order.
 /// A `;`-separated list of `host:port` (at least one), each checked as [`parse_addr`].
 pub fn parse_addr_list(text: &str) -> Result<String, AddrError> {
     let addrs = namesrv_list(text);
@@ -367,6 +366,7 @@ pub fn parse_addr_list(text: &str) -> Result<String, AddrError> {
     Ok(addrs.join(";"))
 }
 
+/// The addresses of a [`parse_namesrv`] list, in order.
 pub fn namesrv_list(text: &str) -> Vec<String> {
     text.split(';')
         .map(str::trim)

@@ -174,11 +174,6 @@ impl CampaignCluster {
     /// Injects `plan`'s fault; what heals it.
     pub fn inject(&mut self, plan: &Plan) -> Vec<Heal> {
         let group = GROUPS[plan.group];
-        let links = |link: Link, master: usize, proxies: &[Vec<FaultProxy>]| {
-            for proxy in &proxies[master] {
-                proxy.set(link);
-            }
-        };
         match plan.kind {
             Kind::KillMaster => {
                 let master = self.master(group);
@@ -207,19 +202,16 @@ impl CampaignCluster {
                 self.cluster.brokers[master].pause();
                 vec![Heal::Resume(master)]
             }
-            Kind::CutMasterFromControllers => {
+            Kind::CutMasterFromControllers
+            | Kind::MasterUnheardByControllers
+            | Kind::ControllersUnheardByMaster => {
+                let link = match plan.kind {
+                    Kind::CutMasterFromControllers => Link::Cut,
+                    Kind::MasterUnheardByControllers => Link::ClientSilenced,
+                    _ => Link::TargetSilenced,
+                };
                 let master = self.master(group);
-                links(Link::Cut, master, &self.proxies);
-                vec![Heal::OpenLinks(master)]
-            }
-            Kind::MasterUnheardByControllers => {
-                let master = self.master(group);
-                links(Link::ClientSilenced, master, &self.proxies);
-                vec![Heal::OpenLinks(master)]
-            }
-            Kind::ControllersUnheardByMaster => {
-                let master = self.master(group);
-                links(Link::TargetSilenced, master, &self.proxies);
+                self.set_links(master, link);
                 vec![Heal::OpenLinks(master)]
             }
             Kind::DamageSlaveTail => {
@@ -242,12 +234,15 @@ impl CampaignCluster {
                     self.controllers.controllers[i] = Controller::start(&conf);
                 }
                 Heal::Resume(broker) => self.cluster.brokers[broker].resume(),
-                Heal::OpenLinks(broker) => {
-                    for proxy in &self.proxies[broker] {
-                        proxy.set(Link::Open);
-                    }
-                }
+                Heal::OpenLinks(broker) => self.set_links(broker, Link::Open),
             }
+        }
+    }
+
+    /// Sets `broker`'s links to every controller to `link`.
+    fn set_links(&self, broker: usize, link: Link) {
+        for proxy in &self.proxies[broker] {
+            proxy.set(link);
         }
     }
 }

@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use ringmq::remoting::codes::response;
 
+use crate::common::cluster::STORED_UNCONFIRMED;
+
 /// How late the observer may see a master the controllers elected: it polls every
 /// [`super::workload::OBSERVE_EVERY`], and a poll waits for a controller that may be
 /// failing over itself.
@@ -58,13 +60,6 @@ impl Outcome {
         }
     }
 }
-
-/// Statuses of a send stored without the durability or replication asked for.
-const STORED_UNCONFIRMED: [i32; 3] = [
-    response::FLUSH_DISK_TIMEOUT,
-    response::SLAVE_NOT_AVAILABLE,
-    response::FLUSH_SLAVE_TIMEOUT,
-];
 
 #[derive(Clone, Debug)]
 pub struct Send {

@@ -21,7 +21,7 @@ use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::{ExtFields, RemotingCommand};
 
 use super::history::{MasterSeen, Outcome, Read, Recorder, Send};
-use crate::common::{pull_records, run_local};
+use crate::common::{process_controllers, pull_records, run_local};
 
 pub const TOPIC: &str = "campaign";
 pub const QUEUES: i32 = 4;
@@ -224,11 +224,9 @@ async fn consume(targets: &Targets, recorder: &Recorder, stop: &AtomicBool) {
 /// A group's master and epoch from the controllers, the first that answers.
 pub async fn master_of(controllers: &[SocketAddr], group: &str) -> Option<(SocketAddr, i32)> {
     for &controller in controllers {
-        let command = RemotingCommand::request(
-            request::CONTROLLER_GET_REPLICA_INFO,
-            ExtFields::from([("brokerName", group)]),
-        );
-        let Some(answer) = call_once(controller, command).await else {
+        let fields = [("brokerName", group)];
+        let code = request::CONTROLLER_GET_REPLICA_INFO;
+        let Some(answer) = process_controllers::call(controller, code, &fields).await else {
             continue;
         };
         if answer.code != response::SUCCESS {
