@@ -4,8 +4,10 @@
 # slave in controller mode, producers, a consumer, one seeded fault, the history checker),
 # each run on its own so a failing episode does not end the campaign. Loopback only.
 #
-#   scripts/failover_campaign.sh [START..END] [OUT_DIR]
+#   scripts/failover_campaign.sh [START..END] [OUT_DIR] [STEP]
 #
+# STEP (default 1) runs every STEP-th seed from START: seeds take the nine fault kinds in
+# turn, so `8..200 OUT 9` runs only the damaged-slave episodes.
 # Defaults: seeds 0..200 (every fault kind in turn), results in target/failover-campaign:
 # `episodes.log` (one line of figures per episode), `failed-<seed>.txt` (a failing
 # episode's output: its findings and every process's log tail) and `summary.md` (per kind:
@@ -16,10 +18,11 @@ cd "$(dirname "$0")/.."
 
 seeds="${1:-0..200}"
 out="${2:-target/failover-campaign}"
+step="${3:-1}"
 start="${seeds%%..*}"
 end="${seeds##*..}"
-if ! [[ "$start" =~ ^[0-9]+$ && "$end" =~ ^[0-9]+$ && "$start" -lt "$end" ]]; then
-    echo "seeds must be START..END with START < END, not $seeds" >&2
+if ! [[ "$start" =~ ^[0-9]+$ && "$end" =~ ^[0-9]+$ && "$start" -lt "$end" && "$step" =~ ^[1-9][0-9]*$ ]]; then
+    echo "seeds must be START..END with START < END and STEP a positive number, not $seeds $step" >&2
     exit 2
 fi
 mkdir -p "$out"
@@ -28,7 +31,7 @@ log="$(cd "$out" && pwd)/episodes.log"
 
 cargo test --test process --no-run 2>&1 | tail -1
 failed=0
-for ((seed = start; seed < end; seed++)); do
+for ((seed = start; seed < end; seed += step)); do
     if ! RINGMQ_CAMPAIGN_LOG="$log" RINGMQ_CAMPAIGN_SEEDS="$seed..$((seed + 1))" \
         cargo test -q --test process failover_campaign::failover_campaign_episodes \
         > "$out/episode.txt" 2>&1; then

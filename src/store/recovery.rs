@@ -7,6 +7,14 @@
 //! | present      | any             | crash: scan from the safe offset (the log's base if none) |
 //!
 //! Crash recovery, in order:
+//! 0. Before anything is cut, the records of the segment the safe offset ends in are read
+//!    again below it, CRCs checked ([`check_below_safe`]). The checkpoint promises those
+//!    bytes were synced and no torn write can touch them, but a failing disk or a hand
+//!    can. A replica's log damaged there recovers as if its safe offset were the first
+//!    damaged record (its master streams the rest again, and an election ranks it by what
+//!    it really holds); a master's open fails naming the offset, nothing deleted, since
+//!    no one else may hold the records after it. (RocketMQ's abnormal recovery also scans
+//!    its last segments whole, `checkCRCOnRecover`.)
 //! 1. Each ConsumeQueue is cut before its first entry that is unwritten or points at or
 //!    past the safe offset (entries below it were synced before the checkpoint said so);
 //!    so are the IndexFiles, and the newest one's slots are rebuilt (`index.rs`).
@@ -56,7 +64,10 @@ pub(crate) async fn open(
     clock: Clock,
 ) -> Result<Rc<Shared>, StoreError> {
     config.validate().map_err(StoreError::Config)?;
-    let (parts, found) = find_state(&config, &disk)?;
+    let (parts, mut found) = find_state(&config, &disk)?;
+    if !found.clean && !found.fresh {
+        found.safe = check_below_safe(&config, &parts.segments, found.safe)?;
+    }
     let cut = if found.clean { None } else { Some(found.safe) };
     let queues = load_queues(&disk, &config.dir.join(CONSUME_QUEUE_DIR), &config, cut).await?;
     let index = open_index(&config, &disk, cut)?;
@@ -158,6 +169,60 @@ fn find_state(
     Ok((parts, found))
 }
 
+/// Where crash recovery may start: `safe`, once the records below it in its segment
+/// (from the segment's start, or the log's first byte) are read and their CRCs hold.
+/// Damage there (an invalid record, or zeros where records must be) moves a replica's
+/// start back to it; a master's open fails. See step 0 of the module docs.
+fn check_below_safe(
+    config: &StoreConfig,
+    segments: &SegmentSet,
+    safe: u64,
+) -> Result<u64, StoreError> {
+    let Some(first) = segments.first_start() else {
+        return Ok(safe);
+    };
+    if safe <= first {
+        return Ok(safe);
+    }
+    let from = segments.start_of(safe - 1).max(first);
+    // The visitor stops the scan at the first record at or past `safe`.
+    let result = scan(segments, from, Verify::Full, SCAN_WINDOW, |phys, _| {
+        if phys >= safe {
+            Err(())
+        } else {
+            Ok(())
+        }
+    })
+    .map_err(|error| StoreError::from_io("checking the CommitLog below the safe offset", &error))?;
+    let damaged_at = result.end;
+    if damaged_at >= safe {
+        return Ok(safe);
+    }
+    let why = match result.stop {
+        ScanStop::Invalid(why) => why.to_string(),
+        ScanStop::CleanEnd => "zeros where records must be".to_string(),
+        ScanStop::Inconsistent(why) => format!("a whole record that {why}"),
+        ScanStop::Refused(()) => unreachable!("the visitor refuses only at or past {safe}"),
+    };
+    let lost = safe - damaged_at;
+    if config.broker_role != crate::config::BrokerRole::Slave {
+        return Err(StoreError::Corrupt(format!(
+            "CommitLog of {} is damaged at {damaged_at}, below the checkpoint's safe offset \
+             {safe} ({why}): {lost} bytes the checkpoint says were synced are not whole \
+             records; nothing was deleted. `ringmq store verify` shows the damage; a slave \
+             holding these records can be made master instead",
+            config.dir.display()
+        )));
+    }
+    tracing::error!(
+        "CommitLog of {} is damaged at {damaged_at}, below the checkpoint's safe offset {safe} \
+         ({why}): this replica recovers from {damaged_at}, dropping the {lost} bytes there and \
+         everything after them; its master streams them again",
+        config.dir.display()
+    );
+    Ok(damaged_at)
+}
+
 /// Opens the index if the store keeps one, cut at `cut` after a crash.
 fn open_index(
     config: &StoreConfig,
@@ -249,6 +314,10 @@ async fn recover_or_resume(shared: &Shared, found: &FoundState) -> Result<u64, S
     }
     let safe = found.safe;
     let started_ms = shared.clock.now_ms();
+    // A replica's damage below the checkpoint moved the start back (`check_below_safe`):
+    // the checkpoint follows first, as a replica's truncation does, so a crash while the
+    // log is cut recovers from at or below the damage.
+    super::flush::lower_checkpoint(shared, safe).await?;
     let recovered = recover_log(shared, safe).await?;
     if !found.fresh {
         // At WARN, the default level: an operator must see that the last run did not

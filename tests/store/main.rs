@@ -17,6 +17,7 @@ mod group_commit_fills_batches;
 mod io_backends;
 mod pop_crash_simulation;
 mod record_golden;
+mod recovery_checks_synced_records_below_the_checkpoint;
 mod recovery_refuses_undispatchable_records;
 mod replica_crash_simulation;
 mod replica_cut_outlives_its_caller;

@@ -4,7 +4,8 @@
 //!
 //! - [`identity`]: the controller id, applied for once and kept in `brokerIdentity`;
 //! - [`quorum`]: the calls to the controllers, on one connection to the leader;
-//! - [`supervisor`]: registration, election requests, the role of each run, the runs;
+//! - [`supervisor`]: registration, election requests, the role of each run;
+//! - [`runs`]: what a run is (the real node, or a simulation's model), behind one seam;
 //! - [`sync_state`]: which slaves a master adds to the SyncStateSet.
 //!
 //! The order of a start: apply for (or load) the id; start beating (the controllers count
@@ -19,6 +20,7 @@
 
 pub mod identity;
 pub mod quorum;
+pub mod runs;
 pub mod supervisor;
 pub mod sync_state;
 
@@ -32,10 +34,13 @@ use supervisor::{now_ms, AlterError, Ended, Supervisor};
 use sync_state::{GateKeeper, SetKeeper, Step};
 
 use crate::controller::replicas::broker_calls::GroupView;
+use crate::net::tcp::Tcp;
+use crate::net::Transport;
 use crate::node::{NodeHandle, RoleAssignment};
 use crate::node_config::NodeConfig;
 use crate::remoting::codes::response as code;
 use crate::store::WriteLease;
+use runs::{NodeRuns, Runs};
 
 /// Runs a broker in controller mode until `stop` resolves (a clean stop) or a run's node
 /// stops on its own. `on_run` is told of every run once it serves.
@@ -44,11 +49,23 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     on_run: impl Fn(&NodeHandle, &RoleAssignment),
 ) -> anyhow::Result<Ended> {
+    run_with(config, Tcp, &NodeRuns, stop, on_run).await
+}
+
+/// [`run`] over any transport to the controllers and any [`Runs`]: what the
+/// deterministic simulation runs on the simulated network with runs of its own.
+pub async fn run_with<T: Transport, R: Runs>(
+    config: NodeConfig,
+    transport: T,
+    runs: &R,
+    stop: impl Future<Output = ()>,
+    on_run: impl Fn(&R::Run, &RoleAssignment),
+) -> anyhow::Result<Ended> {
     anyhow::ensure!(
         config.enable_controller_mode,
         "controller mode is not enabled"
     );
-    let supervisor = Rc::new(Supervisor::new(config)?);
+    let supervisor = Rc::new(Supervisor::new(config, transport)?);
     tokio::pin!(stop);
     let id = tokio::select! {
         _ = &mut stop => return Ok(Ended::Stopped),
@@ -57,16 +74,17 @@ pub async fn run(
     supervisor.id.set(id);
     tracing::info!(id, address = %supervisor.address, "controller mode: this broker's controller id");
     let beats = tokio::task::spawn_local(heartbeats(supervisor.clone()));
-    let ended = serve_runs(&supervisor, &mut stop, &on_run).await;
+    let ended = serve_runs(&supervisor, runs, &mut stop, &on_run).await;
     beats.abort();
     ended
 }
 
 /// Runs the node in one role after the other until the stop.
-async fn serve_runs(
-    supervisor: &Rc<Supervisor>,
+async fn serve_runs<T: Transport, R: Runs>(
+    supervisor: &Rc<Supervisor<T>>,
+    runs: &R,
     stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-    on_run: &impl Fn(&NodeHandle, &RoleAssignment),
+    on_run: &impl Fn(&R::Run, &RoleAssignment),
 ) -> anyhow::Result<Ended> {
     loop {
         let (role, view) = tokio::select! {
@@ -82,20 +100,21 @@ async fn serve_runs(
                 view.sync_state_set_epoch,
             )
         });
-        let mut node = supervisor.start_run(&role).await?;
+        let config = supervisor.run_config(&role);
+        let mut node = runs.start(config, supervisor.assignment(&role)).await?;
         on_run(&node, &role);
-        let exited = node.take_exit_signal();
+        let exited = runs.exited(&mut node);
         let outcome = tokio::select! {
             _ = stop.as_mut() => Some(Ended::Stopped),
-            _ = async { if let Some(exited) = exited { let _ = exited.await; } } => Some(Ended::NodeExited),
-            () = watch_role(supervisor, &node, &role, view, keeper) => None,
+            () = exited => Some(Ended::NodeExited),
+            () = watch_role(supervisor, || runs.figures(&node), &role, view, keeper) => None,
         };
         if outcome.is_none() {
             supervisor
                 .role_change
                 .store(true, std::sync::atomic::Ordering::Release);
         }
-        Supervisor::stop_run(node).await?;
+        runs.stop(node).await?;
         if let Some(ended) = outcome {
             return Ok(ended);
         }
@@ -104,9 +123,9 @@ async fn serve_runs(
 
 /// Returns once the controllers take the role `run` has away; meanwhile a master run
 /// keeps its SyncStateSet ([`sync_state`]).
-async fn watch_role(
-    supervisor: &Supervisor,
-    node: &NodeHandle,
+async fn watch_role<T: Transport>(
+    supervisor: &Supervisor<T>,
+    figures: impl Fn() -> Vec<crate::metrics::ReplicationFigures>,
     run: &RoleAssignment,
     mut view: GroupView,
     mut gate: Option<GateKeeper>,
@@ -151,7 +170,7 @@ async fn watch_role(
             },
             _ = check.tick(), if gate.is_some() => {
                 let Some(gate) = gate.as_mut() else { continue };
-                let figures: Vec<_> = node.metrics().shards().iter().map(|s| s.replication()).collect();
+                let figures = figures();
                 supervisor.facts.set((supervisor.facts.get().0, written_sum(&figures)));
                 match keeper.look(&figures, &view.sync_state_set, tokio::time::Instant::now()) {
                     Step::Nothing => {}
@@ -192,8 +211,8 @@ fn log_lease_change(run: &RoleAssignment, held: &mut bool) {
 }
 
 /// Proposes `set` as the SyncStateSet; the view after, with the gate following it.
-async fn propose(
-    supervisor: &Supervisor,
+async fn propose<T: Transport>(
+    supervisor: &Supervisor<T>,
     view: GroupView,
     set: &BTreeSet<i64>,
     gate: &mut GateKeeper,
@@ -233,7 +252,7 @@ fn written_sum(figures: &[crate::metrics::ReplicationFigures]) -> i64 {
 
 /// Beats to the controller leader every `brokerHeartbeatInterval`, on the connection every
 /// call uses.
-async fn heartbeats(supervisor: Rc<Supervisor>) {
+async fn heartbeats<T: Transport>(supervisor: Rc<Supervisor<T>>) {
     let interval = supervisor.config().broker_heartbeat_interval;
     let mut failing = false;
     loop {
@@ -275,7 +294,7 @@ const BEAT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 /// The controller id in the store's `brokerIdentity`, or one applied for now; while no
 /// controller answers as leader (the controllers are starting), tried again every
 /// heartbeat interval.
-async fn apply_for_id(supervisor: &Supervisor) -> anyhow::Result<i64> {
+async fn apply_for_id<T: Transport>(supervisor: &Supervisor<T>) -> anyhow::Result<i64> {
     let mut complained = false;
     loop {
         match try_apply_for_id(supervisor).await {
@@ -294,7 +313,7 @@ async fn apply_for_id(supervisor: &Supervisor) -> anyhow::Result<i64> {
     }
 }
 
-async fn try_apply_for_id(supervisor: &Supervisor) -> anyhow::Result<i64> {
+async fn try_apply_for_id<T: Transport>(supervisor: &Supervisor<T>) -> anyhow::Result<i64> {
     let root = supervisor.config().store_path_root_dir.clone();
     let name = &supervisor.name;
     let mut identity = match Identity::load(&root, name)? {

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use super::quorum::Quorum;
 use crate::controller::replicas::broker_calls::{BrokerName, GroupView, HeartbeatFacts};
-use crate::net::tcp::Tcp;
-use crate::node::{Assignment, NodeHandle, RoleAssignment};
+use crate::net::Transport;
+use crate::node::{Assignment, RoleAssignment};
 use crate::node_config::NodeConfig;
 use crate::remoting::codes::response as code;
 use crate::replication::epoch_store::EpochStore;
@@ -39,14 +39,14 @@ pub enum Ended {
     NodeExited,
 }
 
-/// One broker in controller mode.
-pub struct Supervisor {
+/// One broker in controller mode, reaching its controllers through `T`.
+pub struct Supervisor<T: Transport> {
     /// The config as loaded (`enable_controller_mode` on).
     config: NodeConfig,
     pub(super) name: BrokerName,
     /// `brokerIP1:listenPort`: how the controllers and other brokers know this one.
     pub(super) address: String,
-    pub(super) quorum: Quorum<Tcp>,
+    pub(super) quorum: Quorum<T>,
     /// The controller id, once applied.
     pub(super) id: Cell<i64>,
     /// What the heartbeats say of the log.
@@ -60,8 +60,8 @@ pub struct Supervisor {
     pub(super) role_notices: std::sync::Arc<tokio::sync::Notify>,
 }
 
-impl Supervisor {
-    pub fn new(config: NodeConfig) -> anyhow::Result<Supervisor> {
+impl<T: Transport> Supervisor<T> {
+    pub fn new(config: NodeConfig, transport: T) -> anyhow::Result<Supervisor<T>> {
         let controllers = resolve(config.controller_addr.as_deref().unwrap_or_default())?;
         let name = BrokerName {
             cluster_name: config.broker_cluster_name.clone(),
@@ -70,7 +70,7 @@ impl Supervisor {
         let address = SocketAddr::new(config.broker_ip, config.listen_port).to_string();
         let timeout = config.register_broker_timeout_mills.min(CALL_TIMEOUT);
         Ok(Supervisor {
-            quorum: Quorum::new(Tcp, controllers, timeout),
+            quorum: Quorum::new(transport, controllers, timeout),
             config,
             name,
             address,
@@ -324,26 +324,15 @@ impl Supervisor {
         Ok(altered)
     }
 
-    /// Starts a run in `role` off the async thread (a start opens stores).
-    pub(super) async fn start_run(&self, role: &RoleAssignment) -> anyhow::Result<NodeHandle> {
-        let config = self.run_config(role);
-        let assignment = Assignment {
+    /// How a run in `role` is told of role changes, and tells the supervisor of notices.
+    pub(super) fn assignment(&self, role: &RoleAssignment) -> Assignment {
+        self.role_change
+            .store(false, std::sync::atomic::Ordering::Release);
+        Assignment {
             role: role.clone(),
             role_notices: self.role_notices.clone(),
             role_change: self.role_change.clone(),
-        };
-        self.role_change
-            .store(false, std::sync::atomic::Ordering::Release);
-        tokio::task::spawn_blocking(move || crate::node::start_assigned(config, Some(assignment)))
-            .await
-            .map_err(|error| anyhow::anyhow!("the run's start panicked: {error}"))?
-    }
-
-    /// Stops a run off the async thread (a stop flushes and writes tables).
-    pub(super) async fn stop_run(node: NodeHandle) -> anyhow::Result<()> {
-        tokio::task::spawn_blocking(move || node.shutdown())
-            .await
-            .map_err(|error| anyhow::anyhow!("the run's stop panicked: {error}"))?
+        }
     }
 }
 
