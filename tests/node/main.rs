@@ -16,6 +16,7 @@ mod bench_wire;
 mod client_plumbing;
 mod cluster_over_sim_net;
 mod controller_over_sim_net;
+mod failover_over_sim_net;
 mod local_node_kill;
 mod metrics_count_unknown_request_codes_under_one_label;
 mod metrics_endpoint_serves_scrapes_past_slow_clients;

@@ -73,10 +73,10 @@ pub async fn run_with<T: Transport, R: Runs>(
     };
     supervisor.id.set(id);
     tracing::info!(id, address = %supervisor.address, "controller mode: this broker's controller id");
+    // Ended with this future, also when it is dropped (a simulated crash drops it).
     let beats = tokio::task::spawn_local(heartbeats(supervisor.clone()));
-    let ended = serve_runs(&supervisor, runs, &mut stop, &on_run).await;
-    beats.abort();
-    ended
+    let _beats = crate::server::closer::AbortOnDrop(beats.abort_handle());
+    serve_runs(&supervisor, runs, &mut stop, &on_run).await
 }
 
 /// Runs the node in one role after the other until the stop.
@@ -299,6 +299,13 @@ async fn apply_for_id<T: Transport>(supervisor: &Supervisor<T>) -> anyhow::Resul
     loop {
         match try_apply_for_id(supervisor).await {
             Ok(id) => return Ok(id),
+            Err(error) if error.downcast_ref::<IdTaken>().is_some() => {
+                // Another broker of the group applied for the same next id first (two
+                // brokers starting together): ask again for the next one.
+                tracing::warn!("controller mode: {error}; asking for another id");
+                tokio::time::sleep(ID_RETRY.min(supervisor.config().broker_heartbeat_interval))
+                    .await;
+            }
             Err(error) => match error.downcast_ref::<QuorumError>() {
                 Some(why) => {
                     if !complained {
@@ -343,6 +350,19 @@ async fn try_apply_for_id<T: Transport>(supervisor: &Supervisor<T>) -> anyhow::R
         .quorum
         .call(name.apply_broker_id(identity.id, &identity.check_code))
         .await?;
+    if answer.code == code::CONTROLLER_BROKER_ID_INVALID {
+        // The id was never this broker's, which applied for it with its check code: the
+        // controllers answer a retry with the same code with success. So it is pending
+        // here, and forgotten, so the next attempt asks for another.
+        let path = identity::path(&root);
+        std::fs::remove_file(&path)
+            .map_err(|error| anyhow::anyhow!("cannot remove {}: {error}", path.display()))?;
+        return Err(IdTaken {
+            id: identity.id,
+            why: answer.remark.unwrap_or_default(),
+        }
+        .into());
+    }
     anyhow::ensure!(
         answer.code == code::SUCCESS,
         "APPLY_BROKER_ID {} answered {} ({}); if another broker took the id, remove {} and start again",
@@ -355,3 +375,14 @@ async fn try_apply_for_id<T: Transport>(supervisor: &Supervisor<T>) -> anyhow::R
     identity.save(&root)?;
     Ok(identity.id)
 }
+
+/// The id this broker asked for was applied for by another broker first.
+#[derive(Debug, thiserror::Error)]
+#[error("id {id} was taken by another broker of the group ({why})")]
+struct IdTaken {
+    id: i64,
+    why: String,
+}
+
+/// How soon a broker whose id was taken asks for another.
+const ID_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
