@@ -6,8 +6,8 @@
 #
 #   scripts/failover_campaign.sh [START..END] [OUT_DIR] [STEP]
 #
-# STEP (default 1) runs every STEP-th seed from START: seeds take the nine fault kinds in
-# turn, so `8..200 OUT 9` runs only the damaged-slave episodes.
+# STEP (default 1) runs every STEP-th seed from START: seeds take the eleven fault kinds in
+# turn, so `8..200 OUT 11` runs only the damaged-slave episodes.
 # Defaults: seeds 0..200 (every fault kind in turn), results in target/failover-campaign:
 # `episodes.log` (one line of figures per episode), `failed-<seed>.txt` (a failing
 # episode's output: its findings and every process's log tail) and `summary.md` (per kind:

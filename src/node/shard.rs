@@ -344,7 +344,10 @@ fn open_registration<T: Transport>(
     let registration = RegistrationSettings {
         name_servers: settings.name_servers.clone(),
         broker_id: config.broker_id,
-        ha_server_addr: SocketAddr::new(advertised.ip(), settings.ha_port),
+        ha_server_addr: SocketAddr::new(
+            config.broker_ip2.unwrap_or(advertised.ip()),
+            settings.ha_port,
+        ),
         master: settings.master.clone(),
         master_configured: config.ha_master_address.is_some(),
         expected_master: settings

@@ -13,8 +13,8 @@ use super::key::Preset::{Constant, Machine, Text};
 use super::key::Range::{Number, Parsed, Rule};
 use super::key::{Bounds, Key, Unit};
 use super::parse::{
-    flag, flush_mode, group_names, home_dir, hours_of_day, io_name, ip, millis, name, port,
-    reserved_time, root_dir, text, uint, Value,
+    flag, flush_mode, group_names, home_dir, hours_of_day, io_name, ip, millis, name, optional_ip,
+    port, reserved_time, root_dir, text, uint, Value,
 };
 use super::{default_shards, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
 use crate::broker::naming::names::MAX_QUEUE_NUMS;
@@ -154,6 +154,14 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "address advertised in routes and written as STOREHOST; an IP, not a name",
         set: |c, v| c.broker_ip = ip(v)?,
         get: |c| c.broker_ip.to_string(),
+    ),
+    key!(
+        "broker_ip2", rocketmq ["brokerIP2"],
+        default: Text(""),
+        range: Rule { doc: "empty, or an IP address slaves can reach: not unspecified, not multicast", check: |c| c.broker_ip2.map_or(Ok(()), advertisable) },
+        meaning: "address advertised for the HA port (`haServerAddr`, where slaves stream from), as in RocketMQ; empty: `brokerIP1`",
+        set: |c, v| c.broker_ip2 = optional_ip(v)?,
+        get: |c| c.broker_ip2.map(|ip| ip.to_string()).unwrap_or_default(),
     ),
     key!(
         "bind_address", rocketmq ["bindAddress"],

@@ -139,7 +139,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            apply_live(&before, "brokerIP2=1.2.3.4"),
+            apply_live(&before, "brokerIP1=1.2.3.4"),
             Err(Refused::NotLive { .. })
         ));
         assert!(matches!(

@@ -159,6 +159,8 @@ pub struct NodeConfig {
     pub broker_id: u64,
     pub broker_role: BrokerRole,
     pub broker_ip: IpAddr,
+    /// `brokerIP2`: the address advertised for the HA port; `None`: `broker_ip`.
+    pub broker_ip2: Option<IpAddr>,
     pub bind_address: IpAddr,
     pub listen_port: u16,
     pub namesrv_port: u16,
@@ -339,6 +341,7 @@ impl NodeConfig {
             broker_id: 0,
             broker_role: BrokerRole::AsyncMaster,
             broker_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            broker_ip2: None,
             bind_address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             listen_port: 0,
             namesrv_port: 0,

@@ -141,6 +141,20 @@ pub(super) fn ip(value: Value) -> Result<IpAddr, ValueError> {
         .map_err(|_| ValueError::refused(s, "is not an IP address (host names are not accepted)"))
 }
 
+/// An IP address, or nothing for an empty value.
+pub(super) fn optional_ip(value: Value) -> Result<Option<IpAddr>, ValueError> {
+    let s = text(value)?;
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    s.trim().parse().map(Some).map_err(|_| {
+        ValueError::refused(
+            s.trim(),
+            "is not an IP address (host names are not accepted)",
+        )
+    })
+}
+
 /// `deleteWhen`: `;`-separated hours of the day, returned ascending without repeats.
 pub(super) fn hours_of_day(value: Value) -> Result<Vec<u8>, ValueError> {
     let s = match value {

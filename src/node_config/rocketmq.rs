@@ -23,7 +23,6 @@
 //!
 //! | keys | why ignoring them is safe |
 //! |---|---|
-//! | `brokerIP2` | a second address for the HA port; ringmq advertises `brokerIP1` for both |
 //! | `haMaxGapNotInSync` | RocketMQ 5's in-sync-set gap; ringmq's SYNC_MASTER waits for one slave within `haSlaveFallbehindMax` |
 //! | `duplicationEnable` | RocketMQ's duplicate-write switch for a promoted slave; ringmq's slave log is byte-identical to its master's |
 //! | `enablePropertyFilter`, `filterServerNums`, `filterSupportRetry`, `enableCalcFilterBitMap`, `enableConsumeQueueExt` | SQL92 filtering: ringmq refuses SQL92 subscriptions on every pull, so nothing is delivered unfiltered |
@@ -37,7 +36,6 @@
 //! | `fetchNamesrvAddrByAddressServer`, `forceRegister` | name-server discovery and Java's register-only-when-changed shortcut: ringmq takes `namesrvAddr` as given and always sends the whole registration, which is what `forceRegister=true` (RocketMQ's default) does |
 
 pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
-    "brokerIP2",
     "haMaxGapNotInSync",
     "enablePropertyFilter",
     "filterServerNums",

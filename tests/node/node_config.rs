@@ -321,7 +321,7 @@ fn recognised_rocketmq_keys_only_warn() {
     loader
         .broker_conf_str(
             "broker.conf",
-            "brokerIP2=10.0.0.2\nslaveReadEnable=true\nenablePropertyFilter=true\n\
+            "haMaxGapNotInSync=100\nslaveReadEnable=true\nenablePropertyFilter=true\n\
              enableDLegerCommitLog=false\ntransientStorePoolEnable = false\nlistenPort=10911\n",
         )
         .unwrap();
@@ -331,7 +331,7 @@ fn recognised_rocketmq_keys_only_warn() {
     // `slaveReadEnable` is honoured (reads from the slave), so it does not warn.
     assert!(loader.config().slave_read_enable);
     for key in [
-        "broker.conf: brokerIP2",
+        "broker.conf: haMaxGapNotInSync",
         "broker.conf: enablePropertyFilter",
         "broker.conf: enableDLegerCommitLog",
         "broker.conf: transientStorePoolEnable",
@@ -523,6 +523,8 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
     ("controllerHeartBeatTimeoutMills=100", "controllerHeartBeatTimeoutMills", "between 200"),
     ("brokerIP1=broker.example.com", "brokerIP1", "not an IP"),
     ("brokerIP1=0.0.0.0", "brokerIP1", "cannot be advertised"),
+    ("brokerIP2=ha.example.com", "brokerIP2", "not an IP"),
+    ("brokerIP2=0.0.0.0", "brokerIP2", "cannot be advertised"),
     ("brokerName=", "brokerName", "empty"),
     ("brokerName=a b", "brokerName", "spaces"),
     ("storePathRootDir=", "storePathRootDir", "empty"),

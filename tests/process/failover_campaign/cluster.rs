@@ -1,8 +1,10 @@
 //! The campaign's cluster: three controllers, one name server, and two broker groups of two
 //! brokers each in controller mode (SYNC_MASTER), every broker reaching each controller
 //! through a [`FaultProxy`] of its own, so a master can be cut from the controllers while
-//! its clients and its slave still reach it. What it offers the episode: who is master of
-//! a group, and each fault's injection and heal.
+//! its clients and its slave still reach it. Slaves reach a master's HA port through a
+//! proxy too: the broker advertises it as its `brokerIP2` (127.0.0.(10 + its index), on
+//! the HA port's number), as RocketMQ advertises `haServerAddr`. What it offers the
+//! episode: who is master of a group, and each fault's injection and heal.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +26,8 @@ pub struct CampaignCluster {
     pub controllers: ControllerGroup,
     /// Per broker, at its index in `cluster.brokers`: its proxy to each controller.
     proxies: Vec<Vec<FaultProxy>>,
+    /// Per broker: the proxy its slaves stream through while it is master.
+    ha_proxies: Vec<FaultProxy>,
     /// Per group of [`GROUPS`]: its brokers' indexes.
     members: Vec<Vec<usize>>,
 }
@@ -34,6 +38,7 @@ pub enum Heal {
     StartController(usize),
     Resume(usize),
     OpenLinks(usize),
+    OpenHaLink(usize),
 }
 
 /// Flips one bit in the last 4 KiB of the written part of the last CommitLog segment in
@@ -72,6 +77,7 @@ impl CampaignCluster {
         cluster.start_name_servers();
         let controllers = ControllerGroup::start(cluster.dir());
         let mut proxies = Vec::new();
+        let mut ha_proxies = Vec::new();
         let mut members = vec![Vec::new(); GROUPS.len()];
         for n in 0..2 {
             for (g, group) in GROUPS.iter().enumerate() {
@@ -82,6 +88,13 @@ impl CampaignCluster {
                     .collect();
                 let controller_addr: Vec<String> =
                     links.iter().map(|p| p.addr().to_string()).collect();
+                let index = proxies.len();
+                let ha_port = crate::common::process_cluster::free_port();
+                let ha_ip = std::net::Ipv4Addr::new(127, 0, 0, 10 + index as u8);
+                ha_proxies.push(FaultProxy::start_at(
+                    SocketAddr::from((ha_ip, ha_port)),
+                    SocketAddr::from(([127, 0, 0, 1], ha_port)),
+                ));
                 let spec = BrokerSpec::master(group)
                     .id(n)
                     .set("brokerId", 0)
@@ -89,7 +102,11 @@ impl CampaignCluster {
                     .set("brokerRole", "SYNC_MASTER")
                     .set("enableControllerMode", true)
                     .set("controllerAddr", controller_addr.join(";"))
-                    .set("checkSyncStateSetPeriod", 200);
+                    .set("checkSyncStateSetPeriod", 200)
+                    .set("haListenPort", ha_port)
+                    .set("brokerIP2", ha_ip)
+                    // Short enough that an HA partition's hold may outlast it.
+                    .set("haMaxTimeSlaveNotCatchup", 3000);
                 members[g].push(cluster.add_broker(spec));
                 proxies.push(links);
             }
@@ -98,6 +115,7 @@ impl CampaignCluster {
             cluster,
             controllers,
             proxies,
+            ha_proxies,
             members,
         };
         formed.wait_settled("the cluster to form");
@@ -222,6 +240,21 @@ impl CampaignCluster {
                 damage_tail(&root.join("shard-0").join("commitlog"), plan.draw);
                 vec![Heal::StartBroker(slave)]
             }
+            Kind::CutMasterFromSlave | Kind::SlaveUnheardByMaster => {
+                let master = self.master(group);
+                // The fault is on the path only if the slave streams through the proxy
+                // (the master advertises it as `brokerIP2`).
+                assert!(
+                    self.ha_proxies[master].accepted() > 0,
+                    "no slave connected through broker {master}'s HA proxy"
+                );
+                let link = match plan.kind {
+                    Kind::CutMasterFromSlave => Link::Cut,
+                    _ => Link::ClientSilenced,
+                };
+                self.ha_proxies[master].set(link);
+                vec![Heal::OpenHaLink(master)]
+            }
         }
     }
 
@@ -235,6 +268,7 @@ impl CampaignCluster {
                 }
                 Heal::Resume(broker) => self.cluster.brokers[broker].resume(),
                 Heal::OpenLinks(broker) => self.set_links(broker, Link::Open),
+                Heal::OpenHaLink(broker) => self.ha_proxies[broker].set(Link::Open),
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The faults of the campaign, each drawn from a seed: which kind, which group, when, and
-//! for how long. A kind is a process fault (SIGKILL, SIGSTOP) or a link fault on a
-//! master's links to the controllers ([`super::proxy`]); the disk faults and the
-//! master-slave partition are not here yet (the simulation carries the disk's).
+//! for how long. A kind is a process fault (SIGKILL, SIGSTOP), a damaged file, or a link
+//! fault ([`super::proxy`]) on a master's links to the controllers or on its HA link to
+//! its slave; disk stalls and the loss of unsynced bytes are not here (a real process's
+//! page cache survives its SIGKILL).
 
 use std::fmt;
 use std::time::Duration;
@@ -31,9 +32,17 @@ pub enum Kind {
     /// draws) or those bytes zeroed as a torn write leaves them (even draws); started
     /// again after the hold, it must find the damage and copy the master's bytes again.
     DamageSlaveTail,
+    /// The HA link between a master and its slave cut both ways (its clients and the
+    /// controllers still reach both): SYNC_MASTER sends wait for the slave, then the master
+    /// takes it out of the SyncStateSet once it lagged `haMaxTimeSlaveNotCatchup` and
+    /// acknowledges alone; after the heal the slave catches up and joins again.
+    CutMasterFromSlave,
+    /// Only the slave's reports to its master lost: the stream flows, the master never
+    /// learns what the slave holds.
+    SlaveUnheardByMaster,
 }
 
-pub const KINDS: [Kind; 9] = [
+pub const KINDS: [Kind; 11] = [
     Kind::KillMaster,
     Kind::KillSlave,
     Kind::KillControllerLeader,
@@ -43,6 +52,8 @@ pub const KINDS: [Kind; 9] = [
     Kind::MasterUnheardByControllers,
     Kind::ControllersUnheardByMaster,
     Kind::DamageSlaveTail,
+    Kind::CutMasterFromSlave,
+    Kind::SlaveUnheardByMaster,
 ];
 
 /// An episode's fault: `kind` on group `group`, `after` the load began, healed `hold`
@@ -71,7 +82,9 @@ impl Plan {
             Kind::PauseMaster
             | Kind::CutMasterFromControllers
             | Kind::MasterUnheardByControllers
-            | Kind::ControllersUnheardByMaster => rng.range(2500, 6500),
+            | Kind::ControllersUnheardByMaster
+            | Kind::CutMasterFromSlave
+            | Kind::SlaveUnheardByMaster => rng.range(2500, 6500),
             _ => rng.range(500, 4000),
         };
         Plan {

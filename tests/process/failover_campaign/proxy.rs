@@ -72,6 +72,8 @@ struct Shared {
     link: AtomicU8,
     /// Set when the proxy is dropped: every thread of it ends.
     closed: AtomicBool,
+    /// Connections accepted so far.
+    accepted: std::sync::atomic::AtomicU32,
 }
 
 impl Shared {
@@ -89,7 +91,13 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Listens on a free loopback port and forwards every connection to `target`.
     pub fn start(target: SocketAddr) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a proxy port");
+        FaultProxy::start_at(SocketAddr::from(([127, 0, 0, 1], 0)), target)
+    }
+
+    /// Listens on `listen` and forwards every connection to `target`.
+    pub fn start_at(listen: SocketAddr, target: SocketAddr) -> FaultProxy {
+        let listener = TcpListener::bind(listen)
+            .unwrap_or_else(|error| panic!("bind a proxy at {listen}: {error}"));
         let addr = listener.local_addr().expect("the proxy's address");
         listener
             .set_nonblocking(true)
@@ -98,6 +106,7 @@ impl FaultProxy {
             target,
             link: AtomicU8::new(Link::Open.code()),
             closed: AtomicBool::new(false),
+            accepted: std::sync::atomic::AtomicU32::new(0),
         });
         let accepting = shared.clone();
         std::thread::spawn(move || accept(listener, accepting));
@@ -107,6 +116,11 @@ impl FaultProxy {
     /// Where clients connect.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How many connections it accepted.
+    pub fn accepted(&self) -> u32 {
+        self.shared.accepted.load(Ordering::Relaxed)
     }
 
     pub fn set(&self, link: Link) {
@@ -124,6 +138,7 @@ fn accept(listener: TcpListener, shared: Arc<Shared>) {
     while !shared.closed.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((client, _)) => {
+                shared.accepted.fetch_add(1, Ordering::Relaxed);
                 let shared = shared.clone();
                 std::thread::spawn(move || forward(client, &shared));
             }
