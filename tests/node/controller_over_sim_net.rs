@@ -28,11 +28,11 @@ use ringmq::remoting::{ExtFields, RemotingCommand};
 use tokio::sync::watch;
 
 const CONTROLLERS: usize = 3;
-const PORT: u16 = 9878;
+pub(crate) const PORT: u16 = 9878;
 /// How long any one condition may take, in simulated time.
 const BOUND: Duration = Duration::from_secs(60);
 
-fn controller_ip(i: usize) -> IpAddr {
+pub(crate) fn controller_ip(i: usize) -> IpAddr {
     IpAddr::from([10, 0, 3, i as u8 + 1])
 }
 
@@ -45,12 +45,18 @@ fn broker_addr(id: i64) -> String {
 }
 
 fn config(i: usize) -> ControllerConfig {
+    config_scanning_every(i, 500)
+}
+
+/// Controller `i`'s config on this file's hosts, its leader scanning for dead brokers
+/// every `scan_ms` (the failover simulation shares it).
+pub(crate) fn config_scanning_every(i: usize, scan_ms: u64) -> ControllerConfig {
     let peers: Vec<String> = (0..CONTROLLERS)
         .map(|j| format!("n{j}-{}:{PORT}", controller_ip(j)))
         .collect();
     let text = format!(
         "controllerDLegerGroup=g1\ncontrollerDLegerPeers={}\ncontrollerDLegerSelfId=n{i}\n\
-         controllerStorePath=/controller/n{i}\nscanNotActiveBrokerInterval=500\n",
+         controllerStorePath=/controller/n{i}\nscanNotActiveBrokerInterval={scan_ms}\n",
         peers.join(";")
     );
     ControllerConfig::parse(&text)

@@ -26,6 +26,8 @@
 //! failover_over_sim_net`.
 
 use crate::common::{as_disk, node_config, run_local, sim_seeds};
+// The controllers' hosts and port, and their config, are the controller simulation's.
+use crate::controller_over_sim_net::{controller_ip, PORT as CONTROLLER_PORT};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,7 +58,6 @@ use tokio::time::Instant;
 const GROUP: &str = "broker-a";
 const CONTROLLERS: usize = 3;
 const BROKERS: usize = 2;
-const CONTROLLER_PORT: u16 = 9878;
 const BROKER_PORT: u16 = 10911;
 /// How often a slave asks its master for what it lacks.
 const FETCH_EVERY: Duration = Duration::from_millis(10);
@@ -68,10 +69,6 @@ const SLAVE_TIMEOUT: Duration = Duration::from_secs(3);
 const FAULT_WINDOW: Duration = Duration::from_secs(40);
 /// How long the cluster may take to settle after the heal.
 const SETTLE_BOUND: Duration = Duration::from_secs(120);
-
-fn controller_ip(i: usize) -> IpAddr {
-    IpAddr::from([10, 0, 3, i as u8 + 1])
-}
 
 fn broker_ip(i: usize) -> IpAddr {
     IpAddr::from([10, 0, 4, i as u8 + 1])
@@ -329,18 +326,9 @@ struct Controller {
     life: u32,
 }
 
+/// The controllers' config; its leader looks for dead brokers every 200 ms.
 fn controller_config(i: usize) -> ControllerConfig {
-    let peers: Vec<String> = (0..CONTROLLERS)
-        .map(|j| format!("n{j}-{}:{CONTROLLER_PORT}", controller_ip(j)))
-        .collect();
-    let text = format!(
-        "controllerDLegerGroup=g1\ncontrollerDLegerPeers={}\ncontrollerDLegerSelfId=n{i}\n\
-         controllerStorePath=/controller/n{i}\nscanNotActiveBrokerInterval=200\n",
-        peers.join(";")
-    );
-    ControllerConfig::parse(&text)
-        .expect("a valid controller config")
-        .config
+    crate::controller_over_sim_net::config_scanning_every(i, 200)
 }
 
 impl Controller {
