@@ -38,7 +38,8 @@
 //! batch still held, and [`super::Store::confirm_replicated`] advances Replicated and
 //! releases ([`replica_reached`]). A batch written while no replica is attached waives the
 //! replica and is answered SlaveNotAvailable once flushed; a replica going away, or the
-//! store stopping, waives it for every batch still held ([`waive_replica`]). The flush
+//! store stopping, waives it for every batch still held ([`waive_replica`]), as does the
+//! controller-mode replica gate going down ([`follow_replica_gate`]). The flush
 //! watchdog times out puts held in the queue, saying whether the flush or the replica was
 //! missing. New sources of CommitLog records (retry, delay) are puts like any other and
 //! need nothing here.
@@ -336,6 +337,25 @@ pub(crate) fn replica_reached(shared: &Shared, position: u64) {
     let answered = release(shared);
     if answered > 0 {
         expect_back(shared, answered);
+    }
+}
+
+/// The replica gate is down (the controllers committed a SyncStateSet of this master
+/// alone): batches written while it was up stop waiting for a replica and are answered
+/// SEND_OK on their flush, as every batch written from now on is. The set is the
+/// durability boundary (D18) and the gate is lowered only from a committed set, so no
+/// election can pick a broker that lacks them; holding them for the slave that left the set
+/// would only make their producers wait out `slaveTimeout` (the failover campaign's cut
+/// between master and slave showed that gap; RocketMQ's master likewise counts the
+/// acknowledgements against the set as it stands).
+pub(crate) fn follow_replica_gate(shared: &Shared) {
+    let lowered = shared
+        .replica_gate
+        .borrow()
+        .as_ref()
+        .is_some_and(|gate| !gate.needed());
+    if lowered && shared.waiters.borrow().waits_for_replica() {
+        waive_replica(shared, PutStatus::Ok);
     }
 }
 

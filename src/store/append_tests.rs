@@ -338,6 +338,39 @@ fn a_replica_going_away_answers_the_puts_it_held_slave_not_available() {
     });
 }
 
+/// Controller mode: a batch written while the replica gate was up is held for the
+/// replica; once the gate is lowered (the set shrank to the master) it is answered SEND_OK
+/// on its flush at the lease's next recheck, not after `slaveTimeout`. With the gate still up
+/// the same wait leaves it held.
+#[test]
+fn a_lowered_replica_gate_releases_the_puts_held_for_the_replica_with_send_ok() {
+    run(async {
+        let sim = SimDisk::new(SimConfig::with_seed(12));
+        let store = store_held_by_a_replica(&sim).await;
+        let gate = crate::store::ReplicaGate::new(true);
+        store.set_replica_gate(gate.clone());
+        let lease = crate::store::WriteLease::new();
+        lease.renew_until(tokio::time::Instant::now() + std::time::Duration::from_secs(3600));
+        store.set_write_lease(lease);
+        let heard: Heard = Rc::default();
+        put(&store, b"held for the replica", &heard);
+        until_flushed(&store, 1).await;
+        until_idle(&store).await;
+        tokio::time::sleep(crate::store::write_lease::RECHECK * 5).await;
+        assert!(heard.borrow().is_empty(), "answered while the gate was up");
+
+        gate.set_needed(false);
+        tokio::time::sleep(crate::store::write_lease::RECHECK * 2).await;
+        assert_eq!(statuses(&heard), [PutStatus::Ok]);
+        assert_eq!(store.max_offset("Held", 0), 1);
+        // Later puts need no replica while the gate is down.
+        put(&store, b"after", &heard);
+        until_heard(&heard, 2).await;
+        assert_eq!(statuses(&heard), [PutStatus::Ok, PutStatus::Ok]);
+        store.shutdown().await.unwrap();
+    });
+}
+
 #[test]
 fn a_stop_releases_the_puts_a_replica_held_with_flush_slave_timeout() {
     run(async {

@@ -891,6 +891,9 @@ impl Store {
     /// mode, D18: a master whose SyncStateSet holds only itself acknowledges on its own
     /// conditions, with SEND_OK; one whose set holds a slave needs that slave). Read at
     /// every batch; a store without a gate needs a replica whenever its role says so.
+    /// Batches held for a replica when the gate is lowered are released on their flush
+    /// alone by the lease's recheck ([`Store::set_write_lease`], which controller mode
+    /// sets with the gate).
     pub fn set_replica_gate(&self, gate: ReplicaGate) {
         self.shared.replica_gate.replace(Some(gate));
     }
@@ -898,7 +901,8 @@ impl Store {
     /// Makes puts and releases follow `lease` (controller mode, D18): a put is refused
     /// while it is lapsed, and batches are held (neither visible nor answered) until it
     /// holds again; a stop releases what is held as it releases any batch. A task looks
-    /// every [`write_lease::RECHECK`] whether held batches may go.
+    /// every [`write_lease::RECHECK`] whether held batches may go, and whether the replica
+    /// gate was lowered meanwhile ([`append::follow_replica_gate`]).
     pub fn set_write_lease(&self, lease: WriteLease) {
         self.shared.write_lease.replace(Some(lease));
         let shared = self.shared.clone();
@@ -908,6 +912,7 @@ impl Store {
             loop {
                 ticks.tick().await;
                 if append::lease_holds(&shared) {
+                    append::follow_replica_gate(&shared);
                     let answered = append::release(&shared);
                     if answered > 0 {
                         append::expect_back(&shared, answered);

@@ -224,6 +224,13 @@ impl<T> Waiters<T> {
         }
     }
 
+    /// Whether any waiter still waits for the replica's condition.
+    pub fn waits_for_replica(&self) -> bool {
+        self.queue
+            .iter()
+            .any(|waiter| waiter.replica == ReplicaWait::Wait)
+    }
+
     /// Where `condition` stands, if the store requires it.
     pub fn position(&self, condition: AckCondition) -> Option<u64> {
         self.watermarks.positions[condition.index()]
