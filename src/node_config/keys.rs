@@ -13,10 +13,10 @@ use super::key::Preset::{Constant, Machine, Text};
 use super::key::Range::{Number, Parsed, Rule};
 use super::key::{Bounds, Key, Unit};
 use super::parse::{
-    flag, flush_mode, group_names, home_dir, hours_of_day, io_name, ip, millis, name, optional_ip,
-    port, reserved_time, root_dir, text, uint, Value,
+    broker_id, flag, flush_mode, group_names, home_dir, hours_of_day, io_name, ip, millis, name,
+    optional_ip, port, reserved_time, root_dir, text, uint, Value,
 };
-use super::{default_shards, NodeConfig, CQ_ENTRY_SIZE, MAX_SHARDS};
+use super::{default_shards, NodeConfig, CONTROLLER_ASSIGNED_ID, CQ_ENTRY_SIZE, MAX_SHARDS};
 use crate::broker::naming::names::MAX_QUEUE_NUMS;
 use crate::config::{defaults, MAX_SEGMENT_SIZE, MIN_BATCH_BYTES, PAGE_SIZE};
 use crate::remoting::frame::DEFAULT_MAX_FRAME_LEN;
@@ -134,16 +134,19 @@ pub(super) static KEYS: &[Key] = &[
     key!(
         "broker_id", rocketmq ["brokerId"],
         default: Text("0"),
-        range: Parsed("a whole number; 0 for a master (see the relations)"),
-        meaning: "0 for a master, above 0 for a slave",
-        set: |c, v| c.broker_id = uint(v, i64::MAX as u64)?,
-        get: |c| c.broker_id.to_string(),
+        range: Parsed("a whole number; 0 for a master (see the relations); -1 in controller mode"),
+        meaning: "0 for a master, above 0 for a slave; in controller mode the controllers assign it and this one is not used (RocketMQ's quick-start files say -1)",
+        set: |c, v| c.broker_id = broker_id(v)?,
+        get: |c| match c.broker_id {
+            CONTROLLER_ASSIGNED_ID => "-1".into(),
+            id => id.to_string(),
+        },
     ),
     key!(
         "broker_role", rocketmq ["brokerRole"],
         default: Text("ASYNC_MASTER"),
         range: Parsed("`ASYNC_MASTER`, `SYNC_MASTER` or `SLAVE`"),
-        meaning: "a master acknowledges on its own write (`ASYNC_MASTER`) or once a slave holds the message too (`SYNC_MASTER`, D14); a `SLAVE` copies its master's CommitLog per shard and refuses sends",
+        meaning: "a master acknowledges on its own write (`ASYNC_MASTER`) or once a slave holds the message too (`SYNC_MASTER`, D14); a `SLAVE` copies its master's CommitLog per shard and refuses sends; in controller mode the controllers choose the role and this says how a master acknowledges (see `all_ack_in_sync_state_set`)",
         set: |c, v| c.broker_role = text(v)?.parse()?,
         get: |c| c.broker_role.as_str().into(),
     ),
@@ -353,6 +356,14 @@ pub(super) static KEYS: &[Key] = &[
         meaning: "the controllers of `controller_addr` choose which broker of the group is master and give its epoch; the broker registers, beats and changes role as they decide (D18, docs/operations.md)",
         set: |c, v| c.enable_controller_mode = flag(v)?,
         get: |c| c.enable_controller_mode.to_string(),
+    ),
+    key!(
+        "all_ack_in_sync_state_set", rocketmq ["allAckInSyncStateSet"],
+        default: Text("false"),
+        range: Parsed("`true` or `false`"),
+        meaning: "controller mode: a master acknowledges a message once every member of the SyncStateSet holds it, whatever `broker_role` says; `false`: a `SYNC_MASTER` does so too, an `ASYNC_MASTER` or `SLAVE` acknowledges on its own write (RocketMQ's `inSyncReplicas=1`); unused outside controller mode, as in RocketMQ",
+        set: |c, v| c.all_ack_in_sync_state_set = flag(v)?,
+        get: |c| c.all_ack_in_sync_state_set.to_string(),
     ),
     key!(
         "controller_addr", rocketmq ["controllerAddr"],

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::key::Key;
 use super::keys::{find_conf, find_key, find_snake};
 use super::parse::Value;
-use super::rocketmq::{IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
+use super::rocketmq::{DERIVED_STORE_PATHS, IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
 use super::suggest::nearest_conf_key;
 use super::{ConfigError, NodeConfig};
 use crate::properties::parse_properties;
@@ -23,6 +23,9 @@ pub struct ConfigLoader {
     /// snake_case key → (origin, key as spelled there).
     origins: HashMap<&'static str, (String, String)>,
     warnings: Vec<String>,
+    /// RocketMQ store paths given ([`DERIVED_STORE_PATHS`]): `(origin, key, value)`,
+    /// checked against the final root in [`ConfigLoader::finish`].
+    store_paths: Vec<(String, &'static str, String)>,
 }
 
 impl Default for ConfigLoader {
@@ -43,6 +46,7 @@ impl ConfigLoader {
             config,
             origins: HashMap::new(),
             warnings: Vec::new(),
+            store_paths: Vec::new(),
         }
     }
 
@@ -158,7 +162,8 @@ impl ConfigLoader {
     }
 
     /// Validates and hands over the settings.
-    pub fn finish(self) -> Result<NodeConfig, ConfigError> {
+    pub fn finish(mut self) -> Result<NodeConfig, ConfigError> {
+        self.check_store_paths()?;
         match self.config.validate() {
             Ok(()) => Ok(self.config),
             Err(mut error) => {
@@ -225,6 +230,11 @@ impl ConfigLoader {
         value: &str,
         hint: Option<String>,
     ) -> Result<(), ConfigError> {
+        if let Some((name, _, _)) = DERIVED_STORE_PATHS.iter().find(|(k, _, _)| *k == key) {
+            self.store_paths
+                .push((origin.to_string(), name, value.to_string()));
+            return Ok(());
+        }
         if IGNORED_ROCKETMQ_KEYS.contains(&key) {
             self.warn(
                 origin,
@@ -255,6 +265,37 @@ impl ConfigLoader {
             key,
             hint.unwrap_or_else(|| "unknown key".into()),
         ))
+    }
+
+    /// Each RocketMQ store path given is ignored with a warning where RocketMQ itself
+    /// would put it under the final `storePathRootDir`, and refused anywhere else. Called
+    /// by [`ConfigLoader::finish`]; a caller that wants the warnings calls it first.
+    pub fn check_store_paths(&mut self) -> Result<(), ConfigError> {
+        for (origin, key, value) in std::mem::take(&mut self.store_paths) {
+            let (_, under_root, why) = DERIVED_STORE_PATHS
+                .iter()
+                .find(|(k, _, _)| *k == key)
+                .expect("only derived store paths are kept");
+            let place = self.config.store_path_root_dir.join(under_root);
+            if Path::new(&value) == place {
+                self.warn(
+                    &origin,
+                    key,
+                    format!("{value} is RocketMQ's place under storePathRootDir; ignored: {why}"),
+                );
+                continue;
+            }
+            return Err(ConfigError::new(
+                &origin,
+                key,
+                format!(
+                    "not supported: {why} (only {}, RocketMQ's place under storePathRootDir, \
+                     is accepted)",
+                    place.display()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn warn(&mut self, origin: &str, key: &str, why: String) {

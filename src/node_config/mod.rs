@@ -82,6 +82,9 @@ pub const MAX_SHARDS: u8 = 64;
 pub const FRAME_HEADER_ROOM: usize = 64 * 1024;
 /// Size of one ConsumeQueue entry.
 pub const CQ_ENTRY_SIZE: u64 = 20;
+/// `brokerId=-1`, RocketMQ's spelling for an id the controllers assign (controller mode
+/// only; the relations refuse it elsewhere). Never a real id: ids are at most `i64::MAX`.
+pub const CONTROLLER_ASSIGNED_ID: u64 = u64::MAX;
 
 pub use crate::config::BrokerRole;
 
@@ -196,6 +199,9 @@ pub struct NodeConfig {
     /// `enableControllerMode`: the controllers of `controller_addr` choose this broker's
     /// role and epoch (D18).
     pub enable_controller_mode: bool,
+    /// `allAckInSyncStateSet`: in controller mode a master acknowledges once every member
+    /// of the SyncStateSet holds the message, whatever `brokerRole` says.
+    pub all_ack_in_sync_state_set: bool,
     /// `controllerAddr`: the controllers, `host:port` separated by `;`.
     pub controller_addr: Option<String>,
     /// `brokerHeartbeatInterval`: how often the broker beats to the controller leader.
@@ -364,6 +370,7 @@ impl NodeConfig {
             ha_slave_batch_bytes_max: 0,
             sync_from_last_file: false,
             enable_controller_mode: false,
+            all_ack_in_sync_state_set: false,
             controller_addr: None,
             broker_heartbeat_interval: Duration::ZERO,
             controller_heart_beat_timeout_mills: Duration::ZERO,
@@ -520,7 +527,7 @@ mod tests {
     use super::key::Range;
     use super::keys::{find_key, find_snake, KEYS};
     use super::parse::Value;
-    use super::rocketmq::UNSUPPORTED_ROCKETMQ_KEYS;
+    use super::rocketmq::{DERIVED_STORE_PATHS, UNSUPPORTED_ROCKETMQ_KEYS};
     use super::*;
 
     /// The defaults, with a root that does not depend on `$HOME`.
@@ -668,7 +675,8 @@ mod tests {
                 assert!(!IGNORED_ROCKETMQ_KEYS.contains(conf), "{conf}");
             }
         }
-        for (key, _, _) in UNSUPPORTED_ROCKETMQ_KEYS {
+        let refused = UNSUPPORTED_ROCKETMQ_KEYS.iter().map(|(key, _, _)| key);
+        for key in refused.chain(DERIVED_STORE_PATHS.iter().map(|(key, _, _)| key)) {
             assert!(!IGNORED_ROCKETMQ_KEYS.contains(key) && find_key(key).is_none());
         }
     }

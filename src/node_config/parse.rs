@@ -34,6 +34,21 @@ pub(super) fn name(value: Value) -> Result<String, ValueError> {
     Ok(text(value)?.to_string())
 }
 
+/// `brokerId`: a whole number up to `i64::MAX`, or -1 (RocketMQ's controller-mode
+/// spelling, [`super::CONTROLLER_ASSIGNED_ID`]; the relations allow it in controller mode
+/// only).
+pub(super) fn broker_id(value: Value) -> Result<u64, ValueError> {
+    let minus_one = match &value {
+        Value::Int(n) => *n == -1,
+        Value::Raw(s) => s.trim() == "-1",
+        Value::Str(_) | Value::Bool(_) => false,
+    };
+    match minus_one {
+        true => Ok(super::CONTROLLER_ASSIGNED_ID),
+        false => uint(value, i64::MAX as u64),
+    }
+}
+
 /// A whole number, at most `max` (the field type's limit).
 pub(super) fn uint(value: Value, max: u64) -> Result<u64, ValueError> {
     let number = match value {

@@ -2,7 +2,7 @@
 //! it relates; a broken one is reported against the first of them (the key to change).
 //! [`NodeConfig::validate`] checks them after every key's own range.
 
-use super::{BrokerRole, NodeConfig, FRAME_HEADER_ROOM};
+use super::{BrokerRole, NodeConfig, CONTROLLER_ASSIGNED_ID, FRAME_HEADER_ROOM};
 use crate::config::{largest_message_for_segment, RECORD_OVERHEAD_MAX};
 
 /// A broken relation, reported against its first key: the values that break it.
@@ -19,10 +19,10 @@ pub enum RelationError {
     )]
     ControllerModeWithoutControllers,
     #[error(
-        "is SLAVE: in controller mode the controllers choose the role, and broker_role says \
-         how the broker acknowledges when it is master (ASYNC_MASTER or SYNC_MASTER)"
+        "is -1, an id the controllers assign: it needs enable_controller_mode (a master's id \
+         is 0, a SLAVE's above 0)"
     )]
-    ControllerModeSlave,
+    AssignedIdOutsideControllerMode,
     #[error(
         "is set: in controller mode a slave follows the master the controllers elect, and \
          learns its HA address from the name servers"
@@ -69,14 +69,18 @@ pub(super) struct Relation {
 /// Every relation, in the order they are checked.
 pub(super) static RELATIONS: &[Relation] = &[
     Relation {
-        keys: &["broker_id", "broker_role"],
+        keys: &["broker_id", "broker_role", "enable_controller_mode"],
         doc: || {
-            "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0, a `SLAVE` above 0".into()
+            "a master (`ASYNC_MASTER`, `SYNC_MASTER`) has `broker_id` 0, a `SLAVE` above 0; in controller mode the controllers assign the id and choose the role, so any id goes, -1 (RocketMQ's spelling for that) included, and -1 only there".into()
         },
-        check: |c| match (c.broker_role, c.broker_id) {
-            (BrokerRole::Slave, 0) => Err(RelationError::SlaveId),
-            (BrokerRole::Slave, _) | (_, 0) => Ok(()),
-            (_, id) => Err(RelationError::MasterId { id }),
+        check: |c| match (c.enable_controller_mode, c.broker_role, c.broker_id) {
+            (true, _, _) => Ok(()),
+            (false, _, CONTROLLER_ASSIGNED_ID) => {
+                Err(RelationError::AssignedIdOutsideControllerMode)
+            }
+            (false, BrokerRole::Slave, 0) => Err(RelationError::SlaveId),
+            (false, BrokerRole::Slave, _) | (false, _, 0) => Ok(()),
+            (false, _, id) => Err(RelationError::MasterId { id }),
         },
     },
     Relation {
@@ -84,16 +88,6 @@ pub(super) static RELATIONS: &[Relation] = &[
         doc: || "in controller mode `controller_addr` names the controllers".into(),
         check: |c| match c.enable_controller_mode && c.controller_addr.is_none() {
             true => Err(RelationError::ControllerModeWithoutControllers),
-            false => Ok(()),
-        },
-    },
-    Relation {
-        keys: &["broker_role", "enable_controller_mode"],
-        doc: || {
-            "in controller mode `broker_role` is how a master acknowledges (`ASYNC_MASTER`, `SYNC_MASTER`), not `SLAVE`: the controllers choose the role".into()
-        },
-        check: |c| match c.enable_controller_mode && c.broker_role == BrokerRole::Slave {
-            true => Err(RelationError::ControllerModeSlave),
             false => Ok(()),
         },
     },

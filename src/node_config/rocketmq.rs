@@ -17,7 +17,7 @@
 //! | `inSyncReplicas`, `minInSyncReplicas`, `totalReplicas` | `1` | more asks for acknowledgements after several replicas confirm; a SYNC_MASTER waits for one slave (D14) |
 //! | `cleanFileForciblyEnable` | `true` | `false` asks never to delete unexpired files when the disk fills; ringmq deletes above `diskSpaceCleanForciblyRatio` |
 //! | `enableDLegerCommitLog`, `transientStorePoolEnable` | `false` | a different storage or failover design, not implemented |
-//! | `storePathCommitLog`, `storePathConsumeQueue`, `storePathIndex`, `storeCheckpoint`, `abortFile` | none | each shard keeps these under `<storePathRootDir>/shard-<n>` |
+//! | `storePathCommitLog`, `storePathConsumeQueue`, `storePathIndex`, `storeCheckpoint`, `abortFile` | RocketMQ's place under `storePathRootDir` ([`DERIVED_STORE_PATHS`]) | each shard keeps these under `<storePathRootDir>/shard-<n>`; another place would be a directory the operator expects filled and ringmq leaves empty |
 //!
 //! Ignored with a warning ([`IGNORED_ROCKETMQ_KEYS`]), and why that is safe:
 //!
@@ -93,35 +93,43 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "enableConsumeQueueExt",
 ];
 
-/// RocketMQ keys whose meaning ringmq cannot honour: `(key, harmless value, why)`. The
-/// harmless value (RocketMQ's default) is ignored with a warning; any other value, or any
-/// value when there is none, stops the start.
-pub(super) const UNSUPPORTED_ROCKETMQ_KEYS: &[(&str, Option<&str>, &str)] = &[
+/// RocketMQ's store paths, each harmless at the place RocketMQ derives from
+/// `storePathRootDir` (`(key, name under the root, why another place is refused)`), as
+/// RocketMQ's own files spell them out (its controller quick-start sets
+/// `storePathCommitLog=<root>/commitlog`). Checked once every source applied, since the
+/// root may come later in the file.
+pub(super) const DERIVED_STORE_PATHS: &[(&str, &str, &str)] = &[
     (
         "storePathCommitLog",
-        None,
+        "commitlog",
         "each shard keeps its CommitLog in <storePathRootDir>/shard-<n>/commitlog; remove this key",
     ),
     (
         "storePathConsumeQueue",
-        None,
+        "consumequeue",
         "each shard keeps its ConsumeQueues under <storePathRootDir>/shard-<n>; remove this key",
     ),
     (
         "storePathIndex",
-        None,
+        "index",
         "each shard keeps its IndexFiles under <storePathRootDir>/shard-<n>; remove this key",
     ),
     (
         "storeCheckpoint",
-        None,
+        "checkpoint",
         "each shard keeps its checkpoint in <storePathRootDir>/shard-<n>; remove this key",
     ),
     (
         "abortFile",
-        None,
+        "abort",
         "each shard keeps its abort marker in <storePathRootDir>/shard-<n>; remove this key",
     ),
+];
+
+/// RocketMQ keys whose meaning ringmq cannot honour: `(key, harmless value, why)`. The
+/// harmless value (RocketMQ's default) is ignored with a warning; any other value, or any
+/// value when there is none, stops the start.
+pub(super) const UNSUPPORTED_ROCKETMQ_KEYS: &[(&str, Option<&str>, &str)] = &[
     (
         "aclEnable",
         Some("false"),

@@ -2,7 +2,7 @@
 //! broker.conf (`brokerNmae`, `flushdisktype`) names the key it was meant to be.
 
 use super::keys::KEYS;
-use super::rocketmq::{IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
+use super::rocketmq::{DERIVED_STORE_PATHS, IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
 
 /// The broker.conf spelling nearest to `key` (case-insensitive edit distance), if it is
 /// close enough to be a typo: at most 2 edits, or a quarter of the key's length.
@@ -11,7 +11,8 @@ pub fn nearest_conf_key(key: &str) -> Option<&'static str> {
         .iter()
         .flat_map(|k| k.conf.iter().copied())
         .chain(IGNORED_ROCKETMQ_KEYS.iter().copied())
-        .chain(UNSUPPORTED_ROCKETMQ_KEYS.iter().map(|(k, _, _)| *k));
+        .chain(UNSUPPORTED_ROCKETMQ_KEYS.iter().map(|(k, _, _)| *k))
+        .chain(DERIVED_STORE_PATHS.iter().map(|(k, _, _)| *k));
     crate::typo::nearest(key, known)
 }
 

@@ -376,15 +376,82 @@ fn a_controller_mode_broker_conf_loads() {
     );
 }
 
+/// RocketMQ's own controller quick-start broker file (`brokerId=-1`, `brokerRole=SLAVE`,
+/// `allAckInSyncStateSet=true`, `storePathCommitLog` at its place under the root) loads
+/// as it is: the id and role are the controllers' to choose, the acknowledgement rule is
+/// honoured, and the CommitLog path is where RocketMQ would put it anyway (a warning).
+#[test]
+fn rocketmqs_controller_quick_start_broker_conf_loads_as_it_is() {
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "broker-n0.conf",
+            "brokerClusterName = DefaultCluster\nbrokerName = broker-a\nbrokerId = -1\n\
+             brokerRole = SLAVE\ndeleteWhen = 04\nfileReservedTime = 48\n\
+             enableControllerMode = true\ncontrollerAddr = 127.0.0.1:9878\n\
+             namesrvAddr = 127.0.0.1:9876\nallAckInSyncStateSet=true\nlistenPort=30911\n\
+             storePathRootDir=/tmp/rmqstore/node00\n\
+             storePathCommitLog=/tmp/rmqstore/node00/commitlog\n",
+        )
+        .unwrap();
+    loader.check_store_paths().unwrap();
+    assert_eq!(loader.warnings().len(), 1, "{:?}", loader.warnings());
+    assert!(
+        loader.warnings()[0].starts_with("broker-n0.conf: storePathCommitLog: "),
+        "{:?}",
+        loader.warnings()
+    );
+    let config = loader.finish().unwrap();
+    assert!(config.enable_controller_mode && config.all_ack_in_sync_state_set);
+    assert_eq!(config.broker_role, BrokerRole::Slave);
+    assert_eq!(
+        config.broker_id,
+        ringmq::node_config::CONTROLLER_ASSIGNED_ID
+    );
+}
+
+/// A RocketMQ store path anywhere but RocketMQ's own place under the final root is refused,
+/// whichever comes first in the file.
+#[test]
+fn a_store_path_away_from_rocketmqs_place_stops_the_start() {
+    for text in [
+        "storePathRootDir=/srv/a\nstorePathCommitLog=/srv/b/commitlog",
+        "storePathCommitLog=/srv/a/commitlog\nstorePathRootDir=/srv/b",
+        "storePathRootDir=/srv/a\nstorePathConsumeQueue=/srv/a/commitlog",
+    ] {
+        let mut loader = loader();
+        loader.broker_conf_str("b.conf", text).unwrap();
+        let error = loader.finish().err().unwrap();
+        assert_eq!(error.origin, "b.conf", "{error}");
+        assert!(error.key.starts_with("storePath"), "{error}");
+        assert!(error.message.contains("not supported"), "{error}");
+        assert!(error.message.contains("RocketMQ's place"), "{error}");
+    }
+    let mut loader = loader();
+    loader
+        .broker_conf_str(
+            "b.conf",
+            "storePathIndex=/srv/a/index\nstorePathRootDir=/srv/a",
+        )
+        .unwrap();
+    loader.finish().unwrap();
+}
+
 #[test]
 fn keys_ringmq_cannot_honour_stop_the_start() {
-    for (text, key) in [
-        ("storePathCommitLog=/data/commitlog", "storePathCommitLog"),
-        ("enableDLegerCommitLog=true", "enableDLegerCommitLog"),
-    ] {
-        let error = loader().broker_conf_str("b.conf", text).err().unwrap();
-        expect_error(error, "b.conf", key, "not supported");
-    }
+    // Refused as it is read.
+    let error = loader()
+        .broker_conf_str("b.conf", "enableDLegerCommitLog=true")
+        .err()
+        .unwrap();
+    expect_error(error, "b.conf", "enableDLegerCommitLog", "not supported");
+    // Refused once the root is known: not RocketMQ's place under it.
+    let mut loader = loader();
+    loader
+        .broker_conf_str("b.conf", "storePathCommitLog=/data/commitlog")
+        .unwrap();
+    let error = loader.finish().err().unwrap();
+    expect_error(error, "b.conf", "storePathCommitLog", "not supported");
 }
 
 /// A setting that asks for protection ringmq does not give (access control, read-only or
@@ -513,7 +580,8 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
     ("enableControllerMode=true", "enableControllerMode", "needs its controllers; controller_addr is at its default: set controllerAddr"),
     ("controllerAddr=controller-1", "controllerAddr", "is not host:port"),
     ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878", "enableControllerMode", "registers with name servers as its role changes; namesrv_addr is at its default: set namesrvAddr"),
-    ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\nnamesrvAddr=127.0.0.1:9876\nbrokerRole=SLAVE\nbrokerId=1", "brokerRole", "the controllers choose the role"),
+    ("brokerId=-1", "brokerId", "an id the controllers assign: it needs enable_controller_mode"),
+    ("brokerId=-1\nbrokerRole=SLAVE\nhaMasterAddress=127.0.0.1:10912", "brokerId", "it needs enable_controller_mode"),
     ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\nnamesrvAddr=127.0.0.1:9876\nhaMasterAddress=127.0.0.1:10912", "haMasterAddress", "follows the master the controllers elect"),
     ("enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\nnamesrvAddr=127.0.0.1:9876\nlistenPort=0", "listenPort", "must stay the same across its role changes"),
     ("brokerHeartbeatInterval=10", "brokerHeartbeatInterval", "between 50"),

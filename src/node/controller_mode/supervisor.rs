@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::quorum::Quorum;
+use crate::config::BrokerRole;
 use crate::controller::replicas::broker_calls::{BrokerName, GroupView, HeartbeatFacts};
 use crate::net::Transport;
 use crate::node::{Assignment, RoleAssignment};
@@ -282,9 +283,12 @@ impl<T: Transport> Supervisor<T> {
         let mut config = self.config.clone();
         config.enable_controller_mode = false;
         match role {
-            RoleAssignment::Master { .. } => config.broker_id = 0,
+            RoleAssignment::Master { .. } => {
+                config.broker_id = 0;
+                config.broker_role = master_role(&self.config);
+            }
             RoleAssignment::Slave { .. } => {
-                config.broker_role = crate::config::BrokerRole::Slave;
+                config.broker_role = BrokerRole::Slave;
                 config.broker_id = u64::try_from(self.id.get()).unwrap_or(0);
             }
         }
@@ -347,6 +351,19 @@ pub enum AlterError {
     Unknown(String),
 }
 
+/// How a master run acknowledges (RocketMQ's controller mode: a master always runs as
+/// SYNC_MASTER and counts acknowledgements by `allAckInSyncStateSet`, else
+/// `inSyncReplicas`, 1 by default): once the SyncStateSet holds a message when
+/// `allAckInSyncStateSet` asks for it or `brokerRole` is SYNC_MASTER; on its own write
+/// otherwise (ASYNC_MASTER, or SLAVE as RocketMQ's quick-start files say, without
+/// `allAckInSyncStateSet`).
+pub(super) fn master_role(config: &NodeConfig) -> BrokerRole {
+    match config.all_ack_in_sync_state_set || config.broker_role == BrokerRole::SyncMaster {
+        true => BrokerRole::SyncMaster,
+        false => BrokerRole::AsyncMaster,
+    }
+}
+
 /// The most one call to the controllers may take (also bounded by
 /// `registerBrokerTimeoutMills`).
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -379,4 +396,29 @@ pub(super) fn now_ms() -> u64 {
 
 pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RocketMQ's controller-mode master counts acknowledgements by `allAckInSyncStateSet`
+    /// (else `inSyncReplicas`, 1): the set when asked for, or when `brokerRole` says
+    /// SYNC_MASTER; its own write otherwise.
+    #[test]
+    fn a_master_run_acknowledges_as_all_ack_or_the_broker_role_asks() {
+        let mut config = NodeConfig::default();
+        for (role, all_ack, run) in [
+            (BrokerRole::Slave, true, BrokerRole::SyncMaster),
+            (BrokerRole::Slave, false, BrokerRole::AsyncMaster),
+            (BrokerRole::AsyncMaster, true, BrokerRole::SyncMaster),
+            (BrokerRole::AsyncMaster, false, BrokerRole::AsyncMaster),
+            (BrokerRole::SyncMaster, false, BrokerRole::SyncMaster),
+            (BrokerRole::SyncMaster, true, BrokerRole::SyncMaster),
+        ] {
+            config.broker_role = role;
+            config.all_ack_in_sync_state_set = all_ack;
+            assert_eq!(master_role(&config), run, "{role:?}, allAck {all_ack}");
+        }
+    }
 }
