@@ -13,16 +13,26 @@
 #   scripts/ringmq-node.sh start-cluster-ha DIR      a standalone name server and group broker-a as
 #       a SYNC_MASTER and its SLAVE (brokerId 1, slaveReadEnable=true); DIR/env: NAMESRV_ADDR,
 #       BROKER_A_ADDR, BROKER_A_HA_ADDR, BROKER_A_SLAVE_ADDR and the PIDs
+#   scripts/ringmq-node.sh start-cluster-controller DIR  three controllers (`ringmq controller`,
+#       RocketMQ's controller files), a standalone name server and group broker-a of two
+#       brokers in controller mode with RocketMQ's controller quick-start broker file
+#       (brokerId=-1, brokerRole=SLAVE, allAckInSyncStateSet=true): the controllers pick the
+#       master. DIR/env: NAMESRV_ADDR, CONTROLLER_ADDR (a;b;c), BROKER_A_N0_ADDR,
+#       BROKER_A_N1_ADDR and the PIDs (CONTROLLER_N<i>_PID, BROKER_A_N<i>_PID)
+#   scripts/ringmq-node.sh restart-member DIR G N     starts again member N of group broker-G of
+#       start-cluster-controller (after a kill), with its file and store; replaces its PID
 #   scripts/ringmq-node.sh start-namesrv DIR [k=v..] only a standalone name server (a fresh DIR/env),
 #       the k=v arguments appended to its namesrv.conf
 #   scripts/ringmq-node.sh start-group DIR G ADDR    one ASYNC_MASTER group broker-G registered with
 #       the name server at ADDR (any: ringmq's or RocketMQ's); appends BROKER_<G>_ADDR/_PID
 #   scripts/ringmq-node.sh stop-cluster DIR          SIGTERM every broker DIR/env names, then the
-#       name server (SIGKILL past the deadline)
+#       name server and the controllers (SIGKILL past the deadline)
 # Env: RINGMQ_BIN (default target/debug/ringmq, built when missing), FLUSH (sync|async,
 #      default sync), RINGMQ_SET ("key=value key=value", passed as --set each).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=lib/controller-confs.sh
+source "$root/scripts/lib/controller-confs.sh"
 START_DEADLINE_S=${START_DEADLINE_S:-60}
 STOP_DEADLINE_S=${STOP_DEADLINE_S:-60}
 
@@ -110,6 +120,29 @@ start_until() {
   echo "$pid"
 }
 
+# Starts `ringmq serve` on DIR/NAME.conf (RINGMQ_SET passed as --set each), output in
+# DIR/NAME.out, and waits (bounded) until it listens; prints its pid.
+serve_broker() {
+  local dir=$1 name=$2
+  local args=(serve --broker-conf "$dir/$name.conf")
+  for setting in ${RINGMQ_SET:-}; do args+=(--set "$setting"); done
+  start_until "$dir/$name.out" "ringmq: listening on " "${args[@]}"
+}
+
+# The broker.conf lines every broker of these clusters shares: loopback, one unpinned shard,
+# metrics off, FLUSH's flush type, reads from a slave allowed.
+shared_broker_lines() {
+  cat <<CONF
+bindAddress=127.0.0.1
+brokerIP1=127.0.0.1
+metricsExporterType=DISABLE
+flushDiskType=$([[ "${FLUSH:-sync}" == sync ]] && echo SYNC_FLUSH || echo ASYNC_FLUSH)
+shards=1
+pinShardThreads=false
+slaveReadEnable=true
+CONF
+}
+
 # The standalone name server of DIR (a fresh DIR/env): NAMESRV_ADDR and NAMESRV_PID. Further
 # arguments are namesrv.conf lines (key=value).
 start_namesrv() {
@@ -140,23 +173,15 @@ brokerId=$id
 brokerRole=$role
 namesrvAddr=$namesrv
 listenPort=$port
-bindAddress=127.0.0.1
-brokerIP1=127.0.0.1
 storePathRootDir=$dir/store-$group-$id
-metricsExporterType=DISABLE
-flushDiskType=$([[ "${FLUSH:-sync}" == sync ]] && echo SYNC_FLUSH || echo ASYNC_FLUSH)
-shards=1
-pinShardThreads=false
-slaveReadEnable=true
 CONF
+  shared_broker_lines >>"$dir/$name.conf"
   if ((id == 0)); then
     ha_port=$(free_port)
     echo "haListenPort=$ha_port" >>"$dir/$name.conf"
     echo "BROKER_${key}_HA_ADDR=127.0.0.1:$ha_port" >>"$dir/env"
   fi
-  local args=(serve --broker-conf "$dir/$name.conf")
-  for setting in ${RINGMQ_SET:-}; do args+=(--set "$setting"); done
-  pid=$(start_until "$dir/$name.out" "ringmq: listening on " "${args[@]}")
+  pid=$(serve_broker "$dir" "$name")
   { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
 }
 
@@ -179,6 +204,73 @@ start_cluster_ha() {
   start_broker_of "$dir" a "$NAMESRV_ADDR" 1 SLAVE
 }
 
+# Three controllers of one Raft group on free loopback ports, each with RocketMQ's controller
+# file keys; appends CONTROLLER_ADDR (the brokers' controllerAddr) and CONTROLLER_N<i>_PID.
+start_controllers() {
+  local dir=$1 i pid
+  write_controller_confs "$dir"
+  for i in 0 1 2; do
+    pid=$(start_until "$dir/controller-n$i.out" "ringmq: controller " controller -c "$dir/controller-n$i.conf")
+    echo "CONTROLLER_N${i}_PID=$pid" >>"$dir/env"
+  done
+  # Quoted: DIR/env is sourced, and the list's separator is a shell one.
+  echo "CONTROLLER_ADDR='$CONTROLLER_ADDRS'" >>"$dir/env"
+}
+
+# Broker N of group broker-GROUP in controller mode, from RocketMQ's controller quick-start
+# broker file (the controllers assign its id and role); appends BROKER_<GROUP>_N<N>_ADDR and
+# _PID.
+start_controller_broker() {
+  local dir=$1 group=$2 n=$3 port ha_port name key pid
+  port=$(free_port)
+  ha_port=$(free_port)
+  name=broker-$group-n$n
+  key=${group^^}_N$n
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  cat >"$dir/$name.conf" <<CONF
+brokerClusterName=DefaultCluster
+brokerName=broker-$group
+brokerId=-1
+brokerRole=SLAVE
+enableControllerMode=true
+controllerAddr=$CONTROLLER_ADDR
+allAckInSyncStateSet=true
+namesrvAddr=$NAMESRV_ADDR
+listenPort=$port
+haListenPort=$ha_port
+storePathRootDir=$dir/store-$name
+storePathCommitLog=$dir/store-$name/commitlog
+CONF
+  shared_broker_lines >>"$dir/$name.conf"
+  pid=$(serve_broker "$dir" "$name")
+  { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
+}
+
+# Starts again broker N of group GROUP of start-cluster-controller (stopped or killed), with
+# its file and store; replaces its PID in DIR/env.
+restart_controller_broker() {
+  local dir=$1 group=$2 n=$3 name key pid
+  name=broker-$group-n$n
+  key=${group^^}_N$n
+  [[ -f "$dir/$name.conf" ]] || die "no $dir/$name.conf: not a member started by start-cluster-controller"
+  [[ -f "$dir/$name.out" ]] && mv "$dir/$name.out" "$dir/$name.out.$(date +%s%N)"
+  pid=$(serve_broker "$dir" "$name")
+  sed -i "/^BROKER_${key}_PID=/d" "$dir/env"
+  echo "BROKER_${key}_PID=$pid" >>"$dir/env"
+}
+
+# The controllers, the name server and group broker-a of start-cluster-controller. The first
+# broker is master once it listens (it runs in the role the controllers gave it); the second
+# then follows it.
+start_cluster_controller() {
+  local dir=$1
+  start_namesrv "$dir"
+  start_controllers "$dir"
+  start_controller_broker "$dir" a 0
+  start_controller_broker "$dir" a 1
+}
+
 # Stops every process DIR/env names: the brokers first (so they unregister), then the name
 # server.
 stop_cluster() {
@@ -188,13 +280,13 @@ stop_cluster() {
     [[ "$key" == BROKER_*_PID ]] && stop_pid "$value"
   done <"$dir/env"
   while IFS='=' read -r key value; do
-    [[ "$key" == NAMESRV_PID ]] && stop_pid "$value"
+    [[ "$key" == NAMESRV_PID || "$key" == CONTROLLER_*_PID ]] && stop_pid "$value"
   done <"$dir/env"
   return 0
 }
 
 case "${1:-}" in
-  start-cluster | start-cluster-ha)
+  start-cluster | start-cluster-ha | start-cluster-controller)
     dir=${2:?usage: $1 DIR}
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
@@ -206,6 +298,11 @@ case "${1:-}" in
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     start_namesrv "$dir" "${@:3}"
+    cat "$dir/env"
+    ;;
+  restart-member)
+    dir=$(cd "${2:?usage: restart-member DIR GROUP N}" && pwd)
+    restart_controller_broker "$dir" "${3:?group}" "${4:?member number}"
     cat "$dir/env"
     ;;
   start-group)

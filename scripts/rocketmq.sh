@@ -18,6 +18,13 @@
 #   scripts/rocketmq.sh start-cluster-ha DIR a name server and group broker-a as a SYNC_MASTER
 #       and its SLAVE (brokerId 1, slaveReadEnable=true); DIR/env: NAMESRV_ADDR, BROKER_A_ADDR,
 #       BROKER_A_SLAVE_ADDR and the PIDs
+#   scripts/rocketmq.sh start-cluster-controller DIR  three controllers (ControllerStartup), a
+#       name server and group broker-a of two brokers in controller mode with RocketMQ's
+#       controller quick-start broker file (brokerId=-1, brokerRole=SLAVE,
+#       allAckInSyncStateSet=true): the controllers pick the master. DIR/env: NAMESRV_ADDR,
+#       CONTROLLER_ADDR (a;b;c, quoted), BROKER_A_N0_ADDR, BROKER_A_N1_ADDR and the PIDs
+#   scripts/rocketmq.sh restart-member DIR G N  starts again member N of group broker-G of
+#       start-cluster-controller (after a kill), with its file and store; replaces its PID
 #   scripts/rocketmq.sh start-namesrv DIR    only a name server (a fresh DIR/env)
 #   scripts/rocketmq.sh start-group DIR G ADDR  one ASYNC_MASTER group broker-G registered with the
 #       name server at ADDR (any: RocketMQ's or ringmq's); appends BROKER_<G>_ADDR and _PID
@@ -33,6 +40,8 @@
 # DIR/home/logs/rocketmqlogs/ (user.home is DIR/home) and DIR/*.out.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=lib/controller-confs.sh
+source "$root/scripts/lib/controller-confs.sh"
 lib="$root/tests/java/target/rocketmq-lib"
 START_DEADLINE_S=${START_DEADLINE_S:-90}
 STOP_DEADLINE_S=${STOP_DEADLINE_S:-60}
@@ -40,7 +49,7 @@ STOP_DEADLINE_S=${STOP_DEADLINE_S:-60}
 die() { echo "rocketmq.sh: $*" >&2; exit 2; }
 
 ensure_jars() {
-  if [[ ! -f "$lib/rocketmq-broker-5.5.0.jar" ]]; then
+  if [[ ! -f "$lib/rocketmq-broker-5.5.0.jar" || ! -f "$lib/rocketmq-controller-5.5.0.jar" ]]; then
     echo "rocketmq.sh: resolving RocketMQ 5.5.0 jars (tests/java, Maven)" >&2
     (cd "$root/tests/java" && mvn -B -q dependency:copy-dependencies) >&2
   fi
@@ -232,18 +241,26 @@ broker_name() {
 # its "boot success"; appends BROKER_<KEY>_ADDR and _PID to DIR/env, KEY being G (a master)
 # or G_SLAVE, upper-cased.
 start_group() {
-  local dir=$1 group=$2 port=$3 id=${4:-0} name key
+  local dir=$1 group=$2 port=$3 id=${4:-0} name key pid
   name=$(broker_name "$group" "$id")
   key=${group^^}
   ((id == 0)) || key=${key}_SLAVE
-  local out="$dir/$name.out"
+  pid=$(launch_broker "$dir" "$name" "$port") || return 1
+  { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
+}
+
+# Starts the broker of DIR/NAME.conf (output appended to DIR/NAME.out, logs under
+# DIR/home-NAME) and waits (bounded) until PORT answers and it printed "boot success"; prints
+# its pid. Fails (status 1, the broker killed and its logs' tails on stderr) if it did not boot.
+launch_broker() {
+  local dir=$1 name=$2 port=$3 out="$1/$2.out"
   ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${BROKER_HEAP:-1g}" "$dir") \
     -Duser.home="$dir/home-$name" \
     -cp "$(classpath)" org.apache.rocketmq.broker.BrokerStartup -c "$dir/$name.conf" \
     >>"$out" 2>&1 </dev/null &
   local pid=$!
   if wait_port "$port" "$pid" "RocketMQ $name" && wait_boot "$out" "$pid" "RocketMQ $name"; then
-    { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"
+    echo "$pid"
     return 0
   fi
   report_failed_start "$pid" "$out" "$dir/home-$name"
@@ -279,6 +296,81 @@ start_broker_of() {
   die "$name did not start in $START_ATTEMPTS attempts; see $dir/$name.out"
 }
 
+# Three controllers of one DLedger group on free loopback ports (each opens only its own
+# controllerDLegerPeers port); appends CONTROLLER_ADDR and CONTROLLER_N<i>_PID.
+start_controllers() {
+  local dir=$1 i pid
+  write_controller_confs "$dir"
+  for i in 0 1 2; do
+    mkdir -p "$dir/home-controller-n$i"
+    ROCKETMQ_HOME="$dir/home" nohup java $(java_opts "${CONTROLLER_HEAP:-512m}" "$dir") \
+      -Duser.home="$dir/home-controller-n$i" \
+      -cp "$(classpath)" org.apache.rocketmq.controller.ControllerStartup -c "$dir/controller-n$i.conf" \
+      >"$dir/controller-n$i.out" 2>&1 </dev/null &
+    pid=$!
+    echo "CONTROLLER_N${i}_PID=$pid" >>"$dir/env"
+    wait_port "${CONTROLLER_PORTS[$i]}" "$pid" "RocketMQ controller n$i" || die "controller n$i did not start; see $dir/controller-n$i.out"
+  done
+  # Quoted: DIR/env is sourced, and the list's separator is a shell one.
+  echo "CONTROLLER_ADDR='$CONTROLLER_ADDRS'" >>"$dir/env"
+}
+
+# Broker N of group broker-G in controller mode (RocketMQ's controller quick-start broker
+# file) on a free port block; appends BROKER_<G>_N<N>_ADDR and _PID.
+start_controller_broker() {
+  local dir=$1 group=$2 n=$3 port name attempt
+  name=broker-$group-n$n
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  for attempt in $(seq 1 "$START_ATTEMPTS"); do
+    rm -rf "$dir/store-$name" && mkdir -p "$dir/store-$name" "$dir/home-$name"
+    port=$(free_broker_port)
+    cat >"$dir/$name.conf" <<CONF
+brokerClusterName=DefaultCluster
+brokerName=broker-$group
+brokerId=-1
+brokerRole=SLAVE
+enableControllerMode=true
+controllerAddr=$CONTROLLER_ADDR
+allAckInSyncStateSet=true
+namesrvAddr=$NAMESRV_ADDR
+listenPort=$port
+haListenPort=$((port + 1))
+bindAddress=127.0.0.1
+brokerIP1=127.0.0.1
+brokerIP2=127.0.0.1
+storePathRootDir=$dir/store-$name
+storePathCommitLog=$dir/store-$name/commitlog
+flushDiskType=${FLUSH:-SYNC_FLUSH}
+autoCreateTopicEnable=true
+autoCreateSubscriptionGroup=true
+slaveReadEnable=true
+CONF
+    local pid
+    if pid=$(launch_broker "$dir" "$name" "$port"); then
+      { echo "BROKER_${group^^}_N${n}_ADDR=127.0.0.1:$port"; echo "BROKER_${group^^}_N${n}_PID=$pid"; } >>"$dir/env"
+      return 0
+    fi
+    echo "rocketmq.sh: $name start attempt $attempt of $START_ATTEMPTS failed" >&2
+  done
+  die "$name did not start in $START_ATTEMPTS attempts; see $dir/$name.out"
+}
+
+# Starts again broker N of group G of start-cluster-controller (after a kill), with its file
+# and store, on its port; replaces its PID in DIR/env.
+restart_controller_broker() {
+  local dir=$1 group=$2 n=$3 name port
+  name=broker-$group-n$n
+  [[ -f "$dir/$name.conf" ]] || die "no $dir/$name.conf: not a member started by start-cluster-controller"
+  port=$(sed -n 's/^listenPort=//p' "$dir/$name.conf")
+  local out="$dir/$name.out" pid
+  # A fresh output file: the boot line of the first start must not count.
+  [[ -f "$out" ]] && mv "$out" "$out.$(date +%s%N)"
+  pid=$(launch_broker "$dir" "$name" "$port") || die "$name did not start again; see $out"
+  sed -i "/^BROKER_${group^^}_N${n}_PID=/d" "$dir/env"
+  echo "BROKER_${group^^}_N${n}_PID=$pid" >>"$dir/env"
+}
+
 # Stops every process DIR/env names: the brokers first, then the name server.
 stop_cluster() {
   local dir=$1 key value
@@ -288,13 +380,14 @@ stop_cluster() {
   done <"$dir/env"
   while IFS='=' read -r key value; do
     [[ "$key" == NAMESRV_PID ]] && stop_pid "$value" "RocketMQ name server"
+    [[ "$key" == CONTROLLER_*_PID ]] && stop_pid "$value" "RocketMQ ${key%_PID}"
   done <"$dir/env"
   return 0
 }
 
 cmd=${1:-}
 case "$cmd" in
-  start-cluster | start-cluster-ha | start-namesrv)
+  start-cluster | start-cluster-ha | start-cluster-controller | start-namesrv)
     dir=${2:?usage: $1 DIR}
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
@@ -311,7 +404,17 @@ case "$cmd" in
         start_broker_of "$dir" a "$NAMESRV_ADDR" 0 SYNC_MASTER
         start_broker_of "$dir" a "$NAMESRV_ADDR" 1 SLAVE
         ;;
+      start-cluster-controller)
+        start_controllers "$dir"
+        start_controller_broker "$dir" a 0
+        start_controller_broker "$dir" a 1
+        ;;
     esac
+    cat "$dir/env"
+    ;;
+  restart-member)
+    dir=$(cd "${2:?usage: restart-member DIR GROUP N}" && pwd)
+    restart_controller_broker "$dir" "${3:?group}" "${4:?member number}"
     cat "$dir/env"
     ;;
   start-group)

@@ -12,7 +12,8 @@
 //!
 //! Invariants of [`ControllerRaft`]:
 //! - a group is initialized once, by its lowest id, and only from storage that never
-//!   held a vote, an entry or a snapshot: a node that restarts never initializes again;
+//!   held a vote, an entry or a snapshot: a node that restarts never initializes again,
+//!   and starts only with the members its storage holds;
 //! - every call into openraft runs inside the seeded runtime's scope, so a simulation
 //!   with the same seeds replays the same elections;
 //! - a proposal answered `Ok` was committed by a quorum and applied here.
@@ -83,6 +84,10 @@ pub struct ControllerRaft<S: ReplicatedState> {
     seeds: RefCell<SplitMix64>,
 }
 
+/// How long a restarted node waits for openraft to report what its storage holds before
+/// comparing the stored group with the configured peers.
+const STORAGE_REPORT_WAIT: Duration = Duration::from_secs(1);
+
 fn invalid(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, why)
 }
@@ -130,6 +135,9 @@ impl<S: ReplicatedState> ControllerRaft<S> {
             settings,
             seeds: RefCell::new(seeds),
         };
+        if !fresh {
+            node.check_stored_membership().await?;
+        }
         let lowest = *node.peers.keys().next().expect("peers hold this node");
         if fresh && id == lowest {
             let members = node.peers.clone();
@@ -140,6 +148,48 @@ impl<S: ReplicatedState> ControllerRaft<S> {
                 })?;
         }
         Ok(node)
+    }
+
+    /// A restarted node's stored group must be the configured one: ringmq does not change
+    /// a controller group's membership, and a node that followed its old members' addresses
+    /// while the operator thinks it runs with the new ones would be a silent split. (A node
+    /// that stored a vote but no membership entry yet has nothing to compare.)
+    async fn check_stored_membership(&self) -> io::Result<()> {
+        // The metrics show the storage once the core reported them; a node whose storage
+        // holds a vote but no entry reports no log and has no membership to compare.
+        let wait = self.raft.wait(Some(STORAGE_REPORT_WAIT));
+        let reported = self.scoped(wait.metrics(
+            |metrics| metrics.last_log_index.is_some(),
+            "the stored log reported",
+        ));
+        let Ok(metrics) = reported.await else {
+            return Ok(());
+        };
+        let stored: BTreeMap<u64, SocketAddr> = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, addr)| (*id, *addr))
+            .collect();
+        if stored.is_empty() || stored == self.peers {
+            return Ok(());
+        }
+        // Ids are places in the peer list: the addresses in id order read as the list.
+        let listed = |members: &BTreeMap<u64, SocketAddr>| {
+            members
+                .values()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(";")
+        };
+        Err(invalid(format!(
+            "the controller store holds the group {}, but controllerDLegerPeers names {} \
+             (addresses in list order): a controller group's members do not change; start \
+             with the peers it was created with, or with an empty controllerStorePath for a \
+             new group",
+            listed(&stored),
+            listed(&self.peers)
+        )))
     }
 
     /// Runs `future` (a call into openraft) inside the seeded runtime's scope.

@@ -548,3 +548,47 @@ fn a_bad_rpc_body_gets_an_error_response() {
         node.kill(&net).await;
     });
 }
+
+/// A node restarted with other peers than the group its storage holds is refused, naming
+/// both; with the same peers it starts.
+#[test]
+fn a_restart_with_other_peers_than_the_stored_group_is_refused() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    tokio::task::LocalSet::new().block_on(&runtime, async {
+        let net = SimNet::new(NetConfig::default()).expect("a valid network");
+        let disk = Rc::new(SimDisk::new(SimConfig::with_seed(2)));
+        let mut node = SimNode {
+            id: 1,
+            disk: disk.clone(),
+            raft: None,
+            tasks: Rc::default(),
+        };
+        // The lowest id initializes the group of every node.
+        node.start(&net, 2).await;
+        node.kill(&net).await;
+        let alone = BTreeMap::from([(1, addr(1))]);
+        let refused = ControllerRaft::start(
+            1,
+            alone,
+            Path::new("/ctrl"),
+            disk.clone() as Rc<dyn Disk>,
+            net.host(ip(1)),
+            ListState::default(),
+            settings(2),
+        )
+        .await
+        .err()
+        .expect("a restart with other peers is refused");
+        let why = refused.to_string();
+        assert!(
+            why.contains("controllerDLegerPeers") && why.contains(&addr(3).to_string()),
+            "{why}"
+        );
+        node.start(&net, 3).await;
+        node.kill(&net).await;
+    });
+}

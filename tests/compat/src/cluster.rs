@@ -2,9 +2,11 @@
 //! (`scripts/ringmq-node.sh`, or `scripts/rocketmq.sh` under `COMPAT_TARGET=rocketmq`) in a
 //! temporary directory, so the Rust suite and the Java suite start the same clusters:
 //! `start-cluster DIR` (a standalone name server and two ASYNC_MASTER groups, broker-a and
-//! broker-b) or `start-cluster-ha DIR` (a name server and group broker-a as a SYNC_MASTER and
-//! its slave). Dropping the guard runs `stop-cluster DIR`, which stops every process the
-//! script started, so a failing test leaves none behind.
+//! broker-b), `start-cluster-ha DIR` (a name server and group broker-a as a SYNC_MASTER and
+//! its slave) or `start-cluster-controller DIR` (three controllers, a name server and group
+//! broker-a of two brokers in controller mode, RocketMQ's quick-start files). Dropping the
+//! guard runs `stop-cluster DIR`, which stops every process the script started, so a failing
+//! test leaves none behind.
 //!
 //! The processes are not this process's children (the script starts them with nohup and
 //! exits): they are found by the pids the script wrote to `DIR/env`.
@@ -26,6 +28,9 @@ pub enum Shape {
     TwoGroups,
     /// `start-cluster-ha`: a name server and group broker-a as a SYNC_MASTER and its slave.
     MasterAndSlave,
+    /// `start-cluster-controller`: three controllers, a name server and group broker-a of
+    /// two brokers in controller mode; the controllers pick the master.
+    ControllerGroup,
 }
 
 /// A started cluster and the directory its processes own.
@@ -55,6 +60,7 @@ impl Cluster {
         let verb = match shape {
             Shape::TwoGroups => "start-cluster",
             Shape::MasterAndSlave => "start-cluster-ha",
+            Shape::ControllerGroup => "start-cluster-controller",
         };
         let mut cluster = Cluster {
             script,
@@ -87,12 +93,43 @@ impl Cluster {
         self.get(&key(group, "SLAVE_ADDR"))
     }
 
+    /// The controllers' addresses ([`Shape::ControllerGroup`] only).
+    pub fn controller_addrs(&self) -> Vec<String> {
+        self.get("CONTROLLER_ADDR")
+            .split(';')
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The addresses of group `group`'s brokers in controller mode, in start order
+    /// ([`Shape::ControllerGroup`] only).
+    pub fn member_addrs(&self, group: &str) -> Vec<String> {
+        (0..)
+            .map_while(|n| self.env.get(&key(group, &format!("N{n}_ADDR"))).cloned())
+            .collect()
+    }
+
     /// SIGKILLs group `group`'s master and waits (bounded) until it is gone.
     pub fn kill(&self, group: &str) {
+        self.kill_key(group, &key(group, "PID"));
+    }
+
+    /// SIGKILLs the broker of group `group` listening at `addr` (a member of a controller-mode
+    /// group: whichever the controllers made master) and waits (bounded) until it is gone.
+    pub fn kill_member(&self, group: &str, addr: &str) {
+        let n = self
+            .member_addrs(group)
+            .iter()
+            .position(|member| member == addr)
+            .unwrap_or_else(|| panic!("{addr} is not a member of {group}: {:?}", self.env));
+        self.kill_key(group, &key(group, &format!("N{n}_PID")));
+    }
+
+    fn kill_key(&self, group: &str, pid_key: &str) {
         let pid: libc::pid_t = self
-            .get(&key(group, "PID"))
+            .get(pid_key)
             .parse()
-            .unwrap_or_else(|_| panic!("the pid of {group} in {:?}", self.env));
+            .unwrap_or_else(|_| panic!("{pid_key} of {group} in {:?}", self.env));
         assert!(process_running(pid), "{group} (pid {pid}) is not running");
         // SAFETY: kill(2) on a pid the control script started for this cluster.
         let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -101,7 +138,7 @@ impl Cluster {
             wait_gone(pid, KILL_DEADLINE),
             "{group} (pid {pid}) survived SIGKILL for {KILL_DEADLINE:?}"
         );
-        println!("cluster: {group}'s master killed (SIGKILL, pid {pid})");
+        println!("cluster: {group}'s broker {pid_key} killed (SIGKILL, pid {pid})");
     }
 
     /// The end of every process's output file in the directory, for failure messages.

@@ -444,7 +444,15 @@ pub(crate) fn read_env(dir: &Path) -> std::collections::HashMap<String, String> 
         .unwrap_or_default()
         .lines()
         .filter_map(|line| line.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .map(|(k, v)| {
+            // A value the scripts quote for the shell (`CONTROLLER_ADDR='a;b;c'`).
+            let v = v.trim();
+            let v = v
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .unwrap_or(v);
+            (k.trim().to_string(), v.to_string())
+        })
         .collect()
 }
 

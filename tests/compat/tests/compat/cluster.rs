@@ -1,6 +1,7 @@
 //! The stock Rust client against clusters of broker groups behind a standalone name server
-//! (`ringmq_compat::cluster`): sends go on to the other group when a master is killed, and
-//! a consumer reads an acknowledged backlog from the slave of a killed SYNC_MASTER.
+//! (`ringmq_compat::cluster`): sends go on to the other group when a master is killed,
+//! a consumer reads an acknowledged backlog from the slave of a killed SYNC_MASTER, and a
+//! controller-mode group promotes its slave for a producer that keeps sending.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use ringmq_compat::cluster::{Cluster, Shape};
 use ringmq_compat::{run_clients, seed, start_member, start_producer, wait_until, ConsumerSpec};
-use rocketmq_client_rust::{ClientRuntime, DefaultMQAdminExt, DefaultMQProducer, TopicAdmin};
+use rocketmq_client_rust::{
+    BrokerAdmin, ClientRuntime, DefaultMQAdminExt, DefaultMQProducer, TopicAdmin,
+};
 use rocketmq_model::common::config::TopicConfig;
 use rocketmq_model::result::SendStatus;
 use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
@@ -118,6 +121,53 @@ async fn send_all(
     by_group
 }
 
+/// Starts a push consumer of the new group `group` on `topic` and waits (bounded by
+/// [`READ_DEADLINE`]) until it read every one of `acked`, from `source`; `note` ends the
+/// failure message.
+async fn read_every(
+    runtime: &Arc<ClientRuntime>,
+    namesrv: &str,
+    group: &str,
+    topic: &str,
+    acked: &BTreeSet<String>,
+    source: &str,
+    note: &str,
+) {
+    let member = start_member(
+        runtime,
+        ConsumerSpec {
+            namesrv,
+            group,
+            instance: &format!("{group}-reader"),
+            topic,
+            expression: "*",
+            model: MessageModel::Clustering,
+        },
+    )
+    .await;
+    let collector = member.collector.clone();
+    wait_until(
+        &format!("every acknowledged message read from {source}"),
+        READ_DEADLINE,
+        || acked.is_subset(&collector.body_counts().keys().cloned().collect()),
+        || {
+            let read = collector.body_counts();
+            let missing: Vec<&String> = acked
+                .iter()
+                .filter(|body| !read.contains_key(*body))
+                .collect();
+            format!(
+                "read {} of {}; missing (first 10): {:?}{note}",
+                acked.len() - missing.len(),
+                acked.len(),
+                &missing[..missing.len().min(10)]
+            )
+        },
+    )
+    .await;
+    member.shutdown().await;
+}
+
 /// Two groups behind one standalone name server: sends spread over both; once broker-a's
 /// master is SIGKILLed and the name server dropped it, every send goes to broker-b.
 #[test]
@@ -196,38 +246,172 @@ fn a_consumer_reads_every_acknowledged_message_from_the_slave_after_the_master_i
             println!("cluster: {BACKLOG} SEND_OK ({stored:?}); killing the master");
 
             cluster.kill("broker-a");
+            let note = rocketmq_defect(
+                "its slave never learns a topic from its master, so every pull from it \
+                 answers topic not exist; rocketmq-5.5-measured.md",
+            );
             let group = format!("CG_slave_read_{seed}");
-            let member = start_member(
+            read_every(&runtime, namesrv, &group, topic, &acked, "the slave", &note).await;
+        }
+    });
+}
+
+/// How often the controller-mode scenario's producer asks the name server for routes: the
+/// least the stock Rust client 1.0 accepts (it refuses less than 10 s; the default is 30 s).
+/// The scenario with a 1 s poll is the Java client's (`ControllerFailoverTest`).
+const POLL_NAME_SERVER_MS: u32 = 10_000;
+/// Sends acknowledged before the master's kill, and again after it.
+const CONTROLLER_SENDS: usize = 200;
+/// How long the controllers may take to elect a master with both brokers in its set.
+const FORM_DEADLINE: Duration = Duration::from_secs(90);
+
+/// The controllers' view of `group`: its master's address and the addresses of its
+/// SyncStateSet (asked of the controllers' leader, as mqadmin getSyncStateSet does).
+async fn sync_state(
+    admin: &DefaultMQAdminExt,
+    controllers: &[String],
+    group: &str,
+) -> Result<(String, BTreeSet<String>), String> {
+    let mut last = String::from("no controller");
+    for controller in controllers {
+        match admin
+            .get_in_sync_state_data(controller.clone().into(), vec![group.to_string().into()])
+            .await
+        {
+            Ok(info) => match info.get_replicas_info_table().get(group) {
+                Some(replicas) if !replicas.get_master_address().is_empty() => {
+                    let set = replicas
+                        .get_in_sync_replicas()
+                        .iter()
+                        .map(|replica| replica.get_broker_address().to_string())
+                        .collect();
+                    return Ok((replicas.get_master_address().to_string(), set));
+                }
+                Some(_) => last = format!("{controller}: {group} has no master yet"),
+                None => last = format!("{controller}: {group} is unknown"),
+            },
+            Err(e) => last = format!("{controller}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// Waits (bounded) until `group` has a master and every one of `members` is in its
+/// SyncStateSet (so the other may be elected); the master's address.
+async fn await_formed(
+    admin: &DefaultMQAdminExt,
+    controllers: &[String],
+    group: &str,
+    members: &[String],
+) -> String {
+    let want: BTreeSet<String> = members.iter().cloned().collect();
+    let until = Instant::now() + FORM_DEADLINE;
+    loop {
+        let seen = sync_state(admin, controllers, group).await;
+        if let Ok((master, set)) = &seen {
+            if *set == want {
+                return master.clone();
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "{group} did not get a master with {want:?} in sync within {FORM_DEADLINE:?}: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A controller-mode group (three controllers, two brokers from RocketMQ's controller
+/// quick-start file): a producer that polls the name server every 10 s sends
+/// [`CONTROLLER_SENDS`] messages, the master the controllers picked is SIGKILLed, the same
+/// producer goes on until another [`CONTROLLER_SENDS`] are acknowledged (by the promoted
+/// slave: the group has no other broker), and a consumer of a new group then reads every
+/// acknowledged message. Prints the time from the kill to the first acknowledgement.
+#[test]
+fn a_controller_mode_group_fails_over_for_a_producer_that_keeps_sending() {
+    let seed = seed();
+    println!("seed {seed}");
+    let cluster = Cluster::start(Shape::ControllerGroup);
+    let namesrv = cluster.namesrv_addr();
+    let controllers = cluster.controller_addrs();
+    let members = cluster.member_addrs("broker-a");
+    assert_eq!(members.len(), 2, "two brokers in the group: {members:?}");
+    let topic = format!("CompatFailover{seed}");
+    run_clients("controller-failover", |runtime| {
+        let (namesrv, controllers, members, topic, cluster) =
+            (&namesrv, &controllers, &members, &topic, &cluster);
+        async move {
+            let admin = admin(&runtime, namesrv).await;
+            let master = await_formed(&admin, controllers, "broker-a", members).await;
+            let slave = members
+                .iter()
+                .find(|m| **m != master)
+                .expect("a slave")
+                .clone();
+            println!("cluster: master {master}, slave {slave}, both in the SyncStateSet");
+            create_topic(&admin, std::slice::from_ref(&master), topic).await;
+            if ringmq_compat::node::is_rocketmq() {
+                // ADAPTED: RocketMQ 5.5's slave does not learn topics from its master
+                // (rocketmq-5.5-measured.md), so the failover would be measured against a
+                // route that never comes back; the topic is created on the slave too.
+                println!("ADAPTED: rocketmq: the topic is created on the slave too");
+                create_topic(&admin, std::slice::from_ref(&slave), topic).await;
+            }
+            await_groups(&admin, topic, &["broker-a"]).await;
+
+            let mut config = ringmq_compat::client_config(namesrv, &format!("PG_failover_{seed}"));
+            config.poll_name_server_interval = POLL_NAME_SERVER_MS;
+            let mut producer = DefaultMQProducer::builder(Arc::clone(&runtime))
+                .client_config(config)
+                .producer_group(format!("PG_failover_{seed}"))
+                .name_server_addr(namesrv.to_string())
+                .send_msg_timeout(SEND_TIMEOUT_MS as u32)
+                .build();
+            producer.start().await.expect("start the producer");
+            let mut acked = BTreeSet::new();
+            for i in 0..CONTROLLER_SENDS {
+                let body = format!("before-{i}");
+                send_until_ok(&producer, topic, &body).await;
+                acked.insert(body);
+            }
+
+            // From the signal: the kill waits until the process is gone, which the
+            // promotion does not wait for.
+            let killed = Instant::now();
+            cluster.kill_member("broker-a", &master);
+            let mut first_ok = None;
+            for i in 0..CONTROLLER_SENDS {
+                let body = format!("after-{i}");
+                send_until_ok(&producer, topic, &body).await;
+                first_ok.get_or_insert(killed.elapsed());
+                acked.insert(body);
+            }
+            println!(
+                "cluster: the first SEND_OK after the master's SIGKILL came {:?} later \
+                 (the producer polls the name server every {POLL_NAME_SERVER_MS} ms, a send \
+                 times out after {SEND_TIMEOUT_MS} ms); {CONTROLLER_SENDS} more took {:?}",
+                first_ok.expect("sends were made"),
+                killed.elapsed()
+            );
+            let (now_master, _) = sync_state(&admin, controllers, "broker-a")
+                .await
+                .expect("the controllers answer");
+            assert_eq!(now_master, slave, "the slave was promoted");
+            producer.shutdown().await;
+
+            let group = format!("CG_failover_{seed}");
+            read_every(
                 &runtime,
-                ConsumerSpec {
-                    namesrv,
-                    group: &group,
-                    instance: "slave-reader",
-                    topic,
-                    expression: "*",
-                    model: MessageModel::Clustering,
-                },
+                namesrv,
+                &group,
+                topic,
+                &acked,
+                "the promoted master",
+                "",
             )
             .await;
-            let collector = member.collector.clone();
-            wait_until(
-                "every acknowledged message read from the slave",
-                READ_DEADLINE,
-                || acked.is_subset(&collector.body_counts().keys().cloned().collect()),
-                || {
-                    let read = collector.body_counts();
-                    format!(
-                        "read {} of {BACKLOG}{}",
-                        acked.iter().filter(|body| read.contains_key(*body)).count(),
-                        rocketmq_defect(
-                            "its slave never learns a topic from its master, so every pull \
-                             from it answers topic not exist; rocketmq-5.5-measured.md"
-                        )
-                    )
-                },
-            )
-            .await;
-            member.shutdown().await;
+            let mut admin = admin;
+            admin.shutdown().await;
         }
     });
 }

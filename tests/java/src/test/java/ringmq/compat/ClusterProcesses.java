@@ -21,6 +21,9 @@ import java.util.concurrent.TimeUnit;
  *       broker-a and broker-b ({@code start-cluster DIR} of the control script);</li>
  *   <li>{@link #startHa()}: the target's name server and group broker-a as a SYNC_MASTER and
  *       its SLAVE ({@code start-cluster-ha DIR});</li>
+ *   <li>{@link #startControllerGroup()}: three controllers, the target's name server and group
+ *       broker-a of two brokers in controller mode, from RocketMQ's controller quick-start
+ *       files ({@code start-cluster-controller DIR}); the controllers pick the master;</li>
  *   <li>{@link #startMixed(Kind)}: one ringmq group (broker-ringmq) and one RocketMQ 5.5.0
  *       group (broker-rocketmq) in one cluster behind one name server of the given kind
  *       ({@code start-namesrv} of that kind's script, then {@code start-group} of each).</li>
@@ -69,6 +72,11 @@ public final class ClusterProcesses implements AutoCloseable {
         return startShape("start-cluster-ha");
     }
 
+    /** Starts three controllers and a controller-mode group broker-a of two brokers. */
+    public static ClusterProcesses startControllerGroup() {
+        return startShape("start-cluster-controller");
+    }
+
     private static ClusterProcesses startShape(String verb) {
         Target target = Target.get();
         Path dir = newDir(target);
@@ -115,9 +123,70 @@ public final class ClusterProcesses implements AutoCloseable {
         return env.get(key(name, "SLAVE_ADDR"));
     }
 
+    /** The controllers' addresses ({@link #startControllerGroup()} only). */
+    public List<String> controllerAddrs() {
+        return List.of(env.get("CONTROLLER_ADDR").split(";"));
+    }
+
+    /** The addresses of group {@code name}'s brokers in start order ({@link #startControllerGroup()} only). */
+    public List<String> memberAddrs(String name) {
+        List<String> members = new java.util.ArrayList<>();
+        for (int n = 0; env.containsKey(key(name, "N" + n + "_ADDR")); n++) {
+            members.add(env.get(key(name, "N" + n + "_ADDR")));
+        }
+        return members;
+    }
+
+    /** SIGKILLs the broker of group {@code name} at {@code addr} and waits (bounded) until it is gone. */
+    public void killMember(String name, String addr) {
+        int n = memberAddrs(name).indexOf(addr);
+        if (n < 0) {
+            throw new IllegalArgumentException(addr + " is not a member of " + name + ": " + env);
+        }
+        killPid(name, key(name, "N" + n + "_PID"));
+    }
+
     /** SIGKILLs group {@code name}'s master and waits (bounded) until it is gone. */
     public void kill(String name) {
-        long pid = Long.parseLong(env.get(key(name, "PID")));
+        killPid(name, key(name, "PID"));
+    }
+
+    /**
+     * Sends {@code signal} ("STOP", "CONT") to the broker of group {@code name} at {@code addr}:
+     * a pause that keeps its sockets open, and the end of it.
+     */
+    public void signalMember(String name, String addr, String signal) {
+        int n = memberAddrs(name).indexOf(addr);
+        if (n < 0) {
+            throw new IllegalArgumentException(addr + " is not a member of " + name + ": " + env);
+        }
+        String pid = env.get(key(name, "N" + n + "_PID"));
+        try {
+            Process kill = new ProcessBuilder("kill", "-" + signal, pid).inheritIO().start();
+            if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
+                throw new IllegalStateException("kill -" + signal + " " + pid + " failed");
+            }
+        } catch (IOException e) {
+            throw new IllegalStateException("kill -" + signal + " " + pid + ": " + e, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted", e);
+        }
+    }
+
+    /** Starts again the (killed) broker of group {@code name} at {@code addr}, with its file and store. */
+    public void restartMember(String name, String addr) {
+        int n = memberAddrs(name).indexOf(addr);
+        if (n < 0) {
+            throw new IllegalArgumentException(addr + " is not a member of " + name + ": " + env);
+        }
+        run(target, control, List.of("restart-member", dir.toString(), name.substring("broker-".length()),
+                String.valueOf(n)));
+        env.putAll(readEnv(dir.resolve("env")));
+    }
+
+    private void killPid(String name, String pidKey) {
+        long pid = Long.parseLong(env.get(pidKey));
         ProcessHandle process = ProcessHandle.of(pid)
                 .orElseThrow(() -> new IllegalStateException(name + " (pid " + pid + ") is not running"));
         // destroyForcibly is SIGKILL on Unix.
@@ -144,7 +213,12 @@ public final class ClusterProcesses implements AutoCloseable {
             for (String line : Files.readAllLines(file, StandardCharsets.UTF_8)) {
                 int eq = line.indexOf('=');
                 if (eq > 0) {
-                    env.put(line.substring(0, eq).trim(), line.substring(eq + 1).trim());
+                    String value = line.substring(eq + 1).trim();
+                    // A value the scripts quote for the shell (CONTROLLER_ADDR='a;b;c').
+                    if (value.length() >= 2 && value.startsWith("'") && value.endsWith("'")) {
+                        value = value.substring(1, value.length() - 1);
+                    }
+                    env.put(line.substring(0, eq).trim(), value);
                 }
             }
             return env;

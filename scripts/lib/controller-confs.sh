@@ -1,0 +1,27 @@
+# Sourced by scripts/ringmq-node.sh and scripts/rocketmq.sh (which define free_port): the
+# files of three controllers of one Raft group with RocketMQ's controller keys, so both
+# brokers' controllers start from the same files.
+#
+# write_controller_confs DIR: picks three free loopback ports and writes
+# DIR/controller-n<i>.conf (store DIR/controller-n<i>); sets CONTROLLER_PORTS (an array) and
+# CONTROLLER_ADDRS (the brokers' controllerAddr, `a;b;c`).
+write_controller_confs() {
+  local dir=$1 peers="" i
+  CONTROLLER_PORTS=()
+  CONTROLLER_ADDRS=""
+  for i in 0 1 2; do CONTROLLER_PORTS+=("$(free_port)"); done
+  for i in 0 1 2; do
+    peers+="${peers:+;}n$i-127.0.0.1:${CONTROLLER_PORTS[$i]}"
+    CONTROLLER_ADDRS+="${CONTROLLER_ADDRS:+;}127.0.0.1:${CONTROLLER_PORTS[$i]}"
+  done
+  for i in 0 1 2; do
+    cat >"$dir/controller-n$i.conf" <<CONF
+controllerDLegerGroup=group1
+controllerDLegerPeers=$peers
+controllerDLegerSelfId=n$i
+controllerStorePath=$dir/controller-n$i
+enableElectUncleanMaster=false
+notifyBrokerRoleChanged=true
+CONF
+  done
+}
