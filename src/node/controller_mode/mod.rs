@@ -65,6 +65,16 @@ pub async fn run_with<T: Transport, R: Runs>(
         config.enable_controller_mode,
         "controller mode is not enabled"
     );
+    if supervisor::master_role(&config) == crate::config::BrokerRole::AsyncMaster {
+        tracing::warn!(
+            "controller mode: as master this broker acknowledges on its own write \
+             (brokerRole={}, allAckInSyncStateSet=false, RocketMQ's default): a failover may \
+             lose what it acknowledged and its slave had not copied; set \
+             allAckInSyncStateSet=true (or brokerRole=SYNC_MASTER) to acknowledge only what \
+             the SyncStateSet holds",
+            config.broker_role.as_str()
+        );
+    }
     let supervisor = Rc::new(Supervisor::new(config, transport)?);
     tokio::pin!(stop);
     let id = tokio::select! {
