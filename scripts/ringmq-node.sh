@@ -228,20 +228,8 @@ start_controller_broker() {
   key=${group^^}_N$n
   # shellcheck disable=SC1091
   source "$dir/env"
-  cat >"$dir/$name.conf" <<CONF
-brokerClusterName=DefaultCluster
-brokerName=broker-$group
-brokerId=-1
-brokerRole=SLAVE
-enableControllerMode=true
-controllerAddr=$CONTROLLER_ADDR
-allAckInSyncStateSet=true
-namesrvAddr=$NAMESRV_ADDR
-listenPort=$port
-haListenPort=$ha_port
-storePathRootDir=$dir/store-$name
-storePathCommitLog=$dir/store-$name/commitlog
-CONF
+  controller_broker_lines "$group" "$CONTROLLER_ADDR" "$NAMESRV_ADDR" "$port" "$ha_port" \
+    "$dir/store-$name" >"$dir/$name.conf"
   shared_broker_lines >>"$dir/$name.conf"
   pid=$(serve_broker "$dir" "$name")
   { echo "BROKER_${key}_ADDR=127.0.0.1:$port"; echo "BROKER_${key}_PID=$pid"; } >>"$dir/env"

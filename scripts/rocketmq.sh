@@ -325,22 +325,12 @@ start_controller_broker() {
   for attempt in $(seq 1 "$START_ATTEMPTS"); do
     rm -rf "$dir/store-$name" && mkdir -p "$dir/store-$name" "$dir/home-$name"
     port=$(free_broker_port)
-    cat >"$dir/$name.conf" <<CONF
-brokerClusterName=DefaultCluster
-brokerName=broker-$group
-brokerId=-1
-brokerRole=SLAVE
-enableControllerMode=true
-controllerAddr=$CONTROLLER_ADDR
-allAckInSyncStateSet=true
-namesrvAddr=$NAMESRV_ADDR
-listenPort=$port
-haListenPort=$((port + 1))
+    controller_broker_lines "$group" "$CONTROLLER_ADDR" "$NAMESRV_ADDR" "$port" \
+      "$((port + 1))" "$dir/store-$name" >"$dir/$name.conf"
+    cat >>"$dir/$name.conf" <<CONF
 bindAddress=127.0.0.1
 brokerIP1=127.0.0.1
 brokerIP2=127.0.0.1
-storePathRootDir=$dir/store-$name
-storePathCommitLog=$dir/store-$name/commitlog
 flushDiskType=${FLUSH:-SYNC_FLUSH}
 autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true

@@ -1,6 +1,7 @@
 # Sourced by scripts/ringmq-node.sh and scripts/rocketmq.sh (which define free_port): the
-# files of three controllers of one Raft group with RocketMQ's controller keys, so both
-# brokers' controllers start from the same files.
+# files of controller mode, written the same for both brokers: three controllers of one Raft
+# group with RocketMQ's controller keys, and the lines of RocketMQ's controller quick-start
+# broker file.
 #
 # write_controller_confs DIR: picks three free loopback ports and writes
 # DIR/controller-n<i>.conf (store DIR/controller-n<i>); sets CONTROLLER_PORTS (an array) and
@@ -24,4 +25,25 @@ enableElectUncleanMaster=false
 notifyBrokerRoleChanged=true
 CONF
   done
+}
+
+# controller_broker_lines GROUP CONTROLLER_ADDR NAMESRV_ADDR PORT HA_PORT STORE: the lines of
+# RocketMQ's controller quick-start broker file (the controllers assign the id and role) for
+# a broker of group broker-GROUP; each script appends what its broker needs besides.
+controller_broker_lines() {
+  local group=$1 controllers=$2 namesrv=$3 port=$4 ha_port=$5 store=$6
+  cat <<CONF
+brokerClusterName=DefaultCluster
+brokerName=broker-$group
+brokerId=-1
+brokerRole=SLAVE
+enableControllerMode=true
+controllerAddr=$controllers
+allAckInSyncStateSet=true
+namesrvAddr=$namesrv
+listenPort=$port
+haListenPort=$ha_port
+storePathRootDir=$store
+storePathCommitLog=$store/commitlog
+CONF
 }

@@ -8,7 +8,9 @@ use std::path::Path;
 use super::key::Key;
 use super::keys::{find_conf, find_key, find_snake};
 use super::parse::Value;
-use super::rocketmq::{DERIVED_STORE_PATHS, IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS};
+use super::rocketmq::{
+    StorePath, DERIVED_STORE_PATHS, IGNORED_ROCKETMQ_KEYS, UNSUPPORTED_ROCKETMQ_KEYS,
+};
 use super::suggest::nearest_conf_key;
 use super::{ConfigError, NodeConfig};
 use crate::properties::parse_properties;
@@ -25,7 +27,7 @@ pub struct ConfigLoader {
     warnings: Vec<String>,
     /// RocketMQ store paths given ([`DERIVED_STORE_PATHS`]): `(origin, key, value)`,
     /// checked against the final root in [`ConfigLoader::finish`].
-    store_paths: Vec<(String, &'static str, String)>,
+    store_paths: Vec<(String, &'static StorePath, String)>,
 }
 
 impl Default for ConfigLoader {
@@ -230,9 +232,9 @@ impl ConfigLoader {
         value: &str,
         hint: Option<String>,
     ) -> Result<(), ConfigError> {
-        if let Some((name, _, _)) = DERIVED_STORE_PATHS.iter().find(|(k, _, _)| *k == key) {
+        if let Some(path) = DERIVED_STORE_PATHS.iter().find(|(k, _, _)| *k == key) {
             self.store_paths
-                .push((origin.to_string(), name, value.to_string()));
+                .push((origin.to_string(), path, value.to_string()));
             return Ok(());
         }
         if IGNORED_ROCKETMQ_KEYS.contains(&key) {
@@ -271,11 +273,7 @@ impl ConfigLoader {
     /// would put it under the final `storePathRootDir`, and refused anywhere else. Called
     /// by [`ConfigLoader::finish`]; a caller that wants the warnings calls it first.
     pub fn check_store_paths(&mut self) -> Result<(), ConfigError> {
-        for (origin, key, value) in std::mem::take(&mut self.store_paths) {
-            let (_, under_root, why) = DERIVED_STORE_PATHS
-                .iter()
-                .find(|(k, _, _)| *k == key)
-                .expect("only derived store paths are kept");
+        for (origin, &(key, under_root, why), value) in std::mem::take(&mut self.store_paths) {
             let place = self.config.store_path_root_dir.join(under_root);
             if Path::new(&value) == place {
                 self.warn(

@@ -93,12 +93,16 @@ pub const IGNORED_ROCKETMQ_KEYS: &[&str] = &[
     "enableConsumeQueueExt",
 ];
 
+/// One RocketMQ store path key: `(key, name under storePathRootDir, why another place is
+/// refused)`.
+pub(super) type StorePath = (&'static str, &'static str, &'static str);
+
 /// RocketMQ's store paths, each harmless at the place RocketMQ derives from
 /// `storePathRootDir` (`(key, name under the root, why another place is refused)`), as
 /// RocketMQ's own files spell them out (its controller quick-start sets
 /// `storePathCommitLog=<root>/commitlog`). Checked once every source applied, since the
 /// root may come later in the file.
-pub(super) const DERIVED_STORE_PATHS: &[(&str, &str, &str)] = &[
+pub(super) const DERIVED_STORE_PATHS: &[StorePath] = &[
     (
         "storePathCommitLog",
         "commitlog",

@@ -16,6 +16,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -493,24 +494,24 @@ fn seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
 fn acknowledged_proposals_survive_crashes_partitions_and_failovers() {
     for seed in seeds(0..4) {
         println!("seed {seed} (RINGMQ_SIM_SEEDS={seed}..{})", seed + 1);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
-        tokio::task::LocalSet::new().block_on(&runtime, run(seed));
+        on_paused_time(run(seed));
     }
 }
 
-/// A Raft RPC whose body does not decode is answered with an error, not a panic.
-#[test]
-fn a_bad_rpc_body_gets_an_error_response() {
+/// Runs `future` on one thread in paused time, as every test here does.
+fn on_paused_time<F: Future>(future: F) -> F::Output {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a runtime");
-    tokio::task::LocalSet::new().block_on(&runtime, async {
+    tokio::task::LocalSet::new().block_on(&runtime, future)
+}
+
+/// A Raft RPC whose body does not decode is answered with an error, not a panic.
+#[test]
+fn a_bad_rpc_body_gets_an_error_response() {
+    on_paused_time(async {
         let net = SimNet::new(NetConfig::default()).expect("a valid network");
         let mut node = SimNode {
             id: 1,
@@ -553,12 +554,7 @@ fn a_bad_rpc_body_gets_an_error_response() {
 /// both; with the same peers it starts.
 #[test]
 fn a_restart_with_other_peers_than_the_stored_group_is_refused() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
-    tokio::task::LocalSet::new().block_on(&runtime, async {
+    on_paused_time(async {
         let net = SimNet::new(NetConfig::default()).expect("a valid network");
         let disk = Rc::new(SimDisk::new(SimConfig::with_seed(2)));
         let mut node = SimNode {

@@ -139,11 +139,7 @@ public final class ClusterProcesses implements AutoCloseable {
 
     /** SIGKILLs the broker of group {@code name} at {@code addr} and waits (bounded) until it is gone. */
     public void killMember(String name, String addr) {
-        int n = memberAddrs(name).indexOf(addr);
-        if (n < 0) {
-            throw new IllegalArgumentException(addr + " is not a member of " + name + ": " + env);
-        }
-        killPid(name, key(name, "N" + n + "_PID"));
+        killPid(name, key(name, "N" + member(name, addr) + "_PID"));
     }
 
     /** SIGKILLs group {@code name}'s master and waits (bounded) until it is gone. */
@@ -156,11 +152,7 @@ public final class ClusterProcesses implements AutoCloseable {
      * a pause that keeps its sockets open, and the end of it.
      */
     public void signalMember(String name, String addr, String signal) {
-        int n = memberAddrs(name).indexOf(addr);
-        if (n < 0) {
-            throw new IllegalArgumentException(addr + " is not a member of " + name + ": " + env);
-        }
-        String pid = env.get(key(name, "N" + n + "_PID"));
+        String pid = env.get(key(name, "N" + member(name, addr) + "_PID"));
         try {
             Process kill = new ProcessBuilder("kill", "-" + signal, pid).inheritIO().start();
             if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
@@ -176,13 +168,18 @@ public final class ClusterProcesses implements AutoCloseable {
 
     /** Starts again the (killed) broker of group {@code name} at {@code addr}, with its file and store. */
     public void restartMember(String name, String addr) {
+        run(target, control, List.of("restart-member", dir.toString(), name.substring("broker-".length()),
+                String.valueOf(member(name, addr))));
+        env.putAll(readEnv(dir.resolve("env")));
+    }
+
+    /** The number of the member of group {@code name} at {@code addr} (its place in start order). */
+    private int member(String name, String addr) {
         int n = memberAddrs(name).indexOf(addr);
         if (n < 0) {
             throw new IllegalArgumentException(addr + " is not a member of " + name + ": " + env);
         }
-        run(target, control, List.of("restart-member", dir.toString(), name.substring("broker-".length()),
-                String.valueOf(n)));
-        env.putAll(readEnv(dir.resolve("env")));
+        return n;
     }
 
     private void killPid(String name, String pidKey) {
