@@ -6,8 +6,9 @@
 #
 #   scripts/failover_campaign.sh [START..END] [OUT_DIR] [STEP]
 #
-# STEP (default 1) runs every STEP-th seed from START: seeds take the eleven fault kinds in
-# turn, so `8..200 OUT 11` runs only the damaged-slave episodes.
+# STEP (default 1) runs every STEP-th seed from START: seeds take the twelve fault kinds in
+# turn, so `8..200 OUT 12` runs only the damaged-slave episodes. The disk-stall episodes
+# (`11..200 OUT 12`) mount a loop file system per broker: they need root.
 # Defaults: seeds 0..200 (every fault kind in turn), results in target/failover-campaign:
 # `episodes.log` (one line of figures per episode), `failed-<seed>.txt` (a failing
 # episode's output: its findings and every process's log tail) and `summary.md` (per kind:

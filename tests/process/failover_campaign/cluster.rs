@@ -3,13 +3,15 @@
 //! through a [`FaultProxy`] of its own, so a master can be cut from the controllers while
 //! its clients and its slave still reach it. Slaves reach a master's HA port through a
 //! proxy too: the broker advertises it as its `brokerIP2` (127.0.0.(10 + its index), on
-//! the HA port's number), as RocketMQ advertises `haServerAddr`. What it offers the
-//! episode: who is master of a group, and each fault's injection and heal.
+//! the HA port's number), as RocketMQ advertises `haServerAddr`. For a disk-stall episode
+//! each broker's store is on a [`FrozenDisk`] of its own. What it offers the episode: who
+//! is master of a group, and each fault's injection and heal.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::faults::{Kind, Plan};
+use super::frozen_disk::FrozenDisk;
 use super::proxy::{FaultProxy, Link};
 use super::workload::{master_of, QUEUES, TOPIC};
 use crate::common::process_cluster::{create_topic, routed_to, BrokerSpec, ProcessCluster};
@@ -30,6 +32,19 @@ pub struct CampaignCluster {
     ha_proxies: Vec<FaultProxy>,
     /// Per group of [`GROUPS`]: its brokers' indexes.
     members: Vec<Vec<usize>>,
+    /// Per broker, the disk its store is on, for a disk-stall episode; else none. Dropped
+    /// (unmounted) after `cluster` ended its processes.
+    disks: Vec<FrozenDisk>,
+}
+
+impl Drop for CampaignCluster {
+    /// Thaws every disk before the fields drop: a process blocked on a frozen disk cannot
+    /// be killed, and `cluster`'s drop kills and reaps them.
+    fn drop(&mut self) {
+        for disk in &mut self.disks {
+            disk.thaw();
+        }
+    }
 }
 
 /// What undoes an injected fault.
@@ -39,6 +54,7 @@ pub enum Heal {
     Resume(usize),
     OpenLinks(usize),
     OpenHaLink(usize),
+    Thaw(usize),
 }
 
 /// Flips one bit in the last 4 KiB of the written part of the last CommitLog segment in
@@ -69,11 +85,36 @@ fn damage_tail(dir: &std::path::Path, draw: u64) {
     }
 }
 
+/// Broker `n` of `group`: SYNC_MASTER in controller mode, reaching the controllers at
+/// `controller_addr`, its HA port advertised at `ha`.
+fn broker_spec(
+    group: &str,
+    n: u64,
+    shards: u8,
+    controller_addr: &[String],
+    (ha_ip, ha_port): (std::net::Ipv4Addr, u16),
+) -> BrokerSpec {
+    BrokerSpec::master(group)
+        .id(n)
+        .set("brokerId", 0)
+        .set("shards", shards)
+        .set("brokerRole", "SYNC_MASTER")
+        .set("enableControllerMode", true)
+        .set("controllerAddr", controller_addr.join(";"))
+        .set("checkSyncStateSetPeriod", 200)
+        .set("haListenPort", ha_port)
+        .set("brokerIP2", ha_ip)
+        // Short enough that an HA partition's hold may outlast it.
+        .set("haMaxTimeSlaveNotCatchup", 3000)
+}
+
 impl CampaignCluster {
-    /// Starts the cluster with `shards` shards per broker and waits until it formed, the
-    /// topic created on every master and routed to both groups.
-    pub fn start(shards: u8) -> CampaignCluster {
+    /// Starts the cluster with `shards` shards per broker, each broker's store on a
+    /// [`FrozenDisk`] if `freezable`, and waits until it formed, the topic created on every
+    /// master and routed to both groups.
+    pub fn start(shards: u8, freezable: bool) -> CampaignCluster {
         let mut cluster = ProcessCluster::new(1);
+        let mut disks = Vec::new();
         cluster.start_name_servers();
         let controllers = ControllerGroup::start(cluster.dir());
         let mut proxies = Vec::new();
@@ -95,18 +136,15 @@ impl CampaignCluster {
                     SocketAddr::from((ha_ip, ha_port)),
                     SocketAddr::from(([127, 0, 0, 1], ha_port)),
                 ));
-                let spec = BrokerSpec::master(group)
-                    .id(n)
-                    .set("brokerId", 0)
-                    .set("shards", shards)
-                    .set("brokerRole", "SYNC_MASTER")
-                    .set("enableControllerMode", true)
-                    .set("controllerAddr", controller_addr.join(";"))
-                    .set("checkSyncStateSetPeriod", 200)
-                    .set("haListenPort", ha_port)
-                    .set("brokerIP2", ha_ip)
-                    // Short enough that an HA partition's hold may outlast it.
-                    .set("haMaxTimeSlaveNotCatchup", 3000);
+                let spec = broker_spec(group, n, shards, &controller_addr, (ha_ip, ha_port));
+                let spec = if freezable {
+                    let disk = FrozenDisk::mount();
+                    let root = disk.root().join("store");
+                    disks.push(disk);
+                    spec.set("storePathRootDir", root.display())
+                } else {
+                    spec
+                };
                 members[g].push(cluster.add_broker(spec));
                 proxies.push(links);
             }
@@ -117,6 +155,7 @@ impl CampaignCluster {
             proxies,
             ha_proxies,
             members,
+            disks,
         };
         formed.wait_settled("the cluster to form");
         for group in GROUPS {
@@ -255,7 +294,23 @@ impl CampaignCluster {
                 self.ha_proxies[master].set(link);
                 vec![Heal::OpenHaLink(master)]
             }
+            Kind::DiskStall => self.stall_disk(plan),
         }
+    }
+
+    /// Freezes the disk of `plan`'s group's master or slave.
+    fn stall_disk(&mut self, plan: &Plan) -> Vec<Heal> {
+        let master = self.master(GROUPS[plan.group]);
+        let broker = match plan.stalls_master() {
+            true => master,
+            false => self.other(plan.group, master),
+        };
+        assert!(
+            !self.disks.is_empty(),
+            "a DiskStall episode's cluster has no disks to freeze"
+        );
+        self.disks[broker].freeze();
+        vec![Heal::Thaw(broker)]
     }
 
     pub fn heal(&mut self, heals: Vec<Heal>) {
@@ -269,6 +324,7 @@ impl CampaignCluster {
                 Heal::Resume(broker) => self.cluster.brokers[broker].resume(),
                 Heal::OpenLinks(broker) => self.set_links(broker, Link::Open),
                 Heal::OpenHaLink(broker) => self.ha_proxies[broker].set(Link::Open),
+                Heal::Thaw(broker) => self.disks[broker].thaw(),
             }
         }
     }

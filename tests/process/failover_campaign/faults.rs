@@ -1,8 +1,9 @@
 //! The faults of the campaign, each drawn from a seed: which kind, which group, when, and
 //! for how long. A kind is a process fault (SIGKILL, SIGSTOP), a damaged file, or a link
 //! fault ([`super::proxy`]) on a master's links to the controllers or on its HA link to
-//! its slave; disk stalls and the loss of unsynced bytes are not here (a real process's
-//! page cache survives its SIGKILL).
+//! its slave, or a stalled disk ([`super::frozen_disk`]). The loss of unsynced bytes is not
+//! here (a real process's page cache survives its SIGKILL): the deterministic simulation
+//! (`tests/node/failover_over_sim_net.rs`) loses them.
 
 use std::fmt;
 use std::time::Duration;
@@ -40,9 +41,12 @@ pub enum Kind {
     /// Only the slave's reports to its master lost: the stream flows, the master never
     /// learns what the slave holds.
     SlaveUnheardByMaster,
+    /// The disk of a group's master (odd draws) or slave (even draws) stalls for 0.1-2 s:
+    /// every write to its file system waits until the thaw.
+    DiskStall,
 }
 
-pub const KINDS: [Kind; 11] = [
+pub const KINDS: [Kind; 12] = [
     Kind::KillMaster,
     Kind::KillSlave,
     Kind::KillControllerLeader,
@@ -54,6 +58,7 @@ pub const KINDS: [Kind; 11] = [
     Kind::DamageSlaveTail,
     Kind::CutMasterFromSlave,
     Kind::SlaveUnheardByMaster,
+    Kind::DiskStall,
 ];
 
 /// An episode's fault: `kind` on group `group`, `after` the load began, healed `hold`
@@ -85,6 +90,7 @@ impl Plan {
             | Kind::ControllersUnheardByMaster
             | Kind::CutMasterFromSlave
             | Kind::SlaveUnheardByMaster => rng.range(2500, 6500),
+            Kind::DiskStall => rng.range(100, 2000),
             _ => rng.range(500, 4000),
         };
         Plan {
@@ -94,6 +100,13 @@ impl Plan {
             hold: Duration::from_millis(hold_ms),
             draw: rng.next_u64(),
         }
+    }
+}
+
+impl Plan {
+    /// Whether a [`Kind::DiskStall`] stalls the master's disk (else the slave's).
+    pub fn stalls_master(&self) -> bool {
+        self.draw % 2 == 1
     }
 }
 
@@ -111,6 +124,14 @@ impl fmt::Display for Plan {
                 "a torn tail"
             };
             write!(f, " ({damage})")?;
+        }
+        if self.kind == Kind::DiskStall {
+            let whose = if self.stalls_master() {
+                "master"
+            } else {
+                "slave"
+            };
+            write!(f, " (the {whose}'s disk)")?;
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 
 mod cluster;
 mod faults;
+mod frozen_disk;
 mod history;
 mod proxy;
 mod workload;
@@ -78,7 +79,7 @@ fn episode(seed: u64) {
     let plan = Plan::of(seed, GROUPS.len());
     let shards = 1 + (seed / faults::KINDS.len() as u64 % 2) as u8;
     let started = Instant::now();
-    let mut campaign = CampaignCluster::start(shards);
+    let mut campaign = CampaignCluster::start(shards, plan.kind == faults::Kind::DiskStall);
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run_episode(seed, &plan, shards, started, &mut campaign);
     }));
