@@ -13,6 +13,7 @@
 # `episodes.log` (one line of figures per episode), `failed-<seed>.txt` (a failing
 # episode's output: its findings and every process's log tail) and `summary.md` (per kind:
 # episodes, failures, the medians of the time to another master and to its first
+# acknowledgement, the longest time from the fault to the faulted master's last
 # acknowledgement). Exits non-zero if any episode failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +57,7 @@ def seconds(text):
     value = float(m.group(1))
     return {"s": value, "ms": value / 1e3, "µs": value / 1e6}[m.group(2)]
 
-kinds = defaultdict(lambda: {"episodes": 0, "failed": 0, "elected": [], "acked": [],
+kinds = defaultdict(lambda: {"episodes": 0, "failed": 0, "elected": [], "acked": [], "zombie": [],
                              "sends": 0, "acks": 0, "unknown": 0, "refused": 0})
 failed_seeds = []
 for line in open(sys.argv[1]):
@@ -73,6 +74,9 @@ for line in open(sys.argv[1]):
         value = seconds(text)
         if value is not None:
             kind[key].append(value)
+    zombie = re.search(r"the faulted master's last ack (\S+) after it", line)
+    if zombie and seconds(zombie.group(1)) is not None:
+        kind["zombie"].append(seconds(zombie.group(1)))
     counts = re.search(r"sends (\d+) \(acked (\d+), refused (\d+) .*?, unknown (\d+)\)", line)
     kind["sends"] += int(counts.group(1))
     kind["acks"] += int(counts.group(2))
@@ -86,11 +90,16 @@ for line in open(sys.argv[1]):
 def median(values):
     return f"{statistics.median(values):.2f} s" if values else "-"
 
+def longest(values):
+    return f"{max(values):.2f} s" if values else "-"
+
 rows = ["| fault | episodes | failed | another master seen (median) | its first SEND_OK (median) "
-        "| sends | acked | refused | unknown |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "| faulted master's last SEND_OK (max) | sends | acked | refused | unknown |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for name, k in sorted(kinds.items()):
     rows.append(f"| {name} | {k['episodes']} | {k['failed']} | {median(k['elected'])} "
-                f"| {median(k['acked'])} | {k['sends']} | {k['acks']} | {k['refused']} | {k['unknown']} |")
+                f"| {median(k['acked'])} | {longest(k['zombie'])} | {k['sends']} | {k['acks']} "
+                f"| {k['refused']} | {k['unknown']} |")
 total = sum(k["episodes"] for k in kinds.values())
 text = "\n".join(rows) + f"\n\n{total} episodes checked; failed seeds: {failed_seeds or 'none'}\n"
 open(sys.argv[2], "w").write(text)

@@ -13,7 +13,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use ringmq::client::Client;
 use ringmq::remoting::codes::{request, response};
+use ringmq::remoting::{ExtFields, RemotingCommand};
 
 const GROUP: [(&str, &str); 2] = [
     ("clusterName", "DefaultCluster"),
@@ -134,4 +136,111 @@ fn a_store_directory_of_another_program_is_refused() {
         stderr.contains("dledger-n0") && stderr.contains("controllerStorePath"),
         "{stderr}"
     );
+}
+
+/// The benchmark of issue 31's "controller leader killed to a new leader answering
+/// elections": `RINGMQ_BENCH_ROUNDS` rounds (default 20) of SIGKILL of the leader, then
+/// broker 1 (the master) beating and asking the survivors every 10 ms to elect it, which
+/// commits a new epoch through the Raft log, until one answers SUCCESS; the killed controller restarts
+/// and follows before the next round. Prints each time, the median and the max. Run with
+/// `cargo test --test process controller_leader_failover_times -- --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: run by hand"]
+fn controller_leader_failover_times() {
+    let rounds: usize = std::env::var("RINGMQ_BENCH_ROUNDS")
+        .map(|n| n.parse().expect("RINGMQ_BENCH_ROUNDS is a number"))
+        .unwrap_or(20);
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_port(), free_port(), free_port()];
+    let confs: Vec<PathBuf> = (0..3).map(|i| write_conf(dir.path(), &ports, i)).collect();
+    let mut controllers: Vec<Controller> = confs.iter().map(|c| Controller::start(c)).collect();
+    let addrs: Vec<SocketAddr> = controllers.iter().map(|c| c.addr).collect();
+    let beat = with(&[
+        ("brokerId", "1"),
+        ("brokerAddr", "127.0.0.1:10911"),
+        ("heartbeatTimeoutMills", "60000"),
+    ]);
+    let elect = with(&[("brokerId", "1"), ("designateElect", "false")]);
+    let mut times = Vec::new();
+    run_local(false, async {
+        elect_a_master(leader(&addrs).await).await;
+        for round in 0..rounds {
+            let first = leader(&addrs).await;
+            let beaten = call(first, request::BROKER_HEARTBEAT, &beat).await;
+            assert!(beaten.is_some_and(|a| a.code == response::SUCCESS));
+            let killed = addrs.iter().position(|a| *a == first).unwrap();
+            let started = Instant::now();
+            controllers[killed].child.kill().unwrap();
+            controllers[killed].child.wait().unwrap();
+            let others: Vec<SocketAddr> = addrs.iter().copied().filter(|a| *a != first).collect();
+            let elected_by = elect_on(&others, &beat, &elect, started).await;
+            let took = started.elapsed();
+            eprintln!("round {round}: {elected_by} elected {took:?} after the SIGKILL");
+            times.push(took);
+            controllers[killed] = Controller::start(&confs[killed]);
+            let deadline = Instant::now() + BOUND;
+            loop {
+                let answer = call(first, request::CONTROLLER_GET_METADATA_INFO, &[]).await;
+                let told =
+                    answer.and_then(|a| a.opt_str("controllerLeaderAddress").map(str::to_owned));
+                if told.is_some_and(|t| t != first.to_string()) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the restarted controller follows no leader"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    times.sort();
+    eprintln!(
+        "{} rounds: median {:?}, max {:?}",
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+}
+
+/// Broker 1 beats and asks each of `others` to elect it every 10 ms, until one answers
+/// SUCCESS; which did.
+async fn elect_on(
+    others: &[SocketAddr],
+    beat: &[(&str, &str)],
+    elect: &[(&str, &str)],
+    started: Instant,
+) -> SocketAddr {
+    // One connection per survivor, kept as a broker keeps its own: the controllers count a
+    // broker dead when its heartbeat connection closes, and a new leader's liveness table
+    // starts empty, so the broker beats first.
+    let mut links: Vec<Option<Client>> = (0..others.len()).map(|_| None).collect();
+    'answered: loop {
+        for (link, &other) in links.iter_mut().zip(others) {
+            if link.is_none() {
+                *link = Client::connect(other).await.ok();
+            }
+            let Some(client) = link.as_ref() else {
+                continue;
+            };
+            client.set_timeout(Duration::from_secs(2));
+            let ask = |code, fields: &[(&str, &str)]| {
+                let fields: ExtFields = fields.iter().copied().collect();
+                client.request(RemotingCommand::request(code, fields))
+            };
+            let beaten = ask(request::BROKER_HEARTBEAT, beat).await;
+            let answer = ask(request::CONTROLLER_ELECT_MASTER, elect).await;
+            if beaten.is_err() || answer.is_err() {
+                *link = None;
+            }
+            if answer.is_ok_and(|a| a.code == response::SUCCESS) {
+                break 'answered other;
+            }
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "no controller elected within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -73,6 +73,10 @@ struct Figures {
     failover: Option<Duration>,
     /// From the fault to the observer's first sight of another master of the group.
     elected: Option<Duration>,
+    /// From the fault to the last acknowledgement by the broker that acknowledged last
+    /// before it (for a paused master: what it acknowledged as a zombie, which its lease
+    /// must end); `None` if it acknowledged nothing after the fault.
+    last_ack_of_faulted: Option<Duration>,
 }
 
 fn episode(seed: u64) {
@@ -136,10 +140,12 @@ fn run_episode(
     let figures = figures(&history, GROUPS[plan.group], fault_at);
     let line = format!(
         "episode {seed} ({shards} shard(s)): {plan}: {}s; another master seen {:?} and its \
-         first ack {:?} after the fault, longest gap in acks {:?}, master changes {}; {}",
+         first ack {:?} after the fault, the faulted master's last ack {:?} after it, longest \
+         gap in acks {:?}, master changes {}; {}",
         started.elapsed().as_secs(),
         figures.elected,
         figures.failover,
+        figures.last_ack_of_faulted,
         figures.longest_gap,
         figures.master_changes,
         report.summary()
@@ -211,6 +217,11 @@ fn figures(history: &history::History, group: &str, fault_at: Duration) -> Figur
         .iter()
         .find(|(at, broker)| *at > fault_at && Some(*broker) != before)
         .map(|(at, _)| *at - fault_at);
+    let last_ack_of_faulted = acks
+        .iter()
+        .rev()
+        .find(|(at, broker)| *at > fault_at && Some(*broker) == before)
+        .map(|(at, _)| *at - fault_at);
     let mut longest_gap = Duration::ZERO;
     let mut last = fault_at;
     for (ended, _) in acks.into_iter().filter(|(at, _)| *at > fault_at) {
@@ -242,5 +253,6 @@ fn figures(history: &history::History, group: &str, fault_at: Duration) -> Figur
         master_changes,
         failover,
         elected,
+        last_ack_of_faulted,
     }
 }
