@@ -16,7 +16,7 @@
 //!   releases it), never held.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -269,18 +269,19 @@ impl MasterSide {
         self.update_store();
     }
 
-    /// Moves the watermark to the best streaming ack and says whether a slave is attached.
+    /// Moves the watermark to what the streaming slaves confirm ([`confirmed`]) and says
+    /// whether a slave is attached.
     fn update_store(&self) {
         let written = self.store.log_positions().written;
         let links = self.links.borrow();
-        let streaming = links.values().filter(|state| state.streaming);
-        let best = streaming.clone().map(|state| state.ack).max();
-        let attached = streaming
-            .clone()
+        let members = self.store.replica_gate().and_then(|gate| gate.members());
+        let attached = links
+            .values()
+            .filter(|state| state.streaming)
             .any(|state| written.saturating_sub(state.ack) <= self.fallbehind_max);
-        if let Some(best) = best {
-            if best > self.store.log_positions().replicated {
-                self.store.confirm_replicated(best.min(written));
+        if let Some(confirmed) = confirmed(links.values(), members.as_deref()) {
+            if confirmed > self.store.log_positions().replicated {
+                self.store.confirm_replicated(confirmed.min(written));
             }
         }
         self.store.set_replica_attached(attached);
@@ -307,10 +308,76 @@ impl MasterSide {
     }
 }
 
+/// What the streaming slaves of `links` confirm: with `members`, the lowest ack among
+/// them (each member by its best link; `None` while one of them has no streaming link, so
+/// nothing is confirmed past a member that may be elected without it); without, the best
+/// ack of any.
+fn confirmed<'a>(
+    links: impl Iterator<Item = &'a LinkState>,
+    members: Option<&BTreeSet<u64>>,
+) -> Option<u64> {
+    let streaming = links.filter(|state| state.streaming);
+    let Some(members) = members else {
+        return streaming.map(|state| state.ack).max();
+    };
+    let mut best: BTreeMap<u64, u64> = BTreeMap::new();
+    for state in streaming {
+        if let Some(id) = state.slave_id.filter(|id| members.contains(id)) {
+            let ack = best.entry(id).or_default();
+            *ack = (*ack).max(state.ack);
+        }
+    }
+    if best.len() < members.len() {
+        return None;
+    }
+    best.into_values().min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rng::SplitMix64;
+
+    fn link(slave_id: Option<u64>, streaming: bool, ack: u64) -> LinkState {
+        LinkState {
+            peer: SocketAddr::from(([127, 0, 0, 1], 1)),
+            streaming,
+            ack,
+            from: 0,
+            slave_id,
+        }
+    }
+
+    #[test]
+    fn members_confirm_only_what_every_one_of_them_holds() {
+        let links = [
+            link(Some(2), true, 500),
+            link(Some(3), true, 300),
+            link(Some(3), false, 900),
+            link(Some(4), true, 800),
+            link(None, true, 1000),
+        ];
+        let members = |ids: &[u64]| ids.iter().copied().collect::<BTreeSet<u64>>();
+        assert_eq!(
+            confirmed(links.iter(), None),
+            Some(1000),
+            "classic: the best"
+        );
+        assert_eq!(confirmed(links.iter(), Some(&members(&[2, 3]))), Some(300));
+        assert_eq!(confirmed(links.iter(), Some(&members(&[2, 4]))), Some(500));
+        assert_eq!(confirmed(links.iter(), Some(&members(&[4]))), Some(800));
+        assert_eq!(
+            confirmed(links.iter(), Some(&members(&[2, 5]))),
+            None,
+            "member 5 streams nowhere: nothing is confirmed past it"
+        );
+        let again = [link(Some(2), true, 100), link(Some(2), true, 700)];
+        assert_eq!(
+            confirmed(again.iter(), Some(&members(&[2]))),
+            Some(700),
+            "a member's best link counts"
+        );
+    }
 
     #[test]
     fn a_next_epoch_is_higher_and_two_draws_after_one_epoch_differ_in_their_low_bits() {

@@ -898,6 +898,11 @@ impl Store {
         self.shared.replica_gate.replace(Some(gate));
     }
 
+    /// The gate [`Store::set_replica_gate`] set, if any.
+    pub fn replica_gate(&self) -> Option<ReplicaGate> {
+        self.shared.replica_gate.borrow().clone()
+    }
+
     /// Makes puts and releases follow `lease` (controller mode, D18): a put is refused
     /// while it is lapsed, and batches are held (neither visible nor answered) until it
     /// holds again; a stop releases what is held as it releases any batch. A task looks

@@ -13,6 +13,7 @@
 mod common;
 
 mod a_controller_mode_group_fails_over_and_back_losing_nothing;
+mod a_master_acknowledges_only_what_every_member_of_its_set_holds;
 mod a_master_and_its_slave_listen_only_on_their_named_ports;
 mod a_promoted_slave_keeps_its_masters_transaction_decisions;
 mod a_slave_copies_its_masters_tables_and_gives_back_offsets_committed_on_it;

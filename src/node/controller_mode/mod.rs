@@ -184,9 +184,9 @@ async fn watch_role<T: Transport>(
                 supervisor.facts.set((supervisor.facts.get().0, written_sum(&figures)));
                 match keeper.look(&figures, &view.sync_state_set, tokio::time::Instant::now()) {
                     Step::Nothing => {}
-                    Step::NeedReplicas => {
+                    Step::NeedReplicas(joining) => {
                         expanding = true;
-                        gate.raise();
+                        gate.raise(&joining);
                         tracing::info!("controller mode: a slave caught up: batches wait for it before it joins the SyncStateSet");
                     }
                     Step::Abandon => {

@@ -31,8 +31,9 @@ use crate::metrics::ReplicationFigures;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     Nothing,
-    /// Raise the replica gate now; the expansion is proposed at a later look.
-    NeedReplicas,
+    /// Raise the replica gate now for these joining slaves; the expansion is proposed at a
+    /// later look.
+    NeedReplicas(BTreeSet<i64>),
     /// Drop a started expansion: the gate follows the set again.
     Abandon,
     /// Ask the controllers for this set.
@@ -111,8 +112,8 @@ impl SetKeeper {
             return Step::Nothing;
         }
         let written = shards.iter().map(|f| f.written).collect();
-        self.pending = Some((joining, written));
-        Step::NeedReplicas
+        self.pending = Some((joining.clone(), written));
+        Step::NeedReplicas(joining)
     }
 
     /// The controllers answered a proposal (committed or not): nothing is pending now.
@@ -174,6 +175,10 @@ mod tests;
 /// outcome of a proposal is unknown (its answer was lost) until a view newer than the one
 /// it was proposed from shows what became of it. It is lowered only from a committed set:
 /// a view no newer than one already seen (an answer a stale leader gave) never lowers it.
+///
+/// The gate's members (the slaves every batch needs, `allAckInSyncStateSet`) are the
+/// set's slaves, those joining it, and those of a proposal whose outcome is unknown: every
+/// broker the controllers may hold in the set, and so may elect, holds what is confirmed.
 pub struct GateKeeper {
     gate: crate::store::ReplicaGate,
     me: i64,
@@ -181,6 +186,11 @@ pub struct GateKeeper {
     seen_epoch: i32,
     /// A proposal made from this set epoch has an unknown outcome.
     unsure_from: Option<i32>,
+    /// The committed set last followed, the slaves joining it, and the proposal of unknown
+    /// outcome: together, whose confirmation a batch needs.
+    set: BTreeSet<i64>,
+    joining: BTreeSet<i64>,
+    unsure_set: BTreeSet<i64>,
 }
 
 impl GateKeeper {
@@ -190,13 +200,32 @@ impl GateKeeper {
         set: &BTreeSet<i64>,
         epoch: i32,
     ) -> GateKeeper {
-        gate.set_needed(set.iter().any(|&id| id != me));
-        GateKeeper {
+        let keeper = GateKeeper {
             gate,
             me,
             seen_epoch: epoch,
             unsure_from: None,
-        }
+            set: set.clone(),
+            joining: BTreeSet::new(),
+            unsure_set: BTreeSet::new(),
+        };
+        keeper.apply();
+        keeper
+    }
+
+    /// Sets the gate's members and whether it is needed from what is kept.
+    fn apply(&self) {
+        let members: BTreeSet<u64> = self
+            .set
+            .iter()
+            .chain(&self.joining)
+            .chain(&self.unsure_set)
+            .filter(|&&id| id != self.me)
+            .filter_map(|&id| u64::try_from(id).ok())
+            .collect();
+        let needed = !members.is_empty();
+        self.gate.set_members(members);
+        self.gate.set_needed(needed);
     }
 
     pub fn gate(&self) -> &crate::store::ReplicaGate {
@@ -204,7 +233,7 @@ impl GateKeeper {
     }
 
     /// A view of the committed set (a poll, or a proposal's answer); `expanding` while an
-    /// expansion is under way.
+    /// expansion is under way (its slaves stay members).
     pub fn follow(&mut self, set: &BTreeSet<i64>, epoch: i32, expanding: bool) {
         if epoch < self.seen_epoch {
             return;
@@ -214,23 +243,27 @@ impl GateKeeper {
                 return;
             }
             self.unsure_from = None;
+            self.unsure_set.clear();
         }
         self.seen_epoch = epoch;
-        self.gate
-            .set_needed(expanding || set.iter().any(|&id| id != self.me));
+        self.set = set.clone();
+        if !expanding {
+            self.joining.clear();
+        }
+        self.apply();
     }
 
-    /// An expansion began: batches need a replica from now on.
-    pub fn raise(&self) {
-        self.gate.set_needed(true);
+    /// An expansion by `joining` began: batches need them from now on.
+    pub fn raise(&mut self, joining: &BTreeSet<i64>) {
+        self.joining = joining.clone();
+        self.apply();
     }
 
     /// A proposal of `proposed`, made from set epoch `from`, got no answer: either set may
     /// be the committed one.
     pub fn unsure(&mut self, from: i32, proposed: &BTreeSet<i64>) {
-        if proposed.iter().any(|&id| id != self.me) {
-            self.gate.set_needed(true);
-        }
+        self.unsure_set.extend(proposed);
         self.unsure_from = Some(from);
+        self.apply();
     }
 }

@@ -39,7 +39,10 @@ fn a_slave_joins_in_two_looks_after_it_holds_what_was_written_when_the_gate_rose
     let behind = [shard(200, &[(2, true, 150)]), shard(80, &[(2, true, 40)])];
     assert_eq!(keeper.look(&behind, &me, t), Step::Nothing);
     let held = [shard(300, &[(2, true, 200)]), shard(90, &[(2, true, 80)])];
-    assert_eq!(keeper.look(&held, &me, t), Step::NeedReplicas);
+    assert_eq!(
+        keeper.look(&held, &me, t),
+        Step::NeedReplicas(BTreeSet::from([2]))
+    );
     // The gate rose at (300, 90): not yet held on shard 0.
     let later = [shard(400, &[(2, true, 299)]), shard(95, &[(2, true, 95)])];
     assert_eq!(keeper.look(&later, &me, t), Step::Nothing);
@@ -59,7 +62,7 @@ fn an_expansion_whose_slave_stops_streaming_is_abandoned() {
     keeper.look(&[shard(10, &[(2, true, 10)])], &me, t);
     assert_eq!(
         keeper.look(&[shard(20, &[(2, true, 10)])], &me, t),
-        Step::NeedReplicas
+        Step::NeedReplicas(BTreeSet::from([2]))
     );
     assert_eq!(
         keeper.look(&[shard(30, &[(2, false, 15)])], &me, t),
@@ -117,7 +120,7 @@ fn the_gate_is_lowered_only_by_a_committed_set_newer_than_an_unsure_proposal() {
     assert!(!gate.needed(), "a committed shrink lowers it");
     keeper.follow(&BTreeSet::from([1, 2]), 4, false);
     assert!(!gate.needed(), "an older view changes nothing");
-    keeper.raise();
+    keeper.raise(&BTreeSet::from([2]));
     keeper.unsure(5, &BTreeSet::from([1, 2]));
     keeper.follow(&BTreeSet::from([1]), 5, false);
     assert!(
@@ -128,6 +131,39 @@ fn the_gate_is_lowered_only_by_a_committed_set_newer_than_an_unsure_proposal() {
     assert!(gate.needed());
     keeper.follow(&BTreeSet::from([1]), 7, false);
     assert!(!gate.needed());
+    keeper.raise(&BTreeSet::from([2]));
     keeper.follow(&BTreeSet::from([1]), 7, true);
     assert!(gate.needed(), "an expansion under way keeps it up");
+}
+
+#[test]
+fn every_slave_the_controllers_may_hold_in_the_set_is_a_member_of_the_gate() {
+    let gate = crate::store::ReplicaGate::new(false);
+    let members = |gate: &crate::store::ReplicaGate| {
+        gate.members()
+            .map(|m| m.iter().copied().collect::<Vec<u64>>())
+    };
+    let mut keeper = GateKeeper::new(gate.clone(), 1, &BTreeSet::from([1, 2, 3]), 4);
+    assert_eq!(
+        members(&gate),
+        Some(vec![2, 3]),
+        "the set's slaves, not the master"
+    );
+    keeper.raise(&BTreeSet::from([4]));
+    assert_eq!(members(&gate), Some(vec![2, 3, 4]), "and the joining ones");
+    keeper.follow(&BTreeSet::from([1, 2]), 5, false);
+    assert_eq!(
+        members(&gate),
+        Some(vec![2]),
+        "a committed shrink, the expansion over"
+    );
+    keeper.unsure(5, &BTreeSet::from([1, 2, 3]));
+    assert_eq!(members(&gate), Some(vec![2, 3]), "an unsure proposal's too");
+    keeper.follow(&BTreeSet::from([1, 2]), 5, false);
+    assert_eq!(members(&gate), Some(vec![2, 3]), "until a newer view");
+    keeper.follow(&BTreeSet::from([1, 3]), 6, false);
+    assert_eq!(members(&gate), Some(vec![3]));
+    keeper.follow(&BTreeSet::from([1]), 7, false);
+    assert_eq!(members(&gate), Some(vec![]));
+    assert!(!gate.needed(), "no member: no replica needed");
 }
