@@ -14,7 +14,7 @@
 #
 # Env: RINGMQ_BIN (default target/release/ringmq, built when missing), FLUSH (sync|async, default
 # sync), ROUNDS (3), SECONDS_PER_RUN (20), CONNECTIONS (4), PRODUCERS_PER_CONNECTION (4), SIZE
-# (1024), DIR (scratch, default a fresh temporary directory). Both brokers run 2 shards on this
+# (1024), DIR (scratch, default a fresh temporary directory, removed at the end). Both brokers run 2 shards on this
 # machine's two cores with the controllers and the load generator: run nothing else meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,11 +29,19 @@ ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 SOAK_SECONDS=${SOAK_SECONDS:-600}
 SOAK_PERCENT=${SOAK_PERCENT:-80}
-DIR=${DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ringmq-controller-mode-XXXXXX")}
+made_dir=
+if [[ -z ${DIR:-} ]]; then
+  DIR=$(mktemp -d "${TMPDIR:-/tmp}/ringmq-controller-mode-XXXXXX")
+  made_dir=$DIR
+fi
 load=(--connections "${CONNECTIONS:-4}" --producers-per-connection "${PRODUCERS_PER_CONNECTION:-4}"
   --size "${SIZE:-1024}" --json --quiet)
 running=()
-cleanup() { for d in "${running[@]}"; do [[ -n $d ]] || continue; scripts/ringmq-node.sh stop-cluster "$d" >/dev/null 2>&1 || true; done; }
+# Stops what runs; removes the scratch directory if this run made it (a soak leaves GBs).
+cleanup() {
+  for d in "${running[@]}"; do [[ -n $d ]] || continue; scripts/ringmq-node.sh stop-cluster "$d" >/dev/null 2>&1 || true; done
+  [[ -z $made_dir ]] || rm -rf "$made_dir"
+}
 trap cleanup EXIT
 
 # group_state DIR: "master epoch syncStateSetEpoch in-sync-count" as the controllers keep broker-a.
@@ -66,7 +74,7 @@ start() {
   exit 1
 }
 
-stop() { scripts/ringmq-node.sh stop-cluster "$1" >/dev/null 2>&1; running=("${running[@]/$1}"); }
+stop() { scripts/ringmq-node.sh stop-cluster "$1" >/dev/null 2>&1; running=("${running[@]/$1}"); rm -rf "$1"; }
 
 # rate ADDR ARGS...: the bench's JSON summary of a produce run against ADDR.
 produce() { local addr=$1; shift; "$RINGMQ_BIN" bench produce --addr "$addr" "${load[@]}" "$@"; }

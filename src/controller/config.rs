@@ -43,6 +43,9 @@ pub struct ControllerConfig {
     pub enable_elect_unclean_master: bool,
     pub elect_master_max_retry_count: u32,
     pub notify_broker_role_changed: bool,
+    /// Where the Prometheus endpoint listens (`metricsExporterType=PROM`); `None`: it
+    /// serves none, and the controller opens only its peer address.
+    pub metrics_endpoint: Option<SocketAddr>,
 }
 
 impl ControllerConfig {
@@ -79,6 +82,9 @@ pub struct Draft {
     enable_elect_unclean_master: bool,
     elect_master_max_retry_count: Option<u32>,
     notify_broker_role_changed: Option<bool>,
+    prometheus: bool,
+    metrics_port: Option<u16>,
+    metrics_host: Option<std::net::IpAddr>,
 }
 
 fn flag(value: &str) -> Result<bool, &'static str> {
@@ -230,6 +236,47 @@ pub const KEYS: &[Key] = &[
             Ok(())
         },
     },
+    Key {
+        name: "metricsExporterType",
+        default: "DISABLE",
+        meaning: "`PROM`: serve the Prometheus text endpoint (`/metrics`, `/health`) on \
+                  metricsPromExporterHost:metricsPromExporterPort, a second port; `DISABLE`: \
+                  none (RocketMQ's `OTLP_GRPC` and `LOG` are refused)",
+        set: |d, v| {
+            d.prometheus = match v.trim().to_ascii_uppercase().as_str() {
+                "PROM" => true,
+                "DISABLE" => false,
+                _ => return Err("PROM or DISABLE"),
+            };
+            Ok(())
+        },
+    },
+    Key {
+        name: "metricsPromExporterPort",
+        default: "5557",
+        meaning: "port of the Prometheus endpoint (with metricsExporterType=PROM)",
+        set: |d, v| {
+            const WHAT: &str = "a port from 1 to 65535";
+            let port: u16 = v.trim().parse().map_err(|_| WHAT)?;
+            if port == 0 {
+                return Err(WHAT);
+            }
+            d.metrics_port = Some(port);
+            Ok(())
+        },
+    },
+    Key {
+        name: "metricsPromExporterHost",
+        default: "(the host of this controller's peer address)",
+        meaning: "address the Prometheus endpoint binds (with metricsExporterType=PROM)",
+        set: |d, v| {
+            let host = v.trim();
+            if !host.is_empty() {
+                d.metrics_host = Some(host.parse().map_err(|_| "an IP address")?);
+            }
+            Ok(())
+        },
+    },
 ];
 
 /// RocketMQ controller keys ignored with a warning: every value is safe to ignore.
@@ -240,14 +287,11 @@ pub const IGNORED_KEYS: &[&str] = &[
     "controllerRequestThreadPoolQueueCapacity",
     "mappedFileSize",
     "isProcessReadEvent",
-    "metricsExporterType",
     "metricsGrpcExporterTarget",
     "metricsGrpcExporterHeader",
     "metricGrpcExporterTimeOutInMills",
     "metricGrpcExporterIntervalInMills",
     "metricLoggingExporterIntervalInMills",
-    "metricsPromExporterPort",
-    "metricsPromExporterHost",
     "metricsLabel",
     "metricsInDelta",
     "configBlackList",
@@ -277,6 +321,11 @@ pub enum ConfigError {
     Missing { key: &'static str },
     #[error("controllerDLegerSelfId `{id}` is not one of controllerDLegerPeers ({peers})")]
     SelfNotAPeer { id: String, peers: String },
+    #[error(
+        "the Prometheus endpoint {addr} (metricsPromExporterHost:metricsPromExporterPort) is \
+         this controller's peer address: pick another port"
+    )]
+    MetricsOnPeerAddress { addr: SocketAddr },
 }
 
 /// A loaded config and the warnings to log (ignored keys).
@@ -327,6 +376,21 @@ impl Draft {
             });
         }
         let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+        let own_host = peers
+            .iter()
+            .find(|p| p.id == self_id)
+            .map(|p| p.addr.ip())
+            .expect("checked above");
+        let metrics_endpoint = self.prometheus.then(|| {
+            SocketAddr::new(
+                self.metrics_host.unwrap_or(own_host),
+                self.metrics_port.unwrap_or(5557),
+            )
+        });
+        let own = peers.iter().find(|p| p.id == self_id).map(|p| p.addr);
+        if let Some(addr) = metrics_endpoint.filter(|&ep| Some(ep) == own) {
+            return Err(ConfigError::MetricsOnPeerAddress { addr });
+        }
         Ok(ControllerConfig {
             group,
             peers,
@@ -343,6 +407,7 @@ impl Draft {
             enable_elect_unclean_master: self.enable_elect_unclean_master,
             elect_master_max_retry_count: self.elect_master_max_retry_count.unwrap_or(3),
             notify_broker_role_changed: self.notify_broker_role_changed.unwrap_or(true),
+            metrics_endpoint,
         })
     }
 }

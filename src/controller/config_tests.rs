@@ -99,3 +99,33 @@ fn the_operations_doc_lists_every_key() {
     let missing = TABLE.missing_from(include_str!("../../docs/operations.md"));
     assert!(missing.is_empty(), "docs/operations.md lacks {missing:?}");
 }
+
+#[test]
+fn the_prometheus_endpoint_is_off_unless_asked_and_never_on_the_peer_address() {
+    let config =
+        |extra: &str| ControllerConfig::parse(&format!("{THREE}{extra}")).map(|l| l.config);
+    assert_eq!(config("").unwrap().metrics_endpoint, None);
+    let own_host = config("").unwrap().self_peer().addr.ip();
+    assert_eq!(
+        config("metricsExporterType=PROM\n")
+            .unwrap()
+            .metrics_endpoint,
+        Some(std::net::SocketAddr::new(own_host, 5557))
+    );
+    let chosen = config(
+        "metricsExporterType=prom\nmetricsPromExporterPort=9100\nmetricsPromExporterHost=0.0.0.0\n",
+    )
+    .unwrap();
+    assert_eq!(
+        chosen.metrics_endpoint,
+        Some("0.0.0.0:9100".parse().unwrap())
+    );
+    let error = error_of(&format!("{THREE}metricsExporterType=OTLP_GRPC\n"));
+    assert!(error.contains("PROM or DISABLE"), "{error}");
+    let own_port = config("").unwrap().self_peer().addr.port();
+    let clash = config(&format!(
+        "metricsExporterType=PROM\nmetricsPromExporterPort={own_port}\n"
+    ));
+    let error = clash.expect_err("the peer address is taken").to_string();
+    assert!(error.contains("peer address"), "{error}");
+}

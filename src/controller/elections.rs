@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::metrics::{Outcome, Trigger};
 use super::node::{ControllerNode, Refusal};
+use super::replicas::commands::Command;
 use super::replicas::election::{self, ElectTrigger, ElectionOutcome};
 use super::replicas::headers::ElectMasterRequest;
 use super::replicas::responses;
@@ -60,27 +62,51 @@ impl ControllerNode {
     /// Decides and commits one election of `group`, deciding again when the apply step
     /// found the group changed meanwhile.
     async fn run_election(&self, group: &str, trigger: ElectTrigger) -> Result<Elected, Refusal> {
+        let counted = match trigger {
+            ElectTrigger::Controller => Trigger::Scan,
+            ElectTrigger::Broker(_) => Trigger::Broker,
+            ElectTrigger::Designated(_) => Trigger::Admin,
+        };
         let attempts = self.config.elect_master_max_retry_count;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let command = match self.decide(group, trigger)? {
-                ElectionOutcome::Propose(command) => command,
-                ElectionOutcome::MasterStillExists { .. } => return Ok(Elected::MasterStays),
-                ElectionOutcome::Failed { code, message } => {
-                    return Err(Refusal::State { code, message })
+            let decided = self.decide(group, trigger);
+            let command = match decided {
+                Ok(ElectionOutcome::Propose(command)) => command,
+                Ok(ElectionOutcome::MasterStillExists { .. }) => {
+                    self.metrics.election(counted, Outcome::MasterStays);
+                    return Ok(Elected::MasterStays);
+                }
+                Ok(ElectionOutcome::Failed { code, message }) => {
+                    self.metrics.election(counted, Outcome::Refused);
+                    return Err(Refusal::State { code, message });
+                }
+                Err(refusal) => {
+                    self.metrics.election(counted, Outcome::Refused);
+                    return Err(refusal);
                 }
             };
+            let unclean = matches!(command, Command::ElectMaster { unclean: true, .. });
             match self.commit(command).await {
                 Ok(applied) => {
                     tracing::info!(?applied, group, "election committed");
+                    let outcome = match unclean {
+                        true => Outcome::ElectedUnclean,
+                        false => Outcome::Elected,
+                    };
+                    self.metrics.election(counted, outcome);
                     self.notify_group(group);
                     return Ok(Elected::Applied(applied));
                 }
                 Err(Refusal::State { code, message }) if is_fenced(code) && attempt < attempts => {
+                    self.metrics.election(counted, Outcome::Fenced);
                     tracing::info!(group, attempt, %message, "election fenced; deciding again");
                 }
-                Err(refusal) => return Err(refusal),
+                Err(refusal) => {
+                    self.metrics.election(counted, Outcome::Refused);
+                    return Err(refusal);
+                }
             }
         }
     }
@@ -112,6 +138,7 @@ impl ControllerNode {
     /// One pass of the leader's scan: every group whose master is not alive while another
     /// of its brokers is gets an election.
     pub(super) async fn scan(&self) {
+        self.refresh_metrics();
         if !self.check_leadership() {
             return;
         }

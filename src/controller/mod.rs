@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod elections;
+pub mod metrics;
 pub mod node;
 pub mod raft;
 pub mod replicas;

@@ -26,6 +26,7 @@ use tokio::sync::Notify;
 
 use super::config::ControllerConfig;
 use super::elections::Connector;
+use super::metrics::ControllerMetrics;
 use super::raft::{is_raft_rpc, ControllerRaft, ProposeError};
 use super::replicas::commands::{Command, Response};
 use super::replicas::headers::{
@@ -64,6 +65,8 @@ pub struct ControllerNode {
     pub(super) scan_now: Notify,
     /// How role changes reach brokers; `None` sends none (tests of the state alone).
     pub(super) notify_transport: Option<Rc<dyn Connector>>,
+    /// What it answered and elected, and its state, for the metrics endpoint.
+    pub metrics: ControllerMetrics,
 }
 
 impl ControllerNode {
@@ -76,15 +79,28 @@ impl ControllerNode {
     ) -> ControllerNode {
         ControllerNode {
             raft,
-            config,
             clock,
             liveness: RefCell::new(BrokerLiveness::new(limits)),
             heartbeat_peers: RefCell::new(HashMap::new()),
             leader_since_ms: Cell::new(None),
             leader_term: Cell::new(None),
             scan_now: Notify::new(),
+            metrics: ControllerMetrics::new(&config.self_id),
+            config,
             notify_transport,
         }
+    }
+
+    /// Sets the metrics' gauges from the node's state now.
+    pub(super) fn refresh_metrics(&self) {
+        let groups = self.raft.with_state(|state| state.groups().len());
+        self.metrics.refresh(
+            self.raft.leading_term(),
+            self.raft.leader().is_some(),
+            self.raft.applied_index().unwrap_or(0),
+            groups,
+            self.tracked_brokers(),
+        );
     }
 
     pub fn raft(&self) -> &ControllerRaft<ReplicasInfo> {
@@ -139,8 +155,16 @@ impl ControllerNode {
         responses::refused(request, code::CONTROLLER_NOT_LEADER, &message)
     }
 
-    /// Answers one broker or admin request.
+    /// Answers one broker or admin request, counting the answer.
     async fn answer(&self, request: RemotingCommand, peer: SocketAddr) -> RemotingCommand {
+        let code = request.code;
+        let answer = self.answer_request(request, peer).await;
+        self.metrics.answered(code, answer.code);
+        self.refresh_metrics();
+        answer
+    }
+
+    async fn answer_request(&self, request: RemotingCommand, peer: SocketAddr) -> RemotingCommand {
         if request.code == req::CONTROLLER_GET_METADATA_INFO {
             return self.metadata(&request);
         }

@@ -26,6 +26,7 @@ use super::replicas::liveness::LivenessLimits;
 use super::replicas::state::ReplicasInfo;
 use crate::clock::Clock;
 use crate::io::{open_backend, DataWrites, Disk, IoChoice};
+use crate::metrics::http::MetricsServer;
 use crate::net::{Listener, Transport};
 use crate::remoting::DEFAULT_MAX_FRAME_LEN;
 use crate::server::accept::{accept_loop, run_until_signalled, AcceptLimits, OneThreadError};
@@ -206,16 +207,40 @@ pub fn run(
         let transport = crate::net::tcp::Tcp;
         let settings = RaftSettings::default();
         let clock = Clock::system();
-        serve(
+        // Bound before the Raft starts, so a taken port stops the start with its address.
+        let metrics_listener = match config.metrics_endpoint {
+            Some(addr) => Some(
+                std::net::TcpListener::bind(addr)
+                    .map_err(|source| ControllerError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let mut endpoint = None;
+        let served = serve(
             &transport,
             config,
             disk,
             settings,
             clock,
             stop,
-            |_, addr| ready(addr),
+            |node, addr| {
+                if let Some(listener) = metrics_listener {
+                    match MetricsServer::start(listener, node.metrics.clone()) {
+                        Ok(server) => {
+                            tracing::info!(addr = %server.addr(), "controller metrics endpoint serving");
+                            endpoint = Some(server);
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "the controller's metrics endpoint does not start")
+                        }
+                    }
+                }
+                ready(addr);
+            },
         )
-        .await
+        .await;
+        drop(endpoint);
+        served
     })
     .map_err(ControllerError::Runtime)?
 }

@@ -1,8 +1,9 @@
 //! The Prometheus endpoint: hyper's HTTP/1.1 server on a current-thread tokio runtime of its
-//! own thread, off the shards, answering `GET /metrics` with [`super::NodeMetrics::render`]
-//! (`text/plain; version=0.0.4`), `GET /health` with the node's readiness (200 once every
-//! shard's store is open and recovered and the shard serves, 503 before and once a stop
-//! began), any other path with 404 and any other method with 405.
+//! own thread, off the shards, answering `GET /metrics` with a [`Page`]'s text (the node's
+//! [`super::NodeMetrics::render`], or a controller's) in `text/plain; version=0.0.4`,
+//! `GET /health` with its readiness (for a node: 200 once every shard's store is open and
+//! recovered and the shard serves, 503 before and once a stop began), any other path with
+//! 404 and any other method with 405.
 //!
 //! Connections are served concurrently, so one slow or idle client cannot hold up a scrape.
 //! Invariants, each bounded by a limit in [`HttpLimits`]:
@@ -37,6 +38,31 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::oneshot;
 
 use super::NodeMetrics;
+
+/// What an endpoint serves: the metrics text and the readiness.
+pub trait Page: Clone + Send + Sync + 'static {
+    /// The Prometheus text of every metric now.
+    fn render(&self) -> String;
+    /// Whether it is ready, and the line that says so or why not.
+    fn health(&self) -> (bool, String);
+}
+
+impl Page for NodeMetrics {
+    fn render(&self) -> String {
+        NodeMetrics::render(self)
+    }
+
+    fn health(&self) -> (bool, String) {
+        let (ready, shards) = self.readiness();
+        match ready == shards {
+            true => (true, format!("ready: {ready} of {shards} shards serving\n")),
+            false => (
+                false,
+                format!("not ready: {ready} of {shards} shards serving\n"),
+            ),
+        }
+    }
+}
 
 /// The content type of the Prometheus text exposition format.
 pub const CONTENT_TYPE_METRICS: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -103,14 +129,14 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Serves `metrics` on `listener` (already bound) from a new thread, with the default
     /// [`HttpLimits`].
-    pub fn start(listener: TcpListener, metrics: NodeMetrics) -> std::io::Result<MetricsServer> {
+    pub fn start(listener: TcpListener, metrics: impl Page) -> std::io::Result<MetricsServer> {
         MetricsServer::start_with(listener, metrics, HttpLimits::default())
     }
 
     /// Serves `metrics` on `listener` within `limits`.
     pub fn start_with(
         listener: TcpListener,
-        metrics: NodeMetrics,
+        metrics: impl Page,
         limits: HttpLimits,
     ) -> std::io::Result<MetricsServer> {
         limits.check();
@@ -247,7 +273,7 @@ impl Slots {
 
 async fn accept_loop(
     listener: tokio::net::TcpListener,
-    metrics: NodeMetrics,
+    metrics: impl Page,
     limits: HttpLimits,
     counts: Arc<Counts>,
 ) {
@@ -312,25 +338,13 @@ async fn accept_loop(
 
 /// The answer to one request; the body of a request is never read (GET has none, and
 /// anything else is refused).
-fn answer(request: &Request<Incoming>, metrics: &NodeMetrics) -> Response<Full<Bytes>> {
+fn answer(request: &Request<Incoming>, metrics: &impl Page) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE_METRICS, metrics.render()),
-        (&Method::GET, "/health") => {
-            let (ready, shards) = metrics.readiness();
-            if ready == shards {
-                (
-                    StatusCode::OK,
-                    "text/plain",
-                    format!("ready: {ready} of {shards} shards serving\n"),
-                )
-            } else {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    format!("not ready: {ready} of {shards} shards serving\n"),
-                )
-            }
-        }
+        (&Method::GET, "/health") => match metrics.health() {
+            (true, line) => (StatusCode::OK, "text/plain", line),
+            (false, line) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", line),
+        },
         (&Method::GET, _) => (
             StatusCode::NOT_FOUND,
             "text/plain",

@@ -198,3 +198,20 @@ pub async fn replica_info(
     }
     None
 }
+
+/// Broker `n` of `group` in controller mode as the process tests run it: SYNC_MASTER
+/// (acknowledging what the SyncStateSet holds), reaching the controllers at
+/// `controller_addr` (`;`-separated), looking at its slaves every 200 ms.
+pub fn controller_mode_broker(
+    group: &str,
+    n: u64,
+    controller_addr: &str,
+) -> crate::common::process_cluster::BrokerSpec {
+    crate::common::process_cluster::BrokerSpec::master(group)
+        .id(n)
+        .set("brokerId", 0)
+        .set("brokerRole", "SYNC_MASTER")
+        .set("enableControllerMode", true)
+        .set("controllerAddr", controller_addr)
+        .set("checkSyncStateSetPeriod", 200)
+}

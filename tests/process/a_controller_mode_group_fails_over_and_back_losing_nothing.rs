@@ -15,7 +15,7 @@ use ringmq::client::Client;
 use ringmq::remoting::codes::response;
 
 use crate::common::process_cluster::{create_topic, BrokerSpec, ProcessCluster, REQUEST_TIMEOUT};
-use crate::common::process_controllers::{replica_info, ControllerGroup};
+use crate::common::process_controllers::{controller_mode_broker, replica_info, ControllerGroup};
 use crate::common::process_replication::read_topic;
 use crate::common::run_local;
 
@@ -26,15 +26,9 @@ const QUEUES: [i32; 4] = [0, 1, 2, 3];
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn spec(n: u64, controllers: &ControllerGroup) -> BrokerSpec {
-    BrokerSpec::master(GROUP)
-        .id(n)
-        .set("brokerId", 0)
+    controller_mode_broker(GROUP, n, &controllers.controller_addr())
         .set("shards", 2)
-        .set("brokerRole", "SYNC_MASTER")
-        .set("enableControllerMode", true)
-        .set("controllerAddr", controllers.controller_addr())
         .set("brokerHeartbeatInterval", 200)
-        .set("checkSyncStateSetPeriod", 200)
 }
 
 /// One send on a fresh connection: the answer's code and queue offset, `None` if the

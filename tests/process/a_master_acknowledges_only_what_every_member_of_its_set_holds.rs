@@ -12,7 +12,7 @@ use ringmq::client::Client;
 use ringmq::remoting::codes::response;
 
 use crate::common::process_cluster::{create_topic, BrokerSpec, ProcessCluster};
-use crate::common::process_controllers::{replica_info, ControllerGroup};
+use crate::common::process_controllers::{controller_mode_broker, replica_info, ControllerGroup};
 use crate::common::process_replication::logs_equal;
 use crate::common::run_local;
 
@@ -24,14 +24,8 @@ const LIMIT: Duration = Duration::from_secs(30);
 const NOT_CATCHUP_MS: u64 = 2000;
 
 fn spec(n: u64, controllers: &ControllerGroup) -> BrokerSpec {
-    BrokerSpec::master(GROUP)
-        .id(n)
-        .set("brokerId", 0)
-        .set("brokerRole", "SYNC_MASTER")
-        .set("enableControllerMode", true)
-        .set("controllerAddr", controllers.controller_addr())
+    controller_mode_broker(GROUP, n, &controllers.controller_addr())
         .set("brokerHeartbeatInterval", 200)
-        .set("checkSyncStateSetPeriod", 200)
         .set("haMaxTimeSlaveNotCatchup", NOT_CATCHUP_MS)
         // Longer than the set's shrink: the send below waits for it, not for a timeout.
         .set("slaveTimeout", 20_000)

@@ -10,20 +10,14 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::process_cluster::{admin_exit as admin, free_port, BrokerSpec, ProcessCluster};
-use crate::common::process_controllers::{replica_info, ControllerGroup};
+use crate::common::process_controllers::{controller_mode_broker, replica_info, ControllerGroup};
 use crate::common::run_local;
 
 const GROUP: &str = "broker-a";
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn spec(n: u64, controllers: &ControllerGroup) -> BrokerSpec {
-    BrokerSpec::master(GROUP)
-        .id(n)
-        .set("brokerId", 0)
-        .set("brokerRole", "SYNC_MASTER")
-        .set("enableControllerMode", true)
-        .set("controllerAddr", controllers.controller_addr())
-        .set("checkSyncStateSetPeriod", 200)
+    controller_mode_broker(GROUP, n, &controllers.controller_addr())
 }
 
 /// Waits until the controllers name a master and a SyncStateSet of two; (master, epoch,

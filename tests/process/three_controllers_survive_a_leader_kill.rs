@@ -244,3 +244,87 @@ async fn elect_on(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// `GET path` from `addr` over plain HTTP/1.1: (status line, body).
+fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).expect("the endpoint accepts");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("an answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// With `metricsExporterType=PROM` each controller serves Prometheus text on its own
+/// `metricsPromExporterPort`: the leader says it leads and counts the broker's requests
+/// and its election by outcome; the followers say they follow; `/health` is 200 on all.
+#[test]
+fn controllers_serve_their_metrics_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_port(), free_port(), free_port()];
+    let metrics_ports = [free_port(), free_port(), free_port()];
+    let confs: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let conf = write_conf(dir.path(), &ports, i);
+            let mut text = std::fs::read_to_string(&conf).unwrap();
+            text.push_str(&format!(
+                "metricsExporterType=PROM\nmetricsPromExporterPort={}\n",
+                metrics_ports[i]
+            ));
+            std::fs::write(&conf, text).unwrap();
+            conf
+        })
+        .collect();
+    let _controllers: Vec<Controller> = confs.iter().map(|c| Controller::start(c)).collect();
+    let addrs: Vec<SocketAddr> = ports
+        .iter()
+        .map(|&p| SocketAddr::from(([127, 0, 0, 1], p)))
+        .collect();
+    let lead = run_local(false, async {
+        let lead = leader(&addrs).await;
+        elect_a_master(lead).await;
+        lead
+    });
+    let lead = addrs.iter().position(|a| *a == lead).unwrap();
+    for (i, &port) in metrics_ports.iter().enumerate() {
+        let endpoint = SocketAddr::from(([127, 0, 0, 1], port));
+        // The gauges follow the controller's state at its next answer or scan
+        // (scanNotActiveBrokerInterval, 500 ms here).
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let (status, _) = http_get(endpoint, "/health");
+            if status.contains("200") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "n{i} /health: {status}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, page) = http_get(endpoint, "/metrics");
+        assert!(status.contains("200"), "n{i} /metrics: {status}");
+        let leads = format!(
+            "ringmq_controller_leader{{node=\"n{i}\"}} {}",
+            u8::from(i == lead)
+        );
+        assert!(page.contains(&leads), "n{i} lacks `{leads}`:\n{page}");
+        if i == lead {
+            for line in [
+                format!("ringmq_controller_elections_total{{node=\"n{i}\",trigger=\"broker\",outcome=\"elected\"}} 1"),
+                format!("ringmq_controller_requests_total{{node=\"n{i}\",request=\"CONTROLLER_ELECT_MASTER\",code=\"0\"}} 1"),
+                format!("ringmq_controller_groups{{node=\"n{i}\"}} 1"),
+            ] {
+                assert!(page.contains(&line), "the leader lacks `{line}`:\n{page}");
+            }
+        }
+    }
+}

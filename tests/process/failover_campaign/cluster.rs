@@ -15,7 +15,9 @@ use super::frozen_disk::FrozenDisk;
 use super::proxy::{FaultProxy, Link};
 use super::workload::{master_of, QUEUES, TOPIC};
 use crate::common::process_cluster::{create_topic, routed_to, BrokerSpec, ProcessCluster};
-use crate::common::process_controllers::{leader, replica_info, Controller, ControllerGroup};
+use crate::common::process_controllers::{
+    controller_mode_broker, leader, replica_info, Controller, ControllerGroup,
+};
 use crate::common::run_local;
 
 pub const GROUPS: [&str; 2] = ["broker-a", "broker-b"];
@@ -94,14 +96,8 @@ fn broker_spec(
     controller_addr: &[String],
     (ha_ip, ha_port): (std::net::Ipv4Addr, u16),
 ) -> BrokerSpec {
-    BrokerSpec::master(group)
-        .id(n)
-        .set("brokerId", 0)
+    controller_mode_broker(group, n, &controller_addr.join(";"))
         .set("shards", shards)
-        .set("brokerRole", "SYNC_MASTER")
-        .set("enableControllerMode", true)
-        .set("controllerAddr", controller_addr.join(";"))
-        .set("checkSyncStateSetPeriod", 200)
         .set("haListenPort", ha_port)
         .set("brokerIP2", ha_ip)
         // Short enough that an HA partition's hold may outlast it.
