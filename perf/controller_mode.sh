@@ -54,11 +54,11 @@ print(g.get("masterAddress"), g["masterEpoch"], g["syncStateSetEpoch"], len(g["i
 }
 
 # start KIND DIR: a fresh group of KIND (ha|controller); prints the master's address once
-# both brokers hold what the master acknowledges.
+# both brokers hold what the master acknowledges. Runs in a command substitution's subshell:
+# the caller adds DIR to `running` first, so the exit trap stops it.
 start() {
   local kind=$1 dir=$2 state
   rm -rf "$dir" && mkdir -p "$dir"
-  running+=("$dir")
   scripts/ringmq-node.sh "start-cluster-$kind" "$dir" >"$dir/start.log" 2>&1
   if [[ $kind == ha ]]; then
     # shellcheck disable=SC1091
@@ -89,6 +89,7 @@ if [[ $what == overhead ]]; then
     order=(ha controller)
     ((round % 2 == 0)) || order=(controller ha)
     for kind in "${order[@]}"; do
+      running+=("$DIR/$kind")
       master=$(start "$kind" "$DIR/$kind")
       summary=$(produce "$master" --duration "$SECONDS_PER_RUN")
       stop "$DIR/$kind"
@@ -105,6 +106,7 @@ if [[ $what == overhead ]]; then
   exit 0
 fi
 
+running+=("$DIR/soak")
 master=$(start controller "$DIR/soak")
 before=$(group_state "$DIR/soak")
 max=$(produce "$master" --duration "$SECONDS_PER_RUN" | field msgs_per_sec)
