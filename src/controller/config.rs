@@ -376,19 +376,18 @@ impl Draft {
             });
         }
         let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-        let own_host = peers
+        let own = peers
             .iter()
             .find(|p| p.id == self_id)
-            .map(|p| p.addr.ip())
+            .map(|p| p.addr)
             .expect("checked above");
         let metrics_endpoint = self.prometheus.then(|| {
             SocketAddr::new(
-                self.metrics_host.unwrap_or(own_host),
+                self.metrics_host.unwrap_or(own.ip()),
                 self.metrics_port.unwrap_or(5557),
             )
         });
-        let own = peers.iter().find(|p| p.id == self_id).map(|p| p.addr);
-        if let Some(addr) = metrics_endpoint.filter(|&ep| Some(ep) == own) {
+        if let Some(addr) = metrics_endpoint.filter(|&ep| ep == own) {
             return Err(ConfigError::MetricsOnPeerAddress { addr });
         }
         Ok(ControllerConfig {

@@ -71,8 +71,7 @@ impl ControllerNode {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let decided = self.decide(group, trigger);
-            let command = match decided {
+            let command = match self.decide(group, trigger) {
                 Ok(ElectionOutcome::Propose(command)) => command,
                 Ok(ElectionOutcome::MasterStillExists { .. }) => {
                     self.metrics.election(counted, Outcome::MasterStays);

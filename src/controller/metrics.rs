@@ -22,7 +22,7 @@ pub struct ControllerMetrics(Arc<Inner>);
 
 #[derive(Default)]
 struct Inner {
-    node: Mutex<String>,
+    node: String,
     answers: Mutex<BTreeMap<(&'static str, i32), u64>>,
     elections: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     leader: AtomicBool,
@@ -79,9 +79,10 @@ fn request_name(code: i32) -> &'static str {
 
 impl ControllerMetrics {
     pub fn new(node: &str) -> ControllerMetrics {
-        let metrics = ControllerMetrics::default();
-        *lock(&metrics.0.node) = node.to_owned();
-        metrics
+        ControllerMetrics(Arc::new(Inner {
+            node: node.to_owned(),
+            ..Inner::default()
+        }))
     }
 
     /// A broker or admin request with `request_code` was answered `response_code`.
@@ -139,7 +140,7 @@ impl ControllerMetrics {
     /// The Prometheus text of every metric.
     pub fn render(&self) -> String {
         let inner = &self.0;
-        let node = lock(&inner.node).clone();
+        let node = &inner.node;
         let mut out = String::new();
         let mut gauge = |name: &str, help: &str, value: u64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
