@@ -84,6 +84,31 @@ pub fn wait_for(limit: Duration, what: &str, mut condition: impl FnMut() -> bool
     }
 }
 
+/// The node's `/metrics` page at `addr` (its `metrics_addr()`), the whole HTTP answer.
+pub fn scrape_metrics(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    text
+}
+
+/// The value of the sample line of a metrics page that is exactly `series`.
+pub fn metric_sample(text: &str, series: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|line| line.rsplit_once(' ').map(|(name, _)| name) == Some(series))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 /// The project's seeded PRNG, under the name the tests use.
 #[allow(unused_imports)]
 pub use ringmq::rng::SplitMix64 as Rng;

@@ -5,11 +5,7 @@
 
 use crate::common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
-
-use common::run_local;
+use common::{metric_sample as sample, run_local, scrape_metrics as scrape};
 use ringmq::client::Client;
 use ringmq::remoting::codes::{request, response};
 use ringmq::remoting::command::RemotingCommand;
@@ -22,29 +18,6 @@ const CODES: i32 = 10_000;
 /// histograms' buckets are a third of it), and a series per code would add about 50 bytes
 /// each (500 KB for these).
 const SIZE_BOUND: usize = 32 * 1024;
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
-    text
-}
-
-/// The value of the sample line that is exactly `series`.
-fn sample(text: &str, series: &str) -> u64 {
-    let line = text
-        .lines()
-        .find(|line| line.rsplit_once(' ').map(|(name, _)| name) == Some(series))
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
 
 #[test]
 fn ten_thousand_unknown_request_codes_keep_the_metrics_page_small_and_are_all_counted() {

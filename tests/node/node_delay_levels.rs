@@ -377,3 +377,71 @@ fn delayed_messages_pending_at_a_clean_stop_are_delivered_after_the_restart() {
         "{cursors}"
     );
 }
+
+/// Delayed messages due together under SYNC_FLUSH.
+const DUE_TOGETHER: usize = 600;
+
+#[test]
+fn delayed_messages_due_together_under_sync_flush_share_their_fsyncs() {
+    // One delivery at a time cost one CommitLog fsync per message, so a backlog fell
+    // behind its due times by the fsync latency times its length (p99 7.9 s with 100,000
+    // pending). With a window of puts in flight, a due backlog shares group commits.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = options(dir.path(), 1);
+    config.flush_disk_type = ringmq::config::FlushMode::Sync;
+    config.metrics_exporter_type = ringmq::node_config::MetricsExporter::Prom;
+    let node = ringmq::node::start(config).expect("node starts");
+    let metrics = node.metrics_addr().expect("a metrics endpoint");
+    let fsyncs = || {
+        common::metric_sample(
+            &common::scrape_metrics(metrics),
+            "ringmq_fsyncs_total{shard=\"0\"}",
+        )
+    };
+    let mut raw = Raw::connect(node.addr());
+    // Pipelined, so they land within a few group commits, well inside the last level's 3 s.
+    let sent: Vec<i32> = (0..DUE_TOGETHER)
+        .map(|i| {
+            raw.send(delayed_send(
+                "Together",
+                0,
+                &format!("m{i}"),
+                Some("3"),
+                true,
+            ))
+        })
+        .collect();
+    for opaque in sent {
+        let answer = raw.next(PATIENCE, |frame| frame.opaque == opaque);
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+    }
+    let fsyncs_before = fsyncs();
+    let delivered_before = max_offset(&mut raw, "Together", 0);
+    wait_for_messages(&mut raw, "Together", 0, DUE_TOGETHER as i64);
+    let delivered = DUE_TOGETHER as u64 - delivered_before as u64;
+    let spent = fsyncs() - fsyncs_before;
+    eprintln!("{delivered} delayed messages delivered with {spent} CommitLog fsyncs");
+    assert!(
+        delivered >= DUE_TOGETHER as u64 / 2,
+        "only {delivered} of {DUE_TOGETHER} were still pending when the sends were \
+         acknowledged: the sends took most of the level's 3 s"
+    );
+    assert!(
+        spent * 8 <= delivered,
+        "{delivered} deliveries took {spent} fsyncs: they did not share group commits"
+    );
+    // None lost, none twice, in their queue's order.
+    let mut bodies = Vec::new();
+    while bodies.len() < DUE_TOGETHER {
+        let answer = pull(&mut raw, "Together", 0, bodies.len() as u64);
+        assert_eq!(answer.code, response::SUCCESS, "{answer:?}");
+        bodies.extend(
+            pull_records(&answer.body)
+                .iter()
+                .map(|record| String::from_utf8(record.body.to_vec()).unwrap()),
+        );
+    }
+    let expected: Vec<String> = (0..DUE_TOGETHER).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies, expected);
+    node.shutdown().unwrap();
+}

@@ -5,27 +5,14 @@
 
 use crate::common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{run_local, wait_for};
+use common::{run_local, scrape_metrics as scrape, wait_for};
 use ringmq::client::{send_request_v1, Client};
 use ringmq::config::FlushMode;
 use ringmq::remoting::codes::response;
 
 const MESSAGES: usize = 24;
-
-fn scrape(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
-    text
-}
 
 /// The sum over shards of a sample whose name and labels start with `prefix`.
 fn total(text: &str, prefix: &str) -> f64 {

@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::raw::Raw;
-use common::{node_config, pull_records, wait_for};
+use common::{node_config, pull_records, scrape_metrics as scrape, wait_for};
 use ringmq::broker::naming::ids::decode_offset_msg_id;
 use ringmq::broker::transaction::halves::{
     CHECK_MAX_TOPIC, HALF_TOPIC, PGROUP, TRANSACTION_COMMIT, TRAN_MSG,
@@ -392,18 +392,6 @@ fn decisions_survive_a_restart_and_what_was_undecided_is_checked_after_it() {
     );
     assert_eq!(delivered(&mut producer), vec!["committed"]);
     node.shutdown().unwrap();
-}
-
-/// A GET /metrics of `addr`.
-fn scrape(addr: std::net::SocketAddr) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// The sum over shards of the samples of `name`.

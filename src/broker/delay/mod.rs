@@ -6,11 +6,11 @@
 //!   send (topic T, queue q, DELAY=n)        routed to the owner of (SCHEDULE_TOPIC_XXXX, n-1)
 //!     └─▶ stored as SCHEDULE_TOPIC_XXXX queue n-1, REAL_TOPIC=T, REAL_QID=q, DELAY=n,
 //!         ConsumeQueue tags code = store time + delay(n)      (store::topic::tags_code)
-//!   scheduler of level n (on that same shard), from its cursor (`offsets`):
-//!     entry due? ─ no ─▶ sleep until it is (at most MAX_SLEEP; a new message wakes it)
-//!        │ yes
-//!        └─▶ put T/q (DELAY removed) on the owner of (T, q), through its mailbox if it is
-//!            another shard ─▶ acknowledged (durable) ─▶ cursor + 1
+//!   scheduler of level n (on that same shard, `scheduler`), from its cursor (`offsets`):
+//!     entries due ─▶ put T/q (DELAY removed) on the owner of (T, q), through its mailbox
+//!        │           if it is another shard, up to a window of puts in flight
+//!        │         ─▶ each acknowledged (durable), in queue order ─▶ cursor + 1
+//!        └─ none due ─▶ sleep until one is (at most MAX_SLEEP; a new message wakes it)
 //! ```
 //!
 //! What Java does and this keeps:
@@ -30,11 +30,12 @@
 //!   Java's `CommitLog.putMessages` refuses it.
 //!
 //! Invariants:
-//! - A level's cursor moves past a message only after that message's copy was
-//!   acknowledged by the store that owns the real queue (PUT_OK: durable as its flush mode
-//!   requires, D7); a refused or failed put is tried again after [`RETRY_AFTER`]. So a
+//! - A level's cursor moves past a message only after that message's copy, and the copy
+//!   of every message before it in the level's queue, was acknowledged by the store that
+//!   owns the real queue (PUT_OK: durable as its flush mode requires, D7); a refused or failed put is tried again after [`RETRY_AFTER`]. So a
 //!   delayed message is never lost, and it is never delivered before its time; after a
-//!   crash or an abort mid-delivery it may be delivered twice (at-least-once, as Java).
+//!   crash or an abort mid-delivery it, and the rest of the window in flight with it, may
+//!   be delivered twice (at-least-once, as Java).
 //! - A scheduled record that cannot be delivered at all (no `REAL_TOPIC`, a `REAL_QID`
 //!   that is not a queue id, a record the store calls illegal) is skipped, logged and
 //!   counted, never retried for ever.
@@ -50,22 +51,17 @@
 pub mod errors;
 pub mod holds;
 pub mod offsets;
+pub mod scheduler;
 pub mod service;
 
 use std::fmt;
-use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::metrics::ShardMetrics;
-use crate::store::consume_queue::CqEntry;
 use crate::store::properties;
-use crate::store::record::{self, Decoded, RecordInput, RecordView, Verify, RECORD_CRC_KEY};
+use crate::store::record::{RecordInput, RecordView, RECORD_CRC_KEY};
 use crate::store::topic::SCHEDULE_TOPIC;
-use crate::store::{PutStatus, StoreError};
-
-use crate::broker::Broker;
 
 use self::errors::{DelayLevelsError, NotADelayLevel, Undeliverable};
 
@@ -321,161 +317,12 @@ pub fn levels_on_shard(levels: &DelayLevels, shard: u8, shards: u8) -> Vec<u32> 
         .collect()
 }
 
-/// The scheduler of `level`, on the shard that owns its queue; runs until aborted (at
-/// shutdown, which leaves the cursor at the last acknowledged delivery).
-pub async fn run_level(broker: Rc<Broker>, level: u32) {
-    let delay_ms = broker
-        .config
-        .delay_levels
-        .delay_ms(level)
-        .unwrap_or_else(|| panic!("delay level {level} is not configured"));
-    let wake = broker.delay_wake(level).clone();
-    let mut cursor = broker.delay_offsets.get(level).unwrap_or(0);
-    broker.metrics.delay_level_started(level);
-    tracing::debug!(level, cursor, "delay scheduler running");
-    loop {
-        let wait = deliver_due(&broker, level, delay_ms as i64, &mut cursor).await;
-        tokio::select! {
-            _ = tokio::time::sleep(wait.min(MAX_SLEEP)) => {}
-            _ = wake.notified() => {}
-        }
-    }
-}
-
-/// Delivers, in order, every message of `level` from `cursor` whose time has come;
-/// returns how long to wait before looking again.
-async fn deliver_due(broker: &Broker, level: u32, delay_ms: i64, cursor: &mut u64) -> Duration {
-    let queue_id = (level - 1) as i32;
-    let store = &broker.store;
-    loop {
-        let max = correct_cursor(broker, level, cursor);
-        broker.metrics.set_delay_pending(level, max - *cursor);
-        if *cursor >= max {
-            return MAX_SLEEP;
-        }
-        let entry = match store.queue_entry(SCHEDULE_TOPIC, queue_id, *cursor) {
-            Ok(Some(entry)) => entry,
-            Ok(None) => return MAX_SLEEP,
-            Err(error) => {
-                tracing::error!(
-                    level,
-                    offset = *cursor,
-                    "cannot read the delay queue: {error}"
-                );
-                return RETRY_AFTER;
-            }
-        };
-        let now = broker.clock.now_ms();
-        let due = if entry.tags_code > now.saturating_add(delay_ms) {
-            now
-        } else {
-            entry.tags_code
-        };
-        if due > now {
-            return Duration::from_millis((due - now) as u64);
-        }
-        match deliver(broker, &entry).await {
-            Delivery::Done => {
-                let late = (broker.clock.now_ms() - due).max(0) as u64;
-                broker.metrics.delay_delivered(level, late);
-            }
-            Delivery::Skipped(why) => {
-                tracing::error!(
-                    level,
-                    offset = *cursor,
-                    phys = entry.phys_offset,
-                    "delayed message skipped: {why}"
-                );
-                broker.metrics.delay_skipped(level);
-            }
-            Delivery::Retry(why) => {
-                tracing::warn!(
-                    level,
-                    offset = *cursor,
-                    "delayed message not delivered yet, retrying in {RETRY_AFTER:?}: {why}"
-                );
-                return RETRY_AFTER;
-            }
-        }
-        *cursor += 1;
-        broker.delay_offsets.set(level, *cursor, broker.now_ms());
-    }
-}
-
-/// Java's `correctDelayOffset`: moves `cursor` into its queue when retention took
-/// messages below it or the table names an offset the queue never reached. The queue's
-/// end.
-fn correct_cursor(broker: &Broker, level: u32, cursor: &mut u64) -> u64 {
-    let queue_id = (level - 1) as i32;
-    let (min, max) = (
-        broker.store.min_offset(SCHEDULE_TOPIC, queue_id),
-        broker.store.max_offset(SCHEDULE_TOPIC, queue_id),
-    );
-    let corrected = (*cursor).clamp(min, max.max(min));
-    if corrected != *cursor {
-        tracing::warn!(
-            level,
-            cursor = *cursor,
-            corrected,
-            "delay cursor outside its queue [{min}, {max}); moved"
-        );
-        *cursor = corrected;
-        broker.delay_offsets.set(level, corrected, broker.now_ms());
-    }
-    max
-}
-
-enum Delivery {
-    /// The copy is acknowledged: move on.
-    Done,
-    /// The record can never be delivered: move on without it.
-    Skipped(String),
-    /// Not delivered this time: try the same record again later.
-    Retry(String),
-}
-
-/// Writes the message of the scheduled record at `entry` to its real queue's owner.
-async fn deliver(broker: &Broker, entry: &CqEntry) -> Delivery {
-    let bytes = match broker
-        .store
-        .read_record(entry.phys_offset as u64, entry.size as usize)
-    {
-        Ok(bytes) => bytes,
-        // Retention deleted the segment under a queue entry it kept (Java's lookup
-        // finds nothing and moves on too).
-        Err(_) if (entry.phys_offset as u64) < broker.store.log_start() => {
-            return Delivery::Skipped("retention deleted its record".into())
-        }
-        Err(error) => return Delivery::Retry(format!("cannot read its record: {error}")),
-    };
-    let record = match record::decode(&bytes, Verify::Structure) {
-        Ok(Decoded::Record(view)) => match delivered(&view) {
-            Ok(record) => record,
-            Err(why) => return Delivery::Skipped(why.to_string()),
-        },
-        other => return Delivery::Skipped(format!("its entry points at no record: {other:?}")),
-    };
-    let owner = broker.shard.owner(&record.topic, record.queue_id);
-    let outcome = if owner == broker.shard.id() {
-        broker.store.put(record).await
-    } else {
-        ShardMetrics::add(&broker.metrics.forwarded, 1);
-        broker.shard.put_on(owner, record).await
-    };
-    match outcome {
-        Ok(result) if result.status == PutStatus::Ok => Delivery::Done,
-        Ok(_) => Delivery::Retry("its flush did not finish in time".into()),
-        Err(StoreError::MessageIllegal(why)) => Delivery::Skipped(format!("illegal: {why}")),
-        Err(error) => Delivery::Retry(error.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
 
     use super::*;
-    use crate::store::record::body_crc;
+    use crate::store::record::{self, body_crc, Decoded, Verify};
 
     fn encode_record_for_tests(
         input: &RecordInput,

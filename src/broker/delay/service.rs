@@ -32,7 +32,7 @@ impl ShardService for DelayService {
             .map(|level| {
                 ShardTask::new(
                     "delay scheduler",
-                    super::run_level(self.broker.clone(), level),
+                    super::scheduler::run_level(self.broker.clone(), level),
                 )
             })
             .collect()
