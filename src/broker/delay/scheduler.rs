@@ -27,6 +27,12 @@
 //!   scheduler at shutdown drops them all, and nothing writes after the stop.
 //! - `next` (the first entry not started) never falls below the cursor, and the two are
 //!   equal whenever nothing is in flight.
+//! - Puts start in queue order (`FuturesOrdered` polls new futures in the order they were
+//!   pushed, and a put takes its place in the store's queue, or the owner's mailbox, on its
+//!   first poll), so a level's messages reach a real queue in their order. A put the store
+//!   refuses is retried on its own, and the puts behind it in the window may land before it:
+//!   after a refusal (a full disk, a flush timeout) the order in the real queue may differ
+//!   from the order of sending, as it may across a crash.
 
 use std::rc::Rc;
 use std::time::Duration;
