@@ -605,6 +605,26 @@ def targets(rows, consume_rows, args, fsync_p50, rtt):
     return checks
 
 
+def peer_rows(peer, client_counts, pick, both, loadgen):
+    """The rows of a "ringmq against `peer`" table: throughput, their ratio, latency and
+    CPU per message of both, and with `loadgen` the load generators' CPU per message."""
+    lines = []
+    for load in MODES:
+        for clients in client_counts:
+            value = lambda server, key: pick(server, load, clients, key)
+            ours, theirs = value("ringmq", "msgs_per_sec"), value(peer, "msgs_per_sec")
+            line = (f"| {load} | {clients} | {fmt(ours)} | {fmt(theirs)} | "
+                    f"{fmt(ratio(ours, theirs), 2)} | "
+                    f"{both('ringmq', load, clients)} | {both(peer, load, clients)} | "
+                    f"{fmt(value('ringmq', 'server_cpu_us_per_msg'), 1)} | "
+                    f"{fmt(value(peer, 'server_cpu_us_per_msg'), 1)} |")
+            if loadgen:
+                line += (f" {fmt(value('ringmq', 'loadgen_cpu_us_per_msg'), 1)} / "
+                         f"{fmt(value(peer, 'loadgen_cpu_us_per_msg'), 1)} |")
+            lines.append(line)
+    return lines
+
+
 def report(rows, machine_rounds, state, args, path, consume_rows=()):
     fsync_p50 = median([m["fsync_p50_us"] for m in machine_rounds])
     rtt = median([m["rtt_us"] for m in machine_rounds])
@@ -664,16 +684,7 @@ def report(rows, machine_rounds, state, args, path, consume_rows=()):
                   "ringmq p50 / p99 µs | NATS p50 / p99 µs | ringmq CPU µs/msg | "
                   "NATS CPU µs/msg | loadgen CPU µs/msg (ringmq / NATS) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for load in MODES:
-            for clients in args.clients:
-                ours, theirs = pick("ringmq", load, clients, "msgs_per_sec"), pick("nats", load, clients, "msgs_per_sec")
-                lines.append(
-                    f"| {load} | {clients} | {fmt(ours)} | {fmt(theirs)} | {fmt(ratio(ours, theirs), 2)} | "
-                    f"{both('ringmq', load, clients)} | {both('nats', load, clients)} | "
-                    f"{fmt(pick('ringmq', load, clients, 'server_cpu_us_per_msg'), 1)} | "
-                    f"{fmt(pick('nats', load, clients, 'server_cpu_us_per_msg'), 1)} | "
-                    f"{fmt(pick('ringmq', load, clients, 'loadgen_cpu_us_per_msg'), 1)} / "
-                    f"{fmt(pick('nats', load, clients, 'loadgen_cpu_us_per_msg'), 1)} |")
+        lines += peer_rows("nats", args.clients, pick, both, loadgen=True)
     if "rocketmq" in present:
         lines += ["", "## ringmq against Apache RocketMQ 5.5.0, same run", "",
                   "Same load generator for both (`ringmq bench produce`, remoting); RocketMQ's "
@@ -684,14 +695,7 @@ def report(rows, machine_rounds, state, args, path, consume_rows=()):
                   "ringmq p50 / p99 µs | RocketMQ p50 / p99 µs | ringmq CPU µs/msg | "
                   "RocketMQ CPU µs/msg |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for load in MODES:
-            for clients in args.clients:
-                ours, theirs = pick("ringmq", load, clients, "msgs_per_sec"), pick("rocketmq", load, clients, "msgs_per_sec")
-                lines.append(
-                    f"| {load} | {clients} | {fmt(ours)} | {fmt(theirs)} | {fmt(ratio(ours, theirs), 2)} | "
-                    f"{both('ringmq', load, clients)} | {both('rocketmq', load, clients)} | "
-                    f"{fmt(pick('ringmq', load, clients, 'server_cpu_us_per_msg'), 1)} | "
-                    f"{fmt(pick('rocketmq', load, clients, 'server_cpu_us_per_msg'), 1)} |")
+        lines += peer_rows("rocketmq", args.clients, pick, both, loadgen=False)
     if consume_rows:
         readers = {
             "ringmq": "`bench produce --mode async --inflight 4` (16 connections); `bench consume`, "

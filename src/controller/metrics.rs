@@ -56,6 +56,19 @@ pub enum Outcome {
     Refused,
 }
 
+/// Writes a counter family: its HELP and TYPE lines, then one sample per labels.
+fn counter_family(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (String, u64)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (labels, count) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {count}");
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -176,28 +189,30 @@ impl ControllerMetrics {
             "Brokers in the leader's heartbeat table (0 on a follower).",
             inner.tracked_brokers.load(Ordering::Relaxed),
         );
-        let name = "ringmq_controller_requests_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Broker and admin requests answered, by request and response code.\n# TYPE {name} counter"
+        counter_family(
+            &mut out,
+            "ringmq_controller_requests_total",
+            "Broker and admin requests answered, by request and response code.",
+            lock(&inner.answers).iter().map(|((request, code), count)| {
+                (
+                    format!("node=\"{node}\",request=\"{request}\",code=\"{code}\""),
+                    *count,
+                )
+            }),
         );
-        for ((request, code), count) in lock(&inner.answers).iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{node=\"{node}\",request=\"{request}\",code=\"{code}\"}} {count}"
-            );
-        }
-        let name = "ringmq_controller_elections_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Elections this controller ran as leader, by trigger and outcome.\n# TYPE {name} counter"
+        counter_family(
+            &mut out,
+            "ringmq_controller_elections_total",
+            "Elections this controller ran as leader, by trigger and outcome.",
+            lock(&inner.elections)
+                .iter()
+                .map(|((trigger, outcome), count)| {
+                    (
+                        format!("node=\"{node}\",trigger=\"{trigger}\",outcome=\"{outcome}\""),
+                        *count,
+                    )
+                }),
         );
-        for ((trigger, outcome), count) in lock(&inner.elections).iter() {
-            let _ = writeln!(
-                out,
-                "{name}{{node=\"{node}\",trigger=\"{trigger}\",outcome=\"{outcome}\"}} {count}"
-            );
-        }
         out
     }
 }
