@@ -125,7 +125,7 @@ impl Broker {
             return None;
         }
         let topic = topic.to_owned();
-        let config = self.topics.get_or_create(&topic, self.now_ms()).ok()?;
+        let config = self.topics.get_or_create(&topic, || self.now_ms()).ok()?;
         let mut counter = self.next_queue.get();
         let queue_id = routing::pick_queue(
             &topic,

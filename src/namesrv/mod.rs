@@ -148,7 +148,7 @@ impl NameServer {
                 {
                     return not_exist();
                 }
-                match topics.get_or_create(topic, self.clock.now_ms()) {
+                match topics.get_or_create(topic, || self.clock.now_ms()) {
                     Ok(config) => config,
                     Err((code, remark)) => {
                         return RemotingCommand::response_to(request, code, Some(remark))

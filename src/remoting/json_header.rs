@@ -80,13 +80,20 @@ fn push_int(out: &mut Vec<u8>, value: i64) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// A JSON string literal for `text`.
+/// A JSON string literal for `text`. The runs between the bytes that need an escape
+/// (found a word at a time, as the decoder finds them) are copied whole.
 fn push_str(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = text.as_bytes();
-    let mut start = 0;
-    for (at, &byte) in bytes.iter().enumerate() {
+    let mut at = 0;
+    loop {
+        let run = fast::plain_run(&bytes[at..]);
+        out.extend_from_slice(&bytes[at..at + run]);
+        at += run;
+        let Some(&byte) = bytes.get(at) else {
+            break;
+        };
         let escape: &[u8] = match byte {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -95,10 +102,8 @@ fn push_str(out: &mut Vec<u8>, text: &str) {
             b'\t' => b"\\t",
             0x08 => b"\\b",
             0x0C => b"\\f",
-            0x00..=0x1F => b"",
-            _ => continue,
+            _ => b"",
         };
-        out.extend_from_slice(&bytes[start..at]);
         if escape.is_empty() {
             out.extend_from_slice(b"\\u00");
             out.push(HEX[usize::from(byte >> 4)]);
@@ -106,9 +111,8 @@ fn push_str(out: &mut Vec<u8>, text: &str) {
         } else {
             out.extend_from_slice(escape);
         }
-        start = at + 1;
+        at += 1;
     }
-    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
 }
 
@@ -412,11 +416,39 @@ mod fast {
     };
 
     /// How many bytes at the start of `bytes` are plain string content.
-    fn plain_run(bytes: &[u8]) -> usize {
-        bytes
+    ///
+    /// Eight bytes at a time: the lowest byte [`stop_bytes`] flags is the first stop, so a
+    /// string ends in the word that holds its quote without a second look at its bytes
+    /// (most header strings are shorter than a word: one-letter keys, small numbers). Only
+    /// the header's last few bytes go through [`STRING_STOP`] one at a time.
+    pub(super) fn plain_run(bytes: &[u8]) -> usize {
+        let mut at = 0;
+        while let Some(word) = bytes.get(at..at + 8) {
+            let stops = stop_bytes(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+            if stops != 0 {
+                return at + (stops.trailing_zeros() / 8) as usize;
+            }
+            at += 8;
+        }
+        at + bytes[at..]
             .iter()
             .position(|&byte| STRING_STOP[usize::from(byte)])
-            .unwrap_or(bytes.len())
+            .unwrap_or(bytes.len() - at)
+    }
+
+    /// The high bit of each byte of `word` (read little-endian) that is a [`STRING_STOP`]
+    /// byte, give or take bytes above the lowest one: the classic zero-byte and less-than
+    /// tests never flag a byte below the first true match, nor a word without one, but a
+    /// borrow out of a match may flag bytes above it.
+    #[inline]
+    fn stop_bytes(word: u64) -> u64 {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+        let quote = zero_in(word ^ (ONES * u64::from(b'"')));
+        let backslash = zero_in(word ^ (ONES * u64::from(b'\\')));
+        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+        quote | backslash | control
     }
 
     struct Scan<'a> {
@@ -779,6 +811,50 @@ mod tests {
     }
 
     #[test]
+    fn a_plain_run_stops_at_the_first_stop_byte_wherever_it_falls() {
+        let reference = |bytes: &[u8]| {
+            bytes
+                .iter()
+                .position(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+                .unwrap_or(bytes.len())
+        };
+        // Every stop byte, and near misses on both sides of each, at every position of a
+        // run longer than two words, with content bytes of all kinds (UTF-8's high ones).
+        let stops = [b'"', b'\\', 0x00, 0x01, 0x1F];
+        let near = [b'!', b'#', b'[', b']', 0x20, 0x7F, 0x80, 0xC3, 0xFF];
+        for len in 0..=24 {
+            for stop in stops.iter().chain(&near) {
+                for at in 0..len {
+                    let mut bytes: Vec<u8> = (0..len).map(|i| near[i % near.len()]).collect();
+                    bytes[at] = *stop;
+                    assert_eq!(
+                        fast::plain_run(&bytes),
+                        reference(&bytes),
+                        "byte {stop:#04x} at {at} of {len}: {bytes:?}"
+                    );
+                }
+            }
+        }
+        // Several stops in a word, each followed by the byte whose borrow would flag it
+        // falsely (`#` after a quote, `]` after a backslash, a space after 0x1F): the
+        // first stop must still win. Seeded, so a failure repeats.
+        let alphabet: Vec<u8> = stops.iter().chain(&near).copied().collect();
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        for case in 0..20_000 {
+            let len = (case % 20) + 1;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    alphabet[(seed % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            assert_eq!(fast::plain_run(&bytes), reference(&bytes), "{bytes:?}");
+        }
+    }
+
+    #[test]
     fn encodes_fastjson_order_with_serialize_type() {
         let mut cmd = RemotingCommand::request(310, ExtFields::new());
         cmd.opaque = 5;
@@ -849,6 +925,28 @@ mod tests {
         assert_eq!(&cmd.ext_fields["unitMode"], "true");
         assert_eq!(&cmd.ext_fields["s"], "x");
         assert!(!cmd.ext_fields.contains_key("gone"));
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let every_control: String = (0u8..0x20).map(char::from).collect();
+        let texts = [
+            String::new(),
+            "plain text longer than one word".to_string(),
+            every_control.clone(),
+            format!("a{every_control}b\"quoted\" back\\slash é 😀 \u{7f}"),
+            "UNIQ_KEY\u{1}7F000001\u{2}KEYS\u{1}k 1\u{2}".repeat(5),
+            "\"\\\n".repeat(9),
+        ];
+        for text in texts {
+            let mut out = Vec::new();
+            push_str(&mut out, &text);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(&text).unwrap(),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]

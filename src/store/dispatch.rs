@@ -183,7 +183,8 @@ fn index_record(shared: &Shared, record: &DispatchRecord<'_>) -> io::Result<usiz
         record.sys_flag,
         record.phys_offset,
         record.store_timestamp,
-        shared.clock.now_ms(),
+        // Read only when the entry starts a new IndexFile, which is named by it.
+        || shared.clock.now_ms(),
     )
 }
 

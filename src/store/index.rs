@@ -309,7 +309,8 @@ impl Index {
 
     /// Indexes one visible record under its keys (`topic#UNIQ_KEY`, `topic#k` for each of
     /// `KEYS`). A record below the newest file's end is already indexed (re-dispatch) and
-    /// skipped. `now_ms` names a new file if one is needed. Returns the entries added.
+    /// skipped. `now_ms` is called only when a new file is needed: its time names it. Returns
+    /// the entries added.
     pub fn add_record(
         &self,
         topic: &str,
@@ -317,7 +318,7 @@ impl Index {
         sys_flag: i32,
         phys_offset: LogPos,
         store_timestamp: i64,
-        now_ms: i64,
+        now_ms: impl Fn() -> i64,
     ) -> io::Result<usize> {
         if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE {
             return Ok(0);
@@ -335,7 +336,7 @@ impl Index {
             }
         }
         for &hash in hashes.iter() {
-            self.put_key(hash, phys, store_timestamp, now_ms)?;
+            self.put_key(hash, phys, store_timestamp, &now_ms)?;
         }
         Ok(hashes.len())
     }
@@ -345,7 +346,7 @@ impl Index {
         key_hash: i32,
         phys: i64,
         store_timestamp: i64,
-        now_ms: i64,
+        now_ms: &impl Fn() -> i64,
     ) -> io::Result<()> {
         let needs_file = self.files.borrow().last().is_none_or(|newest| {
             newest.sealed
@@ -353,7 +354,7 @@ impl Index {
                     .map_or(true, |count| count >= self.geometry.entries)
         });
         if needs_file {
-            self.roll(now_ms)?;
+            self.roll(now_ms())?;
         }
         let mut files = self.files.borrow_mut();
         let active = files.last_mut().expect("rolled above");

@@ -125,9 +125,7 @@ pub fn get<'a>(properties: &'a str, key: &str) -> Option<&'a str> {
     let mut found = None;
     let mut start = 0;
     while start < bytes.len() {
-        let end = bytes[start..]
-            .iter()
-            .position(|&b| b == PROPERTY_SEPARATOR_BYTE)
+        let end = memchr::memchr(PROPERTY_SEPARATOR_BYTE, &bytes[start..])
             .map_or(bytes.len(), |at| start + at);
         let segment = &properties[start..end];
         if let Some(rest) = segment.strip_prefix(key) {

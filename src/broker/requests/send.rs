@@ -92,7 +92,7 @@ impl Broker {
         }
         let config = self
             .topics
-            .get_or_create(&header.topic, self.clock.now_ms())?;
+            .get_or_create(&header.topic, || self.clock.now_ms())?;
         if config.perm & PERM_WRITE == 0 {
             return Err((
                 response::NO_PERMISSION,
@@ -344,7 +344,7 @@ fn timer_due(
     let due = timer::requested_due(
         &header.properties,
         header.sys_flag,
-        broker.clock.now_ms(),
+        || broker.clock.now_ms(),
         broker.config.timer_max_delay_sec,
     )
     .map_err(|remark| (response::MESSAGE_ILLEGAL, remark.to_string()))?;

@@ -291,8 +291,13 @@ impl TopicTable {
 
     /// The topic a send or a route query needs: the existing one, else a new one when the
     /// rules allow (system topics always, others under auto-create), else TOPIC_NOT_EXIST.
-    /// The error is a response code and remark.
-    pub fn get_or_create(&self, topic: &str, now_ms: i64) -> Result<TopicConfig, (i32, String)> {
+    /// The error is a response code and remark. `now_ms` stamps a topic created here; it is
+    /// called only then, so a send to an existing topic reads no clock for it.
+    pub fn get_or_create(
+        &self,
+        topic: &str,
+        now_ms: impl FnOnce() -> i64,
+    ) -> Result<TopicConfig, (i32, String)> {
         if let Some(config) = self.get(topic) {
             return Ok(config);
         }
@@ -307,7 +312,7 @@ impl TopicTable {
             ));
         };
         let config = TopicConfig::new(topic, queues);
-        self.put(config.clone(), now_ms).map_err(|error| {
+        self.put(config.clone(), now_ms()).map_err(|error| {
             (
                 response::SYSTEM_ERROR,
                 format!("cannot create topic {topic}: {error}"),
@@ -407,10 +412,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = TopicTable::load(dir.path(), true, 8).unwrap();
         table.put(TopicConfig::new("A", 4), 1000).unwrap();
-        assert_eq!(table.get_or_create("B", 2000).unwrap().write_queue_nums, 8);
+        assert_eq!(
+            table.get_or_create("B", || 2000).unwrap().write_queue_nums,
+            8
+        );
         assert_eq!(
             table
-                .get_or_create("%RETRY%g", 3000)
+                .get_or_create("%RETRY%g", || 3000)
                 .unwrap()
                 .read_queue_nums,
             1
@@ -437,12 +445,15 @@ mod tests {
     fn unknown_topics_are_refused_without_auto_create_except_system_ones() {
         let dir = tempfile::tempdir().unwrap();
         let table = TopicTable::load(dir.path(), false, 8).unwrap();
-        let (code, remark) = table.get_or_create("Nope", 1).unwrap_err();
+        let (code, remark) = table.get_or_create("Nope", || 1).unwrap_err();
         assert_eq!(code, response::TOPIC_NOT_EXIST);
         assert!(remark.contains("Nope"));
         assert!(table.get("Nope").is_none());
         assert_eq!(
-            table.get_or_create("%DLQ%g", 1).unwrap().write_queue_nums,
+            table
+                .get_or_create("%DLQ%g", || 1)
+                .unwrap()
+                .write_queue_nums,
             1
         );
     }

@@ -68,14 +68,15 @@ pub const MAX_MAX_DELAY_SEC: u64 = 3650 * 86_400;
 
 /// What a send's properties ask of the timer: `Ok(None)` for a plain send (no timer
 /// property, or a due time not after `now_ms`), `Ok(Some(due))` to wait until `due`, or the
-/// refusal's remark.
+/// refusal's remark. `now_ms` is called only for a message with a timer property: most
+/// sends have none, and a clock read costs as much as the scan that says so.
 pub fn requested_due(
     properties: &str,
     sys_flag: i32,
-    now_ms: i64,
+    now_ms: impl FnOnce() -> i64,
     max_delay_sec: u64,
 ) -> Result<Option<i64>, TimerRequestError> {
-    if !properties.contains("TIMER_") {
+    if memchr::memmem::find(properties.as_bytes(), b"TIMER_").is_none() {
         // Most sends: one scan, no property lookups.
         return Ok(None);
     }
@@ -99,6 +100,7 @@ pub fn requested_due(
     if kind == TRANSACTION_PREPARED || kind == TRANSACTION_ROLLBACK {
         return Ok(None);
     }
+    let now_ms = now_ms();
     let number = |key: &'static str, value: &str| {
         value
             .trim()
@@ -211,7 +213,7 @@ mod tests {
 
     #[test]
     fn the_due_time_is_read_as_java_reads_it() {
-        let due = |pairs: &[(&str, &str)]| requested_due(&props(pairs), 0, NOW, 10);
+        let due = |pairs: &[(&str, &str)]| requested_due(&props(pairs), 0, || NOW, 10);
         assert_eq!(due(&[]), Ok(None));
         assert_eq!(due(&[(TIMER_DELAY_SEC, "3")]), Ok(Some(NOW + 3000)));
         assert_eq!(due(&[(TIMER_DELAY_MS, "250")]), Ok(Some(NOW + 250)));
@@ -246,7 +248,7 @@ mod tests {
             Ok(None)
         );
         assert_eq!(
-            requested_due(&props(&[(TIMER_DELAY_SEC, "3")]), 0x4, NOW, 10),
+            requested_due(&props(&[(TIMER_DELAY_SEC, "3")]), 0x4, || NOW, 10),
             Ok(None)
         );
         // A cancellation needs a due time still ahead.

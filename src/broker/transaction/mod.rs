@@ -477,7 +477,7 @@ fn schedule_committed(broker: &Broker, real: &mut RecordInput) -> Scheduled {
     let due = timer::requested_due(
         &real.properties,
         real.sys_flag,
-        broker.now_ms(),
+        || broker.now_ms(),
         broker.config.timer_max_delay_sec,
     );
     match (due, broker.timers.get()) {
