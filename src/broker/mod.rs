@@ -132,6 +132,9 @@ pub struct BrokerConfig {
     pub timer_max_pending: u64,
     /// The timer store's memory bounds (`timerMemoryEntries`).
     pub timer_limits: timer::store::TimerLimits,
+    /// `scheduleDeliveryWindow`: due messages each delay level's scheduler, and the timer
+    /// scheduler, keep in flight to their real queues.
+    pub schedule_delivery_window: usize,
     /// `slaveReadEnable`: a pull reading cold data is told to go to the group's
     /// `whichBrokerWhenConsumeSlowly` ([`requests::read_from_slave`]).
     pub slave_read_enable: bool,

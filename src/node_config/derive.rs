@@ -101,6 +101,7 @@ pub fn broker_config(config: &NodeConfig) -> BrokerConfig {
             buffer_entries: config.timer_memory_entries,
             ..broker::timer::store::TimerLimits::default()
         },
+        schedule_delivery_window: config.schedule_delivery_window,
         slave_read_enable: config.slave_read_enable,
         transactions: broker::transaction::TransactionSettings {
             reject: config.reject_transaction_message,

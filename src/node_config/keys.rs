@@ -793,6 +793,14 @@ pub(super) static KEYS: &[Key] = &[
         get: |c| c.timer_memory_entries.to_string(),
     ),
     key!(
+        "schedule_delivery_window", ringmq ["scheduleDeliveryWindow"],
+        default: Text("256"),
+        range: Number(Bounds::between(1, 65_536, Unit::Plain)),
+        meaning: "due messages a shard's schedulers put into their real queues at once: each delay level's, and the timer's. Under SYNC_FLUSH the puts of a window share fsyncs (with 1, a level delivers one message per fsync); a crash may deliver the ones in flight again",
+        set: |c, v| c.schedule_delivery_window = uint(v, 65_536)? as usize,
+        get: |c| c.schedule_delivery_window.to_string(),
+    ),
+    key!(
         "reject_transaction_message", rocketmq ["rejectTransactionMessage"],
         default: Text("false"),
         range: Parsed("`true` or `false`"),

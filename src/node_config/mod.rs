@@ -276,6 +276,8 @@ pub struct NodeConfig {
     /// `timerMaxPending`, node-wide.
     pub timer_max_pending: u64,
     pub timer_memory_entries: usize,
+    /// `scheduleDeliveryWindow`: deliveries each scheduler keeps in flight.
+    pub schedule_delivery_window: usize,
     pub reject_transaction_message: bool,
     pub transaction_time_out: Duration,
     pub transaction_check_interval: Duration,
@@ -422,6 +424,7 @@ impl NodeConfig {
             timer_max_delay_sec: 0,
             timer_max_pending: 0,
             timer_memory_entries: 0,
+            schedule_delivery_window: 0,
             reject_transaction_message: false,
             transaction_time_out: Duration::ZERO,
             transaction_check_interval: Duration::ZERO,

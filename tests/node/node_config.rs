@@ -762,6 +762,16 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
         "at most 16777216",
     ),
     ("timerMaxPending=0", "timerMaxPending", "between 1 and"),
+    (
+        "scheduleDeliveryWindow=0",
+        "scheduleDeliveryWindow",
+        "between 1 and 65536",
+    ),
+    (
+        "scheduleDeliveryWindow=65537",
+        "scheduleDeliveryWindow",
+        "at most 65536",
+    ),
     ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
     (
         "haSendBatchBytes=16777217",

@@ -1,10 +1,10 @@
 //! The scheduler of one delay level: reads its `SCHEDULE_TOPIC_XXXX` queue from the level's
-//! cursor and writes each due message to its real queue, with up to [`DELIVERY_WINDOW`]
-//! deliveries in flight at once.
+//! cursor and writes each due message to its real queue, with up to `window` deliveries
+//! in flight at once (`scheduleDeliveryWindow`).
 //!
 //! ```text
 //!   loop:
-//!     start:  while the entry at `next` is due and fewer than DELIVERY_WINDOW are in
+//!     start:  while the entry at `next` is due and fewer than `window` are in
 //!             flight: read its record, put the message on its real queue's owner
 //!             (each put retries on its own after RETRY_AFTER until acknowledged)
 //!     finish: the oldest delivery in flight completes ─▶ cursor + 1 (in queue order)
@@ -39,7 +39,6 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
 
-use crate::broker::timer::scheduler::DELIVERY_WINDOW;
 use crate::broker::Broker;
 use crate::metrics::ShardMetrics;
 use crate::store::consume_queue::CqEntry;
@@ -79,6 +78,8 @@ struct Level {
     /// The first entry not yet started.
     next: u64,
     in_flight: FuturesOrdered<Delivery>,
+    /// Most deliveries in flight at once (`scheduleDeliveryWindow`).
+    window: usize,
 }
 
 /// The scheduler of `level`, on the shard that owns its queue; runs until aborted (at
@@ -93,6 +94,11 @@ pub async fn run_level(broker: Rc<Broker>, level: u32) {
     let cursor = broker.delay_offsets.get(level).unwrap_or(0);
     broker.metrics.delay_level_started(level);
     tracing::debug!(level, cursor, "delay scheduler running");
+    let window = broker.config.schedule_delivery_window;
+    assert!(
+        window > 0,
+        "level {level}: a delivery window of 0 would never deliver"
+    );
     let mut state = Level {
         broker,
         level,
@@ -101,10 +107,11 @@ pub async fn run_level(broker: Rc<Broker>, level: u32) {
         cursor,
         next: cursor,
         in_flight: FuturesOrdered::new(),
+        window,
     };
     loop {
         let wait = state.start_due();
-        if state.in_flight.len() >= DELIVERY_WINDOW {
+        if state.in_flight.len() >= state.window {
             state.finish_oldest().await;
             continue;
         }
@@ -122,7 +129,7 @@ impl Level {
     /// Starts every due entry from `next` while the window has room; how long until the
     /// next entry is due.
     fn start_due(&mut self) -> Duration {
-        while self.in_flight.len() < DELIVERY_WINDOW {
+        while self.in_flight.len() < self.window {
             match self.start_next() {
                 Next::Started => self.next += 1,
                 Next::Wait(wait) => return wait,

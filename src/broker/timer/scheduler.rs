@@ -5,7 +5,8 @@
 //!   loop:
 //!     index: timer queue entries [indexed, end) ─▶ store.index (spill a full buffer, with
 //!            no delivery in flight)
-//!     start: while a key is due and fewer than DELIVERY_WINDOW are in flight:
+//!     start: while a key is due and fewer than the window are in flight
+//!            (`scheduleDeliveryWindow`):
 //!            read its record ─▶ a cancellation: remember it
 //!                            ─▶ cancelled: nothing to deliver
 //!                            ─▶ else put the message on its real queue's owner
@@ -44,9 +45,6 @@ use crate::metrics::ShardMetrics;
 use crate::store::record::{self, Decoded, Verify};
 use crate::store::{PutStatus, StoreError};
 
-/// Deliveries in flight at once: enough to keep a SYNC_FLUSH group commit full, few enough
-/// that a crash re-delivers little.
-pub const DELIVERY_WINDOW: usize = 256;
 /// Queue entries indexed per turn, so a large backlog does not hold the shard.
 const INDEX_BATCH: usize = 4096;
 /// How often a changed state is checkpointed: a crash delivers at most this much again.
@@ -179,7 +177,9 @@ pub async fn run(broker: Rc<Broker>, timers: Rc<Timers>) {
     loop {
         let indexed_any = index_new(&broker, &timers, in_flight.is_empty());
         let now = broker.clock.now_ms();
-        while in_flight.len() < DELIVERY_WINDOW {
+        // Enough in flight to keep a SYNC_FLUSH group commit full, few enough that a crash
+        // re-delivers little.
+        while in_flight.len() < broker.config.schedule_delivery_window {
             let Some((key, lane)) = timers.store.borrow().peek() else {
                 break;
             };
