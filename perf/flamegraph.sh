@@ -9,8 +9,9 @@
 #       A one-shard `ringmq serve` on the first CPU, profiled while `ringmq bench produce
 #       --io tasks` on the second CPU drives N connections (one sync producer on each, 1 KiB,
 #       the peers.sh load). Only the node is sampled.
-#       Output: perf/results/flamegraph-node-<flush>-<N>.svg and a folded-stack file beside
-#       it (.folded) so a reader can grep what a frame costs.
+#       Output: perf/results/flamegraph-node-<flush>-<N><TAG>.svg and a folded-stack file
+#       beside it (.folded) so a reader can grep what a frame costs. TAG is the env
+#       FLAME_TAG (default empty), e.g. `-after` to keep a "before" graph beside it.
 #
 # Installs linux-perf and inferno when missing. Run nothing else meanwhile.
 set -euo pipefail
@@ -61,7 +62,7 @@ taskset -c "$LOADGEN_CPU" target/release/ringmq bench produce --addr "$ADDR" \
   --duration "$DURATION" --quiet --json | tee "$DIR/summary.json"
 echo
 wait "$PERF_PID" || true
-OUT="perf/results/flamegraph-node-$FLUSH-$CLIENTS"
+OUT="perf/results/flamegraph-node-$FLUSH-$CLIENTS${FLAME_TAG:-}"
 perf script -i "$DATA" 2>/dev/null | inferno-collapse-perf > "$OUT.folded"
 inferno-flamegraph --title "ringmq serve, --flush $FLUSH, $CLIENTS clients" < "$OUT.folded" > "$OUT.svg"
 echo "wrote $OUT.svg and $OUT.folded"
