@@ -31,6 +31,8 @@ pub struct Bound<'a> {
     pub namesrv_addrs: &'a [SocketAddr],
     pub metrics: Option<SocketAddr>,
     pub shards: usize,
+    /// Shards serving their connections on an io_uring network ring (`networkIo`).
+    pub network_ring_shards: usize,
 }
 
 /// The line printed before the start: version, store root, shard count, flush mode, role.
@@ -69,6 +71,14 @@ pub fn serving(bound: &Bound<'_>) -> Vec<String> {
         lines.push(format!("ringmq: metrics on http://{metrics}/metrics"));
     }
     lines.push(format!("ringmq: {} shards", bound.shards));
+    lines.push(match bound.network_ring_shards {
+        0 => "ringmq: connections on epoll".to_string(),
+        ring if ring == bound.shards => "ringmq: connections on io_uring".to_string(),
+        ring => format!(
+            "ringmq: connections on io_uring in {ring} of {} shards, epoll in the rest",
+            bound.shards
+        ),
+    });
     lines
 }
 
@@ -85,6 +95,7 @@ mod tests {
             namesrv_addrs: &[],
             metrics: None,
             shards: 2,
+            network_ring_shards: 0,
         });
         let after = |prefix: &str| -> Vec<SocketAddr> {
             lines

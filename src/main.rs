@@ -904,6 +904,7 @@ fn print_serving_banner(node: &node::NodeHandle) {
         namesrv_addrs: node.name_servers(),
         metrics: node.metrics_bound_addr(),
         shards: node.shard_count(),
+        network_ring_shards: node.network_ring_shards(),
     }) {
         eprintln!("{line}");
     }

@@ -227,6 +227,8 @@ pub struct ShardMetrics {
     pub traffic: Arc<Traffic>,
     pub connections: AtomicI64,
     pub connections_total: AtomicU64,
+    /// This shard's connections are served on its io_uring network ring (`network_io`).
+    pub network_ring: std::sync::atomic::AtomicBool,
     pub parked_pulls: AtomicI64,
     pub forwarded: AtomicU64,
     /// Handed-back messages stored for a later retry.
@@ -385,6 +387,7 @@ impl ShardMetrics {
             traffic: Arc::new(Traffic::new()),
             connections: AtomicI64::new(0),
             connections_total: AtomicU64::new(0),
+            network_ring: std::sync::atomic::AtomicBool::new(false),
             parked_pulls: AtomicI64::new(0),
             forwarded: AtomicU64::new(0),
             retries: AtomicU64::new(0),

@@ -19,6 +19,7 @@
 
 pub mod sim;
 pub mod tcp;
+pub mod uring;
 
 use std::future::Future;
 use std::io;
@@ -27,6 +28,47 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::io::file_body::FileRange;
+
+/// What carries a shard's accepted connections (`network_io`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NetworkIo {
+    /// Readiness from epoll (tokio's reactor), a system call per read and per write.
+    #[default]
+    Epoll,
+    /// The shard's network ring ([`uring`]); the node does not start if the kernel
+    /// refuses it.
+    Uring,
+    /// The ring where the kernel gives one, epoll (with a warning) where it refuses.
+    Auto,
+}
+
+impl NetworkIo {
+    /// The value as the `network_io` key spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkIo::Epoll => "epoll",
+            NetworkIo::Uring => "uring",
+            NetworkIo::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for NetworkIo {
+    type Err = UnknownNetworkIo;
+    fn from_str(text: &str) -> Result<NetworkIo, UnknownNetworkIo> {
+        match text {
+            "epoll" => Ok(NetworkIo::Epoll),
+            "uring" => Ok(NetworkIo::Uring),
+            "auto" => Ok(NetworkIo::Auto),
+            other => Err(UnknownNetworkIo(other.to_string())),
+        }
+    }
+}
+
+/// A `networkIo` value that names no backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown network I/O '{0}': expected epoll, uring or auto")]
+pub struct UnknownNetworkIo(pub String);
 
 /// A network the node can listen on and connect through. Cheap to clone: clones share it.
 pub trait Transport: Clone + 'static {
@@ -98,9 +140,10 @@ pub trait WriteHalf: AsyncWrite + Unpin + 'static {
     /// one could. For a writer that mostly uses [`WriteHalf::try_write`].
     fn poll_write_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>>;
 
-    /// The kernel socket under this half, for the zero-copy paths (`sendfile`, `MSG_MORE`,
-    /// `TCP_CORK`; D8). `None` for a backend without one: file bodies are then copied.
-    fn kernel_socket(&self) -> Option<&tokio::net::TcpStream> {
+    /// The kernel socket under this half, for the zero-copy paths (`sendfile`, `writev`
+    /// from a mapping, `MSG_MORE`, `TCP_CORK`; D8). `None` for a backend without one:
+    /// file bodies are then copied.
+    fn kernel_socket(&self) -> Option<&dyn KernelSocket> {
         None
     }
 
@@ -109,6 +152,31 @@ pub trait WriteHalf: AsyncWrite + Unpin + 'static {
     /// write half would otherwise send its FIN in the dropping call; see
     /// `server::reply_batch::WriteHalf`.)
     fn release(self: Box<Self>) {}
+}
+
+/// A connection's kernel socket, written with system calls of the caller's choosing (the
+/// zero-copy paths of [`crate::server::body_send`]).
+pub trait KernelSocket {
+    /// The socket's descriptor, for calls on it made inside [`KernelSocket::poll_write_with`]
+    /// (and for socket options).
+    fn raw_fd(&self) -> std::os::fd::RawFd;
+
+    /// Calls `write`, a non-blocking write to the socket, once the socket can take bytes
+    /// and every byte this connection queued before is out; again whenever it reports
+    /// `WouldBlock`, after the next writability. Returns what the first other answer is.
+    fn poll_write_with(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        write: &mut dyn FnMut() -> io::Result<usize>,
+    ) -> std::task::Poll<io::Result<usize>>;
+}
+
+/// [`KernelSocket::poll_write_with`] as a future.
+pub async fn write_with(
+    socket: &dyn KernelSocket,
+    mut write: impl FnMut() -> io::Result<usize>,
+) -> io::Result<usize> {
+    std::future::poll_fn(|cx| socket.poll_write_with(cx, &mut write)).await
 }
 
 /// Reads `range` into memory: the copy a backend without a zero-copy path makes.

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{read_range, Connection, Listener, Transport, WriteHalf};
+use super::{read_range, Connection, KernelSocket, Listener, Transport, WriteHalf};
 use crate::io::file_body::FileRange;
 
 /// The operating system's TCP.
@@ -88,12 +88,34 @@ impl WriteHalf for OwnedWriteHalf {
         self.as_ref().poll_write_ready(cx)
     }
 
-    fn kernel_socket(&self) -> Option<&TcpStream> {
+    fn kernel_socket(&self) -> Option<&dyn KernelSocket> {
         Some(self.as_ref())
     }
 
     fn release(self: Box<Self>) {
         // Closes the socket now only if the read half is already gone.
         (*self).forget();
+    }
+}
+
+impl KernelSocket for TcpStream {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(self)
+    }
+
+    fn poll_write_with(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        write: &mut dyn FnMut() -> io::Result<usize>,
+    ) -> std::task::Poll<io::Result<usize>> {
+        loop {
+            std::task::ready!(self.poll_write_ready(cx))?;
+            // `try_io` clears the readiness when `write` says `WouldBlock`, so the next
+            // `poll_write_ready` waits for the kernel's next writability.
+            match self.try_io(tokio::io::Interest::WRITABLE, &mut *write) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                answer => return std::task::Poll::Ready(answer),
+            }
+        }
     }
 }

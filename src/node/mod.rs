@@ -131,6 +131,20 @@ impl NodeHandle {
         self.shards.len()
     }
 
+    /// How many shards serve their connections on an io_uring network ring
+    /// (`network_io`); the rest use epoll.
+    pub fn network_ring_shards(&self) -> usize {
+        self.metrics
+            .shards()
+            .iter()
+            .filter(|shard| {
+                shard
+                    .network_ring
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .count()
+    }
+
     /// Resolves when any shard thread ends on its own (an error, a panic) or the node is
     /// stopped. Can be taken once.
     pub fn take_exit_signal(&mut self) -> Option<oneshot::Receiver<()>> {

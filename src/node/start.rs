@@ -8,6 +8,7 @@
 //! one shard fails to start, the others are stopped and the start fails with its error.
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -28,6 +29,8 @@ use crate::metrics::http::MetricsServer;
 use crate::metrics::NodeMetrics;
 use crate::namesrv::admin::NamesrvState;
 use crate::net::tcp::Tcp;
+use crate::net::uring::{NetRing, NetRingSettings, UringListener};
+use crate::net::NetworkIo;
 use crate::node_config::{self, MetricsExporter, NodeConfig};
 use crate::server::admission::Admission;
 use crate::shard::mailbox::{self, MailboxReceiver};
@@ -470,15 +473,63 @@ fn spawn_shard(
             // polled every time any task on the shard wakes, and the shard's accept
             // loop would poll its listener and stop signal with it, once per message.
             local.block_on(&runtime, async move {
-                let start = start.map_listeners(TcpListener::from_std)?;
                 let ready = move |id| {
                     let _ = ready.send(id);
                 };
-                tokio::task::spawn_local(run_shard(settings, start, Tcp, stop, ready))
+                let shard = match network_ring(&settings.config, id)? {
+                    Some(ring) => {
+                        start
+                            .metrics
+                            .network_ring
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        let start = start.map_listeners(|listener| {
+                            UringListener::from_std(listener, ring.clone())
+                        })?;
+                        tokio::task::spawn_local(run_shard(settings, start, Tcp, stop, ready))
+                    }
+                    None => {
+                        let start = start.map_listeners(TcpListener::from_std)?;
+                        tokio::task::spawn_local(run_shard(settings, start, Tcp, stop, ready))
+                    }
+                };
+                shard
                     .await
                     .unwrap_or_else(|error| Err(anyhow::anyhow!("shard {id} panicked: {error}")))
             })
         })
+}
+
+/// Shard `id`'s network ring, if `network_io` asks for one and the kernel gives it: with
+/// `uring` a refusal stops the start, with `auto` it is logged and the shard serves on
+/// epoll. Runs on the shard's thread, inside its `LocalSet`.
+fn network_ring(config: &NodeConfig, id: u8) -> anyhow::Result<Option<Rc<NetRing>>> {
+    let settings = NetRingSettings {
+        entries: config.network_ring_entries,
+        recv_buffers: config.network_recv_buffers,
+        recv_buffer_bytes: config.network_recv_buffer_bytes,
+        send_queue_bytes: config.network_send_queue_bytes,
+    };
+    let ring = match config.network_io {
+        NetworkIo::Epoll => return Ok(None),
+        NetworkIo::Uring => NetRing::new(settings).map_err(|error| {
+            anyhow::anyhow!(
+                "networkIo=uring: shard {id} cannot have its network ring ({error}); \
+                 set networkIo=epoll (or auto) on this machine"
+            )
+        })?,
+        NetworkIo::Auto => match NetRing::new(settings) {
+            Ok(ring) => ring,
+            Err(error) => {
+                tracing::warn!(
+                    shard = id,
+                    %error,
+                    "networkIo=auto: the kernel refused io_uring; the shard serves its connections on epoll"
+                );
+                return Ok(None);
+            }
+        },
+    };
+    Ok(Some(ring))
 }
 
 /// Waits until every shard says it serves. If one ends first, stops the rest and fails

@@ -68,6 +68,8 @@ pub enum ValueError {
     DelayLevels(#[from] DelayLevelsError),
     #[error(transparent)]
     BodySend(#[from] crate::server::body_send::UnknownBodySend),
+    #[error(transparent)]
+    NetworkIo(#[from] crate::net::UnknownNetworkIo),
 }
 
 impl ValueError {

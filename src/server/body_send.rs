@@ -15,8 +15,10 @@
 //!
 //! Invariants:
 //! - Every call writes all of its bytes or fails: partial writes are resumed, and
-//!   `WouldBlock` on the non-blocking socket waits for writability (tokio readiness via
-//!   `writable()` + `try_io`, so the reactor's readiness is cleared correctly).
+//!   `WouldBlock` on the non-blocking socket waits for writability
+//!   ([`KernelSocket::poll_write_with`], which on tokio's sockets clears the reactor's
+//!   readiness correctly, and on the io_uring network path first lets the bytes queued on
+//!   the ring go out).
 //! - Only the connection's writer task calls this, one frame at a time, so frames never
 //!   interleave.
 //! - A sendfile that reports it cannot work on this file or socket switches this sender to
@@ -31,11 +33,11 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::AsyncWriteExt;
 
 use super::traffic::Traffic;
 use crate::io::file_body::{BodyChunk, FileBody, FileRange};
-use crate::net::WriteHalf;
+use crate::net::{write_with, KernelSocket, WriteHalf};
 
 /// How file bodies go out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -234,10 +236,9 @@ impl BodySender {
             // No kernel socket, so no MSG_MORE: a plain write.
             return self.write_buffer(writer, bytes).await;
         };
-        let fd = stream.as_raw_fd();
+        let fd = stream.raw_fd();
         while !bytes.is_empty() {
-            stream.writable().await?;
-            let result = stream.try_io(Interest::WRITABLE, || {
+            let result = write_with(stream, || {
                 // SAFETY: `bytes` is a live slice; fd is the open socket we own.
                 let sent = unsafe {
                     libc::send(
@@ -252,13 +253,13 @@ impl BodySender {
                 } else {
                     Ok(sent as usize)
                 }
-            });
+            })
+            .await;
             match result {
                 Ok(sent) => {
                     self.traffic.add_copied(sent);
                     bytes = &bytes[sent..];
                 }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return Err(error),
             }
@@ -280,12 +281,11 @@ impl BodySender {
                 self.mode
             )));
         };
-        let socket = stream.as_raw_fd();
+        let socket = stream.raw_fd();
         let file = range.file.as_raw_fd();
         let mut sent = 0u64;
         while sent < range.len {
-            stream.writable().await?;
-            let result = stream.try_io(Interest::WRITABLE, || {
+            let result = write_with(stream, || {
                 let mut offset = (range.offset + sent) as libc::off_t;
                 let count = (range.len - sent) as usize;
                 // SAFETY: both descriptors are open for the duration of the call (the
@@ -294,9 +294,11 @@ impl BodySender {
                 if moved < 0 {
                     Err(io::Error::last_os_error())
                 } else {
-                    Ok(moved as u64)
+                    Ok(moved as usize)
                 }
-            });
+            })
+            .await
+            .map(|moved| moved as u64);
             match result {
                 Ok(0) => {
                     return Err(io::Error::new(
@@ -308,7 +310,6 @@ impl BodySender {
                     self.traffic.add_sendfile(moved as usize);
                     sent += moved;
                 }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) if refused(&error) => {
                     if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
@@ -348,7 +349,14 @@ impl BodySender {
         let mut head_left = head.len();
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
-            let written = writer.write_vectored(rest).await?;
+            let written = match writer.kernel_socket() {
+                Some(socket) => write_vectored(socket, rest).await,
+                None => writer.write_vectored(rest).await,
+            };
+            let written = match written {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                written => written?,
+            };
             if written == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
@@ -362,6 +370,23 @@ impl BodySender {
     }
 }
 
+/// One `writev` of `slices` to `socket` once it can take bytes.
+async fn write_vectored(socket: &dyn KernelSocket, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+    let fd = socket.raw_fd();
+    let count = slices.len().min(1024) as libc::c_int;
+    write_with(socket, || {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec`, and the slices are live for
+        // the call; fd is the open socket we own.
+        let written = unsafe { libc::writev(fd, slices.as_ptr().cast(), count) };
+        if written < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(written as usize)
+        }
+    })
+    .await
+}
+
 /// Sets or clears TCP_CORK on the socket.
 fn set_cork(writer: &dyn WriteHalf, on: bool) -> io::Result<()> {
     let Some(stream) = writer.kernel_socket() else {
@@ -371,7 +396,7 @@ fn set_cork(writer: &dyn WriteHalf, on: bool) -> io::Result<()> {
     // SAFETY: a valid option pointer and length for an int option on our open socket.
     let result = unsafe {
         libc::setsockopt(
-            stream.as_raw_fd(),
+            stream.raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_CORK,
             (&value as *const libc::c_int).cast(),

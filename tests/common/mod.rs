@@ -147,11 +147,23 @@ pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
 /// CommitLog segment size of a test node: small, so the stores tests make stay small.
 pub const TEST_SEGMENT: u64 = 4 * 1024 * 1024;
 
+/// What carries a test node's connections: `RINGMQ_TEST_NETWORK_IO` (`epoll`, `uring` or
+/// `auto`), else epoll. `.ci/run` runs the node suite once more with `uring`.
+pub fn test_network_io() -> ringmq::net::NetworkIo {
+    match std::env::var("RINGMQ_TEST_NETWORK_IO") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|error| panic!("RINGMQ_TEST_NETWORK_IO: {error}")),
+        Err(_) => ringmq::net::NetworkIo::Epoll,
+    }
+}
+
 /// The settings of a test node storing into `dir`, built as a user's are (a
 /// [`NodeConfig`](ringmq::node_config::NodeConfig) that `node::start` validates): one
 /// unpinned shard on free ports of the loopback interface, no metrics endpoint (set
-/// `metrics_exporter_type` to `Prom` for one, on a free port), the portable disk backend
-/// and [`TEST_SEGMENT`]-byte segments; a test changes what it is about.
+/// `metrics_exporter_type` to `Prom` for one, on a free port), the portable disk backend,
+/// the network I/O of [`test_network_io`] and [`TEST_SEGMENT`]-byte segments; a test
+/// changes what it is about.
 pub fn node_config(dir: &std::path::Path) -> ringmq::node_config::NodeConfig {
     let config = ringmq::node_config::NodeConfig {
         store_path_root_dir: dir.into(),
@@ -163,6 +175,7 @@ pub fn node_config(dir: &std::path::Path) -> ringmq::node_config::NodeConfig {
         metrics_exporter_type: ringmq::node_config::MetricsExporter::Disable,
         bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
         io_backend: ringmq::io::IoChoice::Portable,
+        network_io: test_network_io(),
         ..ringmq::node_config::NodeConfig::default()
     };
     with_segment(config, TEST_SEGMENT)

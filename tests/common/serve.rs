@@ -41,6 +41,8 @@ pub fn kill_seed(default: u64) -> u64 {
 pub struct Serve {
     pub child: Child,
     pub addr: SocketAddr,
+    /// What the process wrote on stderr before its `listening on` line.
+    pub startup: String,
     /// Reads the rest of stderr after the `listening on` line, until the process exits.
     drain: Option<JoinHandle<String>>,
 }
@@ -50,9 +52,13 @@ impl Serve {
     /// backend and the extra arguments `args` (e.g. `--shards 2`, `--set key=value`); waits
     /// until it listens. `what` names the run in a failure (a seed, say).
     pub fn start(dir: &Path, args: &[&str], what: &str) -> Serve {
-        let mut child = serve_command(dir, 0, args)
-            .spawn()
-            .expect("spawn ringmq serve");
+        Serve::start_command(serve_command(dir, 0, args), what)
+    }
+
+    /// [`Serve::start`] with a command of the caller's making (a [`serve_command`] the
+    /// test changed).
+    pub fn start_command(mut command: Command, what: &str) -> Serve {
+        let mut child = command.spawn().expect("spawn ringmq serve");
         let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
         let mut line = String::new();
         let mut seen = String::new();
@@ -77,6 +83,7 @@ impl Serve {
         Serve {
             child,
             addr,
+            startup: seen,
             drain: Some(drain),
         }
     }
@@ -131,7 +138,13 @@ pub fn refused(dir: &Path, args: &[&str], limit: std::time::Duration) -> String 
 
 /// [`refused`] with the remoting port `port` (0 picks a free one).
 pub fn refused_on(dir: &Path, port: u16, args: &[&str], limit: std::time::Duration) -> String {
-    let mut child = serve_command(dir, port, args)
+    refused_command(serve_command(dir, port, args), limit)
+}
+
+/// [`refused`] for a command of the caller's making (a [`serve_command`] the test changed).
+pub fn refused_command(mut command: Command, limit: std::time::Duration) -> String {
+    let args: Vec<_> = command.get_args().map(|arg| arg.to_os_string()).collect();
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()

@@ -38,6 +38,7 @@ mod kill_during_transactions;
 mod kill_process;
 mod name_servers_drop_a_broker_that_dies_or_stops;
 mod namesrv_standalone;
+mod network_io_where_the_kernel_refuses_io_uring;
 mod node_banner;
 mod node_clean_shutdown;
 mod node_logs;
