@@ -394,8 +394,9 @@ fn cqe_result(result: i32) -> io::Result<u32> {
     }
 }
 
-/// Lets `AsyncFd` watch the eventfd while `Ring::drop` can still write to it.
-struct EventFd(Rc<OwnedFd>);
+/// Lets `AsyncFd` watch a ring's eventfd while the ring's drop can still write to it (the
+/// disk ring's and the network ring's).
+pub(crate) struct EventFd(pub(crate) Rc<OwnedFd>);
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -450,18 +451,16 @@ async fn reactor(ring: Weak<Ring>, eventfd: AsyncFd<EventFd>) {
     }
 }
 
-/// Checks the ring can really be used: the opcodes we need exist, and `io_uring_enter`
-/// works (a seccomp filter may allow setup but block enter).
-fn probe(ring: &mut IoUring) -> io::Result<()> {
+/// Checks a ring can really be used: the opcodes `needed` (code, name) exist, and
+/// `io_uring_enter` works (a seccomp filter may allow setup but block enter). Shared by the
+/// disk ring and the network ring ([`crate::net::uring`]); run before anything else is
+/// submitted, so its NOP's `user_data` cannot be confused with another op's.
+pub(crate) fn check_ring(ring: &mut IoUring, needed: &[(u8, &str)]) -> io::Result<()> {
     let mut probe = Probe::new();
     ring.submitter()
         .register_probe(&mut probe)
         .map_err(|error| io::Error::new(error.kind(), format!("io_uring probe failed: {error}")))?;
-    for (code, name) in [
-        (opcode::Write::CODE, "WRITE"),
-        (opcode::Fsync::CODE, "FSYNC"),
-        (opcode::Fallocate::CODE, "FALLOCATE"),
-    ] {
+    for &(code, name) in needed {
         if !probe.is_supported(code) {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -482,6 +481,29 @@ fn probe(ring: &mut IoUring) -> io::Result<()> {
         return Err(io::Error::other("io_uring probe: NOP did not complete"));
     }
     Ok(())
+}
+
+/// A fresh non-blocking eventfd, registered with `ring` so the kernel signals it on
+/// completions. Shared by the disk ring and the network ring.
+pub(crate) fn ring_eventfd(ring: &IoUring) -> io::Result<Rc<OwnedFd>> {
+    // SAFETY: plain syscall; the result is checked before use.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        let error = io::Error::last_os_error();
+        return Err(io::Error::new(
+            error.kind(),
+            format!("eventfd failed: {error}"),
+        ));
+    }
+    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+    let eventfd = Rc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+    ring.submitter().register_eventfd(raw).map_err(|error| {
+        io::Error::new(
+            error.kind(),
+            format!("io_uring eventfd registration failed: {error}"),
+        )
+    })?;
+    Ok(eventfd)
 }
 
 /// How [`UringDisk::write_at`](Disk::write_at) writes (see the module docs).
@@ -531,25 +553,15 @@ impl UringDisk {
         let mut ring = IoUring::new(RING_ENTRIES).map_err(|error| {
             io::Error::new(error.kind(), format!("io_uring_setup failed: {error}"))
         })?;
-        probe(&mut ring)?;
-
-        // SAFETY: plain syscall; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            let error = io::Error::last_os_error();
-            return Err(io::Error::new(
-                error.kind(),
-                format!("eventfd failed: {error}"),
-            ));
-        }
-        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-        let eventfd = Rc::new(unsafe { OwnedFd::from_raw_fd(raw) });
-        ring.submitter().register_eventfd(raw).map_err(|error| {
-            io::Error::new(
-                error.kind(),
-                format!("io_uring eventfd registration failed: {error}"),
-            )
-        })?;
+        check_ring(
+            &mut ring,
+            &[
+                (opcode::Write::CODE, "WRITE"),
+                (opcode::Fsync::CODE, "FSYNC"),
+                (opcode::Fallocate::CODE, "FALLOCATE"),
+            ],
+        )?;
+        let eventfd = ring_eventfd(&ring)?;
 
         tokio::runtime::Handle::try_current().map_err(|error| {
             io::Error::other(format!(

@@ -772,6 +772,32 @@ const INVALID_VALUES: &[(&str, &str, &str)] = &[
         "scheduleDeliveryWindow",
         "at most 65536",
     ),
+    ("networkIo=kqueue", "networkIo", "expected epoll, uring or auto"),
+    (
+        "networkRingEntries=63",
+        "networkRingEntries",
+        "between 64 and 32768",
+    ),
+    (
+        "networkRingEntries=32769",
+        "networkRingEntries",
+        "at most 32768",
+    ),
+    (
+        "networkRecvBuffers=15",
+        "networkRecvBuffers",
+        "between 16 and 32768",
+    ),
+    (
+        "networkRecvBufferBytes=1023",
+        "networkRecvBufferBytes",
+        "between 1024 and 1048576",
+    ),
+    (
+        "networkSendQueueBytes=4095",
+        "networkSendQueueBytes",
+        "between 4096 and 1073741824",
+    ),
     ("namesrvAddr=10.0.0.1", "namesrvAddr", "host:port"),
     (
         "haSendBatchBytes=16777217",

@@ -30,23 +30,22 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
-use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
 use super::Socket;
+use crate::io::uring::{check_ring, ring_eventfd, EventFd};
 
 /// `user_data` of the entries that lend buffers to the kernel; their CQEs carry nothing.
 const PROVIDE: u64 = u64::MAX;
 /// `user_data` of cancellations; their CQEs carry nothing we need.
 const CANCEL: u64 = u64::MAX - 1;
-/// `user_data` of the setup check's NOP.
-const PROBE: u64 = u64::MAX - 2;
 /// The provided-buffer group the receives choose from.
 const GROUP: u16 = 7;
 /// `IORING_ENTER_GETEVENTS`: the enter runs deferred completion work.
@@ -194,17 +193,16 @@ impl NetRing {
             move |error: io::Error| io::Error::new(error.kind(), format!("{what}: {error}"))
         };
         let mut ring = setup(settings.entries).map_err(context("io_uring_setup"))?;
-        check(&mut ring)?;
-        // SAFETY: plain syscall; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(context("eventfd")(io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a fresh descriptor nothing else owns.
-        let eventfd = Rc::new(unsafe { OwnedFd::from_raw_fd(raw) });
-        ring.submitter()
-            .register_eventfd(raw)
-            .map_err(context("io_uring eventfd registration"))?;
+        check_ring(
+            &mut ring,
+            &[
+                (opcode::Recv::CODE, "RECV"),
+                (opcode::Send::CODE, "SEND"),
+                (opcode::ProvideBuffers::CODE, "PROVIDE_BUFFERS"),
+                (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
+            ],
+        )?;
+        let eventfd = ring_eventfd(&ring)?;
         let pool = Pool::new(settings.recv_buffers, settings.recv_buffer_bytes);
         lend_all(&mut ring, &pool)?;
         let net = Rc::new(NetRing {
@@ -372,7 +370,7 @@ impl NetRing {
     fn complete(&self, user_data: u64, result: i32, flags: u32) {
         match user_data {
             PROVIDE => assert!(result >= 0, "lending receive buffers failed: {result}"),
-            CANCEL | PROBE => {}
+            CANCEL => {}
             slot => {
                 // A multishot receive stays armed (its slot taken) while its CQEs say more.
                 let more = cqueue::more(flags);
@@ -461,7 +459,7 @@ impl Drop for NetRing {
                 .collect();
             for (user_data, flags) in done {
                 // A multishot receive is over only with its last completion.
-                if user_data < PROBE && !cqueue::more(flags) {
+                if user_data < CANCEL && !cqueue::more(flags) {
                     self.ops.get_mut().remove(user_data as usize);
                 }
             }
@@ -475,15 +473,6 @@ impl Drop for NetRing {
             );
             std::mem::forget(std::mem::replace(&mut self.pool, Pool::new(0, 0)));
         }
-    }
-}
-
-/// Lets `AsyncFd` watch the eventfd while `NetRing::drop` can still write to it.
-struct EventFd(Rc<OwnedFd>);
-
-impl AsRawFd for EventFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
     }
 }
 
@@ -548,39 +537,6 @@ fn submit(ring: &IoUring) {
             ) => {}
         Err(error) => panic!("io_uring_enter on the network ring failed: {error}"),
     }
-}
-
-/// Checks the opcodes the network path needs exist and that `io_uring_enter` works (a
-/// seccomp filter may allow setup and refuse enter).
-fn check(ring: &mut IoUring) -> io::Result<()> {
-    let mut probe = Probe::new();
-    ring.submitter()
-        .register_probe(&mut probe)
-        .map_err(|error| io::Error::new(error.kind(), format!("io_uring probe: {error}")))?;
-    for (code, name) in [
-        (opcode::Recv::CODE, "RECV"),
-        (opcode::Send::CODE, "SEND"),
-        (opcode::ProvideBuffers::CODE, "PROVIDE_BUFFERS"),
-        (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
-    ] {
-        if !probe.is_supported(code) {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("io_uring opcode {name} is not supported by this kernel"),
-            ));
-        }
-    }
-    let nop = opcode::Nop::new().build().user_data(PROBE);
-    // SAFETY: a NOP names no memory.
-    unsafe { ring.submission().push(&nop) }
-        .map_err(|_| io::Error::other("io_uring check: submission queue full"))?;
-    ring.submit_and_wait(1)
-        .map_err(|error| io::Error::new(error.kind(), format!("io_uring_enter: {error}")))?;
-    let completed = ring.completion().any(|cqe| cqe.user_data() == PROBE);
-    if !completed {
-        return Err(io::Error::other("io_uring check: the NOP did not complete"));
-    }
-    Ok(())
 }
 
 /// Lends every buffer of `pool` to the kernel and waits for its answer.
