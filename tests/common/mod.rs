@@ -147,6 +147,26 @@ pub fn sim_seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
 /// CommitLog segment size of a test node: small, so the stores tests make stay small.
 pub const TEST_SEGMENT: u64 = 4 * 1024 * 1024;
 
+/// IndexFile shape of a test node: 4,096 slots and 16,384 entries, a 344 KB file.
+pub const TEST_INDEX_SLOTS: u32 = 4096;
+pub const TEST_INDEX_ENTRIES: u32 = 16 * 1024;
+
+/// ConsumeQueue file bytes of a test node: 6,000 entries.
+pub const TEST_CONSUME_QUEUE_FILE: u64 = 6000 * 20;
+
+/// The broker.conf keys (and values) that give a test node in its own process the small
+/// IndexFiles and ConsumeQueue files of [`node_config`].
+pub fn small_store_keys() -> [(&'static str, String); 3] {
+    [
+        ("maxHashSlotNum", TEST_INDEX_SLOTS.to_string()),
+        ("maxIndexNum", TEST_INDEX_ENTRIES.to_string()),
+        (
+            "mapedFileSizeConsumeQueue",
+            TEST_CONSUME_QUEUE_FILE.to_string(),
+        ),
+    ]
+}
+
 /// What carries a test node's connections: `RINGMQ_TEST_NETWORK_IO` (`epoll`, `uring` or
 /// `auto`), else epoll. `.ci/run` runs the node suite once more with `uring`.
 pub fn test_network_io() -> ringmq::net::NetworkIo {
@@ -162,8 +182,8 @@ pub fn test_network_io() -> ringmq::net::NetworkIo {
 /// [`NodeConfig`](ringmq::node_config::NodeConfig) that `node::start` validates): one
 /// unpinned shard on free ports of the loopback interface, no metrics endpoint (set
 /// `metrics_exporter_type` to `Prom` for one, on a free port), the portable disk backend,
-/// the network I/O of [`test_network_io`] and [`TEST_SEGMENT`]-byte segments; a test
-/// changes what it is about.
+/// the network I/O of [`test_network_io`], [`TEST_SEGMENT`]-byte segments and small
+/// IndexFiles and ConsumeQueue files; a test changes what it is about.
 pub fn node_config(dir: &std::path::Path) -> ringmq::node_config::NodeConfig {
     let config = ringmq::node_config::NodeConfig {
         store_path_root_dir: dir.into(),
@@ -176,6 +196,11 @@ pub fn node_config(dir: &std::path::Path) -> ringmq::node_config::NodeConfig {
         bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
         io_backend: ringmq::io::IoChoice::Portable,
         network_io: test_network_io(),
+        // Small IndexFiles and ConsumeQueue files: both are allocated whole on their first
+        // write (420 MB and 6 MB at the defaults), and the suite runs dozens of nodes at once.
+        max_hash_slot_num: TEST_INDEX_SLOTS,
+        max_index_num: TEST_INDEX_ENTRIES,
+        maped_file_size_consume_queue: TEST_CONSUME_QUEUE_FILE,
         ..ringmq::node_config::NodeConfig::default()
     };
     with_segment(config, TEST_SEGMENT)

@@ -550,6 +550,9 @@ impl ProcessCluster {
         props.set("ioBackend", "portable");
         props.set("mapedFileSizeCommitLog", TEST_SEGMENT);
         props.set("maxMessageSize", segment_max);
+        for (key, value) in super::small_store_keys() {
+            props.set(key, value);
+        }
         for (key, value) in &spec.extra.0 {
             props.set(key, value);
         }
