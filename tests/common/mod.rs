@@ -167,6 +167,17 @@ pub fn small_store_keys() -> [(&'static str, String); 3] {
     ]
 }
 
+/// The broker.conf keys (and values) that give a test node in its own process
+/// [`TEST_SEGMENT`]-byte segments and, since every message must fit one, the largest
+/// message such a segment holds as `maxMessageSize` (as [`with_segment`] does in process).
+pub fn small_log_keys() -> [(&'static str, String); 2] {
+    let largest = ringmq::config::largest_message_for_segment(TEST_SEGMENT);
+    [
+        ("mapedFileSizeCommitLog", TEST_SEGMENT.to_string()),
+        ("maxMessageSize", largest.to_string()),
+    ]
+}
+
 /// What carries a test node's connections: `RINGMQ_TEST_NETWORK_IO` (`epoll`, `uring` or
 /// `auto`), else epoll. `.ci/run` runs the node suite once more with `uring`.
 pub fn test_network_io() -> ringmq::net::NetworkIo {

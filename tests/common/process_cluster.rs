@@ -42,7 +42,7 @@ use ringmq::remoting::{ExtFields, RemotingCommand};
 use serde_json::Value;
 
 use super::process_replication::commit_log_bytes;
-use super::{run_local, TEST_SEGMENT};
+use super::run_local;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
 
@@ -526,7 +526,6 @@ impl ProcessCluster {
     /// The broker.conf of `spec`: the harness's keys, then `spec.extra`.
     pub fn broker_props(&self, spec: &BrokerSpec) -> Props {
         let store = self.dir().join(format!("store-{}-{}", spec.name, spec.id));
-        let segment_max = ringmq::config::largest_message_for_segment(TEST_SEGMENT);
         let mut props = Props::default();
         props.set("brokerClusterName", &spec.cluster);
         props.set("brokerName", &spec.name);
@@ -548,9 +547,10 @@ impl ProcessCluster {
         props.set("shards", 1);
         props.set("pinShardThreads", false);
         props.set("ioBackend", "portable");
-        props.set("mapedFileSizeCommitLog", TEST_SEGMENT);
-        props.set("maxMessageSize", segment_max);
-        for (key, value) in super::small_store_keys() {
+        for (key, value) in super::small_log_keys()
+            .into_iter()
+            .chain(super::small_store_keys())
+        {
             props.set(key, value);
         }
         for (key, value) in &spec.extra.0 {

@@ -15,18 +15,16 @@ const BIN: &str = env!("CARGO_BIN_EXE_ringmq");
 
 /// `ringmq serve` storing into `dir` on the remoting port `port` (0 picks a free one), its
 /// name-server and metrics ports free ones, with the portable disk backend, the small
-/// IndexFiles and ConsumeQueue files of [`super::small_store_keys`], segments of
-/// [`super::TEST_SEGMENT`] bytes unless `args` size them, and the extra arguments `args`
-/// (which come after, so a test's own value of those keys wins); stderr piped. Callers add what they need (stdout, environment).
+/// IndexFiles and ConsumeQueue files of [`super::small_store_keys`], the small segments of
+/// [`super::small_log_keys`] unless `args` size them, and the extra arguments `args`
+/// (which come after, so a test's own value of those keys wins); stderr piped. Callers
+/// add what they need (stdout, environment).
 pub fn serve_command(dir: &Path, port: u16, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(["serve", "--port", &port.to_string(), "--namesrv-port", "0"])
         .args(["--metrics-port", "0", "--io", "portable", "--dir"])
         .arg(dir);
-    for (key, value) in super::small_store_keys() {
-        command.args(["--set", &format!("{key}={value}")]);
-    }
     // Small segments too, unless the test sizes the segment or the message itself (a
     // smaller segment than the test's would refuse its largest message).
     let sizes_the_log = args.iter().any(|arg| {
@@ -34,13 +32,11 @@ pub fn serve_command(dir: &Path, port: u16, args: &[&str]) -> Command {
             .iter()
             .any(|name| arg.starts_with(name))
     });
-    if !sizes_the_log {
-        let largest = ringmq::config::largest_message_for_segment(super::TEST_SEGMENT);
-        command.args([
-            "--set",
-            &format!("mapedFileSizeCommitLog={}", super::TEST_SEGMENT),
-        ]);
-        command.args(["--set", &format!("maxMessageSize={largest}")]);
+    let log_keys = super::small_log_keys()
+        .into_iter()
+        .filter(|_| !sizes_the_log);
+    for (key, value) in super::small_store_keys().into_iter().chain(log_keys) {
+        command.args(["--set", &format!("{key}={value}")]);
     }
     command.args(args).stderr(Stdio::piped());
     command
